@@ -1,0 +1,39 @@
+// Bounded line reading from a file descriptor: a line longer than the cap is
+// reported as too large as soon as the cap is passed and the rest of it is skipped,
+// so no more than cap + one read chunk is ever buffered.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace machina::cli {
+
+class LineReader {
+ public:
+  enum class Next { line, too_large, eof };
+
+  LineReader(int fd, std::size_t max_line);
+
+  /// The next line (without '\n'), valid until the following call. `before_block`
+  /// runs right before a read that may block, so the caller can flush its output.
+  Next next(std::string_view& line, const std::function<void()>& before_block);
+
+ private:
+  bool fill();  // false at end of input
+
+  int fd_;
+  std::size_t max_line_;
+  std::vector<char> buf_;
+  std::size_t begin_ = 0, end_ = 0, scan_ = 0;
+  bool eof_ = false;
+  bool skipping_ = false;  // inside the rest of an oversized line
+};
+
+/// Reads a whole input of at most `max_bytes`. Returns false (and stops reading)
+/// as soon as the input is larger.
+bool read_all_bounded(int fd, std::size_t max_bytes, std::string& out);
+
+}  // namespace machina::cli

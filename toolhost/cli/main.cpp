@@ -1,0 +1,195 @@
+// machina-toolhost: the command-line fronts (--list, --run, --serve) and the
+// operator's `lease issue`. Parses arguments, sets up the host, hands over to a front.
+#include "ndjson_server.hpp"
+
+#include <machina/host.hpp>
+#include <machina/lease.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef MACHINA_VERSION
+#error "MACHINA_VERSION must be defined by the build"
+#endif
+#ifndef MACHINA_BUILTIN_RELDIRS
+#define MACHINA_BUILTIN_RELDIRS ""
+#endif
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The built-in plugin pack: $MACHINA_TOOLHOST_PLUGIN_DIR, else next to the installed
+/// Python package (relative to this executable), else next to the executable (build tree).
+std::string find_builtin_plugin() {
+  const std::string file(machina::kBuiltinPluginFile);
+  if (const char* dir = std::getenv("MACHINA_TOOLHOST_PLUGIN_DIR"); dir != nullptr && *dir != '\0') {
+    return (fs::path(dir) / file).string();
+  }
+  std::vector<fs::path> tried;
+  std::error_code ec;
+  const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  if (!ec) {
+    std::stringstream reldirs(MACHINA_BUILTIN_RELDIRS);
+    std::string rel;
+    while (std::getline(reldirs, rel, ':')) {
+      if (!rel.empty()) tried.push_back(exe_dir / rel / file);
+    }
+    tried.push_back(exe_dir / "plugins" / file);
+  }
+  for (const auto& p : tried) {
+    if (fs::exists(p, ec)) return p.lexically_normal().string();
+  }
+  std::string where;
+  for (const auto& p : tried) where += "\n  " + p.lexically_normal().string();
+  throw machina::HostError("built-in plugins not found; looked for:" + where +
+                           "\nset MACHINA_TOOLHOST_PLUGIN_DIR or name a plugin with --plugin");
+}
+
+std::string list_json(const machina::Host& host) {
+  nlohmann::json tools = nlohmann::json::array();
+  for (const auto& t : host.registry().list()) {
+    tools.push_back({{"aid", t.aid},
+                     {"name", t.name},
+                     {"description", t.description},
+                     {"input_schema", t.input_schema.empty() ? nlohmann::json() : nlohmann::json::parse(t.input_schema)},
+                     {"deterministic", t.deterministic},
+                     {"tags", t.tags},
+                     {"side_effects", t.side_effects},
+                     {"replay_inputs", t.replay_inputs},
+                     {"tier", t.tier},
+                     {"plugin", t.plugin_path}});
+  }
+  return nlohmann::json{{"ok", true}, {"tools", tools}}.dump() + "\n";
+}
+
+/// stdout belongs to the protocol: keep the real stdout as the wire and point fd 1 at
+/// stderr, so nothing a plugin prints can reach the stream.
+int take_stdout_for_wire() {
+  const int wire = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (wire < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) throw machina::HostError("cannot set up the output stream");
+  return wire;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);  // a vanished reader is seen as a failed write
+
+  CLI::App app{
+      "machina-toolhost " MACHINA_VERSION " - runs tools for AI agents: one request in, one structured\n"
+      "response out, with input caps, idempotency, leases and a circuit breaker.\n"
+      "Without --plugin (or a PLUGIN argument) the built-in tools are loaded.",
+      "machina-toolhost"};
+  app.set_version_flag("--version", MACHINA_VERSION);
+
+  std::vector<std::string> plugins;
+  app.add_option("--plugin", plugins, "Load this plugin library (repeatable)")->type_name("PATH");
+  bool list = false;
+  auto* list_opt = app.add_flag("--list", list, "Print the registered tools as JSON and exit");
+  std::vector<std::string> run_args;
+  auto* run_opt = app.add_option("--run", run_args,
+                                 "Run one call: read a JSON request from stdin, write one JSON response")
+                      ->expected(1, 2)
+                      ->type_name("[PLUGIN] AID");
+  std::vector<std::string> serve_args;
+  auto* serve_opt = app.add_option("--serve", serve_args,
+                                   "Serve NDJSON requests from stdin, one response line each, until EOF")
+                        ->expected(0, 1)
+                        ->type_name("[PLUGIN]");
+  unsigned workers = 1;
+  app.add_option("--workers", workers, "Calls run concurrently in --serve (responses with an id may come out of order)")
+      ->check(CLI::Range(1u, 256u))
+      ->capture_default_str();
+
+  machina::HostOptions options = machina::HostOptions::from_env();
+  app.add_option("--max-request-bytes", options.max_request_bytes, "Largest request (stdin or line)")
+      ->check(CLI::Range(std::size_t{2}, std::size_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--max-output-bytes", options.max_output_bytes, "Largest tool output")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--idempotency-ttl-ms", options.idempotency.ttl_ms, "How long a result is kept for its key")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}))
+      ->capture_default_str();
+  app.add_option("--idempotency-max-entries", options.idempotency.max_entries, "Most results kept")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10'000'000}))
+      ->capture_default_str();
+  app.add_option("--breaker-threshold", options.breaker.threshold, "Host-side failures in the window that open a tool's breaker")
+      ->check(CLI::Range(1u, 1'000'000u))
+      ->capture_default_str();
+  app.add_option("--breaker-window-ms", options.breaker.window_ms, "The breaker's rolling window")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}))
+      ->capture_default_str();
+  app.add_option("--breaker-cooldown-ms", options.breaker.cooldown_ms, "How long an open breaker refuses calls")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}))
+      ->capture_default_str();
+
+  list_opt->excludes(run_opt)->excludes(serve_opt);
+  run_opt->excludes(serve_opt);
+
+  auto* lease_cmd = app.add_subcommand("lease", "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
+  lease_cmd->require_subcommand(1);
+  auto* issue_cmd = lease_cmd->add_subcommand("issue", "Print a single-use lease token for one tool");
+  std::string lease_aid;
+  double lease_ttl_s = 60;
+  issue_cmd->add_option("--aid", lease_aid, "The tool the lease is for")->required();
+  issue_cmd->add_option("--ttl", lease_ttl_s, "Seconds the lease stays valid")->capture_default_str();
+
+  app.footer(
+      "Environment: MACHINA_LEASE_ENFORCE=1 (tools of tier > 0 need a lease), MACHINA_LEASE_SECRET /\n"
+      "MACHINA_LEASE_KEY_FILE (the lease secret), MACHINA_LEASE_LEDGER (directory that makes single use\n"
+      "hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (where the built-in plugins are).\n"
+      "Protocol: docs/protocol.md");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    if (*issue_cmd) {
+      if (!(lease_ttl_s > 0) || !std::isfinite(lease_ttl_s)) throw machina::HostError("--ttl must be a positive number of seconds");
+      machina::LeaseAuthority authority(machina::load_lease_secret(), {});
+      std::cout << authority.issue(lease_aid, static_cast<std::int64_t>(lease_ttl_s * 1000), machina::unix_now_ms()) << "\n";
+      return 0;
+    }
+    if (!list && run_opt->count() == 0 && serve_opt->count() == 0) {
+      std::cerr << "machina-toolhost: choose one of --list, --run, --serve (see --help)\n";
+      return 2;
+    }
+    if (run_args.size() == 2) plugins.push_back(run_args[0]);
+    if (serve_args.size() == 1 && !serve_args[0].empty()) plugins.push_back(serve_args[0]);
+
+    machina::Host host(options);
+    if (plugins.empty()) plugins.push_back(find_builtin_plugin());
+    for (const auto& p : plugins) host.load_plugin(p);
+
+    if (list) {
+      std::cout << list_json(host) << std::flush;
+      return 0;
+    }
+    const int wire = take_stdout_for_wire();
+    if (run_opt->count() > 0) return machina::cli::run_once(host, run_args.back(), STDIN_FILENO, wire);
+    return machina::cli::serve(host, {STDIN_FILENO, wire, workers, 1024});
+  } catch (const machina::HostError& e) {
+    std::cerr << "machina-toolhost: " << e.what() << "\n";
+    return 2;
+  }
+}

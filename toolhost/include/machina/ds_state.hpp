@@ -1,0 +1,65 @@
+// ds_state: eight artifact slots (DS0..DS7) shared between a caller and its tools,
+// sent in full or as a delta, and answered with what the tool changed.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace machina {
+
+inline constexpr std::size_t kDsSlots = 8;
+
+struct Artifact {
+  std::string type;
+  std::string content_json;
+  std::string provenance;
+  std::uint64_t size_bytes = 0;
+  bool operator==(const Artifact&) const = default;
+};
+
+using Slots = std::array<std::optional<Artifact>, kDsSlots>;
+
+/// Changes to a state: slots set (bit in `set`) and slots emptied (bit in `removed`).
+struct SlotChanges {
+  Slots slots;
+  std::uint8_t set = 0;
+  std::uint8_t removed = 0;
+  bool empty() const { return set == 0 && removed == 0; }
+};
+
+/// A ds_state as a request sends it: a full state, or a delta against the session's.
+struct DsUpdate {
+  bool delta = false;
+  SlotChanges changes;  // full: `set` marks every present slot, the rest are emptied
+};
+
+/// The ds_state a response carries.
+struct DsReport {
+  enum class Mode { none, delta, full };
+  Mode mode = Mode::none;
+  SlotChanges changes;  // delta: what the tool changed; full: the state (`set` bits)
+};
+
+/// One caller's state. Serve mode keeps one per stream and answers with deltas;
+/// single-shot mode answers with the full state. Thread-safe.
+class Session {
+ public:
+  explicit Session(bool respond_with_delta) : delta_(respond_with_delta) {}
+  bool respond_with_delta() const { return delta_; }
+
+  std::shared_ptr<const Slots> snapshot() const;
+  void apply(const DsUpdate& update);
+  /// Applies a tool's changes and returns those that really changed the state.
+  SlotChanges commit(const SlotChanges& changes);
+
+ private:
+  bool delta_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Slots> state_ = std::make_shared<const Slots>();
+};
+
+}  // namespace machina

@@ -1,0 +1,49 @@
+// Error kinds and statuses: one definition (error_kinds.def) behind the wire `code`,
+// the C++ exception and the Python exception classes.
+#pragma once
+
+#include <array>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace machina {
+
+/// The seed's step statuses. NONE marks errors that carry no status block.
+enum class Status { NONE, OK, INVALID_PICK, TOOL_ERROR, BREAKER_TRIP };
+
+std::string_view status_name(Status s) noexcept;
+
+enum class ErrorKind {
+  none,
+#define MACHINA_ERROR_KIND(name, code, status, breaker) name,
+#include <machina/error_kinds.def>
+#undef MACHINA_ERROR_KIND
+};
+
+struct ErrorKindInfo {
+  ErrorKind kind;
+  std::string_view code;
+  Status status;
+  bool counts_for_breaker;
+};
+
+/// Every kind but `none`, in declaration order.
+const std::array<ErrorKindInfo,
+#define MACHINA_ERROR_KIND(name, code, status, breaker) +1
+                 0
+#include <machina/error_kinds.def>
+#undef MACHINA_ERROR_KIND
+                 >&
+all_error_kinds() noexcept;
+
+const ErrorKindInfo& error_info(ErrorKind kind) noexcept;
+
+/// Raised by host set-up (loading plugins, bad options): never by a request, which
+/// always gets a response instead.
+class HostError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace machina

@@ -1,0 +1,33 @@
+// Small JSON text helpers for the hot path: validation without building a DOM and
+// string escaping straight into an output buffer.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace machina {
+
+/// Nesting limit for any JSON the host parses (requests, inputs, outputs, slots).
+inline constexpr std::size_t kMaxJsonDepth = 512;
+
+/// Validates one JSON text (no trailing content) without building a DOM. On failure
+/// returns false and, if `why` is given, a short reason with the byte offset.
+bool validate_json(std::string_view text, std::string* why = nullptr,
+                   std::size_t max_depth = kMaxJsonDepth);
+
+/// "invalid JSON at byte N: <reason>" from a nlohmann parse error, without echoing
+/// the offending bytes (they may not be UTF-8).
+std::string describe_parse_error(std::size_t position, const std::string& what);
+
+/// True if `s` is well-formed UTF-8.
+bool is_valid_utf8(std::string_view s) noexcept;
+
+/// `s` with every ill-formed UTF-8 sequence replaced by U+FFFD, for text that comes
+/// from a tool and goes into a response.
+std::string to_valid_utf8(std::string_view s);
+
+/// Appends `s` as a JSON string literal (with quotes) to `out`.
+void append_json_string(std::string& out, std::string_view s);
+
+}  // namespace machina

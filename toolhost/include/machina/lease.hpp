@@ -1,0 +1,55 @@
+// Leases: single-use, time-limited permissions for one tool, minted by an operator
+// who holds the secret and verified by the host. The request stream can present a
+// lease but never create or extend one.
+//
+// Token: "mlt1.<hex aid>.<expiry, unix ms>.<32 hex nonce>.<64 hex HMAC-SHA256>", the
+// MAC over everything before the last dot.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+namespace machina {
+
+/// Where the secret comes from: MACHINA_LEASE_SECRET, else the file named by
+/// MACHINA_LEASE_KEY_FILE. Throws HostError if neither is set, the file cannot be
+/// read, or the secret is shorter than 16 bytes.
+std::string load_lease_secret();
+
+class LeaseAuthority {
+ public:
+  struct Options {
+    std::size_t max_consumed = 65'536;          // bound on remembered (used, unexpired) leases
+    std::int64_t max_ttl_ms = 24 * 3'600'000LL; // longest lease that may be issued
+    std::string ledger_dir;                     // if set: consumed leases also recorded here,
+                                                // so single use holds across processes
+  };
+
+  LeaseAuthority(std::string secret, Options options);
+
+  /// Mints a token for `aid` valid for `ttl_ms`. Throws HostError on a bad ttl or aid.
+  std::string issue(std::string_view aid, std::int64_t ttl_ms, std::int64_t now_ms) const;
+
+  /// Checks and consumes a token for `aid`. Returns the rejection reason (malformed,
+  /// bad_signature, wrong_tool, expired, consumed, replay_cache_full), or nullopt if the
+  /// lease is good (it is then used up).
+  std::optional<std::string> redeem(std::string_view token, std::string_view aid, std::int64_t now_ms);
+
+ private:
+  std::string mac_hex(std::string_view payload) const;
+  bool consume(const std::string& nonce, std::int64_t expires_at, std::int64_t now_ms);
+  bool consume_in_ledger(const std::string& nonce, std::int64_t expires_at, std::int64_t now_ms);
+
+  std::string secret_;
+  Options options_;
+  std::mutex mu_;
+  std::unordered_set<std::string> consumed_;
+  std::multimap<std::int64_t, std::string> by_expiry_;
+};
+
+}  // namespace machina

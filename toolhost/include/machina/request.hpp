@@ -1,0 +1,45 @@
+// The front-independent request and response: every front decodes its wire format
+// into a Request and encodes the Response the host gives back.
+#pragma once
+
+#include <machina/ds_state.hpp>
+#include <machina/errors.hpp>
+
+#include <optional>
+#include <string>
+
+namespace machina {
+
+struct Request {
+  std::string aid;
+  std::string input_json = "{}";
+  std::optional<DsUpdate> ds_state;
+  std::optional<std::string> idempotency_key;
+  std::optional<std::string> lease_token;
+  std::string id_json;  // the request's `id` as JSON text, echoed verbatim; empty: none
+};
+
+struct Response {
+  ErrorKind kind = ErrorKind::none;
+  std::string error;        // human-readable; empty when ok
+  std::string output_json;  // the tool's output when ok (or its partial output)
+  bool idempotent_hit = false;
+  DsReport ds_state;
+  // lease_required / lease_rejected details (seed 4c)
+  int lease_tier = -1;
+  std::string lease_aid;
+  std::string lease_reason;
+  std::string id_json;      // echoed request id
+
+  bool ok() const { return kind == ErrorKind::none; }
+  Status status() const { return error_info(kind).status; }
+
+  static Response failure(ErrorKind kind, std::string message) {
+    Response r;
+    r.kind = kind;
+    r.error = std::move(message);
+    return r;
+  }
+};
+
+}  // namespace machina

@@ -1,0 +1,26 @@
+// The NDJSON wire codec shared by --run, --serve and _core: request decoding by SAX
+// (no DOM per request) and a direct response writer.
+#pragma once
+
+#include <machina/request.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace machina {
+
+/// Decodes one request object. On failure returns a ready error Response in `error`
+/// (kind malformed_request or invalid_ds_state) and false. `request.id_json` is set
+/// as soon as the id is read, so an error after it can still echo it.
+bool decode_request(std::string_view text, Request& request, Response& error);
+
+/// Decodes a ds_state object on its own (used by _core and the fuzz target).
+bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why);
+
+/// Appends the response as one JSON object followed by '\n'.
+void encode_response(const Response& response, std::string& out);
+
+/// Appends a ds_state report / a set of slots as a JSON object.
+void encode_ds_state(const DsReport& report, std::string& out);
+
+}  // namespace machina

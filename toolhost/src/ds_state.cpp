@@ -1,0 +1,45 @@
+// Session state updates; see ds_state.hpp.
+#include <machina/ds_state.hpp>
+
+namespace machina {
+
+std::shared_ptr<const Slots> Session::snapshot() const {
+  std::lock_guard lock(mu_);
+  return state_;
+}
+
+void Session::apply(const DsUpdate& update) {
+  std::lock_guard lock(mu_);
+  auto next = std::make_shared<Slots>(update.delta ? *state_ : Slots{});
+  for (std::size_t i = 0; i < kDsSlots; ++i) {
+    const auto bit = static_cast<std::uint8_t>(1u << i);
+    if (update.changes.set & bit) (*next)[i] = update.changes.slots[i];
+    else if (update.changes.removed & bit) (*next)[i].reset();
+  }
+  state_ = std::move(next);
+}
+
+SlotChanges Session::commit(const SlotChanges& changes) {
+  SlotChanges real;
+  if (changes.empty()) return real;
+  std::lock_guard lock(mu_);
+  auto next = std::make_shared<Slots>(*state_);
+  for (std::size_t i = 0; i < kDsSlots; ++i) {
+    const auto bit = static_cast<std::uint8_t>(1u << i);
+    auto& slot = (*next)[i];
+    if (changes.set & bit) {
+      if (slot != changes.slots[i]) {
+        slot = changes.slots[i];
+        real.slots[i] = slot;
+        real.set |= bit;
+      }
+    } else if ((changes.removed & bit) && slot) {
+      slot.reset();
+      real.removed |= bit;
+    }
+  }
+  if (!real.empty()) state_ = std::move(next);
+  return real;
+}
+
+}  // namespace machina

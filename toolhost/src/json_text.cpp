@@ -1,0 +1,160 @@
+// JSON validation by SAX (no DOM) and string escaping; see json_text.hpp.
+#include <machina/json_text.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace machina {
+namespace {
+
+/// Accepts every event, only counting depth, so validation costs one lexer pass.
+class ValidatingSax {
+ public:
+  using json = nlohmann::json;
+  explicit ValidatingSax(std::size_t max_depth) : max_depth_(max_depth) {}
+
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool string(json::string_t&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool start_object(std::size_t) { return enter(); }
+  bool key(json::string_t&) { return true; }
+  bool end_object() { --depth_; return true; }
+  bool start_array(std::size_t) { return enter(); }
+  bool end_array() { --depth_; return true; }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+    position_ = position;
+    reason_ = e.what();
+    return false;
+  }
+
+  bool too_deep() const { return too_deep_; }
+  std::size_t position() const { return position_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  bool enter() {
+    if (++depth_ > max_depth_) {
+      too_deep_ = true;
+      return false;
+    }
+    return true;
+  }
+  std::size_t max_depth_;
+  std::size_t depth_ = 0;
+  bool too_deep_ = false;
+  std::size_t position_ = 0;
+  std::string reason_;
+};
+
+}  // namespace
+
+std::string describe_parse_error(std::size_t position, const std::string& what) {
+  // nlohmann: "[json.exception.parse_error.101] parse error at line 1, column 2: <why>;
+  // last read: '<raw bytes>'". Keep <why> only: the raw bytes may not be UTF-8.
+  std::string why = what;
+  if (auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
+  if (auto cut = why.find("; last read"); cut != std::string::npos) why.resize(cut);
+  return "invalid JSON at byte " + std::to_string(position) + ": " + why;
+}
+
+bool validate_json(std::string_view text, std::string* why, std::size_t max_depth) {
+  ValidatingSax sax(max_depth);
+  const char* begin = text.data();
+  if (nlohmann::json::sax_parse(begin, begin + text.size(), &sax)) return true;
+  if (why) {
+    *why = sax.too_deep() ? "nesting deeper than " + std::to_string(max_depth)
+                          : describe_parse_error(sax.position(), sax.reason());
+  }
+  return false;
+}
+
+namespace {
+// Length of the well-formed UTF-8 sequence at p (RFC 3629), 0 if ill-formed.
+std::size_t utf8_sequence_length(const unsigned char* p, const unsigned char* end) noexcept {
+  const unsigned char c = *p;
+  if (c < 0x80) return 1;
+  std::size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c == 0xE0) { n = 3; lo = 0xA0; }
+  else if (c >= 0xE1 && c <= 0xEC) n = 3;
+  else if (c == 0xED) { n = 3; hi = 0x9F; }
+  else if (c >= 0xEE && c <= 0xEF) n = 3;
+  else if (c == 0xF0) { n = 4; lo = 0x90; }
+  else if (c >= 0xF1 && c <= 0xF3) n = 4;
+  else if (c == 0xF4) { n = 4; hi = 0x8F; }
+  else return 0;
+  if (static_cast<std::size_t>(end - p) < n) return 0;
+  if (p[1] < lo || p[1] > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i) {
+    if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+  }
+  return n;
+}
+}  // namespace
+
+bool is_valid_utf8(std::string_view s) noexcept {
+  auto p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto end = p + s.size();
+  while (p != end) {
+    const std::size_t n = utf8_sequence_length(p, end);
+    if (n == 0) return false;
+    p += n;
+  }
+  return true;
+}
+
+std::string to_valid_utf8(std::string_view s) {
+  if (is_valid_utf8(s)) return std::string(s);
+  std::string out;
+  out.reserve(s.size() + 8);
+  auto p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto end = p + s.size();
+  while (p != end) {
+    const std::size_t n = utf8_sequence_length(p, end);
+    if (n == 0) {
+      out.append("\xEF\xBF\xBD");
+      ++p;
+    } else {
+      out.append(reinterpret_cast<const char*>(p), n);
+      p += n;
+    }
+  }
+  return out;
+}
+
+void append_json_string(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  const char* p = s.data();
+  const char* end = p + s.size();
+  const char* run = p;
+  for (; p != end; ++p) {
+    const auto c = static_cast<unsigned char>(*p);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(run, p);
+    run = p + 1;
+    switch (c) {
+      case '"': out.append("\\\""); break;
+      case '\\': out.append("\\\\"); break;
+      case '\n': out.append("\\n"); break;
+      case '\r': out.append("\\r"); break;
+      case '\t': out.append("\\t"); break;
+      case '\b': out.append("\\b"); break;
+      case '\f': out.append("\\f"); break;
+      default: {
+        const char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+        out.append(esc, 6);
+      }
+    }
+  }
+  out.append(run, end);
+  out.push_back('"');
+}
+
+}  // namespace machina

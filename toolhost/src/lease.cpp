@@ -1,0 +1,178 @@
+// HMAC-SHA256 leases (OpenSSL); see lease.hpp.
+#include <machina/errors.hpp>
+#include <machina/lease.hpp>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace machina {
+namespace {
+
+constexpr std::string_view kPrefix = "mlt1";
+
+std::string to_hex(const unsigned char* p, std::size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(n * 2, '0');
+  for (std::size_t i = 0; i < n; ++i) {
+    out[2 * i] = kHex[p[i] >> 4];
+    out[2 * i + 1] = kHex[p[i] & 15];
+  }
+  return out;
+}
+
+bool from_hex(std::string_view hex, std::string& out) {
+  if (hex.size() % 2 != 0) return false;
+  out.clear();
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return true;
+}
+
+bool is_hex(std::string_view s, std::size_t len) {
+  if (s.size() != len) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string load_lease_secret() {
+  std::string secret;
+  if (const char* env = std::getenv("MACHINA_LEASE_SECRET"); env != nullptr && *env != '\0') {
+    secret = env;
+  } else if (const char* file = std::getenv("MACHINA_LEASE_KEY_FILE"); file != nullptr && *file != '\0') {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw HostError(std::string("cannot read lease key file ") + file + ": " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    secret = ss.str();
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+  } else {
+    throw HostError("no lease secret: set MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE");
+  }
+  if (secret.size() < 16) throw HostError("the lease secret must be at least 16 bytes long");
+  return secret;
+}
+
+LeaseAuthority::LeaseAuthority(std::string secret, Options options)
+    : secret_(std::move(secret)), options_(std::move(options)) {
+  if (secret_.size() < 16) throw HostError("the lease secret must be at least 16 bytes long");
+  if (!options_.ledger_dir.empty()) {
+    if (mkdir(options_.ledger_dir.c_str(), 0700) != 0 && errno != EEXIST)
+      throw HostError("cannot create lease ledger " + options_.ledger_dir + ": " + std::strerror(errno));
+  }
+}
+
+std::string LeaseAuthority::mac_hex(std::string_view payload) const {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
+       reinterpret_cast<const unsigned char*>(payload.data()), payload.size(), mac, &len);
+  return to_hex(mac, len);
+}
+
+std::string LeaseAuthority::issue(std::string_view aid, std::int64_t ttl_ms, std::int64_t now_ms) const {
+  if (aid.empty()) throw HostError("a lease needs an aid");
+  if (ttl_ms <= 0 || ttl_ms > options_.max_ttl_ms)
+    throw HostError("lease ttl must be between 1 ms and " + std::to_string(options_.max_ttl_ms / 1000) + " s");
+  unsigned char nonce[16];
+  if (RAND_bytes(nonce, sizeof nonce) != 1) throw HostError("no randomness for a lease nonce");
+  std::string payload(kPrefix);
+  payload += '.';
+  payload += to_hex(reinterpret_cast<const unsigned char*>(aid.data()), aid.size());
+  payload += '.';
+  payload += std::to_string(now_ms + ttl_ms);
+  payload += '.';
+  payload += to_hex(nonce, sizeof nonce);
+  return payload + "." + mac_hex(payload);
+}
+
+std::optional<std::string> LeaseAuthority::redeem(std::string_view token, std::string_view aid,
+                                                  std::int64_t now_ms) {
+  std::vector<std::string_view> parts;
+  std::size_t start = 0;
+  while (parts.size() < 6) {
+    const std::size_t dot = token.find('.', start);
+    parts.push_back(token.substr(start, dot == std::string_view::npos ? dot : dot - start));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  std::string lease_aid;
+  std::int64_t expires_at = 0;
+  if (parts.size() != 5 || parts[0] != kPrefix || parts[1].empty() || !from_hex(parts[1], lease_aid) ||
+      !is_hex(parts[3], 32) || !is_hex(parts[4], 64)) {
+    return "malformed";
+  }
+  const auto [end, ec] = std::from_chars(parts[2].data(), parts[2].data() + parts[2].size(), expires_at);
+  if (ec != std::errc() || end != parts[2].data() + parts[2].size()) return "malformed";
+
+  const std::string_view payload = token.substr(0, token.size() - 65);
+  const std::string expected = mac_hex(payload);
+  if (CRYPTO_memcmp(expected.data(), parts[4].data(), expected.size()) != 0) return "bad_signature";
+  if (lease_aid != aid) return "wrong_tool";
+  if (expires_at <= now_ms) return "expired";
+  const std::string nonce(parts[3]);
+  std::lock_guard lock(mu_);
+  if (consumed_.count(nonce) != 0) return "consumed";
+  if (!consume(nonce, expires_at, now_ms)) return "replay_cache_full";
+  if (!options_.ledger_dir.empty() && !consume_in_ledger(nonce, expires_at, now_ms)) return "consumed";
+  return std::nullopt;
+}
+
+bool LeaseAuthority::consume(const std::string& nonce, std::int64_t expires_at, std::int64_t now_ms) {
+  // Forget leases that have expired: they are refused as expired from now on anyway.
+  while (!by_expiry_.empty() && by_expiry_.begin()->first <= now_ms) {
+    consumed_.erase(by_expiry_.begin()->second);
+    by_expiry_.erase(by_expiry_.begin());
+  }
+  if (consumed_.size() >= options_.max_consumed) return false;
+  consumed_.insert(nonce);
+  by_expiry_.emplace(expires_at, nonce);
+  return true;
+}
+
+bool LeaseAuthority::consume_in_ledger(const std::string& nonce, std::int64_t expires_at, std::int64_t now_ms) {
+  // One file per used lease, named "<expiry>-<nonce>"; O_EXCL makes use-once atomic
+  // across every process sharing the directory. Expired files are swept on the way.
+  if (DIR* dir = opendir(options_.ledger_dir.c_str())) {
+    while (dirent* ent = readdir(dir)) {
+      std::int64_t exp = 0;
+      const char* name = ent->d_name;
+      const auto [end, ec] = std::from_chars(name, name + std::strlen(name), exp);
+      if (ec == std::errc() && *end == '-' && exp <= now_ms) unlinkat(dirfd(dir), name, 0);
+    }
+    closedir(dir);
+  }
+  const std::string path = options_.ledger_dir + "/" + std::to_string(expires_at) + "-" + nonce;
+  const int fd = open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+}  // namespace machina

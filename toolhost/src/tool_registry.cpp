@@ -1,0 +1,163 @@
+// Plugin loading through the C ABI; see tool_registry.hpp.
+#include <machina/errors.hpp>
+#include <machina/tool_registry.hpp>
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <set>
+
+namespace machina {
+namespace {
+
+/// Registration state handed to the plugin as the opaque machina_registrar.
+struct PendingRegistration {
+  std::string path;
+  CircuitBreaker::Options breaker_options;
+  std::vector<std::unique_ptr<Tool>> tools;
+  std::string error;
+
+  void refuse(std::string why) {
+    if (error.empty()) error = std::move(why);
+  }
+};
+
+std::vector<std::string> copy_strings(const char* const* items, std::size_t count) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (items[i] != nullptr) out.emplace_back(items[i]);
+  }
+  return out;
+}
+
+int add_tool(machina_registrar* registrar, const machina_tool_desc* d) {
+  auto& reg = *reinterpret_cast<PendingRegistration*>(registrar);
+  if (!reg.error.empty()) return -1;
+  if (d == nullptr || d->struct_size < sizeof(machina_tool_desc)) {
+    reg.refuse("a tool description is missing or too small for ABI version 1");
+    return -1;
+  }
+  if (d->aid == nullptr || *d->aid == '\0') {
+    reg.refuse("a tool has an empty aid");
+    return -1;
+  }
+  const std::string aid = d->aid;
+  if (d->invoke == nullptr) {
+    reg.refuse("tool " + aid + " has no invoke function");
+    return -1;
+  }
+  if (d->tier < 0 || d->tier > 3) {
+    reg.refuse("tool " + aid + " has tier " + std::to_string(d->tier) + " (must be 0..3)");
+    return -1;
+  }
+  auto tool = std::make_unique<Tool>(reg.breaker_options);
+  ToolInfo& info = tool->info;
+  info.aid = aid;
+  info.name = d->name ? d->name : aid;
+  info.description = d->description ? d->description : "";
+  info.deterministic = d->deterministic != 0;
+  info.tags = copy_strings(d->tags, d->tags ? d->tag_count : 0);
+  info.side_effects = copy_strings(d->side_effects, d->side_effects ? d->side_effect_count : 0);
+  info.replay_inputs = d->replay_inputs != 0;
+  info.tier = d->tier;
+  info.plugin_path = reg.path;
+  if (d->input_schema != nullptr && *d->input_schema != '\0') {
+    info.input_schema = d->input_schema;
+    try {
+      tool->schema.emplace(info.input_schema);
+    } catch (const HostError& e) {
+      reg.refuse("tool " + aid + ": " + e.what());
+      return -1;
+    }
+  }
+  tool->invoke = d->invoke;
+  tool->tool_data = d->tool_data;
+  reg.tools.push_back(std::move(tool));
+  return 0;
+}
+
+void fail(machina_registrar* registrar, const char* message) {
+  auto& reg = *reinterpret_cast<PendingRegistration*>(registrar);
+  reg.refuse(message ? message : "registration failed");
+}
+
+const machina_registrar_api kRegistrarApi{MACHINA_PLUGIN_ABI_VERSION, sizeof(machina_registrar_api),
+                                          &add_tool, &fail};
+
+}  // namespace
+
+ToolRegistry::~ToolRegistry() {
+  tools_.clear();
+  for (void* lib : libraries_) dlclose(lib);
+}
+
+std::vector<std::string> ToolRegistry::load_plugin(const std::string& path) {
+  const std::string where = "plugin " + path + ": ";
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    throw HostError(where + "cannot load: " + (why ? why : "unknown error"));
+  }
+  auto close_and_throw = [&](const std::string& why) {
+    dlclose(lib);
+    throw HostError(where + why);
+  };
+  auto version_fn = reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(lib, MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
+  if (version_fn == nullptr) close_and_throw("missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
+  const std::uint32_t version = version_fn();
+  if (version != MACHINA_PLUGIN_ABI_VERSION) {
+    close_and_throw("ABI version " + std::to_string(version) + " is not supported (this host speaks version " +
+                    std::to_string(MACHINA_PLUGIN_ABI_VERSION) + ")");
+  }
+  auto register_fn = reinterpret_cast<machina_plugin_register_fn>(dlsym(lib, MACHINA_PLUGIN_REGISTER_SYMBOL));
+  if (register_fn == nullptr) close_and_throw("missing entry point " MACHINA_PLUGIN_REGISTER_SYMBOL);
+
+  PendingRegistration pending{path, breaker_options_, {}, {}};
+  const int rc = register_fn(&kRegistrarApi, reinterpret_cast<machina_registrar*>(&pending));
+  if (!pending.error.empty()) close_and_throw("registration refused: " + pending.error);
+  if (rc != 0) close_and_throw("registration failed (code " + std::to_string(rc) + ")");
+  if (pending.tools.empty()) close_and_throw("registers no tools");
+
+  std::unique_lock lock(mu_);
+  std::set<std::string_view> in_plugin;
+  for (const auto& tool : pending.tools) {
+    const std::string& aid = tool->info.aid;
+    if (auto it = tools_.find(aid); it != tools_.end()) {
+      lock.unlock();
+      close_and_throw("duplicate aid " + aid + " (already registered by " + it->second->info.plugin_path + ")");
+    }
+    if (!in_plugin.insert(aid).second) {
+      lock.unlock();
+      close_and_throw("duplicate aid " + aid + " (declared twice)");
+    }
+  }
+  std::vector<std::string> added;
+  for (auto& tool : pending.tools) {
+    added.push_back(tool->info.aid);
+    order_.push_back(tool->info.aid);
+    tools_.emplace(tool->info.aid, std::move(tool));
+  }
+  libraries_.push_back(lib);
+  return added;
+}
+
+const Tool* ToolRegistry::find(std::string_view aid) const {
+  std::shared_lock lock(mu_);
+  auto it = tools_.find(aid);
+  return it == tools_.end() ? nullptr : it->second.get();
+}
+
+std::vector<ToolInfo> ToolRegistry::list() const {
+  std::shared_lock lock(mu_);
+  std::vector<ToolInfo> out;
+  out.reserve(order_.size());
+  for (const auto& aid : order_) out.push_back(tools_.find(aid)->second->info);
+  return out;
+}
+
+std::size_t ToolRegistry::size() const {
+  std::shared_lock lock(mu_);
+  return tools_.size();
+}
+
+}  // namespace machina

@@ -1,0 +1,492 @@
+// NDJSON request decoding (SAX, no DOM) and response encoding; see wire.hpp.
+#include <machina/json_text.hpp>
+#include <machina/wire.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <string>
+
+namespace machina {
+namespace {
+
+using json = nlohmann::json;
+
+int slot_index(std::string_view name) {
+  if (name.size() == 3 && name[0] == 'D' && name[1] == 'S' && name[2] >= '0' && name[2] <= '7')
+    return name[2] - '0';
+  return -1;
+}
+
+/// Decodes a ds_state object. Fed the events of the object's contents; reports its
+/// own errors (kind invalid_ds_state) through `fail`.
+class DsStateDecoder {
+ public:
+  explicit DsStateDecoder(DsUpdate& out) : out_(out) {}
+
+  // Events; `depth` is relative: 1 = inside the ds_state object.
+  bool key(int depth, std::string& k) {
+    if (depth == 1) {
+      if (k == "delta") field_ = Field::delta;
+      else if (k == "slots") field_ = Field::slots;
+      else if (k == "removed_slots") field_ = Field::removed_slots;
+      else return fail("unknown field '" + k + "'");
+      const auto bit = 1u << static_cast<unsigned>(field_);
+      if (seen_ & bit) return fail("duplicate field '" + k + "'");
+      seen_ |= bit;
+      return true;
+    }
+    if (depth == 2) {  // slot name inside "slots"
+      slot_ = slot_index(k);
+      if (slot_ < 0) return fail("unknown slot '" + k + "' (slots are DS0..DS7)");
+      if (out_.changes.set & (1u << slot_)) return fail("duplicate slot " + k);
+      artifact_ = Artifact{};
+      artifact_seen_ = 0;
+      return true;
+    }
+    // depth 3: artifact field
+    if (k == "type") afield_ = AField::type;
+    else if (k == "content_json") afield_ = AField::content_json;
+    else if (k == "provenance") afield_ = AField::provenance;
+    else if (k == "size_bytes") afield_ = AField::size_bytes;
+    else return fail(slot_name() + ": unknown field '" + k + "'");
+    const auto bit = 1u << static_cast<unsigned>(afield_);
+    if (artifact_seen_ & bit) return fail(slot_name() + ": duplicate field '" + k + "'");
+    artifact_seen_ |= bit;
+    return true;
+  }
+
+  bool start_container(int depth, bool object) {
+    if (depth == 1 && field_ == Field::slots && object) return true;
+    if (depth == 1 && field_ == Field::removed_slots && !object) return true;
+    if (depth == 2 && field_ == Field::slots && object) return true;
+    return wrong_type(depth);
+  }
+
+  bool end_container(int depth) {
+    if (depth == 2 && field_ == Field::slots) return finish_artifact();
+    return true;
+  }
+
+  bool string(int depth, std::string& v) {
+    if (depth == 2 && field_ == Field::removed_slots) {
+      const int i = slot_index(v);
+      if (i < 0) return fail("unknown slot '" + v + "' in removed_slots (slots are DS0..DS7)");
+      out_.changes.removed |= static_cast<std::uint8_t>(1u << i);
+      return true;
+    }
+    if (depth == 3) {
+      switch (afield_) {
+        case AField::type: artifact_.type = std::move(v); return true;
+        case AField::content_json: artifact_.content_json = std::move(v); return true;
+        case AField::provenance: artifact_.provenance = std::move(v); return true;
+        case AField::size_bytes: break;
+      }
+    }
+    return wrong_type(depth);
+  }
+
+  bool boolean(int depth, bool v) {
+    if (depth == 1 && field_ == Field::delta) {
+      out_.delta = v;
+      return true;
+    }
+    return wrong_type(depth);
+  }
+
+  bool unsigned_number(int depth, std::uint64_t v) {
+    if (depth == 3 && afield_ == AField::size_bytes) {
+      artifact_.size_bytes = v;
+      return true;
+    }
+    return wrong_type(depth);
+  }
+
+  bool other(int depth) { return wrong_type(depth); }
+
+  bool finish() {
+    if (!out_.delta && (seen_ & (1u << static_cast<unsigned>(Field::removed_slots))))
+      return fail("'removed_slots' needs \"delta\": true");
+    if (out_.changes.set & out_.changes.removed) return fail("a slot is both set and removed");
+    return true;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  enum class Field { delta, slots, removed_slots };
+  enum class AField { type, content_json, provenance, size_bytes };
+
+  std::string slot_name() const { return "slot DS" + std::to_string(slot_); }
+
+  bool finish_artifact() {
+    constexpr unsigned need = (1u << static_cast<unsigned>(AField::type)) |
+                              (1u << static_cast<unsigned>(AField::content_json));
+    if ((artifact_seen_ & need) != need)
+      return fail(slot_name() + ": 'type' and 'content_json' are required");
+    std::string why;
+    if (!validate_json(artifact_.content_json, &why))
+      return fail(slot_name() + ": content_json is not JSON (" + why + ")");
+    if (!(artifact_seen_ & (1u << static_cast<unsigned>(AField::size_bytes))))
+      artifact_.size_bytes = artifact_.content_json.size();
+    out_.changes.slots[static_cast<std::size_t>(slot_)] = std::move(artifact_);
+    out_.changes.set |= static_cast<std::uint8_t>(1u << slot_);
+    return true;
+  }
+
+  // `depth`: 1 = a value of the ds_state object, 2 = a slot (or removed_slots
+  // element), 3 = a field of an artifact.
+  bool wrong_type(int depth) {
+    if (depth == 1) {
+      switch (field_) {
+        case Field::delta: return fail("'delta' must be a boolean");
+        case Field::slots: return fail("'slots' must be an object mapping slot names to artifacts");
+        case Field::removed_slots: return fail("'removed_slots' must be an array of slot names");
+      }
+    }
+    if (depth == 2) {
+      if (field_ == Field::removed_slots) return fail("'removed_slots' must be an array of slot names");
+      return fail(slot_name() + " must be an artifact object");
+    }
+    switch (afield_) {
+      case AField::size_bytes: return fail(slot_name() + ": 'size_bytes' must be a non-negative integer");
+      case AField::type: return fail(slot_name() + ": 'type' must be a string");
+      case AField::content_json: return fail(slot_name() + ": 'content_json' must be a string");
+      case AField::provenance: return fail(slot_name() + ": 'provenance' must be a string");
+    }
+    return fail("bad value");
+  }
+
+  bool fail(std::string message) {
+    if (error_.empty()) error_ = std::move(message);
+    return false;
+  }
+
+  DsUpdate& out_;
+  Field field_ = Field::delta;
+  unsigned seen_ = 0;
+  int slot_ = -1;
+  Artifact artifact_;
+  AField afield_ = AField::type;
+  unsigned artifact_seen_ = 0;
+  std::string error_;
+};
+
+/// SAX handler for one request envelope.
+class RequestSax {
+ public:
+  explicit RequestSax(Request& req) : req_(req) {}
+
+  bool null() { return scalar_other("null"); }
+  bool boolean(bool v) {
+    if (in_ds()) return ds_ok(ds_->boolean(rel(), v));
+    return scalar_other("a boolean");
+  }
+  bool number_integer(json::number_integer_t v) {
+    if (v >= 0) return number_unsigned(static_cast<json::number_unsigned_t>(v));
+    if (in_ds()) return ds_ok(ds_->other(rel()));
+    if (depth_ == 1 && field_ == Field::id) {
+      req_.id_json = std::to_string(v);
+      return true;
+    }
+    return scalar_other("a number");
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (in_ds()) return ds_ok(ds_->unsigned_number(rel(), v));
+    if (depth_ == 1 && field_ == Field::id) {
+      req_.id_json = std::to_string(v);
+      return true;
+    }
+    return scalar_other("a number");
+  }
+  bool number_float(json::number_float_t, const json::string_t&) {
+    if (in_ds()) return ds_ok(ds_->other(rel()));
+    return scalar_other("a number");
+  }
+  bool binary(json::binary_t&) { return scalar_other("binary"); }
+
+  bool string(json::string_t& v) {
+    if (in_ds()) return ds_ok(ds_->string(rel(), v));
+    if (depth_ != 1) return skip_or_reject("a string");
+    switch (field_) {
+      case Field::aid: req_.aid = std::move(v); return true;
+      case Field::input_json: req_.input_json = std::move(v); return true;
+      case Field::idempotency_key: req_.idempotency_key = std::move(v); return true;
+      case Field::lease_token: req_.lease_token = std::move(v); return true;
+      case Field::id:
+        req_.id_json.clear();
+        append_json_string(req_.id_json, v);
+        return true;
+      case Field::ds_state: return ds_fail("must be an object");
+      case Field::unknown: return true;
+    }
+    return true;
+  }
+
+  bool start_object(std::size_t) {
+    if (!enter()) return false;
+    if (depth_ == 1) return true;
+    if (in_ds()) return ds_ok(ds_->start_container(depth_ - 1 - ds_base_, true));
+    if (depth_ == 2 && field_ == Field::ds_state) {
+      ds_.emplace(req_.ds_state.emplace());
+      ds_base_ = 1;
+      return true;
+    }
+    return skip_or_reject("an object");
+  }
+  bool end_object() {
+    if (in_ds()) {
+      if (depth_ == ds_base_ + 1) {
+        const bool ok = ds_ok(ds_->finish());
+        ds_.reset();
+        --depth_;
+        return ok;
+      }
+      const bool ok = ds_ok(ds_->end_container(depth_ - 1 - ds_base_));
+      --depth_;
+      return ok;
+    }
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (!enter()) return false;
+    if (depth_ == 1) return fail("expected a JSON object");
+    if (in_ds()) return ds_ok(ds_->start_container(depth_ - 1 - ds_base_, false));
+    return skip_or_reject("an array");
+  }
+  bool end_array() {
+    --depth_;
+    return true;
+  }
+
+  bool key(json::string_t& k) {
+    if (in_ds()) return ds_ok(ds_->key(rel(), k));
+    if (depth_ != 1) return true;  // inside an unknown field's value
+    if (k == "aid") field_ = Field::aid;
+    else if (k == "input_json") field_ = Field::input_json;
+    else if (k == "ds_state") field_ = Field::ds_state;
+    else if (k == "idempotency_key") field_ = Field::idempotency_key;
+    else if (k == "_lease_token") field_ = Field::lease_token;
+    else if (k == "id") field_ = Field::id;
+    else {
+      field_ = Field::unknown;  // extensions from newer clients are ignored
+      return true;
+    }
+    const auto bit = 1u << static_cast<unsigned>(field_);
+    if (seen_ & bit) return fail("duplicate field '" + k + "'");
+    seen_ |= bit;
+    return true;
+  }
+
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+    if (!failed_) fail(describe_parse_error(position, e.what()));
+    return false;
+  }
+
+  bool finish() {
+    if (!saw_object_) return fail("expected a JSON object");
+    return true;
+  }
+
+  ErrorKind kind() const { return kind_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, unknown };
+
+  bool in_ds() const { return ds_.has_value(); }
+
+  bool enter() {
+    if (depth_ == 0) saw_object_ = true;
+    if (++depth_ > static_cast<int>(kMaxJsonDepth)) {
+      return fail("nesting deeper than " + std::to_string(kMaxJsonDepth));
+    }
+    return true;
+  }
+
+  // A scalar that is not a string, at the current position.
+  bool scalar_other(const char* what) {
+    if (in_ds()) return ds_ok(ds_->other(rel()));
+    return skip_or_reject(what);
+  }
+
+  // A value other than the expected scalar: fine inside an unknown (ignored) field,
+  // an error for a known one. Containers under a known field are refused at once,
+  // so deeper values always belong to an unknown field.
+  bool skip_or_reject(const char* what) {
+    if (depth_ == 0) return fail("expected a JSON object");
+    if (field_ == Field::unknown) return true;
+    switch (field_) {
+      case Field::aid: return fail(std::string("field 'aid' must be a string, not ") + what);
+      case Field::input_json:
+        return fail(std::string("field 'input_json' must be a string holding JSON text, not ") + what);
+      case Field::idempotency_key:
+        return fail(std::string("field 'idempotency_key' must be a string, not ") + what);
+      case Field::lease_token: return fail(std::string("field '_lease_token' must be a string, not ") + what);
+      case Field::id: return fail(std::string("field 'id' must be a string or an integer, not ") + what);
+      case Field::ds_state: return ds_fail("must be an object");
+      case Field::unknown: return true;
+    }
+    return true;
+  }
+
+  // Depth relative to the ds_state object (1 = its own keys and values).
+  int rel() const { return depth_ - ds_base_; }
+
+  bool ds_ok(bool ok) {
+    if (!ok && !failed_) ds_fail(ds_->error());
+    return ok;
+  }
+
+  bool ds_fail(const std::string& why) {
+    if (!failed_) {
+      failed_ = true;
+      kind_ = ErrorKind::invalid_ds_state;
+      error_ = "invalid ds_state: " + why;
+    }
+    return false;
+  }
+
+  bool fail(const std::string& why) {
+    if (!failed_) {
+      failed_ = true;
+      kind_ = ErrorKind::malformed_request;
+      error_ = "malformed request: " + why;
+    }
+    return false;
+  }
+
+  Request& req_;
+  int depth_ = 0;
+  int ds_base_ = 0;
+  bool saw_object_ = false;
+  Field field_ = Field::unknown;
+  unsigned seen_ = 0;
+  std::optional<DsStateDecoder> ds_;
+  bool failed_ = false;
+  ErrorKind kind_ = ErrorKind::none;
+  std::string error_;
+};
+
+void append_artifact(std::string& out, const Artifact& a) {
+  out.append("{\"type\":");
+  append_json_string(out, a.type);
+  out.append(",\"content_json\":");
+  append_json_string(out, a.content_json);
+  out.append(",\"provenance\":");
+  append_json_string(out, a.provenance);
+  out.append(",\"size_bytes\":");
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, a.size_bytes);
+  (void)ec;
+  out.append(buf, end);
+  out.push_back('}');
+}
+
+void append_slots(std::string& out, const SlotChanges& changes) {
+  out.push_back('{');
+  bool first = true;
+  for (std::size_t i = 0; i < kDsSlots; ++i) {
+    if (!(changes.set & (1u << i)) || !changes.slots[i]) continue;
+    if (!first) out.push_back(',');
+    first = false;
+    out.append("\"DS");
+    out.push_back(static_cast<char>('0' + i));
+    out.append("\":");
+    append_artifact(out, *changes.slots[i]);
+  }
+  out.push_back('}');
+}
+
+}  // namespace
+
+bool decode_request(std::string_view text, Request& request, Response& error) {
+  RequestSax sax(request);
+  const char* begin = text.data();
+  if (json::sax_parse(begin, begin + text.size(), &sax) && sax.finish()) return true;
+  if (sax.kind() == ErrorKind::none) {
+    error = Response::failure(ErrorKind::malformed_request, "malformed request: invalid JSON");
+  } else {
+    error = Response::failure(sax.kind(), sax.error());
+  }
+  error.id_json = request.id_json;
+  return false;
+}
+
+bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why) {
+  Request req;
+  Response err;
+  std::string wrapped;
+  wrapped.reserve(text.size() + 16);
+  wrapped.append("{\"ds_state\":").append(text).push_back('}');
+  if (!decode_request(wrapped, req, err)) {
+    why = err.error;
+    return false;
+  }
+  update = req.ds_state.value_or(DsUpdate{});
+  return true;
+}
+
+void encode_ds_state(const DsReport& report, std::string& out) {
+  if (report.mode == DsReport::Mode::full) {
+    out.append("{\"slots\":");
+    append_slots(out, report.changes);
+    out.push_back('}');
+    return;
+  }
+  out.append("{\"delta\":true,\"slots\":");
+  append_slots(out, report.changes);
+  out.append(",\"removed_slots\":[");
+  bool first = true;
+  for (std::size_t i = 0; i < kDsSlots; ++i) {
+    if (!(report.changes.removed & (1u << i))) continue;
+    if (!first) out.push_back(',');
+    first = false;
+    out.append("\"DS");
+    out.push_back(static_cast<char>('0' + i));
+    out.push_back('"');
+  }
+  out.append("]}");
+}
+
+void encode_response(const Response& r, std::string& out) {
+  out.push_back('{');
+  if (!r.id_json.empty()) {
+    out.append("\"id\":");
+    out.append(r.id_json);
+    out.push_back(',');
+  }
+  out.append(r.ok() ? "\"ok\":true" : "\"ok\":false");
+  const ErrorKindInfo& info = error_info(r.kind);
+  if (info.status != Status::NONE) {
+    out.append(",\"status\":\"");
+    out.append(status_name(info.status));
+    out.append("\",\"output_json\":");
+    append_json_string(out, r.output_json);
+  }
+  out.append(",\"error\":");
+  append_json_string(out, r.error);
+  if (!r.ok()) {
+    out.append(",\"code\":\"");
+    out.append(info.code);
+    out.push_back('"');
+  }
+  if (r.kind == ErrorKind::lease_required) {
+    out.append(",\"tier\":");
+    out.append(std::to_string(r.lease_tier));
+    out.append(",\"aid\":");
+    append_json_string(out, r.lease_aid);
+  } else if (r.kind == ErrorKind::lease_rejected) {
+    out.append(",\"reason\":");
+    append_json_string(out, r.lease_reason);
+  }
+  if (info.status != Status::NONE) {
+    out.append(",\"ds_state\":");
+    encode_ds_state(r.ds_state, out);
+  }
+  if (r.idempotent_hit) out.append(",\"idempotent_hit\":true");
+  out.append("}\n");
+}
+
+}  // namespace machina
