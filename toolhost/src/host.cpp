@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 namespace machina {
 
 std::int64_t steady_now_ms() noexcept {
@@ -22,7 +24,16 @@ std::int64_t unix_now_ms() noexcept {
 HostOptions HostOptions::from_env() {
   HostOptions o;
   if (const char* v = std::getenv("MACHINA_LEASE_ENFORCE")) o.lease_enforce = std::strcmp(v, "1") == 0;
-  if (const char* v = std::getenv("MACHINA_LEASE_LEDGER"); v != nullptr && *v != '\0') o.lease.ledger_dir = v;
+  if (const char* v = std::getenv("MACHINA_LEASE_LEDGER"); v != nullptr && *v != '\0') {
+    o.lease.ledger_dir = v;
+  } else {
+    // Every process of one user shares a ledger by default, so a lease used by one
+    // --run or one serve process of a pool cannot be replayed against another.
+    const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+    o.lease.ledger_dir = (runtime != nullptr && *runtime != '\0')
+                             ? std::string(runtime) + "/machina-toolhost/leases"
+                             : "/tmp/machina-toolhost-" + std::to_string(getuid()) + "/leases";
+  }
   return o;
 }
 

@@ -59,6 +59,26 @@ bool is_hex(std::string_view s, std::size_t len) {
   return true;
 }
 
+/// Creates the ledger folder (and missing parents) private to this user, and refuses
+/// one that another user owns or others may write to: they could pre-empt or erase
+/// the record of a used lease.
+void prepare_ledger(const std::string& dir) {
+  std::string path;
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    path = dir.substr(0, pos);
+    if (path.empty()) continue;
+    if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+      throw HostError("cannot create lease ledger " + dir + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw HostError("lease ledger " + dir + " is not a directory");
+  if (st.st_uid != geteuid() || (st.st_mode & 022) != 0)
+    throw HostError("lease ledger " + dir + " must be owned by this user and not writable by others");
+}
+
 }  // namespace
 
 std::string load_lease_secret() {
@@ -82,10 +102,7 @@ std::string load_lease_secret() {
 LeaseAuthority::LeaseAuthority(std::string secret, Options options)
     : secret_(std::move(secret)), options_(std::move(options)) {
   if (secret_.size() < 16) throw HostError("the lease secret must be at least 16 bytes long");
-  if (!options_.ledger_dir.empty()) {
-    if (mkdir(options_.ledger_dir.c_str(), 0700) != 0 && errno != EEXIST)
-      throw HostError("cannot create lease ledger " + options_.ledger_dir + ": " + std::strerror(errno));
-  }
+  if (!options_.ledger_dir.empty()) prepare_ledger(options_.ledger_dir);
 }
 
 std::string LeaseAuthority::mac_hex(std::string_view payload) const {

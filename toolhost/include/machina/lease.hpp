@@ -26,8 +26,8 @@ class LeaseAuthority {
   struct Options {
     std::size_t max_consumed = 65'536;          // bound on remembered (used, unexpired) leases
     std::int64_t max_ttl_ms = 24 * 3'600'000LL; // longest lease that may be issued
-    std::string ledger_dir;                     // if set: consumed leases also recorded here,
-                                                // so single use holds across processes
+    std::string ledger_dir;                     // if set: consumed leases are also recorded
+                                                // here, so single use holds across processes
   };
 
   LeaseAuthority(std::string secret, Options options);

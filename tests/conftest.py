@@ -1,0 +1,143 @@
+"""Shared fixtures: the installed machina-toolhost, the test plugins (built out of tree
+against the installed ABI headers) and helpers that speak --run and --serve."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import machina_dispatch
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_PLUGIN_SRC = REPO / "tests" / "plugins"
+TRANSCRIPTS = REPO / "tests" / "transcripts"
+
+LEASE_SECRET = "test-secret-0123456789abcdef"
+
+
+def find_toolhost() -> str:
+    scripts = Path(sysconfig.get_path("scripts")) / "machina-toolhost"
+    if scripts.exists():
+        return str(scripts)
+    found = shutil.which("machina-toolhost")
+    if found is None:
+        raise RuntimeError("machina-toolhost is not installed (pip install .)")
+    return found
+
+
+TOOLHOST = find_toolhost()
+
+
+@pytest.fixture(scope="session")
+def toolhost() -> str:
+    return TOOLHOST
+
+
+@pytest.fixture(scope="session")
+def test_plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Builds tests/plugins once per session; maps plugin name -> .so path."""
+    build = tmp_path_factory.mktemp("test-plugins")
+    cmake = shutil.which("cmake") or "cmake"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(
+        [cmake, "-S", str(TEST_PLUGIN_SRC), "-B", str(build), *gen,
+         f"-DMACHINA_PLUGIN_INCLUDE={machina_dispatch.get_include()}",
+         "-DCMAKE_BUILD_TYPE=Release"],
+        check=True, capture_output=True,
+    )
+    subprocess.run([cmake, "--build", str(build), "-j2"], check=True, capture_output=True)
+    return {p.stem: str(p) for p in build.glob("*.so")}
+
+
+@pytest.fixture(scope="session")
+def misbehaving(test_plugins: dict[str, str]) -> str:
+    return test_plugins["misbehaving_tools"]
+
+
+def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MACHINA_")}
+    if extra:
+        env.update(extra)
+    return env
+
+
+def as_line(request: Any) -> bytes:
+    if isinstance(request, bytes):
+        return request
+    if isinstance(request, str):
+        return request.encode()
+    return json.dumps(request).encode()
+
+
+def run(aid: str, stdin: Any = b"{}", *args: str, env: Mapping[str, str] | None = None,
+        timeout: float = 30) -> subprocess.CompletedProcess[bytes]:
+    """machina-toolhost [args] --run AID with `stdin` (bytes, str or a JSON-able object)."""
+    return subprocess.run([TOOLHOST, *args, "--run", aid], input=as_line(stdin),
+                          capture_output=True, env=base_env(env), timeout=timeout)
+
+
+def run_json(aid: str, stdin: Any = b"{}", *args: str, **kw: Any) -> dict[str, Any]:
+    proc = run(aid, stdin, *args, **kw)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    return json.loads(lines[0])
+
+
+def serve_raw(data: bytes, *args: str, env: Mapping[str, str] | None = None,
+              timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([TOOLHOST, *args, "--serve"], input=data, capture_output=True,
+                          env=base_env(env), timeout=timeout)
+
+
+def serve(requests: Iterable[Any], *args: str, env: Mapping[str, str] | None = None,
+          timeout: float = 60) -> list[dict[str, Any]]:
+    """Sends each request as one line to `--serve`; returns the parsed response lines."""
+    data = b"".join(as_line(r) + b"\n" for r in requests)
+    proc = serve_raw(data, *args, env=env, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def echo(input_obj: Any = None, **fields: Any) -> dict[str, Any]:
+    """An echo request; `fields` adds envelope fields (id, idempotency_key, ...)."""
+    req: dict[str, Any] = {"aid": "AID.ECHO.v1"}
+    if input_obj is not None:
+        req["input_json"] = json.dumps(input_obj)
+    req.update(fields)
+    return req
+
+
+EMPTY_DELTA = {"delta": True, "slots": {}, "removed_slots": []}
+
+
+def ok_response(output_json: str, ds_state: Any = None, **extra: Any) -> dict[str, Any]:
+    r: dict[str, Any] = {"ok": True, "status": "OK", "output_json": output_json, "error": "",
+                         "ds_state": EMPTY_DELTA if ds_state is None else ds_state}
+    r.update(extra)
+    return r
+
+
+def status_error(status: str, code: str, error: str, ds_state: Any = None, **extra: Any) -> dict[str, Any]:
+    r: dict[str, Any] = {"ok": False, "status": status, "output_json": "", "error": error,
+                         "code": code, "ds_state": EMPTY_DELTA if ds_state is None else ds_state}
+    r.update(extra)
+    return r
+
+
+def plain_error(code: str, error: str, **extra: Any) -> dict[str, Any]:
+    r: dict[str, Any] = {"ok": False, "error": error, "code": code}
+    r.update(extra)
+    return r
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,0 +1,123 @@
+"""The command line: modes, their argument forms, --help and --version."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+
+import machina_dispatch
+from conftest import REPO, TOOLHOST, base_env, ok_response, run_json
+
+REQUIRED_TOOLS = {"AID.ECHO.v1", "AID.TEXT.STATS.v1", "AID.STATE.PUT.v1", "AID.FILE.WRITE.v1"}
+
+
+def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([TOOLHOST, *args], input=stdin, capture_output=True, env=base_env(), timeout=30)
+
+
+def test_version_is_single_sourced() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    proc = cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.decode().strip() == version
+    assert machina_dispatch.__version__ == version
+    assert machina_dispatch._core.__version__ == version
+
+
+def test_help_names_every_mode_and_option() -> None:
+    proc = cli("--help")
+    assert proc.returncode == 0
+    text = proc.stdout.decode()
+    for flag in ("--list", "--run", "--serve", "--workers", "--plugin", "--max-request-bytes",
+                 "--max-output-bytes", "--idempotency-ttl-ms", "--idempotency-max-entries",
+                 "--breaker-threshold", "lease", "MACHINA_LEASE_ENFORCE"):
+        assert flag in text, flag
+
+
+def test_no_mode_is_a_usage_error() -> None:
+    proc = cli()
+    assert proc.returncode == 2
+    assert b"choose one of --list, --run, --serve" in proc.stderr
+    assert proc.stdout == b""
+
+
+def test_modes_exclude_each_other() -> None:
+    proc = cli("--list", "--serve")
+    assert proc.returncode == 2
+    assert b"excludes" in proc.stderr
+
+
+def test_unknown_option_is_a_usage_error() -> None:
+    proc = cli("--serve", "--frobnicate")
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+
+
+def test_workers_range_is_checked() -> None:
+    proc = cli("--serve", "--workers", "0")
+    assert proc.returncode == 2
+
+
+def test_list_describes_builtin_tools() -> None:
+    proc = cli("--list")
+    assert proc.returncode == 0
+    listing = json.loads(proc.stdout)
+    assert listing["ok"] is True
+    tools = {t["aid"]: t for t in listing["tools"]}
+    assert REQUIRED_TOOLS <= tools.keys()
+    for t in tools.values():
+        assert set(t) == {"aid", "name", "description", "input_schema", "deterministic", "tags",
+                          "side_effects", "replay_inputs", "tier", "plugin"}
+        assert 0 <= t["tier"] <= 3
+        assert t["plugin"].endswith("machina_builtin_tools.so")
+    assert tools["AID.ECHO.v1"]["input_schema"] is None
+    assert tools["AID.TEXT.STATS.v1"]["deterministic"] is True
+    assert tools["AID.TEXT.STATS.v1"]["input_schema"]["required"] == ["text"]
+    assert tools["AID.FILE.WRITE.v1"]["tier"] >= 1
+    assert tools["AID.FILE.WRITE.v1"]["side_effects"] == ["fs_write"]
+
+
+def test_run_reads_one_request_from_stdin() -> None:
+    resp = run_json("AID.ECHO.v1", {"input_json": '{"a": [1, 2]}'})
+    assert resp == ok_response('{"a": [1, 2]}', ds_state={"slots": {}})
+
+
+def test_run_plugin_aid_form(test_plugins: dict[str, str]) -> None:
+    proc = cli("--run", test_plugins["c_tools"], "AID.C.UPPER.v1", stdin=b'{"input_json": "\\"abc\\""}')
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ok_response('"ABC"', ds_state={"slots": {}})
+
+
+def test_serve_plugin_form_loads_only_that_plugin(test_plugins: dict[str, str]) -> None:
+    proc = subprocess.run([TOOLHOST, "--serve", test_plugins["c_tools"]],
+                          input=b'{"aid":"AID.C.UPPER.v1","input_json":"\\"x\\""}\n{"aid":"AID.ECHO.v1"}\n',
+                          capture_output=True, env=base_env(), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert got[0] == ok_response('"X"')
+    assert got[1]["code"] == "tool_not_found"
+
+
+def test_run_with_empty_stdin_means_empty_object() -> None:
+    assert run_json("AID.ECHO.v1", b"")["output_json"] == "{}"
+    assert run_json("AID.ECHO.v1", b"  \n")["output_json"] == "{}"
+
+
+def test_run_exit_code_is_zero_for_structured_errors() -> None:
+    resp = run_json("AID.NOPE.v1", {})
+    assert resp == {"ok": False, "error": "tool not found: AID.NOPE.v1", "code": "tool_not_found"}
+
+
+def test_lease_issue_prints_a_token() -> None:
+    proc = subprocess.run([TOOLHOST, "lease", "issue", "--aid", "AID.FILE.WRITE.v1", "--ttl", "30"],
+                          capture_output=True, env=base_env({"MACHINA_LEASE_SECRET": "s" * 32}), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(rb"mlt1\.[0-9a-f]+\.[0-9]+\.[0-9a-f]{32}\.[0-9a-f]{64}\n", proc.stdout)
+
+
+def test_lease_issue_without_secret_fails_clearly() -> None:
+    proc = cli("lease", "issue", "--aid", "AID.FILE.WRITE.v1")
+    assert proc.returncode == 2
+    assert b"no lease secret: set MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE" in proc.stderr
