@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build needs (CLI11 headers, OpenSSL's libcrypto
-# headers) if they are missing. Uses sudo when not run as root.
+# Installs the Debian packages the build needs (CLI11 and RapidJSON headers, OpenSSL's
+# libcrypto) if they are missing. Uses sudo when not run as root.
 set -euo pipefail
 need=()
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
+[ -f /usr/include/rapidjson/reader.h ] || need+=(rapidjson-dev)
 [ -f /usr/include/openssl/hmac.h ] || need+=(libssl-dev)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

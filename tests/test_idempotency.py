@@ -107,7 +107,8 @@ def test_duplicate_in_flight_waits_for_the_first(misbehaving: str) -> None:
     by_id = {x["id"]: x for x in r}
     assert json.loads(by_id[1]["output_json"])["slept_ms"] == 300
     assert by_id[2]["output_json"] == by_id[1]["output_json"]
-    assert by_id[2]["idempotent_hit"] is True
+    # Either duplicate may be picked up first; exactly one of them is the hit.
+    assert sorted([by_id[1].get("idempotent_hit", False), by_id[2].get("idempotent_hit", False)]) == [False, True]
     # The tool ran twice in all (the slow call once, the other call once), not three times.
     assert {calls(by_id[1]), calls(by_id[3])} == {1, 2}
 

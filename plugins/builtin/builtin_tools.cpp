@@ -9,11 +9,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace {
 
@@ -78,8 +80,12 @@ Result json_pointer(Call& call) {
     return call.fail("pointer is not a valid JSON pointer (RFC 6901)");
   }
   const json& doc = in.at("document");
-  if (!doc.contains(ptr)) return reply(call, {{"found", false}});
-  return reply(call, {{"found", true}, {"value", doc.at(ptr)}});
+  try {
+    if (doc.contains(ptr)) return reply(call, {{"found", true}, {"value", doc.at(ptr)}});
+  } catch (const json::exception&) {
+    // e.g. an array index too large to represent: nothing can be there
+  }
+  return reply(call, {{"found", false}});
 }
 
 std::string slot_name(std::uint32_t i) { return "DS" + std::to_string(i); }
@@ -116,55 +122,83 @@ Result state_clear(Call& call) {
 }
 
 // Files live under one workspace root: $MACHINA_TOOLHOST_WORKSPACE, else the host's
-// working directory. Absolute paths and ".." are refused.
-std::optional<std::filesystem::path> workspace_path(const std::string& rel, std::string& why) {
-  namespace fs = std::filesystem;
-  const fs::path p(rel);
-  if (rel.empty() || p.is_absolute()) {
+// working directory. Absolute paths and ".." components are refused. (POSIX I/O
+// rather than <fstream>/<filesystem> keeps the plugin small and quick to load.)
+std::optional<std::string> workspace_path(const std::string& rel, std::string& why) {
+  if (rel.empty() || rel.front() == '/') {
     why = "path must be relative to the workspace";
     return std::nullopt;
   }
-  for (const auto& part : p) {
-    if (part == "..") {
+  std::size_t start = 0;
+  while (start <= rel.size()) {
+    const std::size_t slash = std::min(rel.find('/', start), rel.size());
+    if (rel.compare(start, slash - start, "..") == 0 && slash - start == 2) {
       why = "path must not contain '..'";
       return std::nullopt;
     }
+    start = slash + 1;
   }
   const char* root = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
-  return (root && *root ? fs::path(root) : fs::current_path()) / p;
+  return std::string(root && *root ? root : ".") + "/" + rel;
 }
+
+// Creates the missing parent folders of `path`.
+void make_parents(const std::string& path) {
+  for (std::size_t at = path.find('/', 1); at != std::string::npos; at = path.find('/', at + 1)) {
+    mkdir(path.substr(0, at).c_str(), 0755);
+  }
+}
+
+std::string errno_text() { return std::strerror(errno); }
 
 Result file_write(Call& call) {
   const json in = json::parse(call.input());
   std::string why;
-  const auto path = workspace_path(in.at("path").get<std::string>(), why);
+  const std::string rel = in.at("path").get<std::string>();
+  const auto path = workspace_path(rel, why);
   if (!path) return call.fail(why);
   const auto& content = in.at("content").get_ref<const std::string&>();
   const bool append = in.value("append", false);
-  std::error_code ec;
-  std::filesystem::create_directories(path->parent_path(), ec);
-  std::ofstream out(*path, std::ios::binary | (append ? std::ios::app : std::ios::trunc));
-  if (!out) return call.fail("cannot open " + in.at("path").get<std::string>() + ": " + std::strerror(errno));
-  out.write(content.data(), static_cast<std::streamsize>(content.size()));
-  out.close();
-  if (!out) return call.fail("write failed: " + std::string(std::strerror(errno)));
-  return reply(call, {{"path", in.at("path")}, {"bytes_written", content.size()}, {"append", append}});
+  make_parents(*path);
+  const int fd = open(path->c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd < 0) return call.fail("cannot open " + rel + ": " + errno_text());
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string err = errno_text();
+      close(fd);
+      return call.fail("write failed: " + err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (close(fd) != 0) return call.fail("write failed: " + errno_text());
+  return reply(call, {{"path", rel}, {"bytes_written", content.size()}, {"append", append}});
 }
 
 Result file_read(Call& call) {
   const json in = json::parse(call.input());
   std::string why;
-  const auto path = workspace_path(in.at("path").get<std::string>(), why);
+  const std::string rel = in.at("path").get<std::string>();
+  const auto path = workspace_path(rel, why);
   if (!path) return call.fail(why);
   const std::size_t max_bytes = in.value("max_bytes", std::size_t{65536});
-  std::ifstream f(*path, std::ios::binary);
-  if (!f) return call.fail("cannot open " + in.at("path").get<std::string>() + ": " + std::strerror(errno));
-  std::string content(max_bytes, '\0');
-  f.read(content.data(), static_cast<std::streamsize>(max_bytes));
-  content.resize(static_cast<std::size_t>(f.gcount()));
-  const bool truncated = f.peek() != std::char_traits<char>::eof();
+  const int fd = open(path->c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return call.fail("cannot open " + rel + ": " + errno_text());
+  std::string content(max_bytes + 1, '\0');
+  std::size_t got = 0;
+  while (got < content.size()) {
+    const ssize_t n = read(fd, content.data() + got, content.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  close(fd);
+  const bool truncated = got > max_bytes;
+  content.resize(std::min(got, max_bytes));
   try {
-    return reply(call, {{"path", in.at("path")}, {"content", content}, {"truncated", truncated}});
+    return reply(call, {{"path", rel}, {"content", content}, {"truncated", truncated}});
   } catch (const json::type_error&) {
     return call.fail("file is not UTF-8 text");
   }

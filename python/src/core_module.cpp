@@ -69,16 +69,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("delta", &machina::Session::respond_with_delta)
       .def("state_json",
            [](const machina::Session& s) {
-             machina::DsReport r{machina::DsReport::Mode::full, {}};
-             const auto state = s.snapshot();
-             for (std::size_t i = 0; i < machina::kDsSlots; ++i) {
-               if ((*state)[i]) {
-                 r.changes.slots[i] = (*state)[i];
-                 r.changes.set |= static_cast<std::uint8_t>(1u << i);
-               }
-             }
              std::string out;
-             machina::encode_ds_state(r, out);
+             machina::encode_ds_state({machina::DsReport::Mode::full, s.as_changes()}, out);
              return out;
            },
            "The full state as JSON text ({\"slots\": {...}}).");
@@ -118,9 +110,9 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "issue_lease",
       [](const std::string& aid, double ttl_s, std::optional<std::string> secret) {
-        if (!(ttl_s > 0)) throw machina::HostError("ttl must be a positive number of seconds");
         machina::LeaseAuthority authority(secret ? *secret : machina::load_lease_secret(), {});
-        return authority.issue(aid, static_cast<std::int64_t>(ttl_s * 1000), machina::unix_now_ms());
+        return authority.issue(aid, machina::lease_ttl_ms(ttl_s, authority.options().max_ttl_ms),
+                               machina::unix_now_ms());
       },
       "aid"_a, "ttl_s"_a = 60.0, "secret"_a = py::none(),
       "Mints a single-use lease token for `aid` (operator side). The secret defaults to "

@@ -165,9 +165,9 @@ int main(int argc, char** argv) {
 
   try {
     if (*issue_cmd) {
-      if (!(lease_ttl_s > 0) || !std::isfinite(lease_ttl_s)) throw machina::HostError("--ttl must be a positive number of seconds");
       machina::LeaseAuthority authority(machina::load_lease_secret(), {});
-      std::cout << authority.issue(lease_aid, static_cast<std::int64_t>(lease_ttl_s * 1000), machina::unix_now_ms()) << "\n";
+      const auto ttl_ms = machina::lease_ttl_ms(lease_ttl_s, authority.options().max_ttl_ms);
+      std::cout << authority.issue(lease_aid, ttl_ms, machina::unix_now_ms()) << "\n";
       return 0;
     }
     if (!list && run_opt->count() == 0 && serve_opt->count() == 0) {
@@ -177,15 +177,13 @@ int main(int argc, char** argv) {
     if (run_args.size() == 2) plugins.push_back(run_args[0]);
     if (serve_args.size() == 1 && !serve_args[0].empty()) plugins.push_back(serve_args[0]);
 
+    // Before any plugin code runs (loading included), so nothing it prints reaches the wire.
+    const int wire = take_stdout_for_wire();
     machina::Host host(options);
     if (plugins.empty()) plugins.push_back(find_builtin_plugin());
     for (const auto& p : plugins) host.load_plugin(p);
 
-    if (list) {
-      std::cout << list_json(host) << std::flush;
-      return 0;
-    }
-    const int wire = take_stdout_for_wire();
+    if (list) return machina::cli::write_all(wire, list_json(host)) ? 0 : 1;
     if (run_opt->count() > 0) return machina::cli::run_once(host, run_args.back(), STDIN_FILENO, wire);
     return machina::cli::serve(host, {STDIN_FILENO, wire, workers, 1024});
   } catch (const machina::HostError& e) {

@@ -5,9 +5,12 @@
 
 #include <machina/wire.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -28,7 +31,48 @@ bool is_blank(std::string_view line) {
   return true;
 }
 
+// Responses already made but not yet written when a tool brings the process down
+// (inline mode runs tools in this process): written out by the fatal-signal and exit
+// handlers, so a crash loses only the request that caused it.
+std::atomic<const char*> g_unsent_data{nullptr};
+std::atomic<std::size_t> g_unsent_size{0};
+int g_wire_fd = -1;
+
+void write_unsent() {
+  const char* data = g_unsent_data.exchange(nullptr);
+  const std::size_t size = g_unsent_size.load();
+  if (data == nullptr || g_wire_fd < 0) return;
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::write(g_wire_fd, data + done, size - done);
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void on_fatal_signal(int sig) {
+  write_unsent();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void install_unsent_handlers(int wire_fd) {
+  g_wire_fd = wire_fd;
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  std::atexit(write_unsent);
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) {
+    struct sigaction sa {};
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
 int serve_inline(Host& host, const ServeOptions& o) {
+  install_unsent_handlers(o.out_fd);
   LineReader reader(o.in_fd, host.options().max_request_bytes);
   Session session(/*respond_with_delta=*/true);
   std::string out;
@@ -45,7 +89,10 @@ int serve_inline(Host& host, const ServeOptions& o) {
     if (next == LineReader::Next::too_large) {
       encode_response(host.request_too_large(), out);
     } else if (!is_blank(line)) {
+      g_unsent_size.store(out.size(), std::memory_order_relaxed);
+      g_unsent_data.store(out.data(), std::memory_order_relaxed);
       host.handle_json(line, session, out);
+      g_unsent_data.store(nullptr, std::memory_order_relaxed);
     }
     if (out.size() >= kFlushAt) flush();
     if (!open) return 0;  // the reader went away; nobody is left to answer

@@ -19,9 +19,23 @@ void Session::apply(const DsUpdate& update) {
   state_ = std::move(next);
 }
 
-SlotChanges Session::commit(const SlotChanges& changes) {
-  SlotChanges real;
-  if (changes.empty()) return real;
+std::shared_ptr<const SlotChanges> Session::as_changes() const {
+  const auto state = snapshot();
+  auto all = std::make_shared<SlotChanges>();
+  for (std::size_t i = 0; i < kDsSlots; ++i) {
+    if ((*state)[i]) {
+      all->slots[i] = (*state)[i];
+      all->set |= static_cast<std::uint8_t>(1u << i);
+    }
+  }
+  if (all->empty()) return nullptr;
+  return all;
+}
+
+std::shared_ptr<const SlotChanges> Session::commit(const SlotChanges& changes) {
+  if (changes.empty()) return nullptr;
+  auto real_ptr = std::make_shared<SlotChanges>();
+  SlotChanges& real = *real_ptr;
   std::lock_guard lock(mu_);
   auto next = std::make_shared<Slots>(*state_);
   for (std::size_t i = 0; i < kDsSlots; ++i) {
@@ -38,8 +52,9 @@ SlotChanges Session::commit(const SlotChanges& changes) {
       real.removed |= bit;
     }
   }
-  if (!real.empty()) state_ = std::move(next);
-  return real;
+  if (real.empty()) return nullptr;
+  state_ = std::move(next);
+  return real_ptr;
 }
 
 }  // namespace machina

@@ -47,12 +47,16 @@ struct CallContext {
   bool output_set = false;
   bool output_overflow = false;
   std::string error;
-  std::shared_ptr<const Slots> base;  // taken on first read
-  SlotChanges changes;
+  std::shared_ptr<const Slots> base;    // taken on first read
+  std::unique_ptr<SlotChanges> changes;  // made on first write
 
   const Slots& state() {
     if (!base) base = session->snapshot();
     return *base;
+  }
+  SlotChanges& writes() {
+    if (!changes) changes = std::make_unique<SlotChanges>();
+    return *changes;
   }
 };
 
@@ -78,8 +82,8 @@ int api_slot_get(machina_call* call, std::uint32_t slot, machina_artifact* out) 
   CallContext& c = ctx(call);
   const auto bit = static_cast<std::uint8_t>(1u << slot);
   const std::optional<Artifact>* a = nullptr;
-  if (c.changes.set & bit) a = &c.changes.slots[slot];
-  else if (!(c.changes.removed & bit)) a = &c.state()[slot];
+  if (c.changes && (c.changes->set & bit)) a = &c.changes->slots[slot];
+  else if (!c.changes || !(c.changes->removed & bit)) a = &c.state()[slot];
   if (a == nullptr || !a->has_value()) return 0;
   const Artifact& v = **a;
   *out = machina_artifact{v.type.data(),       v.type.size(),       v.content_json.data(),
@@ -95,9 +99,10 @@ int api_slot_set(machina_call* call, std::uint32_t slot, const machina_artifact*
   if (!is_valid_utf8(type) || !is_valid_utf8(provenance) || !validate_json(content)) return -1;
   CallContext& c = ctx(call);
   const auto bit = static_cast<std::uint8_t>(1u << slot);
-  c.changes.slots[slot] = Artifact{std::string(type), std::string(content), std::string(provenance), a->size_bytes};
-  c.changes.set |= bit;
-  c.changes.removed &= static_cast<std::uint8_t>(~bit);
+  SlotChanges& w = c.writes();
+  w.slots[slot] = Artifact{std::string(type), std::string(content), std::string(provenance), a->size_bytes};
+  w.set |= bit;
+  w.removed &= static_cast<std::uint8_t>(~bit);
   return 0;
 }
 
@@ -105,9 +110,10 @@ int api_slot_clear(machina_call* call, std::uint32_t slot) {
   if (slot >= kDsSlots) return -1;
   CallContext& c = ctx(call);
   const auto bit = static_cast<std::uint8_t>(1u << slot);
-  c.changes.slots[slot].reset();
-  c.changes.set &= static_cast<std::uint8_t>(~bit);
-  c.changes.removed |= bit;
+  SlotChanges& w = c.writes();
+  w.slots[slot].reset();
+  w.set &= static_cast<std::uint8_t>(~bit);
+  w.removed |= bit;
   return 0;
 }
 
@@ -128,47 +134,33 @@ Response Host::request_too_large() const {
                            "request exceeds the " + std::to_string(options_.max_request_bytes) + "-byte cap");
 }
 
-DsReport Host::report(Session& session, const SlotChanges& changes) const {
-  DsReport r;
-  if (session.respond_with_delta()) {
-    r.mode = DsReport::Mode::delta;
-    r.changes = changes;
-  } else {
-    r.mode = DsReport::Mode::full;
-    const auto state = session.snapshot();
-    for (std::size_t i = 0; i < kDsSlots; ++i) {
-      if ((*state)[i]) {
-        r.changes.slots[i] = (*state)[i];
-        r.changes.set |= static_cast<std::uint8_t>(1u << i);
-      }
-    }
-  }
-  return r;
+DsReport Host::report(Session& session, std::shared_ptr<const SlotChanges> changes) const {
+  if (session.respond_with_delta()) return {DsReport::Mode::delta, std::move(changes)};
+  return {DsReport::Mode::full, session.as_changes()};
 }
 
 bool Host::handle_json(std::string_view text, Session& session, std::string& out, std::string_view aid_override) {
-  Response response;
-  if (text.size() > options_.max_request_bytes) {
-    response = request_too_large();
-  } else {
-    Request request;
-    if (decode_request(text, request, response)) {
-      if (!aid_override.empty()) {
-        if (!request.aid.empty() && request.aid != aid_override) {
-          response = Response::failure(ErrorKind::malformed_request,
-                                       "malformed request: the body names aid '" + request.aid +
-                                           "' but the command line names '" + std::string(aid_override) + "'");
-          response.id_json = request.id_json;
-          encode_response(response, out);
-          return !response.id_json.empty();
-        }
-        request.aid = aid_override;
-      }
-      response = handle(request, session);
-    }
-  }
+  const Response response = respond_json(text, session, aid_override);
   encode_response(response, out);
   return !response.id_json.empty();
+}
+
+Response Host::respond_json(std::string_view text, Session& session, std::string_view aid_override) {
+  if (text.size() > options_.max_request_bytes) return request_too_large();
+  Request request;
+  Response error;
+  if (!decode_request(text, request, error)) return error;
+  if (!aid_override.empty()) {
+    if (!request.aid.empty() && request.aid != aid_override) {
+      error = Response::failure(ErrorKind::malformed_request, "malformed request: the body names aid '" +
+                                                                 request.aid + "' but the command line names '" +
+                                                                 std::string(aid_override) + "'");
+      error.id_json = std::move(request.id_json);
+      return error;
+    }
+    request.aid = aid_override;
+  }
+  return handle(request, session);
 }
 
 Response Host::handle(Request& request, Session& session) {
@@ -221,7 +213,7 @@ Response Host::handle_checked(Request& request, Session& session) {
     case IdempotencyCache::Outcome::hit: {
       Response r = std::move(ticket.response);
       r.idempotent_hit = true;
-      r.ds_state = DsReport{DsReport::Mode::delta, {}};  // a hit changes no state
+      r.ds_state = report(session, nullptr);  // a hit changes no state: an empty delta in serve mode
       return r;
     }
     case IdempotencyCache::Outcome::run: break;
@@ -241,7 +233,7 @@ Response Host::handle_checked(Request& request, Session& session) {
 
 Response Host::execute(const Tool& tool, const Request& request, Session& session, std::int64_t now) {
   auto with_state = [&](Response r) {
-    r.ds_state = report(session, {});
+    r.ds_state = report(session, nullptr);
     return r;
   };
   if (!tool.breaker.allow(now)) {
@@ -260,7 +252,7 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
     }
   }
 
-  CallContext call{options_.max_output_bytes, &session, {}, false, false, {}, nullptr, {}};
+  CallContext call{options_.max_output_bytes, &session, {}, false, false, {}, nullptr, nullptr};
   const int rc = tool.invoke(tool.tool_data, &kHostApi, reinterpret_cast<machina_call*>(&call),
                              request.input_json.c_str(), request.input_json.size());
 
@@ -290,7 +282,7 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   else tool.breaker.record_success(end);
 
   // A failed call changes no state.
-  r.ds_state = report(session, r.ok() ? session.commit(call.changes) : SlotChanges{});
+  r.ds_state = report(session, r.ok() && call.changes ? session.commit(*call.changes) : nullptr);
   return r;
 }
 

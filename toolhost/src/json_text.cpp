@@ -1,8 +1,10 @@
 // JSON validation by SAX (no DOM) and string escaping; see json_text.hpp.
 #include <machina/json_text.hpp>
+#include <machina/rapid_sax.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <string>
 
 namespace machina {
@@ -12,6 +14,7 @@ namespace {
 class ValidatingSax {
  public:
   using json = nlohmann::json;
+  static constexpr bool kIgnoresText = true;
   explicit ValidatingSax(std::size_t max_depth) : max_depth_(max_depth) {}
 
   bool null() { return true; }
@@ -56,13 +59,37 @@ class ValidatingSax {
 std::string describe_parse_error(std::size_t position, const std::string& what) {
   // nlohmann: "[json.exception.parse_error.101] parse error at line 1, column 2: <why>;
   // last read: '<raw bytes>'". Keep <why> only: the raw bytes may not be UTF-8.
+  // Other failures ("[json.exception.out_of_range.406] number overflow parsing '1e400'")
+  // keep their text without the library's id.
   std::string why = what;
-  if (auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
+  if (why.starts_with("[json.exception.")) {
+    if (auto close = why.find("] "); close != std::string::npos) why = why.substr(close + 2);
+  }
+  if (why.starts_with("parse error")) {
+    if (auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
+  }
   if (auto cut = why.find("; last read"); cut != std::string::npos) why.resize(cut);
   return "invalid JSON at byte " + std::to_string(position) + ": " + why;
 }
 
+std::string reject_raw_bytes(std::string_view text) {
+  if (const void* nul = std::memchr(text.data(), '\0', text.size())) {
+    const auto at = static_cast<std::size_t>(static_cast<const char*>(nul) - text.data()) + 1;
+    return "invalid JSON at byte " + std::to_string(at) + ": NUL byte";
+  }
+  if (text.starts_with("\xEF\xBB\xBF")) return "invalid JSON at byte 1: byte order mark";
+  return {};
+}
+
 bool validate_json(std::string_view text, std::string* why, std::size_t max_depth) {
+  if (std::string bad = reject_raw_bytes(text); !bad.empty()) {
+    if (why) *why = std::move(bad);
+    return false;
+  }
+  {
+    ValidatingSax fast(max_depth);
+    if (detail::rapid_parse(text, fast) == detail::RapidOutcome::accepted) return true;
+  }
   ValidatingSax sax(max_depth);
   const char* begin = text.data();
   if (nlohmann::json::sax_parse(begin, begin + text.size(), &sax)) return true;

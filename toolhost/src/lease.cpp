@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -77,9 +78,27 @@ void prepare_ledger(const std::string& dir) {
     throw HostError("lease ledger " + dir + " is not a directory");
   if (st.st_uid != geteuid() || (st.st_mode & 022) != 0)
     throw HostError("lease ledger " + dir + " must be owned by this user and not writable by others");
+  // Whoever controls the parent can rename the ledger away and so reset it: the parent
+  // must be this user's or root's, and shared only with the sticky bit (as /tmp is).
+  const std::string parent = dir.substr(0, dir.find_last_of('/') == 0 ? 1 : dir.find_last_of('/'));
+  struct stat up {};
+  if (!parent.empty() && stat(parent.c_str(), &up) == 0) {
+    const bool owner_ok = up.st_uid == geteuid() || up.st_uid == 0;
+    const bool shared_ok = (up.st_mode & 022) == 0 || (up.st_mode & S_ISVTX) != 0;
+    if (!owner_ok || !shared_ok)
+      throw HostError("lease ledger " + dir + ": its parent folder must belong to this user or root and not be "
+                      "writable by others (unless sticky)");
+  }
 }
 
 }  // namespace
+
+std::int64_t lease_ttl_ms(double seconds, std::int64_t max_ttl_ms) {
+  const double ms = seconds * 1000.0;
+  if (!std::isfinite(ms) || ms < 1.0 || ms > static_cast<double>(max_ttl_ms))
+    throw HostError("lease ttl must be between 0.001 s and " + std::to_string(max_ttl_ms / 1000) + " s");
+  return static_cast<std::int64_t>(ms);
+}
 
 std::string load_lease_secret() {
   std::string secret;
@@ -152,6 +171,9 @@ std::optional<std::string> LeaseAuthority::redeem(std::string_view token, std::s
   const std::string expected = mac_hex(payload);
   if (CRYPTO_memcmp(expected.data(), parts[4].data(), expected.size()) != 0) return "bad_signature";
   if (lease_aid != aid) return "wrong_tool";
+  // No issuer mints leases longer than max_ttl; a longer one would also pin its ledger
+  // entry for that long.
+  if (expires_at > now_ms + options_.max_ttl_ms) return "malformed";
   if (expires_at <= now_ms) return "expired";
   const std::string nonce(parts[3]);
   std::lock_guard lock(mu_);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string_view>
 
 namespace machina {
@@ -19,6 +20,11 @@ constexpr std::array<std::string_view, 16> kValidationKeywords = {
 constexpr std::array<std::string_view, 8> kAnnotations = {
     "$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated"};
 
+// A location below `where` ("/" is the root).
+std::string child(const std::string& where, const std::string& name) {
+  return (where == "/" ? where : where + "/") + name;
+}
+
 void check_schema(const json& s, const std::string& where) {
   if (s.is_boolean()) return;
   if (!s.is_object()) throw HostError("schema at " + where + " must be an object or a boolean");
@@ -29,9 +35,9 @@ void check_schema(const json& s, const std::string& where) {
     if (!known) throw HostError("schema keyword '" + k + "' at " + where + " is not supported");
     if (k == "properties") {
       if (!v.is_object()) throw HostError("'properties' at " + where + " must be an object");
-      for (const auto& [name, sub] : v.items()) check_schema(sub, where + "/properties/" + name);
+      for (const auto& [name, sub] : v.items()) check_schema(sub, child(where, "properties/" + name));
     } else if (k == "items" || k == "additionalProperties") {
-      check_schema(v, where + "/" + k);
+      check_schema(v, child(where, k));
     } else if (k == "required") {
       if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); }))
         throw HostError("'required' at " + where + " must be an array of strings");
@@ -61,7 +67,7 @@ bool has_type(const json& v, std::string_view t) {
     if (v.is_number_integer()) return true;
     if (v.is_number_float()) {
       const double d = v.get<double>();
-      return d == static_cast<double>(static_cast<long long>(d));
+      return std::isfinite(d) && std::trunc(d) == d;
     }
     return false;
   }

@@ -1,5 +1,6 @@
 // NDJSON request decoding (SAX, no DOM) and response encoding; see wire.hpp.
 #include <machina/json_text.hpp>
+#include <machina/rapid_sax.hpp>
 #include <machina/wire.hpp>
 
 #include <nlohmann/json.hpp>
@@ -177,7 +178,22 @@ class RequestSax {
  public:
   explicit RequestSax(Request& req) : req_(req) {}
 
-  bool null() { return scalar_other("null"); }
+  // null stands for "absent" in every optional field (clients serialise None so).
+  bool null() {
+    if (!in_ds() && depth_ == 1 && field_ != Field::aid) {
+      switch (field_) {
+        case Field::input_json: req_.input_json = "{}"; break;
+        case Field::ds_state: req_.ds_state.reset(); break;
+        case Field::idempotency_key: req_.idempotency_key.reset(); break;
+        case Field::lease_token: req_.lease_token.reset(); break;
+        case Field::id: req_.id_json.clear(); break;
+        case Field::aid:
+        case Field::unknown: break;
+      }
+      return true;
+    }
+    return scalar_other("null");
+  }
   bool boolean(bool v) {
     if (in_ds()) return ds_ok(ds_->boolean(rel(), v));
     return scalar_other("a boolean");
@@ -209,7 +225,10 @@ class RequestSax {
     if (in_ds()) return ds_ok(ds_->string(rel(), v));
     if (depth_ != 1) return skip_or_reject("a string");
     switch (field_) {
-      case Field::aid: req_.aid = std::move(v); return true;
+      case Field::aid:
+        if (v.empty()) return fail("field 'aid' must not be empty");
+        req_.aid = std::move(v);
+        return true;
       case Field::input_json: req_.input_json = std::move(v); return true;
       case Field::idempotency_key: req_.idempotency_key = std::move(v); return true;
       case Field::lease_token: req_.lease_token = std::move(v); return true;
@@ -280,9 +299,14 @@ class RequestSax {
   }
 
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
-    if (!failed_) fail(describe_parse_error(position, e.what()));
+    if (!failed_) {
+      fail(describe_parse_error(position, e.what()));
+      syntax_error_ = true;
+    }
     return false;
   }
+
+  bool syntax_error() const { return syntax_error_; }
 
   bool finish() {
     if (!saw_object_) return fail("expected a JSON object");
@@ -365,18 +389,25 @@ class RequestSax {
   unsigned seen_ = 0;
   std::optional<DsStateDecoder> ds_;
   bool failed_ = false;
+  bool syntax_error_ = false;
   ErrorKind kind_ = ErrorKind::none;
   std::string error_;
 };
 
+// Appends a string literal without measuring it at run time.
+template <std::size_t N>
+void put(std::string& out, const char (&literal)[N]) {
+  out.append(literal, N - 1);
+}
+
 void append_artifact(std::string& out, const Artifact& a) {
-  out.append("{\"type\":");
+  put(out, "{\"type\":");
   append_json_string(out, a.type);
-  out.append(",\"content_json\":");
+  put(out, ",\"content_json\":");
   append_json_string(out, a.content_json);
-  out.append(",\"provenance\":");
+  put(out, ",\"provenance\":");
   append_json_string(out, a.provenance);
-  out.append(",\"size_bytes\":");
+  put(out, ",\"size_bytes\":");
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, a.size_bytes);
   (void)ec;
@@ -384,17 +415,17 @@ void append_artifact(std::string& out, const Artifact& a) {
   out.push_back('}');
 }
 
-void append_slots(std::string& out, const SlotChanges& changes) {
+void append_slots(std::string& out, const SlotChanges* changes) {
   out.push_back('{');
   bool first = true;
-  for (std::size_t i = 0; i < kDsSlots; ++i) {
-    if (!(changes.set & (1u << i)) || !changes.slots[i]) continue;
+  for (std::size_t i = 0; changes != nullptr && i < kDsSlots; ++i) {
+    if (!(changes->set & (1u << i)) || !changes->slots[i]) continue;
     if (!first) out.push_back(',');
     first = false;
-    out.append("\"DS");
+    put(out, "\"DS");
     out.push_back(static_cast<char>('0' + i));
-    out.append("\":");
-    append_artifact(out, *changes.slots[i]);
+    put(out, "\":");
+    append_artifact(out, *changes->slots[i]);
   }
   out.push_back('}');
 }
@@ -402,6 +433,21 @@ void append_slots(std::string& out, const SlotChanges& changes) {
 }  // namespace
 
 bool decode_request(std::string_view text, Request& request, Response& error) {
+  if (std::string bad = reject_raw_bytes(text); !bad.empty()) {
+    error = Response::failure(ErrorKind::malformed_request, "malformed request: " + bad);
+    return false;
+  }
+  {
+    RequestSax fast(request);
+    const auto outcome = detail::rapid_parse(text, fast);
+    if (outcome == detail::RapidOutcome::accepted && fast.finish()) return true;
+    if (outcome != detail::RapidOutcome::undecided) {
+      error = Response::failure(fast.kind(), fast.error());
+      error.id_json = request.id_json;
+      return false;
+    }
+  }
+  request = Request{};  // nlohmann decides from scratch and explains
   RequestSax sax(request);
   const char* begin = text.data();
   if (json::sax_parse(begin, begin + text.size(), &sax) && sax.finish()) return true;
@@ -410,7 +456,9 @@ bool decode_request(std::string_view text, Request& request, Response& error) {
   } else {
     error = Response::failure(sax.kind(), sax.error());
   }
-  error.id_json = request.id_json;
+  // An id is echoed only from a request that is valid JSON: from a broken one it may
+  // be cut short ("id":01 reads as 0) and would point at another request.
+  if (!sax.syntax_error()) error.id_json = request.id_json;
   return false;
 }
 
@@ -430,63 +478,65 @@ bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why) 
 
 void encode_ds_state(const DsReport& report, std::string& out) {
   if (report.mode == DsReport::Mode::full) {
-    out.append("{\"slots\":");
-    append_slots(out, report.changes);
+    put(out, "{\"slots\":");
+    append_slots(out, report.changes.get());
     out.push_back('}');
     return;
   }
-  out.append("{\"delta\":true,\"slots\":");
-  append_slots(out, report.changes);
-  out.append(",\"removed_slots\":[");
+  put(out, "{\"delta\":true,\"slots\":");
+  append_slots(out, report.changes.get());
+  put(out, ",\"removed_slots\":[");
   bool first = true;
+  const std::uint8_t removed = report.changes ? report.changes->removed : 0;
   for (std::size_t i = 0; i < kDsSlots; ++i) {
-    if (!(report.changes.removed & (1u << i))) continue;
+    if (!(removed & (1u << i))) continue;
     if (!first) out.push_back(',');
     first = false;
-    out.append("\"DS");
+    put(out, "\"DS");
     out.push_back(static_cast<char>('0' + i));
     out.push_back('"');
   }
-  out.append("]}");
+  put(out, "]}");
 }
 
 void encode_response(const Response& r, std::string& out) {
   out.push_back('{');
   if (!r.id_json.empty()) {
-    out.append("\"id\":");
+    put(out, "\"id\":");
     out.append(r.id_json);
     out.push_back(',');
   }
-  out.append(r.ok() ? "\"ok\":true" : "\"ok\":false");
+  if (r.ok()) put(out, "\"ok\":true");
+  else put(out, "\"ok\":false");
   const ErrorKindInfo& info = error_info(r.kind);
   if (info.status != Status::NONE) {
-    out.append(",\"status\":\"");
+    put(out, ",\"status\":\"");
     out.append(status_name(info.status));
-    out.append("\",\"output_json\":");
+    put(out, "\",\"output_json\":");
     append_json_string(out, r.output_json);
   }
-  out.append(",\"error\":");
+  put(out, ",\"error\":");
   append_json_string(out, r.error);
   if (!r.ok()) {
-    out.append(",\"code\":\"");
+    put(out, ",\"code\":\"");
     out.append(info.code);
     out.push_back('"');
   }
   if (r.kind == ErrorKind::lease_required) {
-    out.append(",\"tier\":");
+    put(out, ",\"tier\":");
     out.append(std::to_string(r.lease_tier));
-    out.append(",\"aid\":");
+    put(out, ",\"aid\":");
     append_json_string(out, r.lease_aid);
   } else if (r.kind == ErrorKind::lease_rejected) {
-    out.append(",\"reason\":");
+    put(out, ",\"reason\":");
     append_json_string(out, r.lease_reason);
   }
   if (info.status != Status::NONE) {
-    out.append(",\"ds_state\":");
+    put(out, ",\"ds_state\":");
     encode_ds_state(r.ds_state, out);
   }
-  if (r.idempotent_hit) out.append(",\"idempotent_hit\":true");
-  out.append("}\n");
+  if (r.idempotent_hit) put(out, ",\"idempotent_hit\":true");
+  put(out, "}\n");
 }
 
 }  // namespace machina

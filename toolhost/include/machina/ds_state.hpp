@@ -37,11 +37,12 @@ struct DsUpdate {
   SlotChanges changes;  // full: `set` marks every present slot, the rest are emptied
 };
 
-/// The ds_state a response carries.
+/// The ds_state a response carries. `changes` is shared (a response is copied into
+/// the idempotency cache) and null when there is nothing to report.
 struct DsReport {
   enum class Mode { none, delta, full };
   Mode mode = Mode::none;
-  SlotChanges changes;  // delta: what the tool changed; full: the state (`set` bits)
+  std::shared_ptr<const SlotChanges> changes;  // delta: what the tool changed; full: the state
 };
 
 /// One caller's state. Serve mode keeps one per stream and answers with deltas;
@@ -53,8 +54,12 @@ class Session {
 
   std::shared_ptr<const Slots> snapshot() const;
   void apply(const DsUpdate& update);
-  /// Applies a tool's changes and returns those that really changed the state.
-  SlotChanges commit(const SlotChanges& changes);
+  /// Applies a tool's changes and returns those that really changed the state (null
+  /// if none did).
+  std::shared_ptr<const SlotChanges> commit(const SlotChanges& changes);
+
+  /// The whole state as changes against an empty one (null if empty).
+  std::shared_ptr<const SlotChanges> as_changes() const;
 
  private:
   bool delta_;

@@ -56,9 +56,10 @@ class Host {
   std::size_t idempotency_entries() const { return idempotency_.size(); }
 
  private:
+  Response respond_json(std::string_view text, Session& session, std::string_view aid_override);
   Response handle_checked(Request& request, Session& session);
   Response execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms);
-  DsReport report(Session& session, const SlotChanges& changes) const;
+  DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
 
   HostOptions options_;
   ToolRegistry registry_;

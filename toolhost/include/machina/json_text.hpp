@@ -20,6 +20,11 @@ bool validate_json(std::string_view text, std::string* why = nullptr,
 /// the offending bytes (they may not be UTF-8).
 std::string describe_parse_error(std::size_t position, const std::string& what);
 
+/// Byte-level checks the parsers do not make: a NUL byte (nlohmann reads it as the end
+/// of input) and a leading byte order mark (nlohmann skips it). Returns the reason
+/// ("invalid JSON at byte N: ...") or an empty string if neither is present.
+std::string reject_raw_bytes(std::string_view text);
+
 /// True if `s` is well-formed UTF-8.
 bool is_valid_utf8(std::string_view s) noexcept;
 

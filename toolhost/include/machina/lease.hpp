@@ -21,6 +21,10 @@ namespace machina {
 /// read, or the secret is shorter than 16 bytes.
 std::string load_lease_secret();
 
+/// A lease lifetime given in seconds, as milliseconds. Throws HostError unless it is a
+/// finite number from 0.001 s to `max_ttl_ms`.
+std::int64_t lease_ttl_ms(double seconds, std::int64_t max_ttl_ms);
+
 class LeaseAuthority {
  public:
   struct Options {
@@ -34,6 +38,7 @@ class LeaseAuthority {
 
   /// Mints a token for `aid` valid for `ttl_ms`. Throws HostError on a bad ttl or aid.
   std::string issue(std::string_view aid, std::int64_t ttl_ms, std::int64_t now_ms) const;
+  const Options& options() const { return options_; }
 
   /// Checks and consumes a token for `aid`. Returns the rejection reason (malformed,
   /// bad_signature, wrong_tool, expired, consumed, replay_cache_full), or nullopt if the

@@ -1,6 +1,7 @@
 // Input validation against a tool's declared JSON Schema. Supports the subset tools
 // need (type, properties, required, additionalProperties, items, enum, const,
-// minimum/maximum and their exclusive forms, minLength/maxLength, minItems/maxItems);
+// minimum/maximum and their exclusive forms, minLength/maxLength, minItems/maxItems,
+// uniqueItems);
 // a schema using any other validation keyword is refused when the tool registers,
 // so nothing is silently left unchecked.
 #pragma once
