@@ -99,7 +99,7 @@ PYBIND11_MODULE(_core, m) {
           "call_json",
           [](machina::Host& h, const std::string& request, machina::Session& session, const std::string& aid) {
             std::string out;
-            h.handle_json(request, session, out, aid);
+            h.handle_json(request, session, out, aid, /*nul_terminated=*/true);
             out.pop_back();  // the trailing newline belongs to the NDJSON framing
             return out;
           },

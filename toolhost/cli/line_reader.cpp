@@ -13,22 +13,24 @@ namespace {
 constexpr std::size_t kChunk = 256 * 1024;
 }
 
-LineReader::LineReader(int fd, std::size_t max_line) : fd_(fd), max_line_(max_line) { buf_.resize(kChunk); }
+// The buffer keeps one byte beyond what read() may fill, for the '\0' after a last
+// line that has no newline.
+LineReader::LineReader(int fd, std::size_t max_line) : fd_(fd), max_line_(max_line) { buf_.resize(kChunk + 1); }
 
 bool LineReader::fill() {
   if (eof_) return false;
-  if (begin_ > 0 && (end_ == buf_.size() || begin_ >= buf_.size() / 2)) {
+  if (begin_ > 0 && (end_ == buf_.size() - 1 || begin_ >= buf_.size() / 2)) {
     std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
     end_ -= begin_;
     scan_ -= begin_;
     begin_ = 0;
   }
-  if (end_ == buf_.size()) {
+  if (end_ == buf_.size() - 1) {
     // Only a line still under the cap grows the buffer, so it stays below cap + chunk.
-    buf_.resize(std::min(buf_.size() * 2, max_line_ + kChunk));
+    buf_.resize(std::min(buf_.size() * 2, max_line_ + kChunk + 1));
   }
   for (;;) {
-    const ssize_t n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
+    const ssize_t n = ::read(fd_, buf_.data() + end_, buf_.size() - 1 - end_);
     if (n > 0) {
       end_ += static_cast<std::size_t>(n);
       return true;
@@ -56,6 +58,7 @@ LineReader::Next LineReader::next(std::string_view& line, const std::function<vo
     const char* nl = static_cast<const char*>(std::memchr(buf_.data() + scan_, '\n', end_ - scan_));
     if (nl != nullptr) {
       const std::size_t len = static_cast<std::size_t>(nl - buf_.data()) - begin_;
+      buf_[begin_ + len] = '\0';
       line = std::string_view(buf_.data() + begin_, len);
       begin_ = scan_ = begin_ + len + 1;
       return len > max_line_ ? Next::too_large : Next::line;
@@ -68,6 +71,7 @@ LineReader::Next LineReader::next(std::string_view& line, const std::function<vo
     }
     if (eof_) {
       if (begin_ == end_) return Next::eof;
+      buf_[end_] = '\0';
       line = std::string_view(buf_.data() + begin_, end_ - begin_);
       begin_ = scan_ = end_;
       return Next::line;

@@ -17,8 +17,9 @@ class LineReader {
 
   LineReader(int fd, std::size_t max_line);
 
-  /// The next line (without '\n'), valid until the following call. `before_block`
-  /// runs right before a read that may block, so the caller can flush its output.
+  /// The next line (without '\n'), valid until the following call and followed in
+  /// memory by a '\0'. `before_block` runs right before a read that may block, so
+  /// the caller can flush its output.
   Next next(std::string_view& line, const std::function<void()>& before_block);
 
  private:

@@ -91,7 +91,7 @@ int serve_inline(Host& host, const ServeOptions& o) {
     } else if (!is_blank(line)) {
       g_unsent_size.store(out.size(), std::memory_order_relaxed);
       g_unsent_data.store(out.data(), std::memory_order_relaxed);
-      host.handle_json(line, session, out);
+      host.handle_json(line, session, out, {}, /*nul_terminated=*/true);
       g_unsent_data.store(nullptr, std::memory_order_relaxed);
     }
     if (out.size() >= kFlushAt) flush();
@@ -212,7 +212,7 @@ int serve_workers(Host& host, const ServeOptions& o) {
         out.clear();
         bool has_id = false;
         if (job->too_large) encode_response(host.request_too_large(), out);
-        else has_id = host.handle_json(job->line, session, out);
+        else has_id = host.handle_json(job->line, session, out, {}, /*nul_terminated=*/true);
         writer.emit(job->seq, has_id, std::move(out));
         out = std::string();
       }
@@ -259,7 +259,8 @@ int run_once(Host& host, std::string_view aid, int in_fd, int out_fd) {
     encode_response(host.request_too_large(), out);
   } else {
     Session session(/*respond_with_delta=*/false);
-    host.handle_json(is_blank(body) ? std::string_view("{}") : std::string_view(body), session, out, aid);
+    host.handle_json(is_blank(body) ? std::string_view("{}") : std::string_view(body), session, out, aid,
+                     /*nul_terminated=*/true);
   }
   write_all(out_fd, out);
   return 0;

@@ -139,17 +139,19 @@ DsReport Host::report(Session& session, std::shared_ptr<const SlotChanges> chang
   return {DsReport::Mode::full, session.as_changes()};
 }
 
-bool Host::handle_json(std::string_view text, Session& session, std::string& out, std::string_view aid_override) {
-  const Response response = respond_json(text, session, aid_override);
+bool Host::handle_json(std::string_view text, Session& session, std::string& out, std::string_view aid_override,
+                       bool nul_terminated) {
+  const Response response = respond_json(text, session, aid_override, nul_terminated);
   encode_response(response, out);
   return !response.id_json.empty();
 }
 
-Response Host::respond_json(std::string_view text, Session& session, std::string_view aid_override) {
+Response Host::respond_json(std::string_view text, Session& session, std::string_view aid_override,
+                            bool nul_terminated) {
   if (text.size() > options_.max_request_bytes) return request_too_large();
   Request request;
   Response error;
-  if (!decode_request(text, request, error)) return error;
+  if (!decode_request(text, request, error, nul_terminated)) return error;
   if (!aid_override.empty()) {
     if (!request.aid.empty() && request.aid != aid_override) {
       error = Response::failure(ErrorKind::malformed_request, "malformed request: the body names aid '" +
@@ -263,7 +265,8 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   } else if (rc == MACHINA_TOOL_OK) {
     if (!call.output_set) {
       r = Response::failure(ErrorKind::invalid_output, "tool reported success without an output");
-    } else if (!validate_json(call.output, &why)) {
+    } else if (call.output != request.input_json && !validate_json(call.output, &why)) {
+      // (Output identical to the input, which was just validated, needs no second pass.)
       r = Response::failure(ErrorKind::invalid_output, "tool output is not valid JSON: " + why);
     } else {
       r.output_json = std::move(call.output);

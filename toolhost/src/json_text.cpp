@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -81,14 +82,15 @@ std::string reject_raw_bytes(std::string_view text) {
   return {};
 }
 
-bool validate_json(std::string_view text, std::string* why, std::size_t max_depth) {
+namespace {
+bool validate(std::string_view text, std::string* why, std::size_t max_depth, bool nul_terminated) {
   if (std::string bad = reject_raw_bytes(text); !bad.empty()) {
     if (why) *why = std::move(bad);
     return false;
   }
   {
     ValidatingSax fast(max_depth);
-    if (detail::rapid_parse(text, fast) == detail::RapidOutcome::accepted) return true;
+    if (detail::rapid_parse(text, fast, nul_terminated) == detail::RapidOutcome::accepted) return true;
   }
   ValidatingSax sax(max_depth);
   const char* begin = text.data();
@@ -98,6 +100,15 @@ bool validate_json(std::string_view text, std::string* why, std::size_t max_dept
                           : describe_parse_error(sax.position(), sax.reason());
   }
   return false;
+}
+}  // namespace
+
+bool validate_json(std::string_view text, std::string* why, std::size_t max_depth) {
+  return validate(text, why, max_depth, false);
+}
+
+bool validate_json(const std::string& text, std::string* why, std::size_t max_depth) {
+  return validate(text, why, max_depth, true);
 }
 
 namespace {
@@ -125,9 +136,25 @@ std::size_t utf8_sequence_length(const unsigned char* p, const unsigned char* en
 }
 }  // namespace
 
+// Eight bytes at a time ("SWAR"): masks with the high bit set in each byte of `w` that
+// is >= 0x80, < 0x20, or equal to '"' or '\\'.
+constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+constexpr std::uint64_t kHighs = 0x8080808080808080ULL;
+inline std::uint64_t load8(const unsigned char* p) {
+  std::uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+inline std::uint64_t bytes_equal(std::uint64_t w, unsigned char c) {
+  const std::uint64_t x = w ^ (kOnes * c);
+  return (x - kOnes) & ~x & kHighs;
+}
+inline std::uint64_t bytes_below(std::uint64_t w, unsigned char c) { return (w - kOnes * c) & ~w & kHighs; }
+
 bool is_valid_utf8(std::string_view s) noexcept {
   auto p = reinterpret_cast<const unsigned char*>(s.data());
   const auto end = p + s.size();
+  while (end - p >= 8 && (load8(p) & kHighs) == 0) p += 8;  // ASCII runs
   while (p != end) {
     const std::size_t n = utf8_sequence_length(p, end);
     if (n == 0) return false;
@@ -162,6 +189,13 @@ void append_json_string(std::string& out, std::string_view s) {
   const char* end = p + s.size();
   const char* run = p;
   for (; p != end; ++p) {
+    // Skip eight plain bytes at a time.
+    while (end - p >= 8) {
+      const std::uint64_t w = load8(reinterpret_cast<const unsigned char*>(p));
+      if (bytes_below(w, 0x20) | bytes_equal(w, '"') | bytes_equal(w, '\\')) break;
+      p += 8;
+    }
+    if (p == end) break;
     const auto c = static_cast<unsigned char>(*p);
     if (c >= 0x20 && c != '"' && c != '\\') continue;
     out.append(run, p);

@@ -26,21 +26,21 @@ class DsStateDecoder {
   explicit DsStateDecoder(DsUpdate& out) : out_(out) {}
 
   // Events; `depth` is relative: 1 = inside the ds_state object.
-  bool key(int depth, std::string& k) {
+  bool key(int depth, std::string_view k) {
     if (depth == 1) {
       if (k == "delta") field_ = Field::delta;
       else if (k == "slots") field_ = Field::slots;
       else if (k == "removed_slots") field_ = Field::removed_slots;
-      else return fail("unknown field '" + k + "'");
+      else return fail("unknown field '" + std::string(k) + "'");
       const auto bit = 1u << static_cast<unsigned>(field_);
-      if (seen_ & bit) return fail("duplicate field '" + k + "'");
+      if (seen_ & bit) return fail("duplicate field '" + std::string(k) + "'");
       seen_ |= bit;
       return true;
     }
     if (depth == 2) {  // slot name inside "slots"
       slot_ = slot_index(k);
-      if (slot_ < 0) return fail("unknown slot '" + k + "' (slots are DS0..DS7)");
-      if (out_.changes.set & (1u << slot_)) return fail("duplicate slot " + k);
+      if (slot_ < 0) return fail("unknown slot '" + std::string(k) + "' (slots are DS0..DS7)");
+      if (out_.changes.set & (1u << slot_)) return fail("duplicate slot " + std::string(k));
       artifact_ = Artifact{};
       artifact_seen_ = 0;
       return true;
@@ -50,9 +50,9 @@ class DsStateDecoder {
     else if (k == "content_json") afield_ = AField::content_json;
     else if (k == "provenance") afield_ = AField::provenance;
     else if (k == "size_bytes") afield_ = AField::size_bytes;
-    else return fail(slot_name() + ": unknown field '" + k + "'");
+    else return fail(slot_name() + ": unknown field '" + std::string(k) + "'");
     const auto bit = 1u << static_cast<unsigned>(afield_);
-    if (artifact_seen_ & bit) return fail(slot_name() + ": duplicate field '" + k + "'");
+    if (artifact_seen_ & bit) return fail(slot_name() + ": duplicate field '" + std::string(k) + "'");
     artifact_seen_ |= bit;
     return true;
   }
@@ -69,18 +69,18 @@ class DsStateDecoder {
     return true;
   }
 
-  bool string(int depth, std::string& v) {
+  bool string(int depth, std::string_view v) {
     if (depth == 2 && field_ == Field::removed_slots) {
       const int i = slot_index(v);
-      if (i < 0) return fail("unknown slot '" + v + "' in removed_slots (slots are DS0..DS7)");
+      if (i < 0) return fail("unknown slot '" + std::string(v) + "' in removed_slots (slots are DS0..DS7)");
       out_.changes.removed |= static_cast<std::uint8_t>(1u << i);
       return true;
     }
     if (depth == 3) {
       switch (afield_) {
-        case AField::type: artifact_.type = std::move(v); return true;
-        case AField::content_json: artifact_.content_json = std::move(v); return true;
-        case AField::provenance: artifact_.provenance = std::move(v); return true;
+        case AField::type: artifact_.type.assign(v); return true;
+        case AField::content_json: artifact_.content_json.assign(v); return true;
+        case AField::provenance: artifact_.provenance.assign(v); return true;
         case AField::size_bytes: break;
       }
     }
@@ -221,17 +221,21 @@ class RequestSax {
   }
   bool binary(json::binary_t&) { return scalar_other("binary"); }
 
-  bool string(json::string_t& v) {
+  bool string(json::string_t& v) { return string_view_value(v); }
+  bool key(json::string_t& k) { return key_view(k); }
+
+  // Entry points without a std::string (the RapidJSON adapter uses these).
+  bool string_view_value(std::string_view v) {
     if (in_ds()) return ds_ok(ds_->string(rel(), v));
     if (depth_ != 1) return skip_or_reject("a string");
     switch (field_) {
       case Field::aid:
         if (v.empty()) return fail("field 'aid' must not be empty");
-        req_.aid = std::move(v);
+        req_.aid.assign(v);
         return true;
-      case Field::input_json: req_.input_json = std::move(v); return true;
-      case Field::idempotency_key: req_.idempotency_key = std::move(v); return true;
-      case Field::lease_token: req_.lease_token = std::move(v); return true;
+      case Field::input_json: req_.input_json.assign(v); return true;
+      case Field::idempotency_key: req_.idempotency_key.emplace(v); return true;
+      case Field::lease_token: req_.lease_token.emplace(v); return true;
       case Field::id:
         req_.id_json.clear();
         append_json_string(req_.id_json, v);
@@ -279,7 +283,7 @@ class RequestSax {
     return true;
   }
 
-  bool key(json::string_t& k) {
+  bool key_view(std::string_view k) {
     if (in_ds()) return ds_ok(ds_->key(rel(), k));
     if (depth_ != 1) return true;  // inside an unknown field's value
     if (k == "aid") field_ = Field::aid;
@@ -293,7 +297,7 @@ class RequestSax {
       return true;
     }
     const auto bit = 1u << static_cast<unsigned>(field_);
-    if (seen_ & bit) return fail("duplicate field '" + k + "'");
+    if (seen_ & bit) return fail("duplicate field '" + std::string(k) + "'");
     seen_ |= bit;
     return true;
   }
@@ -432,14 +436,14 @@ void append_slots(std::string& out, const SlotChanges* changes) {
 
 }  // namespace
 
-bool decode_request(std::string_view text, Request& request, Response& error) {
+bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated) {
   if (std::string bad = reject_raw_bytes(text); !bad.empty()) {
     error = Response::failure(ErrorKind::malformed_request, "malformed request: " + bad);
     return false;
   }
   {
     RequestSax fast(request);
-    const auto outcome = detail::rapid_parse(text, fast);
+    const auto outcome = detail::rapid_parse(text, fast, nul_terminated);
     if (outcome == detail::RapidOutcome::accepted && fast.finish()) return true;
     if (outcome != detail::RapidOutcome::undecided) {
       error = Response::failure(fast.kind(), fast.error());

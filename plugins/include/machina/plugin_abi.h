@@ -76,8 +76,8 @@ typedef struct machina_host_api {
   /* Reads slot `slot` (0..7). Returns 1 and fills *out (borrowed, valid until the
    * call ends or the slot is changed) if set, 0 if empty, -1 if slot is out of range. */
   int (*slot_get)(machina_call* call, uint32_t slot, machina_artifact* out);
-  /* Sets slot `slot` (copied). Returns 0, or -1 if slot is out of range or the
-   * artifact's content_json is not JSON. */
+  /* Sets slot `slot` (copied). Returns 0, or -1 if slot is out of range, the
+   * artifact's content_json is not JSON, or its type or provenance is not UTF-8. */
   int (*slot_set)(machina_call* call, uint32_t slot, const machina_artifact* artifact);
   /* Empties slot `slot`. Returns 0, or -1 if out of range. */
   int (*slot_clear)(machina_call* call, uint32_t slot);

@@ -14,13 +14,14 @@ class CircuitBreaker {
   struct Options {
     std::uint32_t threshold = 5;       // failures within the window that trip it
     std::int64_t window_ms = 30'000;   // rolling window
-    std::int64_t cooldown_ms = 10'000; // open for this long, then one trial call
+    std::int64_t cooldown_ms = 10'000; // open for this long; then calls pass until one fails
   };
 
   explicit CircuitBreaker(Options options) : options_(options) {}
 
-  /// False while open. After the cool-down the breaker lets calls through again;
-  /// the next host-side failure opens it at once, a success closes it.
+  /// False while open. After the cool-down every call is let through again (not
+  /// just one trial call) until one fails: that host-side failure re-opens it at once,
+  /// a success closes it.
   bool allow(std::int64_t now_ms) const noexcept;
   void record_failure(std::int64_t now_ms);
   void record_success(std::int64_t now_ms) noexcept;

@@ -47,8 +47,9 @@ class Host {
 
   /// Decodes one JSON request (`aid_override`: the --run aid), handles it and appends
   /// the encoded response line to `out`. Returns true if the response carries an id.
+  /// `nul_terminated`: text[size] is readable and '\0', which lets decoding go faster.
   bool handle_json(std::string_view text, Session& session, std::string& out,
-                   std::string_view aid_override = {});
+                   std::string_view aid_override = {}, bool nul_terminated = false);
 
   /// The response for a request refused by size before it was decoded.
   Response request_too_large() const;
@@ -56,7 +57,8 @@ class Host {
   std::size_t idempotency_entries() const { return idempotency_.size(); }
 
  private:
-  Response respond_json(std::string_view text, Session& session, std::string_view aid_override);
+  Response respond_json(std::string_view text, Session& session, std::string_view aid_override,
+                        bool nul_terminated);
   Response handle_checked(Request& request, Session& session);
   Response execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;

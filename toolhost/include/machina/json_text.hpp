@@ -15,6 +15,9 @@ inline constexpr std::size_t kMaxJsonDepth = 512;
 /// returns false and, if `why` is given, a short reason with the byte offset.
 bool validate_json(std::string_view text, std::string* why = nullptr,
                    std::size_t max_depth = kMaxJsonDepth);
+/// The same for a std::string, whose terminating NUL lets the fast path read faster.
+bool validate_json(const std::string& text, std::string* why = nullptr,
+                   std::size_t max_depth = kMaxJsonDepth);
 
 /// "invalid JSON at byte N: <reason>" from a nlohmann parse error, without echoing
 /// the offending bytes (they may not be UTF-8).

@@ -6,14 +6,21 @@
 
 #include <machina/json_text.hpp>
 
+// x86-64 always has SSE2: RapidJSON then skips whitespace and copies strings 16 bytes
+// at a time.
+#if defined(__SSE2__) && !defined(RAPIDJSON_SSE2)
+#define RAPIDJSON_SSE2
+#endif
 #include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
+#include <rapidjson/stream.h>
 
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -52,18 +59,25 @@ class RapidToNlohmann {
     }
     return sax_.number_float(d, scratch_);
   }
+  // Handlers may take text as a string_view (string_view_value / key_view), which
+  // saves a copy; a handler declaring `kIgnoresText` gets an empty string.
   bool String(const char* s, rapidjson::SizeType n, bool) {
     if (!text(s, n)) return false;
-    return sax_.string(scratch_);
+    if constexpr (requires(std::string_view v) { sax_.string_view_value(v); })
+      return sax_.string_view_value(std::string_view(s, n));
+    else
+      return sax_.string(scratch_);
   }
   bool Key(const char* s, rapidjson::SizeType n, bool) {
     if (!text(s, n)) return false;
-    return sax_.key(scratch_);
+    if constexpr (requires(std::string_view v) { sax_.key_view(v); })
+      return sax_.key_view(std::string_view(s, n));
+    else
+      return sax_.key(scratch_);
   }
 
-  // A handler that declares `static constexpr bool kIgnoresText = true` gets an empty
-  // string instead of a copy of each string and key.
-  static constexpr bool kCopiesText = !requires { Sax::kIgnoresText; };
+  static constexpr bool kCopiesText =
+      !requires { Sax::kIgnoresText; } && !requires(Sax& x, std::string_view v) { x.string_view_value(v); };
   bool StartObject() { return sax_.start_object(static_cast<std::size_t>(-1)); }
   bool EndObject(rapidjson::SizeType) { return sax_.end_object(); }
   bool StartArray() { return sax_.start_array(static_cast<std::size_t>(-1)); }
@@ -104,16 +118,40 @@ enum class RapidOutcome { accepted, handler_stopped, undecided };
 
 /// Runs `sax` over `text` with RapidJSON. `handler_stopped`: the handler returned
 /// false on its own; `undecided`: RapidJSON failed or stopped early (e.g. at a NUL),
-/// so nlohmann has to parse the text again.
+/// so nlohmann has to parse the text again. With `nul_terminated` (text[size] is
+/// readable and '\0') RapidJSON copies strings 16 bytes at a time.
 template <class Sax>
-RapidOutcome rapid_parse(std::string_view text, Sax& sax) {
+RapidOutcome rapid_parse(std::string_view text, Sax& sax, bool nul_terminated = false) {
   RapidToNlohmann<Sax> adapter(sax);
-  rapidjson::MemoryStream stream(text.data(), text.size());
-  rapidjson::Reader reader;
-  const rapidjson::ParseResult result = reader.Parse<kRapidFlags>(stream, adapter);
+  // One reader per thread: its parse stack is kept between documents, so a request
+  // does not pay for allocating it. A handler may parse again while the reader is
+  // busy (content_json inside a request); that nested parse gets its own reader.
+  thread_local rapidjson::Reader shared_reader;
+  thread_local bool shared_busy = false;
+  std::optional<rapidjson::Reader> own_reader;
+  rapidjson::Reader& reader = shared_busy ? own_reader.emplace() : shared_reader;
+  const bool took_shared = !shared_busy;
+  shared_busy = true;
+  struct Release {
+    bool active;
+    ~Release() {
+      if (active) shared_busy = false;
+    }
+  } release{took_shared};
+  rapidjson::ParseResult result;
+  std::size_t consumed = 0;
+  if (nul_terminated) {
+    rapidjson::StringStream stream(text.data());
+    result = reader.Parse<kRapidFlags>(stream, adapter);
+    consumed = stream.Tell();
+  } else {
+    rapidjson::MemoryStream stream(text.data(), text.size());
+    result = reader.Parse<kRapidFlags>(stream, adapter);
+    consumed = stream.Tell();
+  }
   if (result) {
     // RapidJSON reads a NUL byte as the end of input; the whole text must be consumed.
-    return stream.Tell() == text.size() ? RapidOutcome::accepted : RapidOutcome::undecided;
+    return consumed == text.size() ? RapidOutcome::accepted : RapidOutcome::undecided;
   }
   if (result.Code() == rapidjson::kParseErrorTermination && !adapter.needs_second_opinion())
     return RapidOutcome::handler_stopped;

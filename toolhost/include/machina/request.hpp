@@ -22,7 +22,7 @@ struct Request {
 struct Response {
   ErrorKind kind = ErrorKind::none;
   std::string error;        // human-readable; empty when ok
-  std::string output_json;  // the tool's output when ok (or its partial output)
+  std::string output_json;  // the tool's output when ok
   bool idempotent_hit = false;
   DsReport ds_state;
   // lease_required / lease_rejected details (seed 4c)

@@ -10,9 +10,9 @@
 namespace machina {
 
 /// Decodes one request object. On failure returns a ready error Response in `error`
-/// (kind malformed_request or invalid_ds_state) and false. `request.id_json` is set
-/// as soon as the id is read, so an error after it can still echo it.
-bool decode_request(std::string_view text, Request& request, Response& error);
+/// (kind malformed_request or invalid_ds_state; it echoes the id if the text is valid
+/// JSON) and false. `nul_terminated`: text[size] is readable and '\0' (faster).
+bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated = false);
 
 /// Decodes a ds_state object on its own (used by _core and the fuzz target).
 bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why);
