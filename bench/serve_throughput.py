@@ -64,7 +64,8 @@ def main() -> None:
         rows.append((name, statistics.median(rates), min(rates), max(rates)))
     shutil.rmtree(work)
 
-    print(f"{args.requests} requests per run, {args.repeat} runs, {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
+    python = sys.version.split()[0]
+    print(f"{args.requests} requests per run, {args.repeat} runs, {os.cpu_count()} CPUs, python {python}")
     print(f"{'command':<46} {'median req/s':>14} {'min':>12} {'max':>12}")
     for name, med, lo, hi in rows:
         print(f"{name:<46} {med:>14,.0f} {lo:>12,.0f} {hi:>12,.0f}")

@@ -13,9 +13,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import machina_dispatch
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_PLUGIN_SRC = REPO / "tests" / "plugins"

@@ -509,7 +509,7 @@ def test_serve_whole_corpus_in_one_stream() -> None:
         want.append((c.id + " (good line after)", GOOD_RESPONSE))
     got = parse_response_lines(proc.stdout)
     assert len(got) == len(want)
-    for response, (label, expected) in zip(got, want):
+    for response, (label, expected) in zip(got, want, strict=True):
         assert response == expected, label
 
 

@@ -9,7 +9,6 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import TOOLHOST, echo, ok_response, plain_error, run_json, serve, serve_raw, status_error
 
 CAP = 10 * 1024 * 1024

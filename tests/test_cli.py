@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import tomllib
 
 import machina_dispatch
+import tomllib
 from conftest import REPO, TOOLHOST, base_env, ok_response, run_json
 
 REQUIRED_TOOLS = {"AID.ECHO.v1", "AID.TEXT.STATS.v1", "AID.STATE.PUT.v1", "AID.FILE.WRITE.v1"}

@@ -7,9 +7,8 @@ import json
 import time
 from typing import Any
 
-from conftest import EMPTY_DELTA, LEASE_SECRET, TOOLHOST, ok_response, serve, serve_raw, status_error
-
 import machina_dispatch
+from conftest import EMPTY_DELTA, LEASE_SECRET, TOOLHOST, ok_response, serve, serve_raw, status_error
 
 
 def counter(key: str | None = None, input_json: str = "{}", **fields: Any) -> dict[str, Any]:

@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import machina_dispatch
+import pytest
 from conftest import LEASE_SECRET, TOOLHOST, base_env, ok_response, run_json, serve
 
 WRITE = "AID.FILE.WRITE.v1"
@@ -88,7 +87,8 @@ def test_bad_signature(env: dict[str, str]) -> None:
     assert serve([write_req(".".join(parts))], env=env) == [rejected("bad_signature")]
 
 
-@pytest.mark.parametrize("token", ["", "abc", "mlt1.zz.1.2.3", "mlt2." + "a" * 10, "mlt1.41.notanumber." + "a" * 32 + "." + "b" * 64])
+@pytest.mark.parametrize("token", ["", "abc", "mlt1.zz.1.2.3", "mlt2." + "a" * 10,
+                                   "mlt1.41.notanumber." + "a" * 32 + "." + "b" * 64])
 def test_malformed(env: dict[str, str], token: str) -> None:
     assert serve([write_req(token)], env=env) == [rejected("malformed")]
 
@@ -168,7 +168,7 @@ def test_ledger_must_be_private(env: dict[str, str], tmp_path: Path) -> None:
     proc = subprocess.run([TOOLHOST, "--serve"], input=b"", capture_output=True,
                           env=base_env({**env, "MACHINA_LEASE_LEDGER": str(shared)}), timeout=30)
     assert proc.returncode == 2
-    assert b"must be owned by this user and not writable by others" in proc.stderr
+    assert b"must be owned by this user and not writable by group or others" in proc.stderr
 
 
 def test_replay_memory_is_bounded_by_expiry(env: dict[str, str]) -> None:
@@ -181,3 +181,36 @@ def test_replay_memory_is_bounded_by_expiry(env: dict[str, str]) -> None:
     time.sleep(0.3)
     assert serve([write_req(issue())], env=env)[0]["ok"] is True
     assert len(list(ledger.iterdir())) == 1
+
+
+def test_unwritable_ledger_fails_closed(env: dict[str, str]) -> None:
+    import shutil
+
+    p = subprocess.Popen([TOOLHOST, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         env=base_env(env))
+    assert p.stdin and p.stdout
+
+    def call(token: str) -> dict[str, Any]:
+        assert p.stdin and p.stdout
+        p.stdin.write(json.dumps(write_req(token)).encode() + b"\n")
+        p.stdin.flush()
+        return dict(json.loads(p.stdout.readline()))
+
+    try:
+        assert call(issue())["ok"] is True
+        shutil.rmtree(env["MACHINA_LEASE_LEDGER"])
+        # The ledger cannot record the use: the lease is refused, not used unrecorded.
+        assert call(issue()) == rejected("ledger_unavailable")
+    finally:
+        p.stdin.close()
+        p.wait(timeout=10)
+
+
+def test_ledger_parent_is_checked_even_with_a_trailing_slash(env: dict[str, str], tmp_path: Path) -> None:
+    shared = tmp_path / "open"
+    shared.mkdir()
+    shared.chmod(0o777)
+    proc = subprocess.run([TOOLHOST, "--serve"], input=b"", capture_output=True,
+                          env=base_env({**env, "MACHINA_LEASE_LEDGER": f"{shared}/ledger/"}), timeout=30)
+    assert proc.returncode == 2
+    assert b"its parent folder must belong to this user or root" in proc.stderr

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-
 import machina_dispatch
+import pytest
 from conftest import TOOLHOST, base_env, ok_response, serve
 
 BUILTIN = str(machina_dispatch.builtin_plugin_path())

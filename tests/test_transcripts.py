@@ -80,7 +80,7 @@ class Transcript:
         if len(self.args) % 2 != 0:
             raise ValueError(f"{self.name}: args must be option/value pairs: {self.args}")
         options: dict[str, int] = {}
-        for opt, value in zip(self.args[::2], self.args[1::2]):
+        for opt, value in zip(self.args[::2], self.args[1::2], strict=True):
             if opt not in HOST_OPTIONS:
                 raise ValueError(f"{self.name}: option {opt} has no in-process equivalent")
             options[HOST_OPTIONS[opt]] = int(value)
@@ -135,7 +135,7 @@ def serve_lines(stdout: bytes) -> list[str]:
 
 def assert_responses(got: list[str], transcript: Transcript) -> None:
     expected = transcript.expected
-    for text, (label, want) in zip(got, expected):
+    for text, (label, want) in zip(got, expected, strict=True):
         assert parse_response(text) == want, label
     assert len(got) == len(expected), (
         f"{transcript.name}: {len(got)} responses for {len(expected)} requests")

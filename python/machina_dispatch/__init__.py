@@ -25,7 +25,9 @@ __all__ = [
 
 __version__: str = _core.__version__
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+# Compiled files (the _core module, the plugin pack, the ABI headers) are installed
+# together; in an editable install they live apart from the Python sources.
+_PACKAGE_DIR = Path(_core.__file__).resolve().parent
 
 
 def plugin_dir() -> Path:

@@ -11,7 +11,7 @@ bool CircuitBreaker::allow(std::int64_t now_ms) const noexcept {
 void CircuitBreaker::record_failure(std::int64_t now_ms) {
   std::lock_guard lock(mu_);
   if (open_until_.load(std::memory_order_relaxed) != 0) {
-    // A failure after the cool-down (the trial call) re-opens at once.
+    // A failure after the cool-down (calls are let through again) re-opens it at once.
     open_until_.store(now_ms + options_.cooldown_ms, std::memory_order_relaxed);
     return;
   }

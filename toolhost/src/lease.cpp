@@ -63,7 +63,8 @@ bool is_hex(std::string_view s, std::size_t len) {
 /// Creates the ledger folder (and missing parents) private to this user, and refuses
 /// one that another user owns or others may write to: they could pre-empt or erase
 /// the record of a used lease.
-void prepare_ledger(const std::string& dir) {
+void prepare_ledger(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::string path;
   std::size_t pos = 0;
   while (pos != std::string::npos) {
@@ -77,7 +78,7 @@ void prepare_ledger(const std::string& dir) {
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw HostError("lease ledger " + dir + " is not a directory");
   if (st.st_uid != geteuid() || (st.st_mode & 022) != 0)
-    throw HostError("lease ledger " + dir + " must be owned by this user and not writable by others");
+    throw HostError("lease ledger " + dir + " must be owned by this user and not writable by group or others");
   // Whoever controls the parent can rename the ledger away and so reset it: the parent
   // must be this user's or root's, and shared only with the sticky bit (as /tmp is).
   const std::string parent = dir.substr(0, dir.find_last_of('/') == 0 ? 1 : dir.find_last_of('/'));
@@ -87,7 +88,7 @@ void prepare_ledger(const std::string& dir) {
     const bool shared_ok = (up.st_mode & 022) == 0 || (up.st_mode & S_ISVTX) != 0;
     if (!owner_ok || !shared_ok)
       throw HostError("lease ledger " + dir + ": its parent folder must belong to this user or root and not be "
-                      "writable by others (unless sticky)");
+                      "writable by group or others (unless sticky)");
   }
 }
 
@@ -179,7 +180,9 @@ std::optional<std::string> LeaseAuthority::redeem(std::string_view token, std::s
   std::lock_guard lock(mu_);
   if (consumed_.count(nonce) != 0) return "consumed";
   if (!consume(nonce, expires_at, now_ms)) return "replay_cache_full";
-  if (!options_.ledger_dir.empty() && !consume_in_ledger(nonce, expires_at, now_ms)) return "consumed";
+  if (!options_.ledger_dir.empty()) {
+    if (auto why = consume_in_ledger(nonce, expires_at, now_ms)) return why;
+  }
   return std::nullopt;
 }
 
@@ -195,7 +198,8 @@ bool LeaseAuthority::consume(const std::string& nonce, std::int64_t expires_at, 
   return true;
 }
 
-bool LeaseAuthority::consume_in_ledger(const std::string& nonce, std::int64_t expires_at, std::int64_t now_ms) {
+std::optional<std::string> LeaseAuthority::consume_in_ledger(const std::string& nonce, std::int64_t expires_at,
+                                                             std::int64_t now_ms) {
   // One file per used lease, named "<expiry>-<nonce>"; O_EXCL makes use-once atomic
   // across every process sharing the directory. Expired files are swept on the way.
   if (DIR* dir = opendir(options_.ledger_dir.c_str())) {
@@ -209,9 +213,9 @@ bool LeaseAuthority::consume_in_ledger(const std::string& nonce, std::int64_t ex
   }
   const std::string path = options_.ledger_dir + "/" + std::to_string(expires_at) + "-" + nonce;
   const int fd = open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
+  if (fd < 0) return errno == EEXIST ? "consumed" : "ledger_unavailable";  // fail closed
   close(fd);
-  return true;
+  return std::nullopt;
 }
 
 }  // namespace machina

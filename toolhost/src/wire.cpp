@@ -460,8 +460,9 @@ bool decode_request(std::string_view text, Request& request, Response& error, bo
   } else {
     error = Response::failure(sax.kind(), sax.error());
   }
-  // An id is echoed only from a request that is valid JSON: from a broken one it may
-  // be cut short ("id":01 reads as 0) and would point at another request.
+  // No id is echoed from a request that fails as JSON syntax: its id token may have
+  // been cut short ("id":01 reads as 0) and would point at another request. (A field
+  // error found earlier keeps the id: the parse stopped there, after a complete id.)
   if (!sax.syntax_error()) error.id_json = request.id_json;
   return false;
 }

@@ -41,14 +41,15 @@ class LeaseAuthority {
   const Options& options() const { return options_; }
 
   /// Checks and consumes a token for `aid`. Returns the rejection reason (malformed,
-  /// bad_signature, wrong_tool, expired, consumed, replay_cache_full), or nullopt if the
-  /// lease is good (it is then used up).
+  /// bad_signature, wrong_tool, expired, consumed, replay_cache_full, ledger_unavailable),
+  /// or nullopt if the lease is good (it is then used up).
   std::optional<std::string> redeem(std::string_view token, std::string_view aid, std::int64_t now_ms);
 
  private:
   std::string mac_hex(std::string_view payload) const;
   bool consume(const std::string& nonce, std::int64_t expires_at, std::int64_t now_ms);
-  bool consume_in_ledger(const std::string& nonce, std::int64_t expires_at, std::int64_t now_ms);
+  std::optional<std::string> consume_in_ledger(const std::string& nonce, std::int64_t expires_at,
+                                               std::int64_t now_ms);
 
   std::string secret_;
   Options options_;
