@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 
+@pytest.mark.timeout(900)  # a full build of the project
 def test_cpp_builds_without_warnings(tmp_path: Path) -> None:
     cmake = shutil.which("cmake")
     assert cmake is not None, "cmake comes with the test extras: pip install '.[test]'"

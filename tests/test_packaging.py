@@ -9,12 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 IGNORE = shutil.ignore_patterns("build", ".git", "__pycache__", "*.so", ".pytest_cache", ".mypy_cache",
                                 ".ruff_cache", "*.egg-info")
 
 
+@pytest.mark.timeout(900)  # two builds of the whole project
 def test_editable_install_rebuilds_on_change(tmp_path: Path) -> None:
     src = tmp_path / "src"
     shutil.copytree(REPO, src, ignore=IGNORE)
