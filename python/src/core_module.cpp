@@ -1,6 +1,7 @@
 // machina_dispatch._core: the C++ host in-process. Only converts types; every rule
 // lives in the core, where the CLI uses it too.
 #include <machina/host.hpp>
+#include <machina/json_text.hpp>
 #include <machina/lease.hpp>
 #include <machina/wire.hpp>
 
@@ -63,6 +64,34 @@ PYBIND11_MODULE(_core, m) {
         return out;
       },
       "Every error kind as (code, status or '', counts_for_breaker), in the core's order.");
+
+  // Test hooks: the same check through the fast path or the reference parser alone.
+  m.def(
+      "_check_json",
+      [](const std::string& text, bool reference) -> std::optional<std::string> {
+        std::string why;
+        const bool ok = reference ? machina::detail::validate_json_reference(text, &why)
+                                  : machina::validate_json(text, &why);
+        return ok ? std::nullopt : std::optional<std::string>(why);
+      },
+      "text"_a, "reference"_a = false);
+  m.def(
+      "_decode_request",
+      [](const std::string& text, bool reference) -> py::tuple {
+        machina::Request req;
+        machina::Response err;
+        const bool ok = reference ? machina::detail::decode_request_reference(text, req, err)
+                                  : machina::decode_request(text, req, err, /*nul_terminated=*/true);
+        if (!ok) return py::make_tuple(false, err.error, std::string(machina::error_info(err.kind).code), err.id_json);
+        std::string ds;
+        if (req.ds_state) {
+          ds = req.ds_state->delta ? "delta:" : "full:";
+          auto changes = std::make_shared<machina::SlotChanges>(req.ds_state->changes);
+          machina::encode_ds_state({machina::DsReport::Mode::delta, changes}, ds);
+        }
+        return py::make_tuple(true, req.aid, req.input_json, req.id_json, req.idempotency_key, req.lease_token, ds);
+      },
+      "text"_a, "reference"_a = false);
 
   py::class_<machina::Session>(m, "Session", "One caller's ds_state; delta=True answers with deltas (serve).")
       .def(py::init<bool>(), "delta"_a = true)

@@ -92,6 +92,15 @@ bool validate(std::string_view text, std::string* why, std::size_t max_depth, bo
     ValidatingSax fast(max_depth);
     if (detail::rapid_parse(text, fast, nul_terminated) == detail::RapidOutcome::accepted) return true;
   }
+  return detail::validate_json_reference(text, why, max_depth);
+}
+}  // namespace
+
+bool detail::validate_json_reference(std::string_view text, std::string* why, std::size_t max_depth) {
+  if (std::string bad = reject_raw_bytes(text); !bad.empty()) {
+    if (why) *why = std::move(bad);
+    return false;
+  }
   ValidatingSax sax(max_depth);
   const char* begin = text.data();
   if (nlohmann::json::sax_parse(begin, begin + text.size(), &sax)) return true;
@@ -101,7 +110,6 @@ bool validate(std::string_view text, std::string* why, std::size_t max_depth, bo
   }
   return false;
 }
-}  // namespace
 
 bool validate_json(std::string_view text, std::string* why, std::size_t max_depth) {
   return validate(text, why, max_depth, false);
@@ -151,17 +159,30 @@ inline std::uint64_t bytes_equal(std::uint64_t w, unsigned char c) {
 }
 inline std::uint64_t bytes_below(std::uint64_t w, unsigned char c) { return (w - kOnes * c) & ~w & kHighs; }
 
-bool is_valid_utf8(std::string_view s) noexcept {
+namespace {
+template <bool kNoControls>
+bool check_utf8(std::string_view s) noexcept {
   auto p = reinterpret_cast<const unsigned char*>(s.data());
   const auto end = p + s.size();
-  while (end - p >= 8 && (load8(p) & kHighs) == 0) p += 8;  // ASCII runs
   while (p != end) {
+    while (end - p >= 8) {  // ASCII runs
+      const std::uint64_t w = load8(p);
+      if ((w & kHighs) != 0 || (kNoControls && bytes_below(w, 0x20) != 0)) break;
+      p += 8;
+    }
+    if (p == end) break;
+    if (kNoControls && *p < 0x20) return false;
     const std::size_t n = utf8_sequence_length(p, end);
     if (n == 0) return false;
     p += n;
   }
   return true;
 }
+}  // namespace
+
+bool is_valid_utf8(std::string_view s) noexcept { return check_utf8<false>(s); }
+
+bool detail::is_utf8_without_controls(std::string_view s) noexcept { return check_utf8<true>(s); }
 
 std::string to_valid_utf8(std::string_view s) {
   if (is_valid_utf8(s)) return std::string(s);

@@ -452,6 +452,14 @@ bool decode_request(std::string_view text, Request& request, Response& error, bo
     }
   }
   request = Request{};  // nlohmann decides from scratch and explains
+  return detail::decode_request_reference(text, request, error);
+}
+
+bool detail::decode_request_reference(std::string_view text, Request& request, Response& error) {
+  if (std::string bad = reject_raw_bytes(text); !bad.empty()) {
+    error = Response::failure(ErrorKind::malformed_request, "malformed request: " + bad);
+    return false;
+  }
   RequestSax sax(request);
   const char* begin = text.data();
   if (json::sax_parse(begin, begin + text.size(), &sax) && sax.finish()) return true;

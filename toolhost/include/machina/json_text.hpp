@@ -19,6 +19,15 @@ bool validate_json(std::string_view text, std::string* why = nullptr,
 bool validate_json(const std::string& text, std::string* why = nullptr,
                    std::size_t max_depth = kMaxJsonDepth);
 
+namespace detail {
+/// validate_json with the reference parser (nlohmann) alone, never the fast path; for
+/// tests that check both paths accept exactly the same texts.
+bool validate_json_reference(std::string_view text, std::string* why = nullptr,
+                             std::size_t max_depth = kMaxJsonDepth);
+/// True if `s` is well-formed UTF-8 without a byte below 0x20.
+bool is_utf8_without_controls(std::string_view s) noexcept;
+}  // namespace detail
+
 /// "invalid JSON at byte N: <reason>" from a nlohmann parse error, without echoing
 /// the offending bytes (they may not be UTF-8).
 std::string describe_parse_error(std::size_t position, const std::string& what);

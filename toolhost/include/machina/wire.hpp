@@ -14,6 +14,12 @@ namespace machina {
 /// JSON) and false. `nul_terminated`: text[size] is readable and '\0' (faster).
 bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated = false);
 
+namespace detail {
+/// decode_request with the reference parser (nlohmann) alone; for tests that check the
+/// fast path decodes exactly as the reference does.
+bool decode_request_reference(std::string_view text, Request& request, Response& error);
+}  // namespace detail
+
 /// Decodes a ds_state object on its own (used by _core and the fuzz target).
 bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why);
 
