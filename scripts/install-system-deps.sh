@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build needs (CLI11 and RapidJSON headers, OpenSSL's
-# libcrypto) if they are missing. Uses sudo when not run as root.
+# libcrypto, libseccomp) if they are missing. Uses sudo when not run as root.
 set -euo pipefail
 need=()
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 [ -f /usr/include/rapidjson/reader.h ] || need+=(rapidjson-dev)
 [ -f /usr/include/openssl/hmac.h ] || need+=(libssl-dev)
+[ -f /usr/include/seccomp.h ] || need+=(libseccomp-dev)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

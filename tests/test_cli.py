@@ -69,7 +69,7 @@ def test_list_describes_builtin_tools() -> None:
     assert REQUIRED_TOOLS <= tools.keys()
     for t in tools.values():
         assert set(t) == {"aid", "name", "description", "input_schema", "deterministic", "tags",
-                          "side_effects", "replay_inputs", "tier", "plugin"}
+                          "side_effects", "replay_inputs", "tier", "timeout_ms", "plugin"}
         assert 0 <= t["tier"] <= 3
         assert t["plugin"].endswith("machina_builtin_tools.so")
     assert tools["AID.ECHO.v1"]["input_schema"] is None

@@ -4,6 +4,7 @@
 
 #include <machina/host.hpp>
 #include <machina/lease.hpp>
+#include <machina/worker.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -60,6 +61,16 @@ std::string find_builtin_plugin() {
                            "\nset MACHINA_TOOLHOST_PLUGIN_DIR or name a plugin with --plugin");
 }
 
+bool parse_positive(const std::string& text, std::int64_t& out) {
+  if (text.empty() || text.size() > 9) return false;
+  out = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    out = out * 10 + (c - '0');
+  }
+  return out > 0;
+}
+
 std::string list_json(const machina::Host& host) {
   nlohmann::json tools = nlohmann::json::array();
   for (const auto& t : host.registry().list()) {
@@ -72,6 +83,7 @@ std::string list_json(const machina::Host& host) {
                      {"side_effects", t.side_effects},
                      {"replay_inputs", t.replay_inputs},
                      {"tier", t.tier},
+                     {"timeout_ms", host.timeout_for(*host.registry().find(t.aid), machina::Request{})},
                      {"plugin", t.plugin_path}});
   }
   return nlohmann::json{{"ok", true}, {"tools", tools}}.dump() + "\n";
@@ -139,6 +151,58 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}))
       ->capture_default_str();
 
+  app.add_option("--timeout-ms", options.default_timeout_ms,
+                 "Deadline per call unless the request (timeout_ms), the operator (--tool-timeout) or the tool says otherwise")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}))
+      ->capture_default_str()
+      ->group("Deadlines and isolation");
+  app.add_option("--max-timeout-ms", options.max_timeout_ms, "Ceiling on every call's deadline")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}))
+      ->capture_default_str()
+      ->group("Deadlines and isolation");
+  std::vector<std::string> tool_timeouts;
+  app.add_option("--tool-timeout", tool_timeouts, "Deadline for one tool (repeatable)")
+      ->type_name("AID=MS")
+      ->group("Deadlines and isolation");
+  app.add_option("--max-stuck-calls", options.max_stuck_calls,
+                 "Inline: calls past their deadline whose tools still hold a thread; at this many, new calls are "
+                 "refused (overloaded)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+      ->capture_default_str()
+      ->group("Deadlines and isolation");
+  std::string isolation = "inline";
+  app.add_option("--isolation", isolation,
+                 "Where tools run: inline (in this process, fastest) or process (supervised worker processes: a "
+                 "crash, exit or hang costs one call)")
+      ->check(CLI::IsMember({"inline", "process"}))
+      ->capture_default_str()
+      ->group("Deadlines and isolation");
+  std::size_t isolation_workers = 0;
+  app.add_option("--isolation-workers", isolation_workers, "Worker processes (default: --workers)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
+      ->group("Deadlines and isolation");
+  machina::WorkerLimits& limits = options.workers.limits;
+  app.add_option("--limit-cpu-s", limits.cpu_seconds, "Process isolation: CPU seconds per call (SIGXCPU ends the worker)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{86'400}))
+      ->group("Deadlines and isolation");
+  app.add_option("--limit-memory-mb", limits.address_space_mb, "Process isolation: address space per worker (RLIMIT_AS)")
+      ->check(CLI::Range(std::uint64_t{16}, std::uint64_t{1} << 30))
+      ->group("Deadlines and isolation");
+  app.add_option("--limit-open-files", limits.open_files, "Process isolation: open files per worker (RLIMIT_NOFILE)")
+      ->check(CLI::Range(std::uint64_t{8}, std::uint64_t{1} << 20))
+      ->group("Deadlines and isolation");
+  app.add_option("--limit-file-size-mb", limits.file_size_mb, "Process isolation: largest file a worker may write (RLIMIT_FSIZE)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30))
+      ->group("Deadlines and isolation");
+  app.add_flag("--no-network", limits.no_network,
+               "Process isolation: workers cannot create sockets (seccomp; socketpair still works)")
+      ->group("Deadlines and isolation");
+  // The worker side of --isolation process (started by the host itself, not by people).
+  bool worker_mode = false;
+  long parent_pid = 0;
+  app.add_flag("--isolation-worker", worker_mode)->group("");
+  app.add_option("--parent-pid", parent_pid)->group("");
+
   list_opt->excludes(run_opt)->excludes(serve_opt);
   run_opt->excludes(serve_opt);
 
@@ -163,7 +227,36 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  if (worker_mode) {
+    machina::worker::WorkerConfig wc;
+    wc.plugins = plugins;
+    wc.limits = limits;
+    wc.max_output_bytes = options.max_output_bytes;
+    wc.max_frame_bytes = 10 * options.max_request_bytes + (1u << 20);
+    wc.parent_pid = parent_pid;
+    return machina::worker::run_worker(wc);
+  }
+
   try {
+    for (const auto& spec : tool_timeouts) {
+      const auto eq = spec.rfind('=');
+      std::int64_t ms = 0;
+      if (eq == std::string::npos || eq == 0 || !parse_positive(spec.substr(eq + 1), ms))
+        throw machina::HostError("--tool-timeout " + spec + ": expected AID=MILLISECONDS");
+      options.tool_timeouts_ms[spec.substr(0, eq)] = ms;
+    }
+    if (isolation == "process") {
+      options.isolation = machina::Isolation::process;
+      std::error_code ec;
+      options.workers.executable = fs::read_symlink("/proc/self/exe", ec).string();
+      options.workers.size = isolation_workers != 0 ? isolation_workers : workers;
+    } else if (limits.any()) {
+      throw machina::HostError("--limit-* and --no-network apply to worker processes: add --isolation process");
+    }
+    options.on_event = [](std::string_view line) {
+      std::string text = "machina-toolhost: " + std::string(line) + "\n";
+      (void)!::write(STDERR_FILENO, text.data(), text.size());
+    };
     if (*issue_cmd) {
       machina::LeaseAuthority authority(machina::load_lease_secret(), {});
       const auto ttl_ms = machina::lease_ttl_ms(lease_ttl_s, authority.options().max_ttl_ms);
@@ -185,7 +278,15 @@ int main(int argc, char** argv) {
 
     if (list) return machina::cli::write_all(wire, list_json(host)) ? 0 : 1;
     if (run_opt->count() > 0) return machina::cli::run_once(host, run_args.back(), STDIN_FILENO, wire);
-    return machina::cli::serve(host, {STDIN_FILENO, wire, workers, 1024});
+    const int rc = machina::cli::serve(host, {STDIN_FILENO, wire, workers, 1024});
+    if (const auto stuck = host.stuck_calls(); stuck > 0) {
+      // Their threads are still inside plugin code: leave without running destructors
+      // under their feet. Every response has been written.
+      std::cerr << "machina-toolhost: exiting with " << stuck << " call(s) still stuck in tools past their deadline\n";
+      std::cerr.flush();
+      _exit(rc);
+    }
+    return rc;
   } catch (const machina::HostError& e) {
     std::cerr << "machina-toolhost: " << e.what() << "\n";
     return 2;

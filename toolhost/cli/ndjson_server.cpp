@@ -71,34 +71,117 @@ void install_unsent_handlers(int wire_fd) {
   }
 }
 
-int serve_inline(Host& host, const ServeOptions& o) {
-  install_unsent_handlers(o.out_fd);
-  LineReader reader(o.in_fd, host.options().max_request_bytes);
-  Session session(/*respond_with_delta=*/true);
-  std::string out;
-  out.reserve(2 * kFlushAt);
-  bool open = true;
-  auto flush = [&] {
-    if (!out.empty() && open) open = write_all(o.out_fd, out);
-    out.clear();
-  };
-  std::string_view line;
-  for (;;) {
-    const auto next = reader.next(line, flush);
-    if (next == LineReader::Next::eof) break;
-    if (next == LineReader::Next::too_large) {
-      encode_response(host.request_too_large(), out);
-    } else if (!is_blank(line)) {
-      g_unsent_size.store(out.size(), std::memory_order_relaxed);
-      g_unsent_data.store(out.data(), std::memory_order_relaxed);
-      host.handle_json(line, session, out, {}, /*nul_terminated=*/true);
-      g_unsent_data.store(nullptr, std::memory_order_relaxed);
+/// Threads that serve and may be lost to a stuck tool: detached, counted, and waited
+/// for only while they are not stuck (a stuck one is replaced and forgotten).
+class ServingThreads {
+ public:
+  template <class F>
+  void start(F&& body) {
+    {
+      std::lock_guard lock(mu_);
+      ++running_;
     }
-    if (out.size() >= kFlushAt) flush();
-    if (!open) return 0;  // the reader went away; nobody is left to answer
+    std::thread([this, body = std::forward<F>(body)]() mutable {
+      body();
+      std::lock_guard lock(mu_);
+      --running_;
+      done_.notify_all();
+    }).detach();
   }
-  flush();
-  return 0;
+  /// A thread that will never come back to serve (its tool is stuck).
+  void lost() {
+    std::lock_guard lock(mu_);
+    --running_;
+    done_.notify_all();
+  }
+  /// Called by a thread that was lost and has now come back: it is done.
+  void came_back() {
+    std::lock_guard lock(mu_);
+    ++running_;
+  }
+  void wait_all() {
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [&] { return running_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_;
+  int running_ = 0;
+};
+
+/// --serve without --workers: one thread reads, runs and answers, batching output until
+/// it would block. If a tool overruns its deadline on that thread, the host's watchdog
+/// answers `timeout` through deliver_overrun(), which writes what was pending and starts a
+/// new thread that carries on reading; the stuck thread leaves quietly when it returns.
+class InlineServer final : public Takeover {
+ public:
+  InlineServer(Host& host, const ServeOptions& o)
+      : host_(host), o_(o), reader_(o.in_fd, host.options().max_request_bytes), session_(true) {
+    out_.reserve(2 * kFlushAt);
+  }
+
+  int run() {
+    install_unsent_handlers(o_.out_fd);
+    threads_.start([this] { serve(); });
+    threads_.wait_all();
+    return 0;
+  }
+
+  void deliver_overrun(Response response) override {
+    // The serving thread is inside the tool and cannot touch the state until this
+    // returns; after that it only leaves.
+    g_unsent_data.store(nullptr, std::memory_order_relaxed);
+    encode_response(response, out_);
+    flush();
+    threads_.start([this] { serve(); });  // before lost(): the count never touches 0
+    threads_.lost();
+  }
+
+ private:
+  void flush() {
+    if (!out_.empty() && open_) open_ = write_all(o_.out_fd, out_);
+    out_.clear();
+  }
+
+  void serve() {
+    auto before_block = [this] { flush(); };
+    std::string_view line;
+    for (;;) {
+      const auto next = reader_.next(line, before_block);
+      if (next == LineReader::Next::eof) break;
+      if (next == LineReader::Next::too_large) {
+        encode_response(host_.request_too_large(), out_);
+      } else if (!is_blank(line)) {
+        g_unsent_size.store(out_.size(), std::memory_order_relaxed);
+        g_unsent_data.store(out_.data(), std::memory_order_relaxed);
+        const auto handled = host_.handle_json(line, session_, out_, {}, /*nul_terminated=*/true, this);
+        if (handled.abandoned) {
+          threads_.came_back();  // balanced by the decrement when this thread ends
+          return;
+        }
+        g_unsent_data.store(nullptr, std::memory_order_relaxed);
+      }
+      // While a stuck tool may still bring the process down at any moment, nothing is
+      // held back.
+      if (out_.size() >= kFlushAt || host_.stuck_calls() > 0) flush();
+      if (!open_) return;  // the reader went away; nobody is left to answer
+    }
+    flush();
+  }
+
+  Host& host_;
+  const ServeOptions& o_;
+  LineReader reader_;
+  Session session_;
+  std::string out_;
+  bool open_ = true;
+  ServingThreads threads_;
+};
+
+int serve_inline(Host& host, const ServeOptions& o) {
+  InlineServer server(host, o);
+  return server.run();
 }
 
 /// Writes responses, holding back those without an id until every earlier request
@@ -199,40 +282,95 @@ class JobQueue {
   bool closed_ = false;
 };
 
-int serve_workers(Host& host, const ServeOptions& o) {
-  LineReader reader(o.in_fd, host.options().max_request_bytes);
-  Session session(/*respond_with_delta=*/true);
-  OrderedWriter writer(o.out_fd, o.max_in_flight);
-  JobQueue queue(o.workers * 4);
-  std::vector<std::thread> threads;
-  for (unsigned i = 0; i < o.workers; ++i) {
-    threads.emplace_back([&] {
-      std::string out;
-      while (auto job = queue.pop()) {
-        out.clear();
-        bool has_id = false;
-        if (job->too_large) encode_response(host.request_too_large(), out);
-        else has_id = host.handle_json(job->line, session, out, {}, /*nul_terminated=*/true);
-        writer.emit(job->seq, has_id, std::move(out));
-        out = std::string();
+/// --serve --workers N: a reader thread feeds a bounded queue, N threads run calls. A
+/// worker thread lost to a stuck tool has its call answered through deliver_overrun()
+/// and is replaced, so N threads keep serving.
+class WorkerServer {
+ public:
+  WorkerServer(Host& host, const ServeOptions& o)
+      : host_(host), o_(o), session_(true), writer_(o.out_fd, o.max_in_flight), queue_(o.workers * 4) {}
+
+  int run() {
+    for (unsigned i = 0; i < o_.workers; ++i) threads_.start([this] { work(); });
+    LineReader reader(o_.in_fd, host_.options().max_request_bytes);
+    std::uint64_t seq = 0;
+    std::string_view line;
+    for (;;) {
+      const auto next = reader.next(line, [] {});
+      if (next == LineReader::Next::eof) break;
+      const bool too_large = next == LineReader::Next::too_large;
+      if (!too_large && is_blank(line)) continue;
+      writer_.wait_for_room(seq);
+      if (!writer_.open()) break;
+      queue_.push(Job{seq++, too_large, too_large ? std::string() : std::string(line)});
+    }
+    queue_.close();
+    threads_.wait_all();
+    return 0;
+  }
+
+ private:
+  struct JobTakeover final : Takeover {
+    WorkerServer* server;
+    std::uint64_t seq;
+    JobTakeover(WorkerServer* s, std::uint64_t n) : server(s), seq(n) {}
+    void deliver_overrun(Response response) override {
+      std::string text;
+      encode_response(response, text);
+      server->writer_.emit(seq, !response.id_json.empty(), std::move(text));
+      server->threads_.start([s = server] { s->work(); });  // before lost(): the count never touches 0
+      server->threads_.lost();
+    }
+  };
+
+  void work() {
+    std::string out;
+    while (auto job = queue_.pop()) {
+      out.clear();
+      Host::Handled handled;
+      if (job->too_large) {
+        encode_response(host_.request_too_large(), out);
+      } else {
+        JobTakeover takeover(this, job->seq);
+        handled = host_.handle_json(job->line, session_, out, {}, /*nul_terminated=*/true, &takeover);
+        if (handled.abandoned) {
+          threads_.came_back();  // balanced when this thread ends
+          return;
+        }
       }
-    });
+      writer_.emit(job->seq, handled.has_id, std::move(out));
+      out = std::string();
+    }
   }
-  std::uint64_t seq = 0;
-  std::string_view line;
-  for (;;) {
-    const auto next = reader.next(line, [] {});
-    if (next == LineReader::Next::eof) break;
-    const bool too_large = next == LineReader::Next::too_large;
-    if (!too_large && is_blank(line)) continue;
-    writer.wait_for_room(seq);
-    if (!writer.open()) break;
-    queue.push(Job{seq++, too_large, too_large ? std::string() : std::string(line)});
-  }
-  queue.close();
-  for (auto& t : threads) t.join();
-  return 0;
+
+  Host& host_;
+  const ServeOptions& o_;
+  Session session_;
+  OrderedWriter writer_;
+  JobQueue queue_;
+  ServingThreads threads_;
+};
+
+int serve_workers(Host& host, const ServeOptions& o) {
+  WorkerServer server(host, o);
+  return server.run();
 }
+
+/// --run: the one response goes out at the deadline even if the tool never returns;
+/// the process then ends, since its only job is done.
+class RunTakeover final : public Takeover {
+ public:
+  explicit RunTakeover(int out_fd) : out_fd_(out_fd) {}
+  void deliver_overrun(Response response) override {
+    std::string out;
+    encode_response(response, out);
+    write_all(out_fd_, out);
+    _exit(0);
+  }
+
+ private:
+  int out_fd_;
+};
 
 }  // namespace
 
@@ -259,8 +397,9 @@ int run_once(Host& host, std::string_view aid, int in_fd, int out_fd) {
     encode_response(host.request_too_large(), out);
   } else {
     Session session(/*respond_with_delta=*/false);
+    RunTakeover takeover(out_fd);
     host.handle_json(is_blank(body) ? std::string_view("{}") : std::string_view(body), session, out, aid,
-                     /*nul_terminated=*/true);
+                     /*nul_terminated=*/true, &takeover);
   }
   write_all(out_fd, out);
   return 0;

@@ -1,4 +1,5 @@
 // The request pipeline; see host.hpp and docs/protocol.md for the order of the rules.
+#include <machina/call_context.hpp>
 #include <machina/host.hpp>
 #include <machina/json_text.hpp>
 #include <machina/wire.hpp>
@@ -37,97 +38,77 @@ HostOptions HostOptions::from_env() {
   return o;
 }
 
-namespace {
 
-/// The machina_call a tool sees: collects output, error and slot changes.
-struct CallContext {
-  std::size_t max_output;
-  Session* session;
-  std::string output;
-  bool output_set = false;
-  bool output_overflow = false;
-  std::string error;
-  std::shared_ptr<const Slots> base;    // taken on first read
-  std::unique_ptr<SlotChanges> changes;  // made on first write
-
-  const Slots& state() {
-    if (!base) base = session->snapshot();
-    return *base;
-  }
-  SlotChanges& writes() {
-    if (!changes) changes = std::make_unique<SlotChanges>();
-    return *changes;
-  }
+/// What handle_checked knows that the rest of a call needs: the idempotency flight to
+/// complete and the front's takeover. `finished`: the overrun path already completed
+/// the flight and counted the failure, so the normal path must not do it again.
+struct Host::Scope {
+  const std::string* key = nullptr;
+  std::shared_ptr<IdempotencyCache::Flight> flight;
+  Takeover* takeover = nullptr;
+  bool finished = false;
 };
 
-CallContext& ctx(machina_call* call) { return *reinterpret_cast<CallContext*>(call); }
-
-int api_set_output(machina_call* call, const char* json, std::size_t len) {
-  CallContext& c = ctx(call);
-  if (len > c.max_output) {
-    c.output_overflow = true;
-    return -1;
-  }
-  c.output.assign(json, len);
-  c.output_set = true;
-  return 0;
-}
-
-void api_set_error(machina_call* call, const char* message, std::size_t len) {
-  ctx(call).error = to_valid_utf8(std::string_view(message, len));
-}
-
-int api_slot_get(machina_call* call, std::uint32_t slot, machina_artifact* out) {
-  if (slot >= kDsSlots || out == nullptr) return -1;
-  CallContext& c = ctx(call);
-  const auto bit = static_cast<std::uint8_t>(1u << slot);
-  const std::optional<Artifact>* a = nullptr;
-  if (c.changes && (c.changes->set & bit)) a = &c.changes->slots[slot];
-  else if (!c.changes || !(c.changes->removed & bit)) a = &c.state()[slot];
-  if (a == nullptr || !a->has_value()) return 0;
-  const Artifact& v = **a;
-  *out = machina_artifact{v.type.data(),       v.type.size(),       v.content_json.data(),
-                          v.content_json.size(), v.provenance.data(), v.provenance.size(),
-                          v.size_bytes};
-  return 1;
-}
-
-int api_slot_set(machina_call* call, std::uint32_t slot, const machina_artifact* a) {
-  if (slot >= kDsSlots || a == nullptr) return -1;
-  const std::string_view type(a->type, a->type_len), content(a->content_json, a->content_json_len),
-      provenance(a->provenance, a->provenance_len);
-  if (!is_valid_utf8(type) || !is_valid_utf8(provenance) || !validate_json(content)) return -1;
-  CallContext& c = ctx(call);
-  const auto bit = static_cast<std::uint8_t>(1u << slot);
-  SlotChanges& w = c.writes();
-  w.slots[slot] = Artifact{std::string(type), std::string(content), std::string(provenance), a->size_bytes};
-  w.set |= bit;
-  w.removed &= static_cast<std::uint8_t>(~bit);
-  return 0;
-}
-
-int api_slot_clear(machina_call* call, std::uint32_t slot) {
-  if (slot >= kDsSlots) return -1;
-  CallContext& c = ctx(call);
-  const auto bit = static_cast<std::uint8_t>(1u << slot);
-  SlotChanges& w = c.writes();
-  w.slots[slot].reset();
-  w.set &= static_cast<std::uint8_t>(~bit);
-  w.removed |= bit;
-  return 0;
-}
-
-const machina_host_api kHostApi{MACHINA_PLUGIN_ABI_VERSION, sizeof(machina_host_api), &api_set_output,
-                                &api_set_error, &api_slot_get, &api_slot_set, &api_slot_clear};
-
-}  // namespace
+/// An inline call watched by the deadline watchdog; lives on the calling thread's stack.
+struct Host::InlineCall {
+  DeadlineWatchdog::Watch watch;
+  Host* host;
+  const Tool* tool;
+  const Request* request;
+  Session* session;
+  Scope* scope;
+  std::int64_t timeout_ms;
+  Response late;           // the timeout response, when there is no takeover
+  bool delivered = false;  // the takeover has answered the call
+};
 
 Host::Host(HostOptions options)
     : options_(std::move(options)), registry_(options_.breaker), idempotency_(options_.idempotency) {
   if (options_.lease_enforce) leases_ = std::make_unique<LeaseAuthority>(load_lease_secret(), options_.lease);
+  if (options_.default_timeout_ms < 1 || options_.max_timeout_ms < 1)
+    throw HostError("timeouts must be at least 1 ms");
+  for (const auto& [aid, ms] : options_.tool_timeouts_ms) {
+    if (ms < 1) throw HostError("the timeout for " + aid + " must be at least 1 ms");
+  }
+  if (options_.isolation == Isolation::process) {
+    options_.workers.max_output_bytes = options_.max_output_bytes;
+    options_.workers.max_request_bytes = options_.max_request_bytes;
+    if (options_.workers.executable.empty()) throw HostError("process isolation needs the machina-toolhost executable");
+  }
 }
 
-std::vector<std::string> Host::load_plugin(const std::string& path) { return registry_.load_plugin(path); }
+Host::~Host() = default;
+
+std::vector<std::string> Host::load_plugin(const std::string& path) {
+  if (workers_) throw HostError("plugin " + path + ": cannot load a plugin after the isolated workers have started");
+  auto added = registry_.load_plugin(path);
+  plugin_paths_.push_back(path);
+  return added;
+}
+
+WorkerPool& Host::workers() {
+  std::call_once(workers_once_, [&] {
+    std::vector<std::string> aids;
+    for (const auto& t : registry_.list()) aids.push_back(t.aid);
+    workers_ = std::make_unique<WorkerPool>(options_.workers, plugin_paths_, std::move(aids));
+  });
+  return *workers_;
+}
+
+HostStats Host::stats() const {
+  HostStats s;
+  s.calls = calls_.load();
+  s.timeouts = timeouts_.load();
+  s.crashes = crashes_.load();
+  s.stuck_now = stuck_now_.load();
+  s.stuck_peak = stuck_peak_.load();
+  if (workers_) s.workers = workers_->stats();
+  return s;
+}
+
+void Host::event(const std::string& line) const {
+  if (options_.on_event) options_.on_event(line);
+}
 
 Response Host::request_too_large() const {
   return Response::failure(ErrorKind::request_too_large,
@@ -139,15 +120,34 @@ DsReport Host::report(Session& session, std::shared_ptr<const SlotChanges> chang
   return {DsReport::Mode::full, session.as_changes()};
 }
 
-bool Host::handle_json(std::string_view text, Session& session, std::string& out, std::string_view aid_override,
-                       bool nul_terminated) {
-  const Response response = respond_json(text, session, aid_override, nul_terminated);
+std::int64_t Host::timeout_for(const Tool& tool, const Request& request) const {
+  std::int64_t t = options_.default_timeout_ms;
+  if (request.timeout_ms) {
+    t = *request.timeout_ms;
+  } else if (auto it = options_.tool_timeouts_ms.find(tool.info.aid); it != options_.tool_timeouts_ms.end()) {
+    t = it->second;
+  } else if (tool.info.default_timeout_ms > 0) {
+    t = tool.info.default_timeout_ms;
+  }
+  return std::min(t, options_.max_timeout_ms);
+}
+
+Response Host::timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail) const {
+  std::string message = "timeout: " + tool.info.aid + " did not finish within " + std::to_string(timeout_ms) + " ms";
+  if (!detail.empty()) message += " (" + detail + ")";
+  return Response::failure(ErrorKind::timeout, std::move(message));
+}
+
+Host::Handled Host::handle_json(std::string_view text, Session& session, std::string& out,
+                                std::string_view aid_override, bool nul_terminated, Takeover* takeover) {
+  const Response response = respond_json(text, session, aid_override, nul_terminated, takeover);
+  if (response.abandoned) return {false, true};
   encode_response(response, out);
-  return !response.id_json.empty();
+  return {!response.id_json.empty(), false};
 }
 
 Response Host::respond_json(std::string_view text, Session& session, std::string_view aid_override,
-                            bool nul_terminated) {
+                            bool nul_terminated, Takeover* takeover) {
   if (text.size() > options_.max_request_bytes) return request_too_large();
   Request request;
   Response error;
@@ -162,13 +162,13 @@ Response Host::respond_json(std::string_view text, Session& session, std::string
     }
     request.aid = aid_override;
   }
-  return handle(request, session);
+  return handle(request, session, takeover);
 }
 
-Response Host::handle(Request& request, Session& session) {
+Response Host::handle(Request& request, Session& session, Takeover* takeover) {
   Response r;
   try {
-    r = handle_checked(request, session);
+    r = handle_checked(request, session, takeover);
   } catch (const std::exception& e) {
     r = Response::failure(ErrorKind::internal_error, std::string("internal error: ") + e.what());
   }
@@ -176,7 +176,7 @@ Response Host::handle(Request& request, Session& session) {
   return r;
 }
 
-Response Host::handle_checked(Request& request, Session& session) {
+Response Host::handle_checked(Request& request, Session& session, Takeover* takeover) {
   if (request.aid.empty()) return Response::failure(ErrorKind::malformed_request, "malformed request: missing field 'aid'");
   // The state a request carries is applied even if the call then fails, so the
   // session stays the mirror of what the caller sent.
@@ -199,8 +199,10 @@ Response Host::handle_checked(Request& request, Session& session) {
     }
   }
 
+  Scope scope;
+  scope.takeover = takeover;
   const std::int64_t now = steady_now_ms();
-  if (!request.idempotency_key) return execute(*tool, request, session, now);
+  if (!request.idempotency_key) return execute(*tool, request, session, now, scope);
 
   const std::string& key = *request.idempotency_key;
   const auto fp = IdempotencyCache::fingerprint(request.input_json);
@@ -220,20 +222,26 @@ Response Host::handle_checked(Request& request, Session& session) {
     }
     case IdempotencyCache::Outcome::run: break;
   }
+  scope.key = &key;
+  scope.flight = ticket.flight;
   Response r;
   try {
-    r = execute(*tool, request, session, now);
+    r = execute(*tool, request, session, now, scope);
   } catch (...) {
-    idempotency_.complete(tool->info.aid, key, ticket.flight,
-                          Response::failure(ErrorKind::internal_error, "internal error"), false, steady_now_ms());
+    if (!scope.finished) {
+      idempotency_.complete(tool->info.aid, key, ticket.flight,
+                            Response::failure(ErrorKind::internal_error, "internal error"), false, steady_now_ms());
+    }
     throw;
   }
-  const bool keep = r.ok() || r.kind == ErrorKind::tool_error;
-  idempotency_.complete(tool->info.aid, key, ticket.flight, r, keep, steady_now_ms());
+  if (!scope.finished) {
+    const bool keep = r.ok() || r.kind == ErrorKind::tool_error;
+    idempotency_.complete(tool->info.aid, key, ticket.flight, r, keep, steady_now_ms());
+  }
   return r;
 }
 
-Response Host::execute(const Tool& tool, const Request& request, Session& session, std::int64_t now) {
+Response Host::execute(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope) {
   auto with_state = [&](Response r) {
     r.ds_state = report(session, nullptr);
     return r;
@@ -254,30 +262,76 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
     }
   }
 
-  CallContext call{options_.max_output_bytes, &session, {}, false, false, {}, nullptr, nullptr};
-  const int rc = tool.invoke(tool.tool_data, &kHostApi, reinterpret_cast<machina_call*>(&call),
-                             request.input_json.c_str(), request.input_json.size());
-
+  const std::int64_t timeout_ms = timeout_for(tool, request);
+  CallContext call(options_.max_output_bytes, &session);
+  int rc = 0;
   Response r;
-  if (call.output_overflow) {
-    r = Response::failure(ErrorKind::output_too_large, "tool output exceeds the " +
-                                                           std::to_string(options_.max_output_bytes) + "-byte cap");
-  } else if (rc == MACHINA_TOOL_OK) {
-    if (!call.output_set) {
-      r = Response::failure(ErrorKind::invalid_output, "tool reported success without an output");
-    } else if (call.output != request.input_json && !validate_json(call.output, &why)) {
-      // (Output identical to the input, which was just validated, needs no second pass.)
-      r = Response::failure(ErrorKind::invalid_output, "tool output is not valid JSON: " + why);
-    } else {
-      r.output_json = std::move(call.output);
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  if (options_.isolation == Isolation::process) {
+    const auto state = session.snapshot();
+    call.base = state;
+    bool any = false;
+    for (const auto& slot : *state) any = any || slot.has_value();
+    const auto outcome =
+        workers().run(tool.info.aid, request.input_json, any ? state.get() : nullptr, steady_now_ms() + timeout_ms, call);
+    if (outcome.ending == WorkerPool::Ending::timed_out) {
+      timeouts_.fetch_add(1, std::memory_order_relaxed);
+      r = timeout_response(tool, timeout_ms, outcome.detail);
+    } else if (outcome.ending == WorkerPool::Ending::crashed) {
+      crashes_.fetch_add(1, std::memory_order_relaxed);
+      r = Response::failure(ErrorKind::tool_crashed, "tool crashed: " + tool.info.aid + ": " + outcome.detail);
+      event(r.error);
     }
-  } else if (rc == MACHINA_TOOL_ERROR) {
-    r = Response::failure(ErrorKind::tool_error, call.error.empty() ? "tool failed without a message" : call.error);
-  } else if (rc == MACHINA_TOOL_FAULT) {
-    r = Response::failure(ErrorKind::tool_fault,
-                          "tool fault: " + (call.error.empty() ? std::string("no message") : call.error));
+    rc = outcome.rc;
   } else {
-    r = Response::failure(ErrorKind::tool_fault, "tool fault: unknown result code " + std::to_string(rc));
+    if (stuck_now_.load(std::memory_order_relaxed) >= options_.max_stuck_calls) {
+      return with_state(Response::failure(
+          ErrorKind::overloaded, "overloaded: " + std::to_string(options_.max_stuck_calls) +
+                                     " calls are stuck in tools past their deadline; new calls are refused "
+                                     "until some return"));
+    }
+    InlineCall c{{}, this, &tool, &request, &session, &scope, timeout_ms, {}, false};
+    c.watch.deadline_ms = steady_now_ms() + timeout_ms;
+    c.watch.fire = &Host::on_overrun;
+    c.watch.context = &c;
+    watchdog_.arm(c.watch);
+    rc = tool.invoke(tool.tool_data, &host_api(), call.as_call(), request.input_json.c_str(),
+                     request.input_json.size());
+    if (!watchdog_.disarm(c.watch)) {
+      // The deadline won: the call was answered `timeout` (through the takeover, or kept
+      // for this late return); what the tool did is discarded.
+      stuck_now_.fetch_sub(1, std::memory_order_relaxed);
+      event(tool.info.aid + " returned after its deadline; its result was discarded");
+      if (c.delivered) {
+        Response dropped;
+        dropped.abandoned = true;
+        return dropped;
+      }
+      return std::move(c.late);
+    }
+  }
+
+  if (r.ok()) {
+    if (call.output_overflow) {
+      r = Response::failure(ErrorKind::output_too_large, "tool output exceeds the " +
+                                                             std::to_string(options_.max_output_bytes) + "-byte cap");
+    } else if (rc == MACHINA_TOOL_OK) {
+      if (!call.output_set) {
+        r = Response::failure(ErrorKind::invalid_output, "tool reported success without an output");
+      } else if (call.output != request.input_json && !validate_json(call.output, &why)) {
+        // (Output identical to the input, which was just validated, needs no second pass.)
+        r = Response::failure(ErrorKind::invalid_output, "tool output is not valid JSON: " + why);
+      } else {
+        r.output_json = std::move(call.output);
+      }
+    } else if (rc == MACHINA_TOOL_ERROR) {
+      r = Response::failure(ErrorKind::tool_error, call.error.empty() ? "tool failed without a message" : call.error);
+    } else if (rc == MACHINA_TOOL_FAULT) {
+      r = Response::failure(ErrorKind::tool_fault,
+                            "tool fault: " + (call.error.empty() ? std::string("no message") : call.error));
+    } else {
+      r = Response::failure(ErrorKind::tool_fault, "tool fault: unknown result code " + std::to_string(rc));
+    }
   }
 
   const std::int64_t end = steady_now_ms();
@@ -287,6 +341,30 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   // A failed call changes no state.
   r.ds_state = report(session, r.ok() && call.changes ? session.commit(*call.changes) : nullptr);
   return r;
+}
+
+void Host::on_overrun(DeadlineWatchdog::Watch& watch) {
+  InlineCall& c = *static_cast<InlineCall*>(watch.context);
+  Host& h = *c.host;
+  const std::int64_t now = steady_now_ms();
+  Response r = h.timeout_response(*c.tool, c.timeout_ms);
+  r.ds_state = h.report(*c.session, nullptr);
+  c.tool->breaker.record_failure(now);
+  h.timeouts_.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t stuck = h.stuck_now_.fetch_add(1, std::memory_order_relaxed) + 1;
+  for (std::uint64_t peak = h.stuck_peak_.load(); stuck > peak && !h.stuck_peak_.compare_exchange_weak(peak, stuck);) {
+  }
+  if (c.scope->key != nullptr) h.idempotency_.complete(c.tool->info.aid, *c.scope->key, c.scope->flight, r, false, now);
+  c.scope->finished = true;
+  h.event(c.tool->info.aid + " overran its " + std::to_string(c.timeout_ms) + " ms deadline; its thread is stuck in " +
+          "the tool (" + std::to_string(stuck) + " stuck, at most " + std::to_string(h.options_.max_stuck_calls) + ")");
+  if (c.scope->takeover != nullptr) {
+    r.id_json = c.request->id_json;
+    c.delivered = true;
+    c.scope->takeover->deliver_overrun(std::move(r));
+  } else {
+    c.late = std::move(r);
+  }
 }
 
 }  // namespace machina

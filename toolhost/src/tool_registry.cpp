@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
+
 #include <mutex>
 #include <set>
 
@@ -33,10 +35,11 @@ std::vector<std::string> copy_strings(const char* const* items, std::size_t coun
 int add_tool(machina_registrar* registrar, const machina_tool_desc* d) {
   auto& reg = *reinterpret_cast<PendingRegistration*>(registrar);
   if (!reg.error.empty()) return -1;
-  if (d == nullptr || d->struct_size < sizeof(machina_tool_desc)) {
+  if (d == nullptr || d->struct_size < MACHINA_TOOL_DESC_MIN_SIZE) {
     reg.refuse("a tool description is missing or too small for ABI version 1");
     return -1;
   }
+  constexpr std::size_t kHasTimeout = offsetof(machina_tool_desc, default_timeout_ms) + sizeof(std::uint32_t);
   if (d->aid == nullptr || *d->aid == '\0') {
     reg.refuse("a tool has an empty aid");
     return -1;
@@ -60,6 +63,7 @@ int add_tool(machina_registrar* registrar, const machina_tool_desc* d) {
   info.side_effects = copy_strings(d->side_effects, d->side_effects ? d->side_effect_count : 0);
   info.replay_inputs = d->replay_inputs != 0;
   info.tier = d->tier;
+  info.default_timeout_ms = d->struct_size >= kHasTimeout ? d->default_timeout_ms : 0;
   info.plugin_path = reg.path;
   if (d->input_schema != nullptr && *d->input_schema != '\0') {
     info.input_schema = d->input_schema;

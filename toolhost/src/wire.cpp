@@ -187,6 +187,7 @@ class RequestSax {
         case Field::idempotency_key: req_.idempotency_key.reset(); break;
         case Field::lease_token: req_.lease_token.reset(); break;
         case Field::id: req_.id_json.clear(); break;
+        case Field::timeout_ms: req_.timeout_ms.reset(); break;
         case Field::aid:
         case Field::unknown: break;
       }
@@ -205,12 +206,18 @@ class RequestSax {
       req_.id_json = std::to_string(v);
       return true;
     }
+    if (depth_ == 1 && field_ == Field::timeout_ms) return fail(kTimeoutRule);
     return scalar_other("a number");
   }
   bool number_unsigned(json::number_unsigned_t v) {
     if (in_ds()) return ds_ok(ds_->unsigned_number(rel(), v));
     if (depth_ == 1 && field_ == Field::id) {
       req_.id_json = std::to_string(v);
+      return true;
+    }
+    if (depth_ == 1 && field_ == Field::timeout_ms) {
+      if (v == 0 || v > kMaxRequestTimeoutMs) return fail(kTimeoutRule);
+      req_.timeout_ms = static_cast<std::int64_t>(v);
       return true;
     }
     return scalar_other("a number");
@@ -241,6 +248,7 @@ class RequestSax {
         append_json_string(req_.id_json, v);
         return true;
       case Field::ds_state: return ds_fail("must be an object");
+      case Field::timeout_ms: return skip_or_reject("a string");
       case Field::unknown: return true;
     }
     return true;
@@ -292,6 +300,7 @@ class RequestSax {
     else if (k == "idempotency_key") field_ = Field::idempotency_key;
     else if (k == "_lease_token") field_ = Field::lease_token;
     else if (k == "id") field_ = Field::id;
+    else if (k == "timeout_ms") field_ = Field::timeout_ms;
     else {
       field_ = Field::unknown;  // extensions from newer clients are ignored
       return true;
@@ -321,7 +330,9 @@ class RequestSax {
   const std::string& error() const { return error_; }
 
  private:
-  enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, unknown };
+  enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, timeout_ms, unknown };
+  static constexpr const char* kTimeoutRule =
+      "field 'timeout_ms' must be a whole number of milliseconds from 1 to 2147483647";
 
   bool in_ds() const { return ds_.has_value(); }
 
@@ -354,6 +365,7 @@ class RequestSax {
       case Field::lease_token: return fail(std::string("field '_lease_token' must be a string, not ") + what);
       case Field::id: return fail(std::string("field 'id' must be a string or an integer, not ") + what);
       case Field::ds_state: return ds_fail("must be an object");
+      case Field::timeout_ms: return fail(kTimeoutRule);
       case Field::unknown: return true;
     }
     return true;

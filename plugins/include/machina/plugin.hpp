@@ -85,6 +85,9 @@ class ToolSpec {
   ToolSpec& replay_inputs(bool v = true) { replay_inputs_ = v; return *this; }
   /// Lease tier: MACHINA_TIER_SAFE (0) .. MACHINA_TIER_DANGEROUS (3).
   ToolSpec& tier(int v) { tier_ = v; return *this; }
+  /// The tool's own deadline per call in milliseconds (0: the host's default). A
+  /// request's timeout_ms and the host's ceiling still apply.
+  ToolSpec& timeout_ms(std::uint32_t v) { timeout_ms_ = v; return *this; }
 
  private:
   friend class Registry;
@@ -93,6 +96,7 @@ class ToolSpec {
   std::vector<std::string> tags_, side_effects_;
   bool replay_inputs_ = false;
   int tier_ = MACHINA_TIER_SAFE;
+  std::uint32_t timeout_ms_ = 0;
   std::function<Result(Call&)> run_;
 };
 
@@ -136,6 +140,7 @@ class Registry {
       desc.tier = s.tier_;
       desc.invoke = s.run_ ? &Entry::trampoline : nullptr;
       desc.tool_data = &s.run_;
+      desc.default_timeout_ms = s.timeout_ms_;
     }
 
     static int trampoline(void* data, const machina_host_api* api, machina_call* call,

@@ -77,7 +77,8 @@ typedef struct machina_host_api {
    * call ends or the slot is changed) if set, 0 if empty, -1 if slot is out of range. */
   int (*slot_get)(machina_call* call, uint32_t slot, machina_artifact* out);
   /* Sets slot `slot` (copied). Returns 0, or -1 if slot is out of range, the
-   * artifact's content_json is not JSON, or its type or provenance is not UTF-8. */
+   * artifact's content_json is not JSON or larger than the host's output cap, or its
+   * type or provenance is not UTF-8. */
   int (*slot_set)(machina_call* call, uint32_t slot, const machina_artifact* artifact);
   /* Empties slot `slot`. Returns 0, or -1 if out of range. */
   int (*slot_clear)(machina_call* call, uint32_t slot);
@@ -106,7 +107,14 @@ typedef struct machina_tool_desc {
   int tier;                  /* machina_tier, 0..3 */
   machina_tool_fn invoke;
   void* tool_data;           /* passed back to invoke */
+  /* Added after the first field set; read only if struct_size covers it. */
+  uint32_t default_timeout_ms; /* the tool's own deadline per call; 0: the host's default */
 } machina_tool_desc;
+
+/* The size of machina_tool_desc before default_timeout_ms was added: the host accepts a
+ * description of at least this size and reads later fields only when struct_size says
+ * they are there. */
+#define MACHINA_TOOL_DESC_MIN_SIZE (offsetof(machina_tool_desc, tool_data) + sizeof(void*))
 
 typedef struct machina_registrar machina_registrar;
 

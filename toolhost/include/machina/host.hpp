@@ -4,12 +4,18 @@
 #pragma once
 
 #include <machina/circuit_breaker.hpp>
+#include <machina/deadline_watchdog.hpp>
 #include <machina/idempotency_cache.hpp>
 #include <machina/lease.hpp>
 #include <machina/request.hpp>
 #include <machina/tool_registry.hpp>
+#include <machina/worker_pool.hpp>
 
+#include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -19,6 +25,10 @@ inline constexpr std::size_t kMaxRequestBytes = 10u * 1024 * 1024;  // seed: MAX
 inline constexpr std::size_t kMaxOutputBytes = 1024u * 1024;        // seed: _TOOLHOST_MAX_OUTPUT
 inline constexpr std::string_view kBuiltinPluginFile = "machina_builtin_tools.so";
 
+/// Where tool code runs: on the calling thread (fastest), or in supervised worker
+/// processes (a crash, exit or hang costs one call, never the host).
+enum class Isolation { inline_threads, process };
+
 struct HostOptions {
   std::size_t max_request_bytes = kMaxRequestBytes;
   std::size_t max_output_bytes = kMaxOutputBytes;
@@ -27,46 +37,118 @@ struct HostOptions {
   bool lease_enforce = false;
   LeaseAuthority::Options lease;
 
+  // Deadlines: a request's timeout_ms, else the operator's per-tool setting, else the
+  // tool's own default, else default_timeout_ms; never more than max_timeout_ms.
+  std::int64_t default_timeout_ms = 30'000;
+  std::int64_t max_timeout_ms = 600'000;
+  std::map<std::string, std::int64_t, std::less<>> tool_timeouts_ms;
+  /// Inline mode: calls still running past their deadline (their threads cannot be
+  /// stopped); at this many, new calls are refused with `overloaded`.
+  std::size_t max_stuck_calls = 16;
+
+  Isolation isolation = Isolation::inline_threads;
+  WorkerPoolOptions workers;  // process isolation: executable, pool size, OS limits
+
+  /// Notable events (a call overran its deadline, a worker was lost), one line each,
+  /// for the front to log; empty: not reported.
+  std::function<void(std::string_view)> on_event;
+
   /// Defaults overridden by the environment: MACHINA_LEASE_ENFORCE=1 turns the lease
   /// gate on (the secret is then loaded, see load_lease_secret), MACHINA_LEASE_LEDGER
   /// names a directory that makes single use hold across processes.
   static HostOptions from_env();
 };
 
+/// How a front answers on time when a tool overruns its deadline on the front's own
+/// thread (inline mode): see Host::handle.
+class Takeover {
+ public:
+  virtual ~Takeover() = default;
+  /// Called once, on the host's watchdog thread, with the `timeout` response to deliver
+  /// now. The thread that called handle() stays inside the tool until the tool returns;
+  /// its handle() then returns a response marked `abandoned`, which the front drops.
+  virtual void deliver_overrun(Response response) = 0;
+};
+
+struct HostStats {
+  std::uint64_t calls = 0;        // tool runs started
+  std::uint64_t timeouts = 0;     // calls answered `timeout`
+  std::uint64_t crashes = 0;      // calls answered `tool_crashed`
+  std::uint64_t stuck_now = 0;    // inline: threads still inside a tool past its deadline
+  std::uint64_t stuck_peak = 0;
+  WorkerPool::Stats workers;      // process isolation
+};
+
 class Host {
  public:
   /// Throws HostError if lease enforcement is on and no usable secret is configured.
   explicit Host(HostOptions options = {});
+  ~Host();
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
 
+  /// Throws HostError naming the file (see ToolRegistry::load_plugin), or if process
+  /// isolation has already started its workers.
   std::vector<std::string> load_plugin(const std::string& path);
   const ToolRegistry& registry() const { return registry_; }
   const HostOptions& options() const { return options_; }
 
   /// Runs one decoded request. Never throws; always returns exactly one response.
-  Response handle(Request& request, Session& session);
+  ///
+  /// Every call has a deadline. In process isolation the worker is killed at the deadline
+  /// and the call answers `timeout` on time. Inline, the tool runs on this thread, which
+  /// nothing can safely stop: with a `takeover`, the host hands the `timeout` response to
+  /// it at the deadline (and later returns an `abandoned` response here); without one,
+  /// the `timeout` response is returned here once the tool gives the thread back.
+  Response handle(Request& request, Session& session, Takeover* takeover = nullptr);
 
   /// Decodes one JSON request (`aid_override`: the --run aid), handles it and appends
-  /// the encoded response line to `out`. Returns true if the response carries an id.
+  /// the encoded response line to `out` (nothing if the response was abandoned).
   /// `nul_terminated`: text[size] is readable and '\0', which lets decoding go faster.
-  bool handle_json(std::string_view text, Session& session, std::string& out,
-                   std::string_view aid_override = {}, bool nul_terminated = false);
+  struct Handled {
+    bool has_id = false;     // the response carries the request's id
+    bool abandoned = false;  // the response went through the takeover instead
+  };
+  Handled handle_json(std::string_view text, Session& session, std::string& out,
+                      std::string_view aid_override = {}, bool nul_terminated = false,
+                      Takeover* takeover = nullptr);
 
   /// The response for a request refused by size before it was decoded.
   Response request_too_large() const;
 
   std::size_t idempotency_entries() const { return idempotency_.size(); }
+  HostStats stats() const;
+  /// Inline calls still running past their deadline (cheap; see HostStats::stuck_now).
+  std::uint64_t stuck_calls() const { return stuck_now_.load(std::memory_order_relaxed); }
+
+  /// The deadline a request for `tool` gets, in milliseconds.
+  std::int64_t timeout_for(const Tool& tool, const Request& request) const;
 
  private:
+  struct Scope;
+  struct InlineCall;
+
   Response respond_json(std::string_view text, Session& session, std::string_view aid_override,
-                        bool nul_terminated);
-  Response handle_checked(Request& request, Session& session);
-  Response execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms);
+                        bool nul_terminated, Takeover* takeover);
+  Response handle_checked(Request& request, Session& session, Takeover* takeover);
+  Response execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope);
+  static void on_overrun(DeadlineWatchdog::Watch& watch);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
+  Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
+  WorkerPool& workers();
+  void event(const std::string& line) const;
 
   HostOptions options_;
   ToolRegistry registry_;
   IdempotencyCache idempotency_;
   std::unique_ptr<LeaseAuthority> leases_;
+  std::vector<std::string> plugin_paths_;
+
+  std::atomic<std::uint64_t> calls_{0}, timeouts_{0}, crashes_{0}, stuck_now_{0}, stuck_peak_{0};
+
+  std::once_flag workers_once_;
+  std::unique_ptr<WorkerPool> workers_;
+  DeadlineWatchdog watchdog_;  // last: stopped first, before anything its callbacks use
 };
 
 /// Milliseconds on the monotonic clock (breaker, idempotency) and since the epoch (leases).

@@ -5,10 +5,14 @@
 #include <machina/ds_state.hpp>
 #include <machina/errors.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
 namespace machina {
+
+/// Largest `timeout_ms` a request may carry (the host's ceiling may be lower).
+inline constexpr std::uint64_t kMaxRequestTimeoutMs = 2'147'483'647;
 
 struct Request {
   std::string aid;
@@ -17,6 +21,7 @@ struct Request {
   std::optional<std::string> idempotency_key;
   std::optional<std::string> lease_token;
   std::string id_json;  // the request's `id` as JSON text, echoed verbatim; empty: none
+  std::optional<std::int64_t> timeout_ms;  // the caller's deadline for this call
 };
 
 struct Response {
@@ -30,6 +35,9 @@ struct Response {
   std::string lease_aid;
   std::string lease_reason;
   std::string id_json;      // echoed request id
+  // Set on the late return of a call whose timeout was already delivered through the
+  // front's Takeover (see Host::handle): the front must drop this response.
+  bool abandoned = false;
 
   bool ok() const { return kind == ErrorKind::none; }
   Status status() const { return error_info(kind).status; }

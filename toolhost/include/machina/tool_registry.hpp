@@ -27,6 +27,7 @@ struct ToolInfo {
   std::vector<std::string> side_effects;
   bool replay_inputs = false;
   int tier = 0;
+  std::uint32_t default_timeout_ms = 0;  // 0: the host's default
   std::string plugin_path;
 };
 

@@ -1,0 +1,63 @@
+// See os_limits.hpp.
+#include <machina/errors.hpp>
+#include <machina/os_limits.hpp>
+
+#include <seccomp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace machina {
+namespace {
+
+void set_limit(int resource, std::uint64_t value, const char* what) {
+  const rlimit lim{static_cast<rlim_t>(value), static_cast<rlim_t>(value)};
+  if (setrlimit(resource, &lim) != 0) {
+    throw HostError(std::string("cannot limit ") + what + " to " + std::to_string(value) + ": " + std::strerror(errno));
+  }
+}
+
+void deny_network() {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (ctx == nullptr) throw HostError("no_network: cannot create the seccomp filter");
+  // socketpair(2) stays allowed: it makes only connected local pairs, never a route out.
+  int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0);
+#ifdef __NR_io_uring_setup
+  // io_uring can open sockets on its own (IORING_OP_SOCKET).
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(io_uring_setup), 0);
+#endif
+  if (rc == 0) rc = seccomp_load(ctx);  // also sets no_new_privs
+  seccomp_release(ctx);
+  if (rc != 0) throw HostError(std::string("no_network: cannot install the seccomp filter: ") + std::strerror(-rc));
+}
+
+}  // namespace
+
+void apply_process_limits(const WorkerLimits& limits) {
+  if (limits.address_space_mb) set_limit(RLIMIT_AS, limits.address_space_mb << 20, "the address space");
+  if (limits.open_files) set_limit(RLIMIT_NOFILE, limits.open_files, "open files");
+  if (limits.file_size_mb) {
+    // A write past the limit fails with EFBIG instead of killing the worker.
+    signal(SIGXFSZ, SIG_IGN);
+    set_limit(RLIMIT_FSIZE, limits.file_size_mb << 20, "the file size");
+  }
+  if (limits.no_network) deny_network();
+}
+
+void start_cpu_budget(std::uint64_t cpu_seconds) {
+  if (cpu_seconds == 0) return;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const std::uint64_t used = static_cast<std::uint64_t>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + 1;
+  rlimit lim{};
+  getrlimit(RLIMIT_CPU, &lim);
+  lim.rlim_cur = static_cast<rlim_t>(used + cpu_seconds);
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_cur > lim.rlim_max) lim.rlim_cur = lim.rlim_max;
+  setrlimit(RLIMIT_CPU, &lim);
+}
+
+}  // namespace machina
