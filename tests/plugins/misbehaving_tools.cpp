@@ -1,7 +1,17 @@
 // Tools that misbehave on purpose, for the fault tests. Never shipped.
 #include <machina/plugin.hpp>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
 
 #include <atomic>
 #include <chrono>
@@ -11,6 +21,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+extern char** environ;
 
 namespace {
 
@@ -86,6 +98,148 @@ void fill(Registry& r) {
      call.output(R"({"system":true})");
      return Result::ok;
    }).description("A tier-2 (system) tool.").tier(MACHINA_TIER_SYSTEM);
+  r.tool("AID.TEST.CONNECT.v1", [](Call& call) -> Result {
+     const long port = field(call.input(), "port", 0);
+     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+     if (fd < 0) return call.fail(std::string("socket: ") + std::strerror(errno));
+     sockaddr_in addr{};
+     addr.sin_family = AF_INET;
+     addr.sin_port = htons(static_cast<std::uint16_t>(port));
+     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+     const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+     const int err = errno;
+     ::close(fd);
+     if (rc != 0) return call.fail(std::string("connect: ") + std::strerror(err));
+     call.output(R"({"connected":true})");
+     return Result::ok;
+   }).description("Connects to 127.0.0.1:`port` over TCP.");
+  r.tool("AID.TEST.EXEC.v1", [](Call& call) -> Result {
+     // Input: a flat JSON array of strings, the argv of a program to run; output: its
+     // exit status and the first bytes of its stdout.
+     std::vector<std::string> args;
+     const std::string_view in = call.input();
+     for (std::size_t i = 0; i < in.size(); ++i) {
+       if (in[i] != '"') continue;
+       const std::size_t end = in.find('"', i + 1);
+       args.emplace_back(in.substr(i + 1, end - i - 1));
+       i = end;
+     }
+     if (args.empty()) return call.fail("no program");
+     int out[2];
+     if (pipe(out) != 0) return call.fail("pipe failed");
+     posix_spawn_file_actions_t fa;
+     posix_spawn_file_actions_init(&fa);
+     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+     posix_spawn_file_actions_addclose(&fa, out[0]);
+     std::vector<char*> argv;
+     for (auto& a : args) argv.push_back(a.data());
+     argv.push_back(nullptr);
+     pid_t pid = -1;
+     const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+     posix_spawn_file_actions_destroy(&fa);
+     ::close(out[1]);
+     if (rc != 0) {
+       ::close(out[0]);
+       return call.fail(std::string("spawn: ") + std::strerror(rc));
+     }
+     std::string text;
+     char buf[4096];
+     for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) {
+       if (text.size() < 4096) text.append(buf, static_cast<std::size_t>(n));
+     }
+     ::close(out[0]);
+     int status = 0;
+     waitpid(pid, &status, 0);
+     std::string json = "{\"status\":" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
+                        ",\"bytes\":" + std::to_string(text.size()) + ",\"first\":\"";
+     for (char c : text.substr(0, 64)) {
+       if (c == '"' || c == '\\') json += '_';
+       else if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x80) json += ' ';
+       else json += c;
+     }
+     json += "\"}";
+     call.output(json);
+     return Result::ok;
+   }).description("Runs a program (input: its argv as a JSON array of strings).");
+  r.tool("AID.TEST.ALLOC.v1", [](Call& call) -> Result {
+     const long mb = field(call.input(), "mb", 64);
+     std::vector<char> block;
+     try {
+       block.resize(static_cast<std::size_t>(mb) << 20, 1);
+     } catch (const std::bad_alloc&) {
+       return call.fail("allocation of " + std::to_string(mb) + " MiB failed");
+     }
+     call.output("{\"allocated_mb\":" + std::to_string(mb) + "}");
+     return Result::ok;
+   }).description("Allocates and touches `mb` MiB.");
+  r.tool("AID.TEST.OPENFILES.v1", [](Call& call) -> Result {
+     const long n = field(call.input(), "n", 100);
+     std::vector<int> fds;
+     for (long i = 0; i < n; ++i) {
+       const int fd = ::open("/dev/null", O_RDONLY);
+       if (fd < 0) break;
+       fds.push_back(fd);
+     }
+     for (int fd : fds) ::close(fd);
+     call.output("{\"opened\":" + std::to_string(fds.size()) + "}");
+     return Result::ok;
+   }).description("Opens up to `n` files at once; reports how many it could.");
+  r.tool("AID.TEST.WRITEFILE.v1", [](Call& call) -> Result {
+     const long kb = field(call.input(), "kb", 1024);
+     char path[] = "/tmp/machina-test-writefile-XXXXXX";
+     const int fd = mkstemp(path);
+     if (fd < 0) return call.fail("mkstemp failed");
+     unlink(path);
+     const std::string chunk(1024, 'x');
+     long written = 0;
+     int err = 0;
+     for (long i = 0; i < kb; ++i) {
+       if (::write(fd, chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size())) {
+         err = errno;
+         break;
+       }
+       ++written;
+     }
+     ::close(fd);
+     if (err != 0) return call.fail("write failed after " + std::to_string(written) + " KiB: " + std::strerror(err));
+     call.output("{\"written_kb\":" + std::to_string(written) + "}");
+     return Result::ok;
+   }).description("Writes `kb` KiB to a temporary file.");
+  r.tool("AID.TEST.SPIN.v1", [](Call& call) -> Result {
+     const long ms = field(call.input(), "ms", 100);
+     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+     volatile unsigned long x = 0;
+     while (std::chrono::steady_clock::now() < until) x = x + 1;
+     call.output("{\"spun_ms\":" + std::to_string(ms) + "}");
+     return Result::ok;
+   }).description("Burns CPU for `ms` milliseconds.");
+  r.tool("AID.TEST.SLEEPER.v1", [](Call& call) -> Result {
+     // Starts `sleep 300` (in this process group) and then hangs: a timeout must take
+     // the child too. Output names the child's pid first, on stderr.
+     pid_t pid = -1;
+     char prog[] = "sleep";
+     char arg[] = "300";
+     char* argv[] = {prog, arg, nullptr};
+     if (posix_spawnp(&pid, "sleep", nullptr, nullptr, argv, environ) != 0) return call.fail("spawn failed");
+     std::fprintf(stderr, "sleeper child pid %d\n", static_cast<int>(pid));
+     std::fflush(stderr);
+     (void)call;
+     for (;;) pause();
+   }).description("Starts a child `sleep 300`, then never returns.");
+  r.tool("AID.TEST.TIMEOUT_DEFAULT.v1", [](Call& call) -> Result {
+     const long ms = field(call.input(), "ms", 0);
+     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+     call.output("{}");
+     return Result::ok;
+   }).description("Sleeps `ms`; declares its own default deadline of 150 ms.").timeout_ms(150);
+  r.tool("AID.TEST.NOISYCRASH.v1", [](Call& call) -> Result {
+     const long n = field(call.input(), "bytes", 100);
+     const std::string noise(static_cast<std::size_t>(n), 'x');
+     (void)!::write(2, noise.data(), noise.size());
+     (void)!::write(2, "LAST WORDS\n", 11);
+     std::raise(SIGSEGV);
+     return Result::fault;
+   }).description("Writes `bytes` x's and LAST WORDS to stderr, then dies of SIGSEGV.");
   r.tool("AID.TEST.SLOTFAIL.v1", [](Call& call) -> Result {
      call.set_slot(0, {"note", "\"written\"", "test", 9});
      return call.fail("failed after writing a slot");

@@ -262,6 +262,8 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
     }
   }
 
+  // Deadlines are kept in whole milliseconds; the + 1 below makes every call get at
+  // least its full timeout_ms, never a clock tick less.
   const std::int64_t timeout_ms = timeout_for(tool, request);
   CallContext call(options_.max_output_bytes, &session);
   int rc = 0;
@@ -273,7 +275,7 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
     bool any = false;
     for (const auto& slot : *state) any = any || slot.has_value();
     const auto outcome =
-        workers().run(tool.info.aid, request.input_json, any ? state.get() : nullptr, steady_now_ms() + timeout_ms, call);
+        workers().run(tool.info.aid, request.input_json, any ? state.get() : nullptr, steady_now_ms() + timeout_ms + 1, call);
     if (outcome.ending == WorkerPool::Ending::timed_out) {
       timeouts_.fetch_add(1, std::memory_order_relaxed);
       r = timeout_response(tool, timeout_ms, outcome.detail);
@@ -291,7 +293,7 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
                                      "until some return"));
     }
     InlineCall c{{}, this, &tool, &request, &session, &scope, timeout_ms, {}, false};
-    c.watch.deadline_ms = steady_now_ms() + timeout_ms;
+    c.watch.deadline_ms = steady_now_ms() + timeout_ms + 1;
     c.watch.fire = &Host::on_overrun;
     c.watch.context = &c;
     watchdog_.arm(c.watch);

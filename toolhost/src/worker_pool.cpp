@@ -265,6 +265,9 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::start_worker(std::int64_t deadli
     }
   }
   why = "worker process " + fail + "; it " + end_of(*w);
+  const std::string tail = to_valid_utf8(std::string_view(w->tail).substr(
+      w->tail.size() > options_.stderr_tail_bytes ? w->tail.size() - options_.stderr_tail_bytes : 0));
+  if (!tail.empty()) why += "; its last stderr: " + tail;
   return nullptr;
 }
 
