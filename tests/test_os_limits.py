@@ -114,6 +114,15 @@ def test_no_network_refuses_sockets_while_other_tools_run(misbehaving: str, list
     assert output(out[4])["status"] == 1
 
 
+def test_no_network_cannot_be_bypassed_through_the_32_bit_abi(misbehaving: str) -> None:
+    [free] = serve([req("AID.TEST.SOCKET32.v1", 1)], *ISOLATED, "--plugin", misbehaving)
+    if free["ok"] is not True:
+        pytest.skip(f"this kernel has no 32-bit system call ABI to test: {free['error']}")
+    [r] = serve([req("AID.TEST.SOCKET32.v1", 1)], *ISOLATED, "--plugin", misbehaving, "--no-network")
+    assert r["code"] == "tool_crashed"
+    assert "was killed by signal 31 (SIGSYS: Bad system call)" in r["error"]
+
+
 def test_limits_are_reported_in_help() -> None:
     import subprocess
 

@@ -113,6 +113,20 @@ void fill(Registry& r) {
      call.output(R"({"connected":true})");
      return Result::ok;
    }).description("Connects to 127.0.0.1:`port` over TCP.");
+  r.tool("AID.TEST.SOCKET32.v1", [](Call& call) -> Result {
+     // socket(AF_INET, SOCK_STREAM, 0) through the 32-bit system call ABI (int 0x80,
+     // call 359), the way around filters that only know native calls.
+#if defined(__x86_64__)
+     long rc = 359;
+     asm volatile("int $0x80" : "+a"(rc) : "b"(2), "c"(1), "d"(0) : "memory");
+     if (rc < 0) return call.fail("socket32: error " + std::to_string(-rc));
+     ::close(static_cast<int>(rc));
+     call.output(R"({"socket32":true})");
+     return Result::ok;
+#else
+     return call.fail("socket32: not x86-64");
+#endif
+   }).description("Creates a socket through the 32-bit system call ABI.");
   r.tool("AID.TEST.EXEC.v1", [](Call& call) -> Result {
      // Input: a flat JSON array of strings, the argv of a program to run; output: its
      // exit status and the first bytes of its stdout.

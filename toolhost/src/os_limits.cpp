@@ -24,6 +24,9 @@ void set_limit(int resource, std::uint64_t value, const char* what) {
 void deny_network() {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (ctx == nullptr) throw HostError("no_network: cannot create the seccomp filter");
+  // A system call through another ABI (32-bit int 0x80, where socketcall lives) ends the
+  // whole worker rather than slipping past the rules, which name native calls only.
+  seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
   // socketpair(2) stays allowed: it makes only connected local pairs, never a route out.
   int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0);
 #ifdef __NR_io_uring_setup

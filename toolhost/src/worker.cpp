@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 
 namespace machina::worker {
 namespace {
@@ -20,20 +21,51 @@ namespace {
 // worker leads its own process group.
 void on_host_gone(int) { kill(0, SIGKILL); }
 
-bool read_exact(int fd, char* data, std::size_t n) {
-  while (n > 0) {
-    const ssize_t got = ::read(fd, data, n);
-    if (got > 0) {
-      data += got;
-      n -= static_cast<std::size_t>(got);
-    } else if (got < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return false;
+/// Frames from the host, read in large chunks: a small call costs one read(2).
+class FrameReader {
+ public:
+  explicit FrameReader(int fd) : fd_(fd) {}
+
+  /// The next frame's payload (valid until the next call); false at end of input.
+  bool next(std::size_t max_payload, FrameType& type, std::string_view& payload, bool& too_large) {
+    too_large = false;
+    std::uint32_t size = 0;
+    if (!fill(kFrameHeader)) return false;
+    read_header(std::string_view(buf_).substr(begin_), size, type);
+    if (size > max_payload) {
+      too_large = true;
+      return true;
     }
+    if (!fill(kFrameHeader + size)) return false;
+    payload = std::string_view(buf_).substr(begin_ + kFrameHeader, size);
+    begin_ += kFrameHeader + size;
+    return true;
   }
-  return true;
-}
+
+ private:
+  // Makes at least `n` unread bytes available.
+  bool fill(std::size_t n) {
+    if (end_ - begin_ >= n) return true;
+    if (begin_ > 0) {
+      buf_.erase(0, begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (buf_.size() < std::max(n, kChunk)) buf_.resize(std::max(n, kChunk));
+    while (end_ < n) {
+      const ssize_t got = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
+      if (got > 0) end_ += static_cast<std::size_t>(got);
+      else if (got < 0 && errno == EINTR) continue;
+      else return false;
+    }
+    return true;
+  }
+
+  static constexpr std::size_t kChunk = 64 * 1024;
+  int fd_;
+  std::string buf_;
+  std::size_t begin_ = 0, end_ = 0;
+};
 
 bool write_all(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -72,20 +104,17 @@ int run_worker(const WorkerConfig& config) {
     encode_hello(hello, out);
     if (!write_all(config.fd, out)) return 0;
 
-    std::string payload;
+    FrameReader frames(config.fd);
     Call call;
     for (;;) {
-      char header[kFrameHeader];
-      if (!read_exact(config.fd, header, sizeof header)) return 0;  // the host closed: done
-      std::uint32_t size = 0;
       FrameType type{};
-      read_header(std::string_view(header, sizeof header), size, type);
-      if (type != FrameType::call || size > config.max_frame_bytes) {
+      std::string_view payload;
+      bool too_large = false;
+      if (!frames.next(config.max_frame_bytes, type, payload, too_large)) return 0;  // the host closed: done
+      if (type != FrameType::call || too_large) {
         complain("unexpected frame from the host");
         return 2;
       }
-      payload.resize(size);
-      if (!read_exact(config.fd, payload.data(), size)) return 0;
       if (!decode_call(payload, call)) {
         complain("malformed call frame from the host");
         return 2;
@@ -102,9 +131,7 @@ int run_worker(const WorkerConfig& config) {
       out.clear();
       encode_result(rc, ctx, out);
       if (!write_all(config.fd, out)) return 0;
-      // Large buffers are not kept between calls.
-      if (payload.capacity() > (1u << 20)) payload = std::string();
-      if (out.capacity() > (1u << 20)) out = std::string();
+      if (out.capacity() > (1u << 20)) out = std::string();  // large buffers are not kept
     }
   } catch (const HostError& e) {
     complain(e.what());

@@ -354,7 +354,11 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
   w->tail.clear();  // a crash report shows what this call's worker wrote
   std::string frame;
   worker::encode_call(aid, input_json, state, frame);
+  // Most frames fit the socket buffer: send at once, poll only for what is left.
   std::size_t sent = 0;
+  if (const ssize_t put = ::send(w->sock, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT); put > 0) {
+    sent = static_cast<std::size_t>(put);
+  }
   std::string& buf = w->rbuf;
   buf.clear();
   std::uint32_t want = 0;  // payload size once the header is in
