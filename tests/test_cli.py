@@ -7,6 +7,7 @@ import re
 import subprocess
 
 import machina_dispatch
+import pytest
 import tomllib
 from conftest import REPO, TOOLHOST, base_env, ok_response, run_json
 
@@ -121,3 +122,15 @@ def test_lease_issue_without_secret_fails_clearly() -> None:
     proc = cli("lease", "issue", "--aid", "AID.FILE.WRITE.v1")
     assert proc.returncode == 2
     assert b"no lease secret: set MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["AID.ECHO.v1"], ["AID.NOPE.v1"], ["./no-such-plugin.so", "AID.ECHO.v1"],
+                                  ["AID.TEXT.STATS.v1"]])
+@pytest.mark.parametrize("stdin", [b'{"input_json":"[1]"}', b"{bad", b'{"input_json":"{\\"text\\":\\"a b\\"}"}'])
+def test_run_shortcut_matches_the_full_parser(args: list[str], stdin: bytes) -> None:
+    """`--run [PLUGIN] AID` alone skips building the option parser; adding any option
+    (here a no-op one) takes the full parser. Both must behave identically."""
+    fast = subprocess.run([TOOLHOST, "--run", *args], input=stdin, capture_output=True, env=base_env())
+    full = subprocess.run([TOOLHOST, "--workers", "1", "--run", *args], input=stdin, capture_output=True,
+                          env=base_env())
+    assert (fast.returncode, fast.stdout, fast.stderr) == (full.returncode, full.stdout, full.stderr)

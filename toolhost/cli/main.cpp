@@ -19,7 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -45,11 +45,13 @@ std::string find_builtin_plugin() {
   std::error_code ec;
   const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
   if (!ec) {
-    std::stringstream reldirs(MACHINA_BUILTIN_RELDIRS);
-    std::string rel;
-    while (std::getline(reldirs, rel, ':')) {
-      if (!rel.empty()) tried.push_back(exe_dir / rel / file);
+    const std::string_view reldirs = MACHINA_BUILTIN_RELDIRS;
+    for (std::size_t at = 0; at <= reldirs.size();) {
+      const std::size_t end = std::min(reldirs.find(':', at), reldirs.size());
+      if (end > at) tried.push_back(exe_dir / std::string(reldirs.substr(at, end - at)));
+      at = end + 1;
     }
+    for (auto& dir : tried) dir /= file;
     tried.push_back(exe_dir / "plugins" / file);
   }
   for (const auto& p : tried) {
@@ -97,10 +99,73 @@ int take_stdout_for_wire() {
   return wire;
 }
 
+/// What to do once the command line is understood.
+struct Invocation {
+  enum class Mode { list, run, serve } mode = Mode::serve;
+  std::vector<std::string> plugins;  // empty: the built-in pack
+  std::string aid;                   // --run
+  unsigned workers = 1;              // --serve
+  machina::HostOptions options;
+};
+
+void report_events(machina::HostOptions& options) {
+  options.on_event = [](std::string_view line) {
+    std::string text = "machina-toolhost: " + std::string(line) + "\n";
+    (void)!::write(STDERR_FILENO, text.data(), text.size());
+  };
+}
+
+int execute(Invocation& inv) {
+  // Before any plugin code runs (loading included), so nothing it prints reaches the wire.
+  const int wire = take_stdout_for_wire();
+  machina::Host host(inv.options);
+  if (inv.plugins.empty()) inv.plugins.push_back(find_builtin_plugin());
+  for (const auto& p : inv.plugins) host.load_plugin(p);
+
+  if (inv.mode == Invocation::Mode::list) return machina::cli::write_all(wire, list_json(host)) ? 0 : 1;
+  if (inv.mode == Invocation::Mode::run) return machina::cli::run_once(host, inv.aid, STDIN_FILENO, wire);
+  const int rc = machina::cli::serve(host, {STDIN_FILENO, wire, inv.workers, 1024});
+  if (const auto stuck = host.stuck_calls(); stuck > 0) {
+    // Their threads are still inside plugin code: leave without running destructors
+    // under their feet. Every response has been written.
+    const std::string text = "machina-toolhost: exiting with " + std::to_string(stuck) +
+                             " call(s) still stuck in tools past their deadline\n";
+    (void)!::write(STDERR_FILENO, text.data(), text.size());
+    _exit(rc);
+  }
+  return rc;
+}
+
+/// `--run AID` and `--run PLUGIN AID` with nothing else are most of what spawning
+/// clients send, and building the full parser costs about as much as the call: these
+/// two shapes are recognised directly and mean exactly what the parser would make of them.
+bool fast_run(int argc, char** argv, Invocation& inv) {
+  if (argc < 3 || argc > 4 || std::strcmp(argv[1], "--run") != 0) return false;
+  for (int i = 2; i < argc; ++i) {
+    if (argv[i][0] == '-' || argv[i][0] == '\0') return false;
+  }
+  inv.mode = Invocation::Mode::run;
+  if (argc == 4) inv.plugins.emplace_back(argv[2]);
+  inv.aid = argv[argc - 1];
+  inv.options = machina::HostOptions::from_env();
+  report_events(inv.options);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a vanished reader is seen as a failed write
+
+  if (Invocation fast; fast_run(argc, argv, fast)) {
+    try {
+      return execute(fast);
+    } catch (const machina::HostError& e) {
+      const std::string text = std::string("machina-toolhost: ") + e.what() + "\n";
+      (void)!::write(STDERR_FILENO, text.data(), text.size());
+      return 2;
+    }
+  }
 
   CLI::App app{
       "machina-toolhost " MACHINA_VERSION " - runs tools for AI agents: one request in, one structured\n"
@@ -253,10 +318,7 @@ int main(int argc, char** argv) {
     } else if (limits.any()) {
       throw machina::HostError("--limit-* and --no-network apply to worker processes: add --isolation process");
     }
-    options.on_event = [](std::string_view line) {
-      std::string text = "machina-toolhost: " + std::string(line) + "\n";
-      (void)!::write(STDERR_FILENO, text.data(), text.size());
-    };
+    report_events(options);
     if (*issue_cmd) {
       machina::LeaseAuthority authority(machina::load_lease_secret(), {});
       const auto ttl_ms = machina::lease_ttl_ms(lease_ttl_s, authority.options().max_ttl_ms);
@@ -267,26 +329,16 @@ int main(int argc, char** argv) {
       std::cerr << "machina-toolhost: choose one of --list, --run, --serve (see --help)\n";
       return 2;
     }
-    if (run_args.size() == 2) plugins.push_back(run_args[0]);
-    if (serve_args.size() == 1 && !serve_args[0].empty()) plugins.push_back(serve_args[0]);
-
-    // Before any plugin code runs (loading included), so nothing it prints reaches the wire.
-    const int wire = take_stdout_for_wire();
-    machina::Host host(options);
-    if (plugins.empty()) plugins.push_back(find_builtin_plugin());
-    for (const auto& p : plugins) host.load_plugin(p);
-
-    if (list) return machina::cli::write_all(wire, list_json(host)) ? 0 : 1;
-    if (run_opt->count() > 0) return machina::cli::run_once(host, run_args.back(), STDIN_FILENO, wire);
-    const int rc = machina::cli::serve(host, {STDIN_FILENO, wire, workers, 1024});
-    if (const auto stuck = host.stuck_calls(); stuck > 0) {
-      // Their threads are still inside plugin code: leave without running destructors
-      // under their feet. Every response has been written.
-      std::cerr << "machina-toolhost: exiting with " << stuck << " call(s) still stuck in tools past their deadline\n";
-      std::cerr.flush();
-      _exit(rc);
-    }
-    return rc;
+    Invocation inv;
+    inv.mode = list ? Invocation::Mode::list
+                    : (run_opt->count() > 0 ? Invocation::Mode::run : Invocation::Mode::serve);
+    inv.plugins = plugins;
+    if (run_args.size() == 2) inv.plugins.push_back(run_args[0]);
+    if (serve_args.size() == 1 && !serve_args[0].empty()) inv.plugins.push_back(serve_args[0]);
+    if (!run_args.empty()) inv.aid = run_args.back();
+    inv.workers = workers;
+    inv.options = std::move(options);
+    return execute(inv);
   } catch (const machina::HostError& e) {
     std::cerr << "machina-toolhost: " << e.what() << "\n";
     return 2;
