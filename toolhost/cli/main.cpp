@@ -41,24 +41,27 @@ std::string find_builtin_plugin() {
   if (const char* dir = std::getenv("MACHINA_TOOLHOST_PLUGIN_DIR"); dir != nullptr && *dir != '\0') {
     return (fs::path(dir) / file).string();
   }
-  std::vector<fs::path> tried;
-  std::error_code ec;
-  const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
-  if (!ec) {
+  // Plain strings and access(2): this runs on every --run, and the first candidate (this
+  // interpreter's default install scheme) is nearly always the one.
+  std::vector<std::string> tried;
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    std::string exe_dir(exe, static_cast<std::size_t>(n));
+    exe_dir.resize(exe_dir.rfind('/') + 1);
     const std::string_view reldirs = MACHINA_BUILTIN_RELDIRS;
     for (std::size_t at = 0; at <= reldirs.size();) {
       const std::size_t end = std::min(reldirs.find(':', at), reldirs.size());
-      if (end > at) tried.push_back(exe_dir / std::string(reldirs.substr(at, end - at)));
+      if (end > at) tried.push_back(exe_dir + std::string(reldirs.substr(at, end - at)) + "/" + file);
       at = end + 1;
     }
-    for (auto& dir : tried) dir /= file;
-    tried.push_back(exe_dir / "plugins" / file);
+    tried.push_back(exe_dir + "plugins/" + file);
   }
   for (const auto& p : tried) {
-    if (fs::exists(p, ec)) return p.lexically_normal().string();
+    if (::access(p.c_str(), R_OK) == 0) return fs::path(p).lexically_normal().string();
   }
   std::string where;
-  for (const auto& p : tried) where += "\n  " + p.lexically_normal().string();
+  for (const auto& p : tried) where += "\n  " + fs::path(p).lexically_normal().string();
   throw machina::HostError("built-in plugins not found; looked for:" + where +
                            "\nset MACHINA_TOOLHOST_PLUGIN_DIR or name a plugin with --plugin");
 }
@@ -123,7 +126,13 @@ int execute(Invocation& inv) {
   for (const auto& p : inv.plugins) host.load_plugin(p);
 
   if (inv.mode == Invocation::Mode::list) return machina::cli::write_all(wire, list_json(host)) ? 0 : 1;
-  if (inv.mode == Invocation::Mode::run) return machina::cli::run_once(host, inv.aid, STDIN_FILENO, wire);
+  if (inv.mode == Invocation::Mode::run) {
+    const int rc = machina::cli::run_once(host, inv.aid, STDIN_FILENO, wire);
+    // The one response is written: tearing the host down (registry, schemas, plugins)
+    // would only cost time. Worker processes are stopped properly.
+    if (inv.options.isolation == machina::Isolation::inline_threads) _exit(rc);
+    return rc;
+  }
   const int rc = machina::cli::serve(host, {STDIN_FILENO, wire, inv.workers, 1024});
   if (const auto stuck = host.stuck_calls(); stuck > 0) {
     // Their threads are still inside plugin code: leave without running destructors

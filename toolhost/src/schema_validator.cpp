@@ -1,11 +1,16 @@
 // The JSON Schema subset; see schema_validator.hpp.
 #include <machina/errors.hpp>
+#include <machina/json_text.hpp>
+#include <machina/rapid_sax.hpp>  // first: RapidJSON configured as everywhere else
 #include <machina/schema_validator.hpp>
+
+#include <rapidjson/document.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <string_view>
+#include <vector>
 
 namespace machina {
 namespace {
@@ -25,36 +30,55 @@ std::string child(const std::string& where, const std::string& name) {
   return (where == "/" ? where : where + "/") + name;
 }
 
-void check_schema(const json& s, const std::string& where) {
-  if (s.is_boolean()) return;
-  if (!s.is_object()) throw HostError("schema at " + where + " must be an object or a boolean");
-  for (const auto& [k, v] : s.items()) {
+using RValue = rapidjson::Value;
+
+// The members of an object in key order, the order nlohmann iterates in: the first
+// problem reported is the same whichever library reads the schema.
+std::vector<const RValue::Member*> sorted_members(const RValue& object) {
+  std::vector<const RValue::Member*> out;
+  for (auto it = object.MemberBegin(); it != object.MemberEnd(); ++it) out.push_back(&*it);
+  std::sort(out.begin(), out.end(), [](const RValue::Member* a, const RValue::Member* b) {
+    return std::string_view(a->name.GetString(), a->name.GetStringLength()) <
+           std::string_view(b->name.GetString(), b->name.GetStringLength());
+  });
+  return out;
+}
+
+std::string str(const RValue& v) { return std::string(v.GetString(), v.GetStringLength()); }
+
+void check_schema(const RValue& s, const std::string& where) {
+  if (s.IsBool()) return;
+  if (!s.IsObject()) throw HostError("schema at " + where + " must be an object or a boolean");
+  for (const RValue::Member* m : sorted_members(s)) {
+    const std::string k = str(m->name);
+    const RValue& v = m->value;
     const bool known =
         std::find(kValidationKeywords.begin(), kValidationKeywords.end(), k) != kValidationKeywords.end() ||
         std::find(kAnnotations.begin(), kAnnotations.end(), k) != kAnnotations.end();
     if (!known) throw HostError("schema keyword '" + k + "' at " + where + " is not supported");
     if (k == "properties") {
-      if (!v.is_object()) throw HostError("'properties' at " + where + " must be an object");
-      for (const auto& [name, sub] : v.items()) check_schema(sub, child(where, "properties/" + name));
+      if (!v.IsObject()) throw HostError("'properties' at " + where + " must be an object");
+      for (const RValue::Member* p : sorted_members(v)) check_schema(p->value, child(where, "properties/" + str(p->name)));
     } else if (k == "items" || k == "additionalProperties") {
       check_schema(v, child(where, k));
     } else if (k == "required") {
-      if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); }))
+      if (!v.IsArray() || !std::all_of(v.Begin(), v.End(), [](const RValue& x) { return x.IsString(); }))
         throw HostError("'required' at " + where + " must be an array of strings");
     } else if (k == "enum") {
-      if (!v.is_array()) throw HostError("'enum' at " + where + " must be an array");
+      if (!v.IsArray()) throw HostError("'enum' at " + where + " must be an array");
     } else if (k == "type") {
-      auto ok = [](const json& t) {
+      auto ok = [](const RValue& t) {
         static constexpr std::array<std::string_view, 7> names = {
             "object", "array", "string", "integer", "number", "boolean", "null"};
-        return t.is_string() && std::find(names.begin(), names.end(), t.get_ref<const std::string&>()) != names.end();
+        return t.IsString() &&
+               std::find(names.begin(), names.end(), std::string_view(t.GetString(), t.GetStringLength())) != names.end();
       };
-      if (!(ok(v) || (v.is_array() && std::all_of(v.begin(), v.end(), ok))))
+      if (!(ok(v) || (v.IsArray() && std::all_of(v.Begin(), v.End(), ok))))
         throw HostError("'type' at " + where + " must name JSON types");
     } else if (k.starts_with("min") || k.starts_with("max") || k.starts_with("exclusive")) {
-      if (!v.is_number()) throw HostError("'" + k + "' at " + where + " must be a number");
+      if (!v.IsNumber()) throw HostError("'" + k + "' at " + where + " must be a number");
     } else if (k == "uniqueItems") {
-      if (!v.is_boolean()) throw HostError("'uniqueItems' at " + where + " must be a boolean");
+      if (!v.IsBool()) throw HostError("'uniqueItems' at " + where + " must be a boolean");
     }
   }
 }
@@ -179,14 +203,23 @@ std::optional<std::string> check(const json& s, const json& v, const std::string
 
 }  // namespace
 
-SchemaValidator::SchemaValidator(const std::string& schema_text) {
-  schema_ = json::parse(schema_text, nullptr, false);
-  if (schema_.is_discarded()) throw HostError("input schema is not valid JSON");
-  check_schema(schema_, "/");
+SchemaValidator::SchemaValidator(std::string schema_text) : text_(std::move(schema_text)) {
+  // validate_json decides exactly as the nlohmann parse in compiled() will (the fast
+  // path only ever accepts what nlohmann accepts), so compiling cannot fail later.
+  if (!validate_json(text_)) throw HostError("input schema is not valid JSON");
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseFullPrecisionFlag>(text_.data(), text_.size());
+  if (doc.HasParseError()) throw HostError("input schema is not valid JSON");
+  check_schema(doc, "/");
+}
+
+const json& SchemaValidator::compiled() const {
+  std::call_once(once_, [&] { schema_ = json::parse(text_); });
+  return schema_;
 }
 
 std::optional<std::string> SchemaValidator::validate(const json& instance) const {
-  return check(schema_, instance, "");
+  return check(compiled(), instance, "");
 }
 
 }  // namespace machina

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -15,16 +16,23 @@ namespace machina {
 
 class SchemaValidator {
  public:
-  /// Throws HostError if `schema_text` is not JSON or uses unsupported keywords.
-  explicit SchemaValidator(const std::string& schema_text);
+  /// Throws HostError if `schema_text` is not JSON or uses unsupported keywords. The
+  /// check is cheap (no DOM of the validator's kind is built): loading a plugin costs
+  /// little, and a schema is compiled only when its tool is first called.
+  explicit SchemaValidator(std::string schema_text);
+  SchemaValidator(const SchemaValidator&) = delete;
+  SchemaValidator& operator=(const SchemaValidator&) = delete;
 
   /// Returns an empty optional if `instance` matches, else "at <pointer>: <why>".
+  /// Thread-safe.
   std::optional<std::string> validate(const nlohmann::json& instance) const;
 
-  const nlohmann::json& schema() const { return schema_; }
-
  private:
-  nlohmann::json schema_;
+  const nlohmann::json& compiled() const;
+
+  std::string text_;
+  mutable std::once_flag once_;
+  mutable nlohmann::json schema_;
 };
 
 }  // namespace machina
