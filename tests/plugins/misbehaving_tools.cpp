@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include <atomic>
@@ -220,13 +221,19 @@ void fill(Registry& r) {
      return Result::ok;
    }).description("Writes `kb` KiB to a temporary file.");
   r.tool("AID.TEST.SPIN.v1", [](Call& call) -> Result {
+     // CPU time, not wall time: on a busy machine the two differ.
      const long ms = field(call.input(), "ms", 100);
-     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+     auto cpu_ms = [] {
+       timespec t{};
+       clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+       return t.tv_sec * 1000L + t.tv_nsec / 1'000'000L;
+     };
+     const long until = cpu_ms() + ms;
      volatile unsigned long x = 0;
-     while (std::chrono::steady_clock::now() < until) x = x + 1;
+     while (cpu_ms() < until) x = x + 1;
      call.output("{\"spun_ms\":" + std::to_string(ms) + "}");
      return Result::ok;
-   }).description("Burns CPU for `ms` milliseconds.");
+   }).description("Burns `ms` milliseconds of CPU time.");
   r.tool("AID.TEST.SLEEPER.v1", [](Call& call) -> Result {
      // Starts `sleep 300` (in this process group) and then hangs: a timeout must take
      // the child too. Output names the child's pid first, on stderr.
