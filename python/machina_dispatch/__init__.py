@@ -1,26 +1,91 @@
 """machina_dispatch: call machina-toolhost tools from Python.
 
-This release exposes the in-process host (:class:`Host`, backed by the compiled
-``_core`` module) and the operator's :func:`issue_lease`. The spawn and serve-pool
-transports build on the same core.
+Three transports, one API (``call``, ``acall``, ``call_many``, ``acall_many``), one
+result type (:class:`ToolResult`) and one exception hierarchy (:class:`ToolhostError`):
+
+- :class:`InProcess` — the C++ host in this process (fastest);
+- :class:`Toolhost` — a pool of ``machina-toolhost --serve`` processes, pipelined;
+- :class:`Spawn` — one ``machina-toolhost --run`` process per call
+  (and :func:`run_machina_toolhost`, the seed's dispatch function, which returns dicts).
+
+See docs/python.md.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from . import _core
 from ._core import HostError, Session, issue_lease
+from ._errors import (
+    BreakerOpen,
+    DispatchError,
+    ExecutableNotFound,
+    IdempotencyConflict,
+    InternalError,
+    InvalidInput,
+    LeaseError,
+    LeaseRejected,
+    LeaseRequired,
+    Overloaded,
+    ProtocolError,
+    RequestRejected,
+    ToolCrashed,
+    ToolError,
+    ToolFailed,
+    ToolFault,
+    ToolhostError,
+    ToolNotFound,
+    ToolTimeout,
+)
+from ._locate import find_executable
+from ._result import ToolResult
+from ._transport import Call, Transport
+from .ds_state import Artifact, DsDelta, DsState
+from .inprocess import InProcess, builtin_plugin_path
+from .pool import Toolhost
+from .spawn import Spawn, run_machina_toolhost
 
 __all__ = [
+    "Artifact",
+    "BreakerOpen",
+    "Call",
+    "DispatchError",
+    "DsDelta",
+    "DsState",
+    "ExecutableNotFound",
     "Host",
     "HostError",
+    "IdempotencyConflict",
+    "InProcess",
+    "InternalError",
+    "InvalidInput",
+    "LeaseError",
+    "LeaseRejected",
+    "LeaseRequired",
+    "Overloaded",
+    "ProtocolError",
+    "RequestRejected",
     "Session",
+    "Spawn",
+    "ToolCrashed",
+    "ToolError",
+    "ToolFailed",
+    "ToolFault",
+    "ToolNotFound",
+    "ToolResult",
+    "ToolTimeout",
+    "Toolhost",
+    "ToolhostError",
+    "Transport",
     "__version__",
     "builtin_plugin_path",
+    "find_executable",
     "get_include",
     "issue_lease",
     "plugin_dir",
+    "run_machina_toolhost",
 ]
 
 __version__: str = _core.__version__
@@ -35,31 +100,44 @@ def plugin_dir() -> Path:
     return _PACKAGE_DIR / "plugins"
 
 
-def builtin_plugin_path() -> Path:
-    """The built-in plugin library, loaded when no plugin is named."""
-    return plugin_dir() / _core.BUILTIN_PLUGIN_FILE
-
-
 def get_include() -> Path:
     """The folder with ``machina/plugin_abi.h`` and ``machina/plugin.hpp`` for plugin authors."""
     return _PACKAGE_DIR / "include"
 
 
 class Host(_core.Host):
-    """The C++ host in this process.
+    """The C++ host in this process, at the level of the wire (``call_json``) and of
+    single calls (``call``); :class:`InProcess` is the transport built on it.
 
     Args:
         plugins: plugin libraries to load; ``None`` loads the built-in pack.
         **options: caps and limits (``max_request_bytes``, ``max_output_bytes``,
             ``idempotency_ttl_ms``, ``idempotency_max_entries``, ``breaker_threshold``,
-            ``breaker_window_ms``, ``breaker_cooldown_ms``).
+            ``breaker_window_ms``, ``breaker_cooldown_ms``, ``timeout_ms``,
+            ``max_timeout_ms``, ``tool_timeouts_ms``, ``max_stuck_calls``, ``isolation``
+            (``"inline"`` or ``"process"``), ``isolation_workers``, ``limit_cpu_s``,
+            ``limit_memory_mb``, ``limit_open_files``, ``limit_file_size_mb``,
+            ``no_network``; ``worker_executable`` defaults to the installed
+            ``machina-toolhost`` when ``isolation="process"``).
 
     Raises:
-        HostError: a plugin cannot be loaded (the message names the file), or lease
-            enforcement is on (``MACHINA_LEASE_ENFORCE=1``) without a usable secret.
+        HostError: a plugin cannot be loaded (the message names the file), an option is
+            invalid, or lease enforcement is on (``MACHINA_LEASE_ENFORCE=1``) without a
+            usable secret.
     """
 
-    def __init__(self, plugins: list[str | Path] | None = None, **options: int) -> None:
-        super().__init__(**options)
+    def __init__(self, plugins: list[str | os.PathLike[str]] | None = None, **options: object) -> None:
+        if options.get("isolation") == "process" and not options.get("worker_executable"):
+            options["worker_executable"] = find_executable() or ""
+        super().__init__(**options)  # type: ignore[arg-type]
         for path in plugins if plugins is not None else [builtin_plugin_path()]:
-            self.load_plugin(str(path))
+            self.load_plugin(os.fspath(path))
+
+    def call(self, aid: str, input_json: str, session: Session, idempotency_key: str | None = None,
+             lease_token: str | None = None, timeout_ms: int | None = None,
+             ds_state_json: str | None = None) -> ToolResult:
+        """Runs one call without a JSON envelope (the GIL is released while the tool runs).
+        Never raises for a failed call: see the result's ``ok``."""
+        result: ToolResult = _core.call(self, aid, input_json, session, idempotency_key, lease_token, timeout_ms,
+                                        ds_state_json)
+        return result

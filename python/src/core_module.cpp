@@ -4,40 +4,293 @@
 #include <machina/json_text.hpp>
 #include <machina/lease.hpp>
 #include <machina/wire.hpp>
+#include <machina/wire_client.hpp>
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <array>
+#include <chrono>
+#include <unordered_map>
 
 namespace py = pybind11;
 using namespace py::literals;
 
 namespace {
 
-machina::HostOptions make_options(std::size_t max_request_bytes, std::size_t max_output_bytes,
-                                  std::int64_t idempotency_ttl_ms, std::size_t idempotency_max_entries,
-                                  std::uint32_t breaker_threshold, std::int64_t breaker_window_ms,
-                                  std::int64_t breaker_cooldown_ms) {
+/// Keyword options of Host(), with the core's defaults.
+struct HostKwargs {
+  std::size_t max_request_bytes = machina::kMaxRequestBytes;
+  std::size_t max_output_bytes = machina::kMaxOutputBytes;
+  std::int64_t idempotency_ttl_ms = 60'000;
+  std::size_t idempotency_max_entries = 1024;
+  std::uint32_t breaker_threshold = 5;
+  std::int64_t breaker_window_ms = 30'000;
+  std::int64_t breaker_cooldown_ms = 10'000;
+  std::int64_t timeout_ms = 30'000;
+  std::int64_t max_timeout_ms = 600'000;
+  std::map<std::string, std::int64_t, std::less<>> tool_timeouts_ms;
+  std::size_t max_stuck_calls = 16;
+  std::string isolation = "inline";
+  std::string worker_executable;
+  std::size_t isolation_workers = 1;
+  machina::WorkerLimits limits;
+};
+
+machina::HostOptions make_options(const HostKwargs& k) {
   machina::HostOptions o = machina::HostOptions::from_env();
-  o.max_request_bytes = max_request_bytes;
-  o.max_output_bytes = max_output_bytes;
-  o.idempotency.ttl_ms = idempotency_ttl_ms;
-  o.idempotency.max_entries = idempotency_max_entries;
-  o.breaker.threshold = breaker_threshold;
-  o.breaker.window_ms = breaker_window_ms;
-  o.breaker.cooldown_ms = breaker_cooldown_ms;
+  o.max_request_bytes = k.max_request_bytes;
+  o.max_output_bytes = k.max_output_bytes;
+  o.idempotency.ttl_ms = k.idempotency_ttl_ms;
+  o.idempotency.max_entries = k.idempotency_max_entries;
+  o.breaker.threshold = k.breaker_threshold;
+  o.breaker.window_ms = k.breaker_window_ms;
+  o.breaker.cooldown_ms = k.breaker_cooldown_ms;
+  o.default_timeout_ms = k.timeout_ms;
+  o.max_timeout_ms = k.max_timeout_ms;
+  o.tool_timeouts_ms = k.tool_timeouts_ms;
+  o.max_stuck_calls = k.max_stuck_calls;
+  if (k.isolation == "process") {
+    o.isolation = machina::Isolation::process;
+  } else if (k.isolation != "inline") {
+    throw machina::HostError("isolation must be 'inline' or 'process', not '" + k.isolation + "'");
+  } else if (k.limits.any()) {
+    throw machina::HostError("OS limits apply to worker processes: use isolation='process'");
+  }
+  o.workers.executable = k.worker_executable;
+  o.workers.size = k.isolation_workers;
+  o.workers.limits = k.limits;
   return o;
 }
 
-py::dict tool_dict(const machina::ToolInfo& t) {
+py::dict tool_dict(const machina::Host& h, const machina::ToolInfo& t) {
   return py::dict("aid"_a = t.aid, "name"_a = t.name, "description"_a = t.description,
                   "input_schema"_a = t.input_schema.empty() ? py::object(py::none()) : py::object(py::str(t.input_schema)),
                   "deterministic"_a = t.deterministic, "tags"_a = t.tags, "side_effects"_a = t.side_effects,
-                  "replay_inputs"_a = t.replay_inputs, "tier"_a = t.tier, "plugin"_a = t.plugin_path);
+                  "replay_inputs"_a = t.replay_inputs, "tier"_a = t.tier,
+                  "timeout_ms"_a = h.timeout_for(*h.registry().find(t.aid), machina::Request{}),
+                  "plugin"_a = t.plugin_path);
 }
+
+/// Builds result objects of the Python result class (a tuple subclass registered by
+/// machina_dispatch) straight from a core Response. Strings that repeat (statuses,
+/// codes, kinds) are made once.
+class ResultFactory {
+ public:
+  static constexpr std::size_t kFields = 10;  // see machina_dispatch._result.ToolResult
+
+  void configure(py::type cls, const py::dict& kinds) {
+    cls_ = std::move(cls);
+    for (const auto& info : machina::all_error_kinds()) {
+      const std::string code(info.code);
+      codes_[index(info.kind)] = py::str(code);
+      kinds_[index(info.kind)] = kinds.contains(code) ? py::reinterpret_borrow<py::object>(kinds[code.c_str()])
+                                                      : py::object(py::str(code));
+      statuses_[index(info.kind)] = info.status == machina::Status::NONE
+                                        ? py::object(py::none())
+                                        : py::object(py::str(std::string(machina::status_name(info.status))));
+    }
+    statuses_[0] = py::str("OK");
+    empty_ = py::str("");
+    for (const auto& info : machina::all_error_kinds()) by_code_.emplace(std::string(info.code), index(info.kind));
+  }
+
+  /// From a response read off the wire: the same object the in-process call makes.
+  /// Throws std::runtime_error for a code this build does not know.
+  py::object make(const py::object& aid, const machina::ResponseFields& f) const {
+    PyObject* obj = alloc();
+    py::object result = py::reinterpret_steal<py::object>(obj);
+    std::size_t k = 0;
+    if (!f.ok) {
+      auto it = f.code ? by_code_.find(*f.code) : by_code_.end();
+      if (it == by_code_.end()) throw std::runtime_error("unknown error code in a response");
+      k = it->second;
+    }
+    set(obj, 0, aid);
+    set(obj, 1, py::bool_(f.ok));
+    set(obj, 2, f.status ? (k == 0 || statuses_[k].is_none() ? py::object(py::str(*f.status)) : statuses_[k])
+                         : py::object(py::none()));
+    set(obj, 3, f.output_json.empty() ? empty_ : py::object(py::str(f.output_json)));
+    set(obj, 4, f.error.empty() ? empty_ : py::object(py::str(f.error)));
+    set(obj, 5, f.ok ? py::object(py::none()) : codes_[k]);
+    set(obj, 6, f.ok ? py::object(py::none()) : kinds_[k]);
+    set(obj, 7, py::bool_(f.idempotent_hit));
+    if (f.ds_state.empty()) set(obj, 8, py::none());
+    else if (f.ds_state == kEmptyDelta) set(obj, 8, empty_);
+    else set(obj, 8, py::str(std::string(f.ds_state)));
+    if (f.lease_tier || f.lease_aid) {
+      set(obj, 9, py::dict("tier"_a = f.lease_tier.value_or(-1), "aid"_a = f.lease_aid.value_or("")));
+    } else if (f.lease_reason) {
+      set(obj, 9, py::dict("reason"_a = *f.lease_reason));
+    } else {
+      set(obj, 9, py::none());
+    }
+    return result;
+  }
+
+  py::object make(const py::object& aid, const machina::Response& r) const {
+    PyObject* obj = alloc();
+    py::object result = py::reinterpret_steal<py::object>(obj);
+    const std::size_t k = index(r.kind);
+    const bool has_status = r.ok() || machina::error_info(r.kind).status != machina::Status::NONE;
+    set(obj, 0, aid);
+    set(obj, 1, py::bool_(r.ok()));
+    set(obj, 2, statuses_[k]);
+    set(obj, 3, r.output_json.empty() ? empty_ : py::object(py::str(r.output_json)));
+    set(obj, 4, r.error.empty() ? empty_ : py::object(py::str(r.error)));
+    set(obj, 5, r.ok() ? py::object(py::none()) : codes_[k]);
+    set(obj, 6, r.ok() ? py::object(py::none()) : kinds_[k]);
+    set(obj, 7, py::bool_(r.idempotent_hit));
+    if (!has_status) {
+      set(obj, 8, py::none());
+    } else if (r.ds_state.mode == machina::DsReport::Mode::delta && (!r.ds_state.changes || r.ds_state.changes->empty())) {
+      set(obj, 8, empty_);  // the common case: no change
+    } else {
+      std::string ds;
+      machina::encode_ds_state(r.ds_state, ds);
+      set(obj, 8, py::str(ds));
+    }
+    if (r.kind == machina::ErrorKind::lease_required) {
+      set(obj, 9, py::dict("tier"_a = r.lease_tier, "aid"_a = r.lease_aid));
+    } else if (r.kind == machina::ErrorKind::lease_rejected) {
+      set(obj, 9, py::dict("reason"_a = r.lease_reason));
+    } else {
+      set(obj, 9, py::none());
+    }
+    return result;
+  }
+
+ private:
+  static constexpr std::string_view kEmptyDelta = R"({"delta":true,"slots":{},"removed_slots":[]})";
+
+  PyObject* alloc() const {
+    if (!cls_) throw std::runtime_error("machina_dispatch._core: result class not configured");
+    auto* type = reinterpret_cast<PyTypeObject*>(cls_.ptr());
+    PyObject* obj = type->tp_alloc(type, static_cast<Py_ssize_t>(kFields));
+    if (obj == nullptr) throw py::error_already_set();
+    return obj;
+  }
+  static std::size_t index(machina::ErrorKind kind) { return static_cast<std::size_t>(kind); }
+  static void set(PyObject* tuple, Py_ssize_t i, const py::object& value) {
+    PyTuple_SET_ITEM(tuple, i, value.inc_ref().ptr());
+  }
+
+  static constexpr std::size_t kKinds = std::tuple_size_v<std::remove_cvref_t<decltype(machina::all_error_kinds())>> + 1;
+  py::object cls_;
+  std::array<py::object, kKinds> codes_, kinds_, statuses_;
+  py::object empty_;
+  std::unordered_map<std::string, std::size_t> by_code_;
+};
+
+/// Appends the request line of one pooled call.
+void encode_call(std::int64_t id, std::string aid, std::string input_json, std::optional<std::string> key,
+                 std::optional<std::string> token, std::optional<std::int64_t> timeout_ms,
+                 const std::optional<std::string>& ds_state_json, std::string& out) {
+  machina::Request r;
+  r.aid = std::move(aid);
+  r.input_json = std::move(input_json);
+  r.idempotency_key = std::move(key);
+  r.lease_token = std::move(token);
+  r.timeout_ms = timeout_ms;
+  machina::encode_request(r, id, ds_state_json ? std::string_view(*ds_state_json) : std::string_view(), out);
+}
+
+ResultFactory& results() {
+  static ResultFactory* factory = new ResultFactory();  // never destroyed: outlives the interpreter's teardown
+  return *factory;
+}
+
+/// The C++ object behind a bound instance. pybind11's cast checks the type through its
+/// registry on every call; here the Python types already seen to hold a T are remembered
+/// (the registry still decides the first time for each type).
+template <class T>
+T& bound(PyObject* o) {
+  static std::array<PyTypeObject*, 8> known{};
+  PyTypeObject* type = Py_TYPE(o);
+  for (PyTypeObject* t : known) {
+    if (t == type) return *static_cast<T*>(reinterpret_cast<py::detail::instance*>(o)->get_value_and_holder().value_ptr());
+    if (t == nullptr) break;
+  }
+  T& value = py::cast<T&>(py::handle(o));
+  for (PyTypeObject*& t : known) {
+    if (t == nullptr) {
+      t = type;
+      break;
+    }
+  }
+  return value;
+}
+
+std::optional<std::string> optional_str(PyObject* o, const char* what) {
+  if (o == Py_None) return std::nullopt;
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(o, &n);
+  if (p == nullptr) throw py::type_error(std::string(what) + " must be a str or None");
+  return std::string(p, static_cast<std::size_t>(n));
+}
+
+/// Host.call without pybind11's argument machinery (positional only): the in-process
+/// transport's hot path, where the dispatcher cost as much as the call itself.
+/// _core.call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json)
+PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept {
+  try {
+    if (nargs != 8) throw py::type_error("call() takes exactly 8 positional arguments");
+    auto& host = bound<machina::Host>(args[0]);
+    auto& session = bound<machina::Session>(args[3]);
+    machina::Request req;
+    Py_ssize_t n = 0;
+    const char* p = PyUnicode_AsUTF8AndSize(args[1], &n);
+    if (p == nullptr) throw py::type_error("aid must be a str");
+    req.aid.assign(p, static_cast<std::size_t>(n));
+    p = PyUnicode_AsUTF8AndSize(args[2], &n);
+    if (p == nullptr) throw py::type_error("input_json must be a str");
+    req.input_json.assign(p, static_cast<std::size_t>(n));
+    req.idempotency_key = optional_str(args[4], "idempotency_key");
+    req.lease_token = optional_str(args[5], "lease_token");
+    if (args[6] != Py_None) {
+      const long long ms = PyLong_AsLongLong(args[6]);
+      if (ms == -1 && PyErr_Occurred()) throw py::error_already_set();
+      req.timeout_ms = ms;
+    }
+    const auto ds_state_json = optional_str(args[7], "ds_state_json");
+    machina::Response r;
+    if (auto refused = machina::check_request(req, ds_state_json ? ds_state_json->size() : 0,
+                                              host.options().max_request_bytes)) {
+      r = std::move(*refused);
+    } else {
+      bool state_ok = true;
+      if (ds_state_json) {
+        machina::DsUpdate update;
+        std::string why;
+        state_ok = machina::decode_ds_state(*ds_state_json, update, why);
+        if (state_ok) req.ds_state = std::move(update);
+        else r = machina::Response::failure(machina::ErrorKind::invalid_ds_state, why);
+      }
+      if (state_ok) {
+        py::gil_scoped_release release;
+        r = host.handle(req, session);
+      }
+    }
+    return results().make(py::reinterpret_borrow<py::object>(args[1]), r).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {  // type_error, value_error, cast_error
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyMethodDef kFastMethods[] = {
+    {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)), METH_FASTCALL,
+     "call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json) -> ToolResult"},
+    {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
+  if (PyModule_AddFunctions(m.ptr(), kFastMethods) != 0) throw py::error_already_set();
   m.doc() = "The machina-toolhost C++ host, in-process.";
   m.attr("__version__") = MACHINA_VERSION;
   m.attr("MAX_REQUEST_BYTES") = machina::kMaxRequestBytes;
@@ -64,6 +317,123 @@ PYBIND11_MODULE(_core, m) {
         return out;
       },
       "Every error kind as (code, status or '', counts_for_breaker), in the core's order.");
+
+  m.def(
+      "encode_request",
+      [](std::int64_t id, std::string aid, std::string input_json, std::optional<std::string> idempotency_key,
+         std::optional<std::string> lease_token, std::optional<std::int64_t> timeout_ms,
+         std::optional<std::string> ds_state_json) {
+        std::string out;
+        encode_call(id, std::move(aid), std::move(input_json), std::move(idempotency_key), std::move(lease_token),
+                    timeout_ms, ds_state_json, out);
+        return py::bytes(out);
+      },
+      "id"_a, "aid"_a, "input_json"_a, "idempotency_key"_a = py::none(), "lease_token"_a = py::none(),
+      "timeout_ms"_a = py::none(), "ds_state_json"_a = py::none(),
+      "One request line (with its newline) for --serve.");
+  m.def(
+      "encode_requests",
+      [](const py::list& calls) {
+        // Each item: (id, aid, input_json, idempotency_key, lease_token, timeout_ms, ds_state_json).
+        std::string out;
+        out.reserve(calls.size() * 64);
+        for (const py::handle item : calls) {
+          const auto t = item.cast<py::tuple>();
+          encode_call(t[0].cast<std::int64_t>(), t[1].cast<std::string>(), t[2].cast<std::string>(),
+                      t[3].cast<std::optional<std::string>>(), t[4].cast<std::optional<std::string>>(),
+                      t[5].cast<std::optional<std::int64_t>>(), t[6].cast<std::optional<std::string>>(), out);
+        }
+        return py::bytes(out);
+      },
+      "calls"_a, "Request lines for many calls at once.");
+  m.def(
+      "decode_responses",
+      [](const py::bytes& data, std::size_t start, const py::dict& aids) {
+        // Every complete line from `start`: [(id, result)], and where the next line starts.
+        // `aids` maps each pending id to its aid. A line that is not a response, or
+        // answers no pending id, raises ValueError (the stream can no longer be trusted).
+        char* buf = nullptr;
+        Py_ssize_t size = 0;
+        if (PyBytes_AsStringAndSize(data.ptr(), &buf, &size) != 0) throw py::error_already_set();
+        const std::string_view text(buf, static_cast<std::size_t>(size));
+        py::list out;
+        machina::ResponseFields fields;
+        std::string why;
+        py::set answered;  // ids answered by earlier lines of this chunk
+        std::size_t at = std::min(start, text.size());
+        for (;;) {
+          const std::size_t nl = text.find('\n', at);
+          if (nl == std::string_view::npos) break;
+          const std::string_view line = text.substr(at, nl - at);
+          at = nl + 1;
+          if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+          if (!machina::decode_response(line, fields, why)) throw py::value_error("unreadable response: " + why);
+          py::object id;
+          if (fields.id) {
+            id = py::int_(*fields.id);
+            if (!aids.contains(id) || answered.contains(id)) {
+              throw py::value_error("a response for an unknown id " + std::to_string(*fields.id));
+            }
+          } else {
+            // A line the host could not read (over the size cap) gets an answer without
+            // an id. The host sends such answers only once every earlier request has been
+            // answered, so it belongs to the oldest request still open (`aids` keeps
+            // sending order).
+            for (const auto& item : aids) {
+              if (!answered.contains(item.first)) {
+                id = py::reinterpret_borrow<py::object>(item.first);
+                break;
+              }
+            }
+            if (!id) throw py::value_error("a response without an id while no request is open");
+          }
+          answered.add(id);
+          out.append(py::make_tuple(id, results().make(py::reinterpret_borrow<py::object>(aids[id]), fields)));
+        }
+        return py::make_tuple(out, at);
+      },
+      "data"_a, "start"_a, "aids"_a, "Decodes the complete response lines in data[start:].");
+  m.def(
+      "decode_response",
+      [](const py::bytes& line, const py::str& aid) {
+        // One response (as --run writes it) for the call to `aid`. ValueError if unreadable.
+        machina::ResponseFields fields;
+        std::string why;
+        if (!machina::decode_response(std::string_view(line), fields, why)) {
+          throw py::value_error("unreadable response: " + why);
+        }
+        return results().make(aid, fields);
+      },
+      "line"_a, "aid"_a, "Decodes one response line into a ToolResult.");
+  m.def(
+      "delta_between",
+      [](const std::string& before, const std::string& after) -> std::string {
+        // The delta that turns one full state into another, encoded as a serve session
+        // would answer it ("" when nothing changed).
+        machina::DsUpdate a, b;
+        std::string why;
+        if (!machina::decode_ds_state(before, a, why) || !machina::decode_ds_state(after, b, why)) {
+          throw py::value_error("not a ds_state: " + why);
+        }
+        machina::Session session(/*respond_with_delta=*/true);
+        a.delta = false;
+        session.apply(a);
+        machina::SlotChanges changes = b.changes;
+        for (std::size_t i = 0; i < machina::kDsSlots; ++i) {
+          const auto bit = static_cast<std::uint8_t>(1u << i);
+          if (!(changes.set & bit)) changes.removed |= bit;
+        }
+        auto real = session.commit(changes);
+        if (!real) return "";
+        std::string out;
+        machina::encode_ds_state({machina::DsReport::Mode::delta, real}, out);
+        return out;
+      },
+      "before"_a, "after"_a);
+  m.def(
+      "_configure_results",
+      [](py::type cls, py::dict kinds) { results().configure(std::move(cls), kinds); }, "cls"_a, "kinds"_a,
+      "Registers the result class (a tuple subclass of 10 fields) and the error kind each wire code maps to.");
 
   // Test hooks: the same check through the fast path or the reference parser alone.
   m.def(
@@ -107,21 +477,35 @@ PYBIND11_MODULE(_core, m) {
   py::class_<machina::Host>(m, "Host", "The host: load plugins, then call tools. Thread-safe.")
       .def(py::init([](std::size_t max_request_bytes, std::size_t max_output_bytes, std::int64_t idempotency_ttl_ms,
                        std::size_t idempotency_max_entries, std::uint32_t breaker_threshold,
-                       std::int64_t breaker_window_ms, std::int64_t breaker_cooldown_ms) {
-             return std::make_unique<machina::Host>(make_options(max_request_bytes, max_output_bytes, idempotency_ttl_ms,
-                                                                 idempotency_max_entries, breaker_threshold,
-                                                                 breaker_window_ms, breaker_cooldown_ms));
+                       std::int64_t breaker_window_ms, std::int64_t breaker_cooldown_ms, std::int64_t timeout_ms,
+                       std::int64_t max_timeout_ms, std::map<std::string, std::int64_t, std::less<>> tool_timeouts_ms,
+                       std::size_t max_stuck_calls, std::string isolation, std::string worker_executable,
+                       std::size_t isolation_workers, std::uint64_t limit_cpu_s, std::uint64_t limit_memory_mb,
+                       std::uint64_t limit_open_files, std::uint64_t limit_file_size_mb, bool no_network) {
+             HostKwargs k{max_request_bytes, max_output_bytes, idempotency_ttl_ms, idempotency_max_entries,
+                          breaker_threshold, breaker_window_ms, breaker_cooldown_ms, timeout_ms, max_timeout_ms,
+                          std::move(tool_timeouts_ms), max_stuck_calls, std::move(isolation),
+                          std::move(worker_executable), isolation_workers,
+                          machina::WorkerLimits{limit_cpu_s, limit_memory_mb, limit_open_files, limit_file_size_mb,
+                                                no_network}};
+             return std::make_unique<machina::Host>(make_options(k));
            }),
            py::kw_only(), "max_request_bytes"_a = machina::kMaxRequestBytes,
            "max_output_bytes"_a = machina::kMaxOutputBytes, "idempotency_ttl_ms"_a = std::int64_t{60'000},
            "idempotency_max_entries"_a = std::size_t{1024}, "breaker_threshold"_a = std::uint32_t{5},
-           "breaker_window_ms"_a = std::int64_t{30'000}, "breaker_cooldown_ms"_a = std::int64_t{10'000})
+           "breaker_window_ms"_a = std::int64_t{30'000}, "breaker_cooldown_ms"_a = std::int64_t{10'000},
+           "timeout_ms"_a = std::int64_t{30'000}, "max_timeout_ms"_a = std::int64_t{600'000},
+           "tool_timeouts_ms"_a = std::map<std::string, std::int64_t, std::less<>>{},
+           "max_stuck_calls"_a = std::size_t{16}, "isolation"_a = "inline", "worker_executable"_a = "",
+           "isolation_workers"_a = std::size_t{1}, "limit_cpu_s"_a = std::uint64_t{0},
+           "limit_memory_mb"_a = std::uint64_t{0}, "limit_open_files"_a = std::uint64_t{0},
+           "limit_file_size_mb"_a = std::uint64_t{0}, "no_network"_a = false)
       .def("load_plugin", &machina::Host::load_plugin, "path"_a,
            "Loads a plugin library; returns the aids it added. Raises HostError naming the file.")
       .def("list_tools",
            [](const machina::Host& h) {
              py::list out;
-             for (const auto& t : h.registry().list()) out.append(tool_dict(t));
+             for (const auto& t : h.registry().list()) out.append(tool_dict(h, t));
              return out;
            })
       .def(
@@ -134,6 +518,34 @@ PYBIND11_MODULE(_core, m) {
           },
           "request"_a, "session"_a, "aid"_a = "", py::call_guard<py::gil_scoped_release>(),
           "Handles one JSON request exactly as --serve would (with `aid`: as --run would); returns the response JSON.")
+      .def(
+          "_time_handle",
+          [](machina::Host& h, const std::string& aid, const std::string& input_json, machina::Session& session,
+             int n) {
+            // Benchmark hook: seconds per call of the core alone (no Python), for the
+            // in-process overhead figure.
+            machina::Request req;
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < n; ++i) {
+              req.aid = aid;
+              req.input_json = input_json;
+              machina::Response r = h.handle(req, session);
+            }
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / n;
+          },
+          "aid"_a, "input_json"_a, "session"_a, "n"_a, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "stats",
+          [](const machina::Host& h) {
+            const auto s = h.stats();
+            return py::dict("calls"_a = s.calls, "timeouts"_a = s.timeouts, "crashes"_a = s.crashes,
+                            "stuck_now"_a = s.stuck_now, "stuck_peak"_a = s.stuck_peak,
+                            "workers_started"_a = s.workers.started, "workers_crashed"_a = s.workers.crashed,
+                            "workers_timed_out"_a = s.workers.timed_out, "workers_live"_a = s.workers.live);
+          },
+          "The host's counters (calls, timeouts, crashes, stuck inline calls, isolated workers).")
+      .def("close", &machina::Host::close, py::call_guard<py::gil_scoped_release>(),
+           "Ends the isolated worker processes now (calls running in them fail).")
       .def_property_readonly("idempotency_entries", &machina::Host::idempotency_entries);
 
   m.def(

@@ -8,8 +8,14 @@ std::shared_ptr<const Slots> Session::snapshot() const {
   return state_;
 }
 
-void Session::apply(const DsUpdate& update) {
+std::shared_ptr<const Slots> Session::apply(const DsUpdate& update) {
   std::lock_guard lock(mu_);
+  if (!update.delta && update.changes.set == 0) {
+    // An empty full state (what a caller sends to start clean): no copy if already empty.
+    bool empty = true;
+    for (const auto& slot : *state_) empty = empty && !slot.has_value();
+    if (empty) return state_;
+  }
   auto next = std::make_shared<Slots>(update.delta ? *state_ : Slots{});
   for (std::size_t i = 0; i < kDsSlots; ++i) {
     const auto bit = static_cast<std::uint8_t>(1u << i);
@@ -17,6 +23,7 @@ void Session::apply(const DsUpdate& update) {
     else if (update.changes.removed & bit) (*next)[i].reset();
   }
   state_ = std::move(next);
+  return state_;
 }
 
 std::shared_ptr<const SlotChanges> Session::as_changes() const {
@@ -32,28 +39,28 @@ std::shared_ptr<const SlotChanges> Session::as_changes() const {
   return all;
 }
 
-std::shared_ptr<const SlotChanges> Session::commit(const SlotChanges& changes) {
+std::shared_ptr<const SlotChanges> Session::commit(const SlotChanges& changes, const Slots* base) {
   if (changes.empty()) return nullptr;
   auto real_ptr = std::make_shared<SlotChanges>();
   SlotChanges& real = *real_ptr;
   std::lock_guard lock(mu_);
+  const Slots& before = base != nullptr ? *base : *state_;
   auto next = std::make_shared<Slots>(*state_);
   for (std::size_t i = 0; i < kDsSlots; ++i) {
     const auto bit = static_cast<std::uint8_t>(1u << i);
-    auto& slot = (*next)[i];
     if (changes.set & bit) {
-      if (slot != changes.slots[i]) {
-        slot = changes.slots[i];
-        real.slots[i] = slot;
+      (*next)[i] = changes.slots[i];
+      if (before[i] != changes.slots[i]) {
+        real.slots[i] = changes.slots[i];
         real.set |= bit;
       }
-    } else if ((changes.removed & bit) && slot) {
-      slot.reset();
-      real.removed |= bit;
+    } else if (changes.removed & bit) {
+      (*next)[i].reset();
+      if (before[i]) real.removed |= bit;
     }
   }
-  if (real.empty()) return nullptr;
   state_ = std::move(next);
+  if (real.empty()) return nullptr;
   return real_ptr;
 }
 

@@ -43,6 +43,7 @@ HostOptions HostOptions::from_env() {
 /// complete and the front's takeover. `finished`: the overrun path already completed
 /// the flight and counted the failure, so the normal path must not do it again.
 struct Host::Scope {
+  std::shared_ptr<const Slots> base;  // the state the request set, if it sent one
   const std::string* key = nullptr;
   std::shared_ptr<IdempotencyCache::Flight> flight;
   Takeover* takeover = nullptr;
@@ -86,13 +87,18 @@ std::vector<std::string> Host::load_plugin(const std::string& path) {
   return added;
 }
 
-WorkerPool& Host::workers() {
+WorkerPool* Host::workers() {
   std::call_once(workers_once_, [&] {
     std::vector<std::string> aids;
     for (const auto& t : registry_.list()) aids.push_back(t.aid);
     workers_ = std::make_unique<WorkerPool>(options_.workers, plugin_paths_, std::move(aids));
   });
-  return *workers_;
+  return workers_.get();  // null once closed before any isolated call
+}
+
+void Host::close() {
+  std::call_once(workers_once_, [] {});  // no pool is started after this
+  if (workers_) workers_->shutdown();
 }
 
 HostStats Host::stats() const {
@@ -180,7 +186,8 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   if (request.aid.empty()) return Response::failure(ErrorKind::malformed_request, "malformed request: missing field 'aid'");
   // The state a request carries is applied even if the call then fails, so the
   // session stays the mirror of what the caller sent.
-  if (request.ds_state) session.apply(*request.ds_state);
+  std::shared_ptr<const Slots> base;
+  if (request.ds_state) base = session.apply(*request.ds_state);
 
   const Tool* tool = registry_.find(request.aid);
   if (tool == nullptr) return Response::failure(ErrorKind::tool_not_found, "tool not found: " + request.aid);
@@ -201,6 +208,7 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
 
   Scope scope;
   scope.takeover = takeover;
+  scope.base = std::move(base);
   const std::int64_t now = steady_now_ms();
   if (!request.idempotency_key) return execute(*tool, request, session, now, scope);
 
@@ -266,16 +274,19 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   // least its full timeout_ms, never a clock tick less.
   const std::int64_t timeout_ms = timeout_for(tool, request);
   CallContext call(options_.max_output_bytes, &session);
+  call.base = scope.base;  // null: taken from the session on the tool's first read
   int rc = 0;
   Response r;
   calls_.fetch_add(1, std::memory_order_relaxed);
   if (options_.isolation == Isolation::process) {
-    const auto state = session.snapshot();
+    const auto state = call.base ? call.base : session.snapshot();
     call.base = state;
     bool any = false;
     for (const auto& slot : *state) any = any || slot.has_value();
+    WorkerPool* pool = workers();
+    if (pool == nullptr) return with_state(Response::failure(ErrorKind::internal_error, "internal error: the host is closed"));
     const auto outcome =
-        workers().run(tool.info.aid, request.input_json, any ? state.get() : nullptr, steady_now_ms() + timeout_ms + 1, call);
+        pool->run(tool.info.aid, request.input_json, any ? state.get() : nullptr, now + timeout_ms + 1, call);
     if (outcome.ending == WorkerPool::Ending::timed_out) {
       timeouts_.fetch_add(1, std::memory_order_relaxed);
       r = timeout_response(tool, timeout_ms, outcome.detail);
@@ -293,7 +304,7 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
                                      "until some return"));
     }
     InlineCall c{{}, this, &tool, &request, &session, &scope, timeout_ms, {}, false};
-    c.watch.deadline_ms = steady_now_ms() + timeout_ms + 1;
+    c.watch.deadline_ms = now + timeout_ms + 1;
     c.watch.fire = &Host::on_overrun;
     c.watch.context = &c;
     watchdog_.arm(c.watch);
@@ -336,12 +347,12 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
     }
   }
 
-  const std::int64_t end = steady_now_ms();
-  if (error_info(r.kind).counts_for_breaker) tool.breaker.record_failure(end);
-  else tool.breaker.record_success(end);
+  // Reading the clock costs about as much as a small call here: only when needed.
+  if (error_info(r.kind).counts_for_breaker) tool.breaker.record_failure(steady_now_ms());
+  else if (tool.breaker.engaged()) tool.breaker.record_success(steady_now_ms());
 
   // A failed call changes no state.
-  r.ds_state = report(session, r.ok() && call.changes ? session.commit(*call.changes) : nullptr);
+  r.ds_state = report(session, r.ok() && call.changes ? session.commit(*call.changes, call.base.get()) : nullptr);
   return r;
 }
 

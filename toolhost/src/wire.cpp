@@ -13,6 +13,9 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr const char* kTimeoutRule =
+    "field 'timeout_ms' must be a whole number of milliseconds from 1 to 2147483647";
+
 int slot_index(std::string_view name) {
   if (name.size() == 3 && name[0] == 'D' && name[1] == 'S' && name[2] >= '0' && name[2] <= '7')
     return name[2] - '0';
@@ -331,8 +334,7 @@ class RequestSax {
 
  private:
   enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, timeout_ms, unknown };
-  static constexpr const char* kTimeoutRule =
-      "field 'timeout_ms' must be a whole number of milliseconds from 1 to 2147483647";
+
 
   bool in_ds() const { return ds_.has_value(); }
 
@@ -485,6 +487,25 @@ bool detail::decode_request_reference(std::string_view text, Request& request, R
   // error found earlier keeps the id: the parse stopped there, after a complete id.)
   if (!sax.syntax_error()) error.id_json = request.id_json;
   return false;
+}
+
+std::optional<Response> check_request(const Request& request, std::size_t extra_bytes, std::size_t max_bytes) {
+  // The fields' own sizes stand for the size of the line a front would have read.
+  const std::size_t size = request.aid.size() + request.input_json.size() + extra_bytes +
+                           (request.idempotency_key ? request.idempotency_key->size() : 0) +
+                           (request.lease_token ? request.lease_token->size() : 0);
+  if (size > max_bytes) {
+    return Response::failure(ErrorKind::request_too_large,
+                             "request exceeds the " + std::to_string(max_bytes) + "-byte cap");
+  }
+  if (request.aid.empty()) {
+    return Response::failure(ErrorKind::malformed_request, "malformed request: field 'aid' must not be empty");
+  }
+  if (request.timeout_ms &&
+      (*request.timeout_ms < 1 || static_cast<std::uint64_t>(*request.timeout_ms) > kMaxRequestTimeoutMs)) {
+    return Response::failure(ErrorKind::malformed_request, std::string("malformed request: ") + kTimeoutRule);
+  }
+  return std::nullopt;
 }
 
 bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why) {

@@ -90,6 +90,22 @@ WorkerPool::WorkerPool(WorkerPoolOptions options, std::vector<std::string> plugi
   spawner_ = std::thread([this] { spawner_loop(); });
 }
 
+void WorkerPool::shutdown() {
+  std::vector<std::unique_ptr<Worker>> idle;
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+    idle.swap(idle_);
+    live_ -= idle.size();
+    for (pid_t pid : busy_) {
+      ::kill(-pid, SIGKILL);  // its caller sees the socket close and reaps it
+      ::kill(pid, SIGKILL);
+    }
+    freed_.notify_all();
+  }
+  for (auto& w : idle) end_of(*w);
+}
+
 WorkerPool::~WorkerPool() {
   {
     std::lock_guard lock(mu_);
@@ -276,37 +292,56 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::acquire(std::int64_t deadline_ms
   {
     std::unique_lock lock(mu_);
     const auto until = std::chrono::steady_clock::time_point(std::chrono::milliseconds(deadline_ms));
-    while (idle_.empty() && live_ >= options_.size) {
+    while (!closing_ && idle_.empty() && live_ >= options_.size) {
       if (freed_.wait_until(lock, until) == std::cv_status::timeout && idle_.empty() && live_ >= options_.size) {
         timed_out = true;
         why = "no worker became free before the deadline";
         return nullptr;
       }
     }
+    if (closing_) {
+      why = "the host is closed";
+      return nullptr;
+    }
     if (!idle_.empty()) {
       auto w = std::move(idle_.back());
       idle_.pop_back();
+      busy_.push_back(w->pid);
       return w;
     }
     ++live_;
   }
   auto w = start_worker(deadline_ms, why);
+  std::lock_guard lock(mu_);
   if (!w) {
-    std::lock_guard lock(mu_);
     --live_;
     freed_.notify_one();
+  } else if (closing_) {
+    why = "the host is closed";
+    --live_;
+    end_of(*w);
+    return nullptr;
+  } else {
+    busy_.push_back(w->pid);
   }
   return w;
 }
 
 void WorkerPool::release(std::unique_ptr<Worker> worker) {
   std::lock_guard lock(mu_);
+  std::erase(busy_, worker->pid);
+  if (closing_) {
+    --live_;
+    end_of(*worker);
+    return;
+  }
   idle_.push_back(std::move(worker));
   freed_.notify_one();
 }
 
-void WorkerPool::retire() {
+void WorkerPool::retire(pid_t pid) {
   std::lock_guard lock(mu_);
+  std::erase(busy_, pid);
   --live_;
   freed_.notify_one();
 }
@@ -351,6 +386,7 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
     return out;
   }
 
+  const pid_t pid = w->pid;
   w->tail.clear();  // a crash report shows what this call's worker wrote
   std::string frame;
   worker::encode_call(aid, input_json, state, frame);
@@ -428,7 +464,7 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
       std::lock_guard lock(mu_);
       ++stats_.timed_out;
     }
-    retire();
+    retire(pid);
     out.ending = Ending::timed_out;
     return out;
   }
@@ -448,7 +484,7 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
     const std::string tail = to_valid_utf8(std::string_view(w->tail).substr(
         w->tail.size() > options_.stderr_tail_bytes ? w->tail.size() - options_.stderr_tail_bytes : 0));
     if (!tail.empty()) out.detail += "; its last stderr: " + tail;
-    retire();
+    retire(pid);
     return out;
   }
   if (buf.capacity() > (1u << 20)) buf = std::string();

@@ -25,6 +25,8 @@ class CircuitBreaker {
   bool allow(std::int64_t now_ms) const noexcept;
   void record_failure(std::int64_t now_ms);
   void record_success(std::int64_t now_ms) noexcept;
+  /// True while open or after a trip not yet closed by a success (record_success matters).
+  bool engaged() const noexcept { return open_until_.load(std::memory_order_relaxed) != 0; }
 
  private:
   Options options_;

@@ -53,10 +53,13 @@ class Session {
   bool respond_with_delta() const { return delta_; }
 
   std::shared_ptr<const Slots> snapshot() const;
-  void apply(const DsUpdate& update);
-  /// Applies a tool's changes and returns those that really changed the state (null
-  /// if none did).
-  std::shared_ptr<const SlotChanges> commit(const SlotChanges& changes);
+  /// Applies a request's state; returns the state as it is right after (what that
+  /// request's call runs with, whatever calls on other threads do to the session).
+  std::shared_ptr<const Slots> apply(const DsUpdate& update);
+  /// Applies a tool's changes and returns those that really changed the state (null if
+  /// none did). `base`: the state the call ran with; changes are judged against it (the
+  /// session's current state if null), so concurrent calls each get their own delta.
+  std::shared_ptr<const SlotChanges> commit(const SlotChanges& changes, const Slots* base = nullptr);
 
   /// The whole state as changes against an empty one (null if empty).
   std::shared_ptr<const SlotChanges> as_changes() const;

@@ -118,6 +118,11 @@ class Host {
 
   std::size_t idempotency_entries() const { return idempotency_.size(); }
   HostStats stats() const;
+
+  /// Ends the isolated worker processes (calls running in them fail with
+  /// `tool_crashed`; later isolated calls fail too). Inline tools are unaffected. For
+  /// owners that must release processes before the host object itself goes away.
+  void close();
   /// Inline calls still running past their deadline (cheap; see HostStats::stuck_now).
   std::uint64_t stuck_calls() const { return stuck_now_.load(std::memory_order_relaxed); }
 
@@ -135,7 +140,7 @@ class Host {
   static void on_overrun(DeadlineWatchdog::Watch& watch);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
-  WorkerPool& workers();
+  WorkerPool* workers();
   void event(const std::string& line) const;
 
   HostOptions options_;

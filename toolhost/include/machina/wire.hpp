@@ -4,6 +4,7 @@
 
 #include <machina/request.hpp>
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,11 @@ namespace detail {
 /// fast path decodes exactly as the reference does.
 bool decode_request_reference(std::string_view text, Request& request, Response& error);
 }  // namespace detail
+
+/// For a request built directly rather than decoded (the Python fast path): the size cap
+/// (over the fields' sizes plus `extra_bytes`, e.g. an encoded ds_state) and the field
+/// rules the decoder applies, with the same messages. nullopt if the request is fine.
+std::optional<Response> check_request(const Request& request, std::size_t extra_bytes, std::size_t max_bytes);
 
 /// Decodes a ds_state object on its own (used by _core and the fuzz target).
 bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why);

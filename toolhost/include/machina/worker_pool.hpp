@@ -8,6 +8,7 @@
 #include <machina/os_limits.hpp>
 
 #include <atomic>
+#include <sys/types.h>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -58,13 +59,17 @@ class WorkerPool {
 
   Stats stats() const;
 
+  /// Ends every worker now (a call running in one fails with `tool_crashed`); later calls
+  /// fail at once. For a host being closed while calls may still be running.
+  void shutdown();
+
  private:
   struct Worker;
   struct SpawnRequest;
 
   std::unique_ptr<Worker> acquire(std::int64_t deadline_ms, std::string& why, bool& timed_out);
   void release(std::unique_ptr<Worker> worker);
-  void retire();                    // a lost worker's place becomes free
+  void retire(pid_t pid);              // a lost worker's place becomes free
   std::string end_of(Worker& worker);  // kills its group, reaps it, says how it ended
   std::unique_ptr<Worker> start_worker(std::int64_t deadline_ms, std::string& why);
   void spawner_loop();
@@ -78,6 +83,8 @@ class WorkerPool {
   std::condition_variable freed_;
   std::vector<std::unique_ptr<Worker>> idle_;
   std::size_t live_ = 0;  // idle + busy + starting
+  std::vector<pid_t> busy_;  // workers running a call
+  bool closing_ = false;
   Stats stats_;
 
   // Workers are started from one long-lived thread: a worker asks to be killed when the

@@ -1,0 +1,223 @@
+"""One exception hierarchy for every transport.
+
+Each failure has a *kind*: the seed's dispatch error types (``timeout``, ``crash``,
+``parse_error``, ``not_found``, ``exception``) for what goes wrong around the host, and,
+for errors the host itself reports, the wire ``code`` (``tool_not_found``,
+``tool_error``, ``lease_required``, …) — except ``tool_crashed``, which is a ``crash``
+too. Each kind has one exception class; the classes also derive from the builtin that
+fits, so ``except TimeoutError`` or ``except LookupError`` work as expected.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import _core
+
+if TYPE_CHECKING:
+    from ._result import ToolResult
+
+__all__ = [
+    "BreakerOpen",
+    "DispatchError",
+    "ExecutableNotFound",
+    "IdempotencyConflict",
+    "InternalError",
+    "InvalidInput",
+    "LeaseError",
+    "LeaseRejected",
+    "LeaseRequired",
+    "Overloaded",
+    "ProtocolError",
+    "RequestRejected",
+    "ToolCrashed",
+    "ToolError",
+    "ToolFailed",
+    "ToolFault",
+    "ToolNotFound",
+    "ToolTimeout",
+    "ToolhostError",
+    "error_class",
+    "kind_of_code",
+]
+
+
+class ToolhostError(Exception):
+    """A call that did not succeed.
+
+    Attributes:
+        kind: the error type (the seed's dispatch types, or the host's wire code).
+        aid: the tool that was called.
+        detail: what happened, for people and logs.
+        code: the host's wire code, or ``None`` if the host gave no answer.
+        result: the full :class:`~machina_dispatch.ToolResult`.
+    """
+
+    kind: str = "exception"
+
+    def __init__(self, result: ToolResult) -> None:
+        super().__init__(f"{result.aid}: {result.error}" if result.aid else result.error)
+        self.result = result
+        self.aid = result.aid
+        self.detail = result.error
+        self.code = result.code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.result,))
+
+
+# --- failures around the host (the seed's dispatch types) ---------------------------
+
+
+class ToolTimeout(ToolhostError, TimeoutError):
+    """The call overran its deadline (the host's ``timeout``, or no answer in time)."""
+
+    kind = "timeout"
+
+
+class ToolCrashed(ToolhostError):
+    """The process running the call died: the host itself (spawn, pool), or an isolated
+    tool's worker (``tool_crashed``)."""
+
+    kind = "crash"
+
+
+class ProtocolError(ToolhostError, ValueError):
+    """The host's answer could not be read (``parse_error``)."""
+
+    kind = "parse_error"
+
+
+class ExecutableNotFound(ToolhostError, FileNotFoundError):
+    """The ``machina-toolhost`` executable was not found (``not_found``)."""
+
+    kind = "not_found"
+
+
+class DispatchError(ToolhostError):
+    """Something failed on the Python side (``exception``)."""
+
+    kind = "exception"
+
+
+# --- errors the host reports -------------------------------------------------------
+
+
+class ToolNotFound(ToolhostError, LookupError):
+    kind = "tool_not_found"
+
+
+class InvalidInput(ToolhostError, ValueError):
+    """The input is not JSON (``invalid_input``) or does not match the tool's schema
+    (``schema_violation``); the tool did not run."""
+
+    kind = "invalid_input"
+
+
+class RequestRejected(ToolhostError, ValueError):
+    """The request itself was refused (``malformed_request``, ``request_too_large``,
+    ``invalid_ds_state``); nothing ran."""
+
+    kind = "malformed_request"
+
+
+class LeaseError(ToolhostError, PermissionError):
+    """The lease gate refused the call."""
+
+
+class LeaseRequired(LeaseError):
+    """The tool needs a lease (``details``: ``tier``, ``aid``)."""
+
+    kind = "lease_required"
+
+
+class LeaseRejected(LeaseError):
+    """The lease was refused (``details``: ``reason``)."""
+
+    kind = "lease_rejected"
+
+
+class IdempotencyConflict(ToolhostError, ValueError):
+    kind = "idempotency_conflict"
+
+
+class BreakerOpen(ToolhostError):
+    """The tool's circuit breaker is open (``BREAKER_TRIP``); retry after the cool-down."""
+
+    kind = "breaker_open"
+
+
+class ToolError(ToolhostError):
+    """The tool ran and failed (status ``TOOL_ERROR``)."""
+
+
+class ToolFailed(ToolError):
+    """The tool declined or failed on its own terms (``tool_error``)."""
+
+    kind = "tool_error"
+
+
+class ToolFault(ToolError):
+    """The tool broke its contract (``tool_fault``, ``invalid_output``,
+    ``output_too_large``)."""
+
+    kind = "tool_fault"
+
+
+class Overloaded(ToolhostError):
+    """Too many inline calls are stuck past their deadline (``overloaded``)."""
+
+    kind = "overloaded"
+
+
+class InternalError(ToolhostError):
+    """A defect in the host (``internal_error``)."""
+
+    kind = "internal_error"
+
+
+# Wire code -> error kind, where they differ (every other code is its own kind).
+_KIND_OF_CODE = {"tool_crashed": "crash"}
+
+# Kind -> class. Every kind the host can report must be here (a test checks it against
+# the core's list of codes).
+_CLASS_OF_KIND: dict[str, type[ToolhostError]] = {
+    "timeout": ToolTimeout,
+    "crash": ToolCrashed,
+    "parse_error": ProtocolError,
+    "not_found": ExecutableNotFound,
+    "exception": DispatchError,
+    "request_too_large": RequestRejected,
+    "malformed_request": RequestRejected,
+    "invalid_ds_state": RequestRejected,
+    "tool_not_found": ToolNotFound,
+    "lease_required": LeaseRequired,
+    "lease_rejected": LeaseRejected,
+    "idempotency_conflict": IdempotencyConflict,
+    "breaker_open": BreakerOpen,
+    "invalid_input": InvalidInput,
+    "schema_violation": InvalidInput,
+    "tool_error": ToolFailed,
+    "tool_fault": ToolFault,
+    "output_too_large": ToolFault,
+    "invalid_output": ToolFault,
+    "overloaded": Overloaded,
+    "internal_error": InternalError,
+}
+
+CODES: tuple[str, ...] = tuple(code for code, _status, _breaker in _core.error_kinds())
+
+
+def kind_of_code(code: str) -> str:
+    """The error kind of a wire code."""
+    return _KIND_OF_CODE.get(code, code)
+
+
+def error_class(kind: str) -> type[ToolhostError]:
+    """The exception class raised for an error kind."""
+    return _CLASS_OF_KIND.get(kind, DispatchError)
+
+
+def kind_table() -> dict[str, str]:
+    """Every wire code the core knows -> its kind (for the result factory)."""
+    return {code: kind_of_code(code) for code in CODES}

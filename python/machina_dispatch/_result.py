@@ -1,0 +1,106 @@
+"""The one result type of every transport.
+
+A :class:`ToolResult` is a named tuple built by the compiled module (in-process calls,
+and responses read off a pipe) or by the transports for failures around the host, so
+the same call gives the same tuple whichever transport ran it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+from . import _core, _errors
+from .ds_state import DsDelta
+
+__all__ = ["ToolResult"]
+
+
+class ToolResult(NamedTuple):
+    """One call's outcome.
+
+    Attributes:
+        aid: the tool called.
+        ok: the call succeeded.
+        status: ``"OK"``, ``"INVALID_PICK"``, ``"TOOL_ERROR"``, ``"BREAKER_TRIP"``, or
+            ``None`` when the host refused the request before that stage (or never answered).
+        output_json: the tool's output (JSON text); ``""`` unless ``ok``.
+        error: what went wrong; ``""`` when ``ok``.
+        code: the host's wire ``code``; ``None`` when ``ok`` or when the host gave no answer.
+        kind: the error type (see :mod:`machina_dispatch._errors`); ``None`` when ``ok``.
+        idempotent_hit: the answer was replayed from the idempotency cache.
+        ds_state_json: the response's ds_state: ``None`` if it carried none, ``""`` if the call
+            changed nothing, else the delta as JSON text (see :attr:`ds_delta`).
+        details: extra fields: ``tier``/``aid`` for ``lease_required``, ``reason`` for
+            ``lease_rejected``, ``exit_status``/``stderr`` for a crashed host.
+    """
+
+    aid: str
+    ok: bool
+    status: str | None
+    output_json: str
+    error: str
+    code: str | None
+    kind: str | None
+    idempotent_hit: bool
+    ds_state_json: str | None
+    details: dict[str, Any] | None
+
+    @property
+    def output(self) -> Any:
+        """The output, decoded from JSON.
+
+        Raises:
+            ToolhostError: the call failed (the matching subclass).
+        """
+        self.raise_for_error()
+        return json.loads(self.output_json)
+
+    @property
+    def ds_delta(self) -> DsDelta | None:
+        """What the call changed in the ds_state (``None`` when the response had no ds_state)."""
+        return None if self.ds_state_json is None else DsDelta.from_json(self.ds_state_json)
+
+    def raise_for_error(self) -> ToolResult:
+        """Returns the result if it is ``ok``.
+
+        Raises:
+            ToolhostError: the subclass for :attr:`kind` (e.g. ToolTimeout, ToolNotFound).
+        """
+        if not self.ok:
+            raise _errors.error_class(self.kind or "exception")(self)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The seed's dispatch dict: the response on success; on failure
+        ``{"error": True, "aid", "type", "detail"}`` plus ``code``, ``status`` and any details."""
+        if self.ok:
+            out: dict[str, Any] = {"ok": True, "status": self.status, "output_json": self.output_json, "error": ""}
+            if self.ds_state_json is not None:
+                out["ds_state"] = _delta_wire(self.ds_state_json)
+            if self.idempotent_hit:
+                out["idempotent_hit"] = True
+            return out
+        err: dict[str, Any] = {"error": True, "aid": self.aid, "type": self.kind, "detail": self.error}
+        if self.code is not None:
+            err["code"] = self.code
+        if self.status is not None:
+            err["status"] = self.status
+        if self.details:
+            err.update(self.details)
+        return err
+
+    @classmethod
+    def failure(cls, aid: str, kind: str, detail: str, **details: Any) -> ToolResult:
+        """A failure found around the host (no answer from it)."""
+        return cls(aid, False, None, "", detail, None, kind, False, None, details or None)
+
+
+def _delta_wire(text: str) -> dict[str, Any]:
+    if not text:
+        return {"delta": True, "slots": {}, "removed_slots": []}
+    wire: dict[str, Any] = json.loads(text)
+    return wire
+
+
+_core._configure_results(ToolResult, _errors.kind_table())

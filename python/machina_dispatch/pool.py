@@ -1,0 +1,813 @@
+"""The serve-pool transport: persistent ``machina-toolhost --serve`` processes, pipelined.
+
+Each request carries an ``id`` and responses are matched by it, so many calls share one
+process. Sync calls read their answers themselves: whichever waiting thread holds a
+process's read lock reads for everyone (and hands the lock on when its own answer has
+come), so a lone caller pays no thread switch. Asyncio calls go to processes of their own
+that the event loop reads. Every process is bounded (``max_in_flight`` requests unanswered
+at most; callers beyond that wait), runs in its own process group, and has its stderr
+drained into a bounded tail.
+
+When a process dies, every call pending on it fails at once with ``crash`` (its exit
+status and stderr tail in the message) and the next call starts a replacement. When a
+call gets no answer a grace period after its deadline, the process is taken as wedged:
+it is killed, that call fails with ``timeout`` and the others pending on it with
+``crash``. :meth:`Toolhost.close` (also run at interpreter exit, and on SIGTERM when the
+default handler was in place) ends every process; none is ever left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import itertools
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from . import _core
+from ._inputs import to_input_json
+from ._locate import find_executable
+from ._result import ToolResult
+from ._transport import EMPTY_STATE_JSON, Call, Transport, apply_state, as_call, check_all, timeout_ms
+from .ds_state import DsState
+
+__all__ = ["Toolhost"]
+
+STDERR_TAIL_BYTES = 4096
+MAX_LINE_BYTES = 64 * 1024 * 1024  # no response of the host comes near this
+READ_CHUNK = 256 * 1024
+NOT_FOUND = "machina-toolhost executable not found (pip install machina-toolhost, or set MACHINA_TOOLHOST_BIN)"
+
+
+def _failure(aid: str, kind: str, detail: str) -> ToolResult:
+    return ToolResult.failure(aid, kind, detail)
+
+
+class _HostProcess:
+    """One ``--serve`` process: start, stderr tail, kill, describe its end."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True, env=env, bufsize=0)
+        assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
+        self.fd_in = self.proc.stdin.fileno()
+        self.fd_out = self.proc.stdout.fileno()
+        os.set_blocking(self.fd_in, False)
+        os.set_blocking(self.fd_out, False)
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_size = 0
+        self._tail_lock = threading.Lock()
+        self.exited = threading.Event()
+        threading.Thread(target=self._drain_stderr, name=f"machina-toolhost-{self.proc.pid}-stderr",
+                         daemon=True).start()
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        fd = self.proc.stderr.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            with self._tail_lock:
+                self._tail.append(chunk)
+                self._tail_size += len(chunk)
+                while self._tail_size - len(self._tail[0]) >= STDERR_TAIL_BYTES:
+                    self._tail_size -= len(self._tail.popleft())
+        self.exited.set()
+
+    def stderr_tail(self) -> str:
+        with self._tail_lock:
+            return b"".join(self._tail)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+
+    def end(self, wait_s: float) -> str:
+        """Waits for the process to end (killing it after `wait_s`), kills what is left in
+        its process group (while it is an unreaped zombie, so its group id cannot be reused),
+        reaps it; returns how it ended."""
+        pid = self.proc.pid
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+                    break
+            except ChildProcessError:
+                break
+            if time.monotonic() >= end:
+                self.kill()
+                end = float("inf")
+            time.sleep(0.001)
+        self.kill()
+        status = self.proc.wait()
+        self.exited.wait(1.0)  # the stderr pipe ends once the whole group is gone
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None and not f.closed:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        if status < 0:
+            try:
+                how = f"was killed by {signal.Signals(-status).name}"
+            except ValueError:
+                how = f"was killed by signal {-status}"
+        else:
+            how = f"exited with status {status}"
+        tail = self.stderr_tail().strip()
+        return f"machina-toolhost (pid {self.proc.pid}) {how}" + (f"; stderr: {tail}" if tail else "")
+
+
+class _Entry:
+    """One sync call waiting for its answer. `sem` (made only if the caller has to wait
+    for another thread to read) is released to wake it: for its answer, or to read."""
+
+    __slots__ = ("aid", "deadline", "lead", "result", "sem", "signalled", "waiting")
+
+    def __init__(self, aid: str, deadline: float) -> None:
+        self.aid = aid
+        self.deadline = deadline
+        self.result: ToolResult | None = None
+        self.sem: threading.Lock | None = None
+        self.signalled = False
+        self.waiting = False
+        self.lead = False
+
+
+class _SyncProcess:
+    """A host process read by its sync callers (see the module docstring)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None, max_in_flight: int, grace: float) -> None:
+        self.host = _HostProcess(argv, env)
+        self.max_in_flight = max_in_flight
+        self.grace = grace
+        self.mu = threading.Lock()
+        self.room = threading.Condition(self.mu)
+        self.read_lock = threading.Lock()
+        self.pending: dict[int, _Entry] = {}
+        self.aids: dict[int, str] = {}
+        self.ids = itertools.count(1)
+        self.dead: str | None = None  # why, once it is gone
+        self.buf = b""
+        self.room_waiters = 0
+        self.readable = select.poll()
+        self.readable.register(self.host.fd_out, select.POLLIN)
+        self.both = select.poll()
+        self.both.register(self.host.fd_out, select.POLLIN)
+        self.both.register(self.host.fd_in, select.POLLOUT)
+
+    # --- registering and sending ------------------------------------------------------
+
+    def register(self, aid: str, deadline: float) -> tuple[int, _Entry] | ToolResult:
+        with self.mu:
+            while self.dead is None and len(self.pending) >= self.max_in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return _failure(aid, "timeout", "no room in the host's request window before the deadline")
+                self.room_waiters += 1
+                try:
+                    self.room.wait(left)
+                finally:
+                    self.room_waiters -= 1
+            if self.dead is not None:
+                return _failure(aid, "crash", self.dead)
+            rid = next(self.ids)
+            entry = _Entry(aid, deadline)
+            self.pending[rid] = entry
+            self.aids[rid] = aid
+            return rid, entry
+
+    def send(self, data: bytes, deadline: float, leading: bool) -> bool:
+        """Writes `data`; returns whether this thread now holds the read lock. While a
+        write would block, someone must read the host's answers, or it stops reading
+        requests: this thread reads if nobody else does."""
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.host.fd_in, view):]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                self.fail_all("the host stopped reading requests", None)
+                return leading
+            if not leading and self.read_lock.acquire(False):
+                leading = True
+            if leading:
+                self.pump(None, deadline, want_write=True)
+            else:
+                select.select([], [self.host.fd_in], [], 0.01)
+            if time.monotonic() > deadline + self.grace or self.dead is not None:
+                if self.dead is None:
+                    self.wedged(None, "a request could not be written before its deadline")
+                return leading
+        return leading
+
+    # --- reading ----------------------------------------------------------------------
+
+    def pump(self, entry: _Entry | None, deadline: float, want_write: bool = False) -> None:
+        """With the read lock held: reads and hands out answers until `entry` has its
+        own (or, with want_write, until the host can take more input), the deadline
+        plus grace passes, or the process is gone."""
+        end = deadline + self.grace
+        poller = self.both if want_write else self.readable
+        fd_in = self.host.fd_in
+        while self.dead is None:
+            if entry is not None and entry.result is not None:
+                return
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            writable = False
+            for fd, _ in poller.poll(left * 1000.0 + 1):
+                if fd == fd_in:
+                    writable = True
+                else:
+                    self.read_some()
+            if writable:
+                return
+
+    def read_some(self) -> None:
+        try:
+            chunk = os.read(self.host.fd_out, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.fail_all(None, None)  # the process is gone: say how
+            return
+        buf = self.buf + chunk if self.buf else chunk
+        try:
+            done, used = _core.decode_responses(buf, 0, self.aids)
+        except ValueError as e:
+            self.fail_all(f"the host sent an unreadable response ({e}); it was killed", "parse_error", kill=True)
+            return
+        self.buf = buf[used:]
+        if len(self.buf) > MAX_LINE_BYTES:
+            self.fail_all(f"a response line passed {MAX_LINE_BYTES} bytes; the host was killed", "parse_error",
+                          kill=True)
+            return
+        if done:
+            with self.mu:
+                for rid, result in done:
+                    entry = self.pending.pop(rid)
+                    del self.aids[rid]
+                    entry.result = result
+                    if entry.sem is not None:
+                        self._signal(entry)
+                if self.room_waiters:
+                    self.room.notify_all()
+
+    def _signal(self, entry: _Entry) -> None:  # with mu held
+        if not entry.signalled and entry.sem is not None:
+            entry.signalled = True
+            entry.sem.release()
+
+    def handoff(self) -> None:
+        """After releasing the read lock: wake a waiting caller to read in our place."""
+        if not self.pending:
+            return
+        with self.mu:
+            for entry in self.pending.values():
+                if entry.waiting and entry.result is None:
+                    entry.lead = True
+                    self._signal(entry)
+                    return
+
+    def wait(self, entry: _Entry, leading: bool) -> ToolResult:
+        """Waits for `entry`'s answer, reading for everyone whenever nobody else does."""
+        while True:
+            if entry.result is not None:
+                if leading:
+                    self.read_lock.release()
+                    self.handoff()
+                return entry.result
+            if not leading:
+                with self.mu:
+                    entry.waiting = True
+                    if entry.sem is None:
+                        entry.sem = threading.Lock()
+                        entry.sem.acquire()
+                leading = self.read_lock.acquire(False)
+            if leading:
+                self.pump(entry, entry.deadline)
+                if entry.result is None and self.dead is None:
+                    self.wedged(entry, f"no answer to a call to {entry.aid} within "
+                                       f"{self.grace:g} s after its deadline")
+                continue
+            left = entry.deadline + self.grace - time.monotonic()
+            assert entry.sem is not None
+            if not entry.sem.acquire(timeout=max(left, 0)):
+                if entry.result is None and self.dead is None:
+                    self.wedged(entry, f"no answer to a call to {entry.aid} within "
+                                       f"{self.grace:g} s after its deadline")
+                continue
+            with self.mu:
+                entry.signalled = False
+                entry.waiting = False
+            if entry.lead and entry.result is None:
+                entry.lead = False
+                leading = self.read_lock.acquire(timeout=max(entry.deadline + self.grace - time.monotonic(), 0))
+
+    # --- failing ----------------------------------------------------------------------
+
+    def wedged(self, entry: _Entry | None, why: str) -> None:
+        """The host did not answer in time: kill it; `entry` times out, the rest crash."""
+        with self.mu:
+            if self.dead is not None:
+                return
+            if entry is not None and entry.result is None:
+                entry.result = _failure(entry.aid, "timeout", f"{why}; the host process was killed")
+        self.fail_all(f"the host process was killed: {why}", "crash", kill=True)
+
+    def fail_all(self, why: str | None, kind: str | None, kill: bool = False) -> None:
+        """The process is gone (or made to go): every pending call fails at once."""
+        if kill:
+            self.host.kill()
+        with self.mu:
+            if self.dead is not None:
+                return
+            self.dead = "(ending)"
+        how = self.host.end(0.5 if not kill else 0.0)
+        detail = f"{why}; {how}" if why else how
+        with self.mu:
+            self.dead = detail
+            for entry in self.pending.values():
+                if entry.result is None:
+                    entry.result = _failure(entry.aid, kind or "crash", detail)
+                self._signal(entry)
+            self.pending.clear()
+            self.aids.clear()
+            self.room.notify_all()
+
+    def close(self, wait_s: float) -> None:
+        with self.mu:
+            if self.dead is not None:
+                return
+        try:
+            assert self.host.proc.stdin is not None
+            self.host.proc.stdin.close()  # end of input: the host answers what it has and exits
+        except OSError:
+            pass
+        if self.host.exited.wait(wait_s):
+            # Read what is left so that pending calls still get their answers.
+            if self.read_lock.acquire(timeout=0.1):
+                try:
+                    while self.dead is None and self.pending:
+                        self.read_some()
+                finally:
+                    self.read_lock.release()
+        self.fail_all("the pool was closed", "crash", kill=True)
+
+    # --- one call, many calls -----------------------------------------------------------
+
+    def call(self, aid: str, input_json: str, key: str | None, token: str | None, ms: int,
+             state_json: str | None, deadline: float) -> ToolResult:
+        reg = self.register(aid, deadline)
+        if isinstance(reg, ToolResult):
+            return reg
+        rid, entry = reg
+        line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json)
+        leading = self.send(line, deadline, False)
+        return self.wait(entry, leading)
+
+    def call_batch(self, items: list[tuple[str, str, str | None, str | None, int, str | None]],
+                   deadline: float) -> list[ToolResult]:
+        """Pipelines many calls: writes while reading, within the request window."""
+        results: list[ToolResult | None] = [None] * len(items)
+        entries: list[tuple[int, _Entry]] = []
+        leading = False
+        sent = 0
+        first_open = 0  # entries before it have their answers
+        try:
+            while True:
+                while first_open < len(entries) and entries[first_open][1].result is not None:
+                    first_open += 1
+                if (sent == len(items) and first_open == len(entries)) or self.dead is not None:
+                    break
+                # Register and send as many as the window allows.
+                batch: list[tuple[Any, ...]] = []
+                with self.mu:
+                    room = self.max_in_flight - len(self.pending)
+                    while sent < len(items) and room > 0:
+                        aid, input_json, key, token, ms, state_json = items[sent]
+                        rid = next(self.ids)
+                        entry = _Entry(aid, deadline)
+                        self.pending[rid] = entry
+                        self.aids[rid] = aid
+                        entries.append((sent, entry))
+                        batch.append((rid, aid, input_json, key, token, ms, state_json))
+                        sent += 1
+                        room -= 1
+                if batch:
+                    leading = self.send(_core.encode_requests(batch), deadline, leading)
+                if not leading:
+                    leading = self.read_lock.acquire(timeout=max(deadline + self.grace - time.monotonic(), 0))
+                    if not leading:
+                        self.wedged(None, "the batch got no answers within its deadline")
+                        break
+                if time.monotonic() > deadline + self.grace:
+                    self.wedged(None, "the batch got no answers within its deadline")
+                    break
+                if first_open < len(entries):
+                    self.pump(entries[first_open][1], deadline)
+        finally:
+            if leading:
+                self.read_lock.release()
+                self.handoff()
+        for index, entry in entries:
+            results[index] = entry.result
+        return [r if r is not None else _failure(items[i][0], "crash", self.dead or "not sent")
+                for i, r in enumerate(results)]
+
+    def load(self) -> int:
+        return len(self.pending)
+
+
+class _AsyncProcess:
+    """A host process read by one asyncio event loop."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None, max_in_flight: int, grace: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.host = _HostProcess(argv, env)
+        self.loop = loop
+        self.grace = grace
+        self.room = asyncio.Semaphore(max_in_flight)
+        self.pending: dict[int, tuple[asyncio.Future[ToolResult], str]] = {}
+        self.aids: dict[int, str] = {}
+        self.ids = itertools.count(1)
+        self.dead: str | None = None
+        self.buf = b""
+        self.out = bytearray()
+        loop.add_reader(self.host.fd_out, self._on_readable)
+
+    async def call(self, aid: str, input_json: str, key: str | None, token: str | None, ms: int,
+                   state_json: str | None, deadline: float) -> ToolResult:
+        if self.room.locked():
+            try:
+                await asyncio.wait_for(self.room.acquire(), max(deadline - time.monotonic(), 0))
+            except asyncio.TimeoutError:
+                return _failure(aid, "timeout", "no room in the host's request window before the deadline")
+        else:
+            await self.room.acquire()
+        try:
+            if self.dead is not None:
+                return _failure(aid, "crash", self.dead)
+            rid = next(self.ids)
+            fut: asyncio.Future[ToolResult] = self.loop.create_future()
+            self.pending[rid] = (fut, aid)
+            self.aids[rid] = aid
+            self._write(_core.encode_request(rid, aid, input_json, key, token, ms, state_json))
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), max(deadline + self.grace - time.monotonic(), 0))
+            except asyncio.TimeoutError:
+                if not fut.done():
+                    fut.set_result(_failure(aid, "timeout", f"no answer to a call to {aid} within {self.grace:g} s "
+                                                            "after its deadline; the host process was killed"))
+                    self.fail_all(f"the host process was killed: a call to {aid} got no answer after its deadline",
+                                  kill=True)
+                return fut.result()
+        finally:
+            self.room.release()
+
+    def _write(self, data: bytes) -> None:
+        if self.out:
+            self.out += data
+            return
+        try:
+            n = os.write(self.host.fd_in, data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            self.fail_all("the host stopped reading requests")
+            return
+        if n < len(data):
+            self.out += data[n:]
+            self.loop.add_writer(self.host.fd_in, self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            n = os.write(self.host.fd_in, self.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.fail_all("the host stopped reading requests")
+            return
+        del self.out[:n]
+        if not self.out:
+            self.loop.remove_writer(self.host.fd_in)
+
+    def _on_readable(self) -> None:
+        try:
+            chunk = os.read(self.host.fd_out, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.fail_all(None)
+            return
+        buf = self.buf + chunk if self.buf else chunk
+        try:
+            done, used = _core.decode_responses(buf, 0, self.aids)
+        except ValueError as e:
+            self.fail_all(f"the host sent an unreadable response ({e}); it was killed", kind="parse_error", kill=True)
+            return
+        self.buf = buf[used:]
+        if len(self.buf) > MAX_LINE_BYTES:
+            self.fail_all(f"a response line passed {MAX_LINE_BYTES} bytes; the host was killed", kind="parse_error",
+                          kill=True)
+            return
+        for rid, result in done:
+            fut, _ = self.pending.pop(rid)
+            del self.aids[rid]
+            if not fut.done():
+                fut.set_result(result)
+
+    def fail_all(self, why: str | None, kind: str = "crash", kill: bool = False) -> None:
+        if self.dead is not None:
+            return
+        self.dead = "(ending)"
+        try:
+            self.loop.remove_reader(self.host.fd_out)
+            self.loop.remove_writer(self.host.fd_in)
+        except (RuntimeError, ValueError):  # the loop is closed
+            pass
+        if kill:
+            self.host.kill()
+        how = self.host.end(0.5 if not kill else 0.0)
+        self.dead = f"{why}; {how}" if why else how
+        for fut, aid in self.pending.values():
+            if not fut.done():
+                fut.set_result(_failure(aid, kind, self.dead))
+        self.pending.clear()
+        self.aids.clear()
+
+    def load(self) -> int:
+        return len(self.pending)
+
+
+class Toolhost(Transport):
+    """A pool of ``machina-toolhost --serve`` processes.
+
+    Args:
+        processes: how many host processes (sync calls use up to this many; asyncio calls
+            as many again, per event loop). Started on first use, restarted when they die.
+        workers: ``--workers`` of each process (calls run concurrently inside it).
+        executable: the ``machina-toolhost`` to run (found as usual otherwise).
+        plugins: plugin libraries to load instead of the built-in pack.
+        args: extra command-line options (e.g. ``["--isolation", "process"]``).
+        timeout: default deadline in seconds.
+        max_in_flight: requests sent to one process but not yet answered, at most;
+            more callers wait (backpressure).
+        grace: seconds after a call's deadline before its host is taken as wedged.
+        close_timeout: seconds :meth:`close` lets processes finish before killing them.
+        env: the processes' environment (default: this process's).
+
+    Raises:
+        ExecutableNotFound: no ``machina-toolhost`` executable.
+    """
+
+    def __init__(self, processes: int = 1, *, workers: int = 1, executable: str | os.PathLike[str] | None = None,
+                 plugins: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
+                 timeout: float | None = None, max_in_flight: int = 1024, grace: float = 1.0,
+                 close_timeout: float = 2.0, env: dict[str, str] | None = None) -> None:
+        super().__init__(timeout)
+        if processes < 1 or workers < 1 or max_in_flight < 1:
+            raise ValueError("processes, workers and max_in_flight must be at least 1")
+        exe = find_executable(executable)
+        if exe is None:
+            from ._errors import ExecutableNotFound
+
+            raise ExecutableNotFound(_failure("", "not_found", NOT_FOUND))
+        self.argv = [exe, "--serve", "--workers", str(workers),
+                     *[a for p in plugins or [] for a in ("--plugin", os.fspath(p))], *(args or [])]
+        self.env = env
+        self.processes = processes
+        self.max_in_flight = max_in_flight
+        self.grace = grace
+        self.close_timeout = close_timeout
+        self._default_ms = timeout_ms(self.timeout)
+        self._lock = threading.Lock()
+        self._sync: list[_SyncProcess | None] = [None] * processes
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_AsyncProcess | None]] = (
+            weakref.WeakKeyDictionary())
+        self._closed = False
+        _LIVE.add(self)
+        _install_sigterm_cleanup()
+
+    # --- choosing a process --------------------------------------------------------------
+
+    def _sync_process(self) -> _SyncProcess:
+        """An idle live process, else a new one in a free slot, else the least loaded."""
+        first = self._sync[0]
+        if first is not None and first.dead is None and not first.pending and not self._closed:
+            return first  # the common case, without the lock
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the Toolhost pool is closed")
+            best: _SyncProcess | None = None
+            free = -1
+            for i, p in enumerate(self._sync):
+                if p is None or p.dead is not None:
+                    free = i if free < 0 else free
+                elif best is None or p.load() < best.load():
+                    best = p
+            if best is None or (best.load() > 0 and free >= 0):
+                best = self._sync[free] = _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace)
+            return best
+
+    def _async_process(self) -> _AsyncProcess:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the Toolhost pool is closed")
+            procs = self._async.setdefault(loop, [None] * self.processes)
+            best: _AsyncProcess | None = None
+            for i, p in enumerate(procs):
+                if p is None or p.dead is not None:
+                    p = procs[i] = _AsyncProcess(self.argv, self.env, self.max_in_flight, self.grace, loop)
+                if best is None or p.load() < best.load():
+                    best = p
+            assert best is not None
+            return best
+
+    # --- calls ---------------------------------------------------------------------------
+
+    def _prepare(self, inputs: Any, state: DsState | None, timeout: float | None) -> tuple[str, int, str | None,
+                                                                                              float]:
+        input_json = inputs if type(inputs) is str else to_input_json(inputs)
+        ms = self._default_ms if timeout is None else timeout_ms(timeout)
+        # Every call runs with the state it is given, or an empty one: the host process is
+        # shared, so a state left by an earlier call must not leak into this one.
+        state_json = state.to_json() if state is not None else EMPTY_STATE_JSON
+        return input_json, ms, state_json, time.monotonic() + ms / 1000.0
+
+    def call(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+             idempotency_key: str | None = None, lease_token: str | None = None,
+             timeout: float | None = None, check: bool = True) -> ToolResult:
+        """See :meth:`Transport.call`.
+
+        Raises:
+            ToolhostError: with ``check``, the subclass for the failure's kind.
+        """
+        input_json, ms, state_json, deadline = self._prepare(inputs, state, timeout)
+        r = self._sync_process().call(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline)
+        apply_state(state, r)
+        if check and not r.ok:
+            r.raise_for_error()
+        return r
+
+    async def acall(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+                    idempotency_key: str | None = None, lease_token: str | None = None,
+                    timeout: float | None = None, check: bool = True) -> ToolResult:
+        """See :meth:`Transport.acall`; read by the running event loop, no threads.
+
+        Raises:
+            ToolhostError: with ``check``, the subclass for the failure's kind.
+        """
+        input_json, ms, state_json, deadline = self._prepare(inputs, state, timeout)
+        r = await self._async_process().call(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline)
+        apply_state(state, r)
+        if check and not r.ok:
+            r.raise_for_error()
+        return r
+
+    def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = False) -> list[ToolResult]:
+        """Pipelines the calls over the pool's processes (one writer-reader per process);
+        results in order.
+
+        Raises:
+            ToolhostError: with ``check``, for the first failed call (all calls still ran).
+        """
+        items = [as_call(c) for c in calls]
+        if not items:
+            return []
+        prepared = []
+        deadline = 0.0
+        for c in items:
+            input_json, ms, state_json, d = self._prepare(c.inputs, c.state, c.timeout)
+            prepared.append((c.aid, input_json, c.idempotency_key, c.lease_token, ms, state_json))
+            deadline = max(deadline, d)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the Toolhost pool is closed")
+        chunks = min(self.processes, len(items))
+        if chunks == 1:
+            results = self._sync_process().call_batch(prepared, deadline)
+        else:
+            with self._lock:
+                for i, p in enumerate(self._sync):
+                    if p is None or p.dead is not None:
+                        self._sync[i] = _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace)
+                procs = [p for p in self._sync if p is not None]
+            parts: list[list[ToolResult]] = [[] for _ in range(chunks)]
+
+            def run(k: int) -> None:
+                parts[k] = procs[k].call_batch(prepared[k::chunks], deadline)
+
+            threads = [threading.Thread(target=run, args=(k,)) for k in range(1, chunks)]
+            for t in threads:
+                t.start()
+            run(0)
+            for t in threads:
+                t.join()
+            results = [parts[i % chunks][i // chunks] for i in range(len(items))]
+        for c, r in zip(items, results, strict=True):
+            apply_state(c.state, r)
+        return check_all(results) if check else results
+
+    def close(self) -> None:
+        """Ends every host process: they answer what they have, then are killed after
+        ``close_timeout``. Pending calls that got no answer fail with ``crash``."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            sync = [p for p in self._sync if p is not None]
+            asyncs = [p for procs in list(self._async.values()) for p in procs if p is not None]
+        for p in sync:
+            p.close(self.close_timeout)
+        for a in asyncs:
+            if a.dead is None:
+                a.host.kill()
+                a.host.end(0.0)
+                a.dead = "the pool was closed"
+        _LIVE.discard(self)
+
+    async def aclose(self) -> None:
+        """:meth:`close` from asyncio (fails this loop's pending calls properly)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            procs = [p for p in self._async.get(loop, []) if p is not None]
+        for a in procs:
+            a.fail_all("the pool was closed", kill=True)
+        await loop.run_in_executor(None, self.close)
+
+    async def __aenter__(self) -> Toolhost:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def pids(self) -> list[int]:
+        """The process ids of the live host processes (for monitoring and tests)."""
+        with self._lock:
+            procs: list[_SyncProcess | _AsyncProcess | None] = [*self._sync]
+            for ps in self._async.values():
+                procs.extend(ps)
+        return [p.host.proc.pid for p in procs if p is not None and p.dead is None]
+
+
+_LIVE: weakref.WeakSet[Toolhost] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for pool in list(_LIVE):
+        pool.close()
+
+
+_sigterm_installed = False
+
+
+def _install_sigterm_cleanup() -> None:
+    """On SIGTERM (when nobody else handles it), kill every pool's processes, then die
+    of SIGTERM as before. Only the main thread can install signal handlers."""
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _sigterm_installed = True
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        for pool in list(_LIVE):
+            with pool._lock:
+                procs = [p for p in pool._sync if p is not None]
+                procs_a = [p for ps in pool._async.values() for p in ps if p is not None]
+            for host in [p.host for p in procs] + [p.host for p in procs_a]:
+                host.kill()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)

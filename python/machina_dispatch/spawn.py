@@ -1,0 +1,270 @@
+"""The spawn transport: one ``machina-toolhost --run`` process per call (seed §3c/§5).
+
+The process gets its own process group; stdin is written and stdout/stderr are read by
+one poll loop in the calling thread, so nothing is buffered without bound: stdout stops
+being read at its cap (1 MiB, the seed's ``_TOOLHOST_MAX_OUTPUT``), stderr is drained as
+it comes and only its tail is kept. On timeout the whole group is killed; every path
+reaps the process, so none is ever left behind.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import os
+import selectors
+import signal
+import subprocess
+import time
+from typing import Any
+
+from . import _core
+from ._inputs import to_input_json
+from ._locate import find_executable
+from ._result import ToolResult
+from ._transport import EMPTY_STATE_JSON, Transport, apply_state, default_timeout, timeout_ms
+from .ds_state import DsState
+
+__all__ = ["MAX_OUTPUT_BYTES", "Spawn", "run_machina_toolhost"]
+
+MAX_OUTPUT_BYTES = 1024 * 1024  # seed: _TOOLHOST_MAX_OUTPUT
+STDERR_TAIL_BYTES = 4096
+GRACE_S = 1.0  # after the deadline the host answers itself; this long more, and it is killed
+
+
+class Spawn(Transport):
+    """Runs each call in a new ``machina-toolhost --run`` process.
+
+    Args:
+        executable: the ``machina-toolhost`` to run (found as usual otherwise).
+        plugins: plugin libraries to load instead of the built-in pack.
+        args: extra command-line options for the host (e.g. ``["--isolation", "process"]``).
+        timeout: default deadline in seconds.
+        max_output_bytes: cap on what is read from stdout.
+        env: the host's environment (default: this process's).
+    """
+
+    def __init__(self, executable: str | os.PathLike[str] | None = None, *,
+                 plugins: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
+                 timeout: float | None = None, max_output_bytes: int = MAX_OUTPUT_BYTES,
+                 env: dict[str, str] | None = None) -> None:
+        super().__init__(timeout)
+        self.executable = find_executable(executable)
+        self.args = [a for p in plugins or [] for a in ("--plugin", os.fspath(p))] + list(args or [])
+        self.max_output_bytes = max_output_bytes
+        self.env = env
+
+    def call(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+             idempotency_key: str | None = None, lease_token: str | None = None,
+             timeout: float | None = None, check: bool = True) -> ToolResult:
+        """See :meth:`Transport.call`.
+
+        Raises:
+            ToolhostError: with ``check``, the subclass for the failure's kind.
+        """
+        try:
+            r = self._call(aid, inputs, state, idempotency_key, lease_token,
+                           self.timeout if timeout is None else float(timeout))
+        except Exception as e:  # anything else on the Python side: the seed's "exception"
+            r = ToolResult.failure(aid, "exception", f"{type(e).__name__}: {e}")
+        if check and not r.ok:
+            r.raise_for_error()
+        return r
+
+    def _call(self, aid: str, inputs: Any, state: DsState | None, idempotency_key: str | None,
+              lease_token: str | None, timeout: float) -> ToolResult:
+        if self.executable is None:
+            return ToolResult.failure(aid, "not_found", "machina-toolhost executable not found "
+                                      "(pip install machina-toolhost, or set MACHINA_TOOLHOST_BIN)")
+        sent_state = (state.to_json() if state is not None else None)
+        request = _core.encode_request(0, aid, to_input_json(inputs), idempotency_key, lease_token,
+                                       timeout_ms(timeout), sent_state)
+        outcome = _run(self.executable, [*self.args, "--run", aid], request, timeout + GRACE_S,
+                       self.max_output_bytes, self.env)
+        if isinstance(outcome, ToolResult):
+            return outcome._replace(aid=aid)
+        stdout, status, stderr_tail = outcome
+        if status != 0:
+            return ToolResult.failure(aid, "crash", f"machina-toolhost {_describe(status)}"
+                                      + (f"; stderr: {stderr_tail}" if stderr_tail else ""),
+                                      exit_status=status, stderr=stderr_tail)
+        line = stdout.rstrip(b"\n")
+        if not line or b"\n" in line:
+            lines = line.count(b"\n") + 1
+            return ToolResult.failure(aid, "parse_error", "expected one response line on stdout, got "
+                                      + (f"{lines} lines" if line else "nothing"))
+        try:
+            r: ToolResult = _core.decode_response(line, aid)
+        except ValueError as e:
+            return ToolResult.failure(aid, "parse_error", f"stdout is not a response: {e}")
+        if r.ds_state_json:
+            # --run answers with the full state; every transport reports what changed.
+            r = r._replace(ds_state_json=_core.delta_between(sent_state or EMPTY_STATE_JSON, r.ds_state_json))
+            apply_state(state, r)
+        return r
+
+
+def _describe(status: int) -> str:
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"was killed by {name}"
+    return f"exited with status {status}"
+
+
+def _run(executable: str, args: list[str], request: bytes, deadline_s: float, max_out: int,
+         env: dict[str, str] | None) -> tuple[bytes, int, str] | ToolResult:
+    """Runs one host process to completion. Returns (stdout, exit status, stderr tail),
+    or a failure result (not_found, timeout, parse_error for stdout over the cap)."""
+    try:
+        proc = subprocess.Popen([executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True, env=env)
+    except FileNotFoundError:
+        return ToolResult.failure("", "not_found", f"machina-toolhost executable not found: {executable}")
+    except PermissionError as e:
+        return ToolResult.failure("", "not_found", f"machina-toolhost cannot be run: {e}")
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out = bytearray()
+    tail: collections.deque[bytes] = collections.deque()
+    tail_size = 0
+    pending = memoryview(request)
+    failure: ToolResult | None = None
+    end = time.monotonic() + deadline_s
+    try:
+        with selectors.DefaultSelector() as sel:
+            for f in (proc.stdin, proc.stdout, proc.stderr):
+                os.set_blocking(f.fileno(), False)
+            sel.register(proc.stdin, selectors.EVENT_WRITE)
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            sel.register(proc.stderr, selectors.EVENT_READ)
+            open_reads = 2
+            while open_reads:
+                left = end - time.monotonic()
+                if left <= 0:
+                    failure = ToolResult.failure("", "timeout", f"machina-toolhost did not answer within "
+                                                 f"{deadline_s - GRACE_S:g} s; its process group was killed")
+                    break
+                for key, _ in sel.select(left):
+                    stream = key.fileobj
+                    if stream is proc.stdin:
+                        try:
+                            pending = pending[os.write(proc.stdin.fileno(), pending):]
+                        except BrokenPipeError:
+                            pending = pending[:0]  # the host stopped reading: its answer says why
+                        except BlockingIOError:
+                            continue
+                        if not pending:
+                            sel.unregister(proc.stdin)
+                            proc.stdin.close()
+                        continue
+                    try:
+                        chunk = os.read(key.fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        sel.unregister(stream)
+                        open_reads -= 1
+                    elif stream is proc.stdout:
+                        out += chunk
+                        if len(out) > max_out:
+                            failure = ToolResult.failure("", "parse_error", f"stdout exceeded the {max_out}-byte "
+                                                         "cap; reading stopped and the process was killed")
+                            open_reads = 0
+                            break
+                    else:
+                        tail.append(chunk)
+                        tail_size += len(chunk)
+                        while tail_size - len(tail[0]) >= STDERR_TAIL_BYTES:
+                            tail_size -= len(tail.popleft())
+    finally:
+        if failure is not None or open_reads:
+            _kill_group(proc)
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            if not f.closed:
+                f.close()
+    status = _reap(proc, end)
+    if failure is not None:
+        return failure
+    stderr_tail = b"".join(tail)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+    return bytes(out), status, stderr_tail
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        proc.kill()
+
+
+def _reap(proc: subprocess.Popen[bytes], end: float) -> int:
+    """Waits for the process to end (past the deadline, kills its group first), then kills
+    whatever is left in its process group (what a stuck tool started) before reaping it:
+    while the host is a zombie its pid, and so its group id, cannot be reused."""
+    try:
+        _wait_unreaped(proc.pid, max(0.05, end - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    _kill_group(proc)
+    try:
+        return proc.wait()
+    except OSError as e:  # pragma: no cover - ECHILD if someone else reaped it
+        if e.errno == errno.ECHILD:
+            return 0
+        raise
+
+
+def _wait_unreaped(pid: int, timeout: float) -> None:
+    """Waits until `pid` has exited, leaving it unreaped.
+
+    Raises:
+        subprocess.TimeoutExpired: still running after `timeout` seconds.
+    """
+    end = time.monotonic() + timeout
+    delay = 0.0005
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+                return
+        except ChildProcessError:
+            return
+        if time.monotonic() > end:
+            raise subprocess.TimeoutExpired(str(pid), timeout)
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None = None,
+                         ds_state: DsState | dict[str, Any] | None = None, idempotency_key: str | None = None,
+                         lease_token: str | None = None, executable: str | os.PathLike[str] | None = None,
+                         plugins: list[str | os.PathLike[str]] | None = None,
+                         transport: Transport | None = None) -> dict[str, Any]:
+    """The seed's dispatch function: runs one call and returns a dict, never raises.
+
+    On success, the host's response (``ok``, ``status``, ``output_json``, ``error``,
+    ``ds_state``…); on failure ``{"error": True, "aid", "type", "detail"}`` (plus ``code``,
+    ``status`` and details when the host answered). ``type`` is one of the seed's
+    ``timeout``, ``crash``, ``parse_error``, ``not_found``, ``exception``, or the host's
+    error code (see docs/python.md).
+
+    Args:
+        aid: the tool.
+        inputs: dict, list, JSON string or None (``{}``).
+        timeout: seconds; default ``$MACHINA_TOOLHOST_TIMEOUT`` or 30.
+        ds_state: a :class:`DsState` (updated in place) or a full-state wire dict.
+        idempotency_key, lease_token: as in :meth:`Transport.call`.
+        executable, plugins: for the default spawn transport.
+        transport: run through this transport instead of spawning (same result).
+    """
+    try:
+        state = DsState.from_wire(ds_state) if isinstance(ds_state, dict) else ds_state
+        t = transport if transport is not None else Spawn(executable, plugins=plugins,
+                                                          timeout=timeout or default_timeout())
+        r = t.call(aid, inputs, state=state, idempotency_key=idempotency_key, lease_token=lease_token,
+                   timeout=timeout, check=False)
+    except Exception as e:
+        r = ToolResult.failure(aid, "exception", f"{type(e).__name__}: {e}")
+    return r.to_dict()

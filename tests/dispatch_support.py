@@ -1,0 +1,82 @@
+"""Helpers shared by the machina_dispatch tests: making each transport over the same
+plugins and environment, and finding host processes in the process table."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import machina_dispatch as md
+from conftest import TOOLHOST, base_env
+
+TRANSPORTS = ("inprocess", "pool", "spawn")
+
+
+@contextlib.contextmanager
+def patched_environ(extra: Mapping[str, str]) -> Iterator[None]:
+    """os.environ with MACHINA_* cleared and `extra` set (the in-process host reads its
+    lease settings from the environment when it is made)."""
+    saved = dict(os.environ)
+    try:
+        for k in [k for k in os.environ if k.startswith("MACHINA_")]:
+            del os.environ[k]
+        os.environ.update(extra)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def make_transport(name: str, plugins: list[str], env: Mapping[str, str] | None = None,
+                   args: list[str] | None = None, **options: object) -> Iterator[md.Transport]:
+    """One transport of each kind over the same plugins, host options and environment.
+    `args` are command-line options for the process transports; `options` the same
+    settings as in-process keywords."""
+    env_full = base_env(dict(env or {}))
+    transport: md.Transport
+    if name == "inprocess":
+        with patched_environ(dict(env or {})):
+            transport = md.InProcess(plugins, executable=TOOLHOST, **options)  # type: ignore[arg-type]
+    elif name == "pool":
+        transport = md.Toolhost(1, executable=TOOLHOST, plugins=plugins, args=args, env=env_full)
+    elif name == "spawn":
+        transport = md.Spawn(TOOLHOST, plugins=plugins, args=args, env=env_full)
+    else:
+        raise ValueError(name)
+    try:
+        yield transport
+    finally:
+        transport.close()
+
+
+def toolhost_processes() -> dict[int, tuple[int, str]]:
+    """Every live machina-toolhost process: pid -> (parent pid, command line)."""
+    found: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z" or "machina-toolhost" not in cmd:
+            continue
+        found[int(entry)] = (int(fields[1]), cmd.strip())
+    return found
+
+
+def orphans_since(before: Mapping[int, tuple[int, str]], wait_s: float = 3.0) -> dict[int, tuple[int, str]]:
+    """machina-toolhost processes that appeared since `before` and are still alive after
+    up to `wait_s` (processes may take a moment to exit after their pipes close)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        new = {pid: info for pid, info in toolhost_processes().items() if pid not in before}
+        if not new or time.monotonic() > deadline:
+            return new
+        time.sleep(0.05)

@@ -1,0 +1,141 @@
+"""Faults through every transport: a tool that crashes, hangs, prints to stdout or
+produces huge output, and a host killed in the middle of a call. Each must end in the
+expected error type, and no machina-toolhost process may be left behind (checked from
+the process table).
+
+The in-process transport runs misbehaving tools with isolation="process": inline, a
+crash would take the test process down and a hang would hold its thread.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import machina_dispatch as md
+import pytest
+from dispatch_support import TRANSPORTS, make_transport, orphans_since, toolhost_processes
+
+
+@pytest.fixture
+def plugins(misbehaving: str) -> list[str]:
+    return [misbehaving, str(md.builtin_plugin_path())]
+
+
+@pytest.fixture
+def no_orphans() -> Iterator[None]:
+    before = toolhost_processes()
+    yield
+    left = orphans_since(before)
+    assert not left, f"machina-toolhost processes left behind: {left}"
+
+
+@pytest.mark.parametrize("name", TRANSPORTS)
+def test_crashing_tool(name: str, plugins: list[str], no_orphans: None) -> None:
+    with make_transport(name, plugins, isolation="process") as t:
+        with pytest.raises(md.ToolCrashed) as caught:
+            t.call("AID.TEST.CRASH.v1")
+        assert caught.value.kind == "crash"
+        if name == "inprocess":  # the worker died; the host answered
+            assert caught.value.code == "tool_crashed" and "SIGSEGV" in caught.value.detail
+        else:  # the (inline) host process itself died
+            assert caught.value.code is None and "was killed by SIGSEGV" in caught.value.detail
+        assert t.call("AID.ECHO.v1", [1]).output == [1]  # and the transport goes on
+
+
+@pytest.mark.parametrize("name", TRANSPORTS)
+def test_hanging_tool(name: str, plugins: list[str], no_orphans: None) -> None:
+    with make_transport(name, plugins, isolation="process") as t:
+        started = time.monotonic()
+        with pytest.raises(md.ToolTimeout) as caught:
+            t.call("AID.TEST.HANG.v1", timeout=0.3)
+        assert isinstance(caught.value, TimeoutError)
+        assert caught.value.code == "timeout"  # the host answered on time, in every transport
+        assert caught.value.detail == "timeout: AID.TEST.HANG.v1 did not finish within 300 ms"
+        assert time.monotonic() - started < 3
+        assert t.call("AID.ECHO.v1", 2).output == 2
+
+
+@pytest.mark.parametrize("name", TRANSPORTS)
+def test_printing_tool(name: str, plugins: list[str], no_orphans: None) -> None:
+    with make_transport(name, plugins, isolation="process") as t:
+        assert t.call("AID.TEST.PRINT.v1").output == {"printed": True}
+        assert t.call("AID.ECHO.v1", "[3]").output == [3]
+
+
+@pytest.mark.parametrize("name", TRANSPORTS)
+def test_huge_output(name: str, plugins: list[str], no_orphans: None) -> None:
+    with make_transport(name, plugins, isolation="process") as t:
+        with pytest.raises(md.ToolFault) as caught:
+            t.call("AID.TEST.HUGE.v1", {"bytes": 5 * 1024 * 1024})
+        assert caught.value.code == "output_too_large"
+
+
+def _kill_soon(pids: Callable[[], list[int]], delay: float) -> threading.Thread:
+    def kill() -> None:
+        time.sleep(delay)
+        for pid in pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    thread = threading.Thread(target=kill)
+    thread.start()
+    return thread
+
+
+def _children(pid: int) -> list[int]:
+    return [p for p, (ppid, _) in toolhost_processes().items() if ppid == pid]
+
+
+def test_host_killed_mid_call_pool(plugins: list[str], no_orphans: None) -> None:
+    with make_transport("pool", plugins) as t:
+        assert isinstance(t, md.Toolhost)
+        t.call("AID.ECHO.v1", 0)
+        # Several calls pending on the one host process when it is killed: all fail at
+        # once with crash (long before their 20 s deadline), and the pool recovers.
+        results: list[md.ToolResult] = []
+        threads = [threading.Thread(target=lambda: results.append(
+            t.call("AID.TEST.SLOW.v1", {"ms": 5000}, timeout=20, check=False))) for _ in range(3)]
+        started = time.monotonic()
+        for th in threads:
+            th.start()
+        killer = _kill_soon(t.pids, 0.5)
+        for th in threads:
+            th.join()
+        killer.join()
+        assert time.monotonic() - started < 5
+        assert len(results) == 3 and all(r.kind == "crash" for r in results), results
+        assert all("was killed by SIGKILL" in r.error for r in results)
+        assert t.call("AID.ECHO.v1", 1).output == 1
+
+
+def test_host_killed_mid_call_spawn(plugins: list[str], no_orphans: None) -> None:
+    with make_transport("spawn", plugins) as t:
+        me = os.getpid()
+        killer = _kill_soon(lambda: _children(me), 0.5)
+        r = t.call("AID.TEST.SLOW.v1", {"ms": 5000}, timeout=20, check=False)
+        killer.join()
+        assert r.kind == "crash" and "was killed by SIGKILL" in r.error
+
+
+def test_worker_killed_mid_call_inprocess(plugins: list[str], no_orphans: None) -> None:
+    with make_transport("inprocess", plugins, isolation="process") as t:
+        t.call("AID.ECHO.v1", 0)  # starts a worker
+        me = os.getpid()
+        killer = _kill_soon(lambda: _children(me), 0.5)
+        r = t.call("AID.TEST.SLOW.v1", {"ms": 5000}, timeout=20, check=False)
+        killer.join()
+        assert r.code == "tool_crashed" and "was killed by signal 9 (SIGKILL" in r.error
+        assert t.call("AID.ECHO.v1", 1).output == 1
+
+
+@pytest.mark.parametrize("name", ["pool", "spawn"])
+def test_host_that_cannot_start(name: str, tmp_path: Path, no_orphans: None) -> None:
+    with make_transport(name, [str(tmp_path / "missing.so")]) as t:
+        r = t.call("AID.ECHO.v1", check=False)
+        assert r.kind == "crash" and "exited with status 2" in r.error and "missing.so" in r.error
