@@ -64,6 +64,7 @@ class InProcess(Transport):
         self._default_ms = timeout_ms(self.timeout)
         self._local = threading.local()
         self._local.session = _core.Session(True)
+        self._closed = False
 
     def call(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
@@ -73,6 +74,8 @@ class InProcess(Transport):
         Raises:
             ToolhostError: with ``check``, the subclass for the failure's kind.
         """
+        if self._closed:
+            raise RuntimeError("the InProcess transport is closed")
         input_json = inputs if type(inputs) is str else to_input_json(inputs)
         ms = self._default_ms if timeout is None else timeout_ms(timeout)
         if state is None:
@@ -94,7 +97,8 @@ class InProcess(Transport):
         return r
 
     def close(self) -> None:
-        """Ends the host's isolated worker processes (nothing to do inline)."""
+        """Ends the host's isolated worker processes; later calls raise RuntimeError."""
+        self._closed = True
         self.host.close()
 
     def stats(self) -> dict[str, int]:

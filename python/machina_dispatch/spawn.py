@@ -140,12 +140,20 @@ def _run(executable: str, args: list[str], request: bytes, deadline_s: float, ma
             sel.register(proc.stdout, selectors.EVENT_READ)
             sel.register(proc.stderr, selectors.EVENT_READ)
             open_reads = 2
+            stdout_open = True
             while open_reads:
                 left = end - time.monotonic()
                 if left <= 0:
                     failure = ToolResult.failure("", "timeout", f"machina-toolhost did not answer within "
                                                  f"{deadline_s - GRACE_S:g} s; its process group was killed")
                     break
+                if not stdout_open:
+                    # The answer is complete. stderr may be held open by what a stuck tool
+                    # started; once the host itself has exited, that is all there is.
+                    if _exited(proc.pid):
+                        _drain(proc.stderr.fileno(), tail)
+                        break
+                    left = min(left, 0.01)
                 for key, _ in sel.select(left):
                     stream = key.fileobj
                     if stream is proc.stdin:
@@ -166,6 +174,7 @@ def _run(executable: str, args: list[str], request: bytes, deadline_s: float, ma
                     if not chunk:
                         sel.unregister(stream)
                         open_reads -= 1
+                        stdout_open = stdout_open and stream is not proc.stdout
                     elif stream is proc.stdout:
                         out += chunk
                         if len(out) > max_out:
@@ -179,7 +188,7 @@ def _run(executable: str, args: list[str], request: bytes, deadline_s: float, ma
                         while tail_size - len(tail[0]) >= STDERR_TAIL_BYTES:
                             tail_size -= len(tail.popleft())
     finally:
-        if failure is not None or open_reads:
+        if failure is not None or (open_reads and stdout_open):
             _kill_group(proc)
         for f in (proc.stdin, proc.stdout, proc.stderr):
             if not f.closed:
@@ -189,6 +198,26 @@ def _run(executable: str, args: list[str], request: bytes, deadline_s: float, ma
         return failure
     stderr_tail = b"".join(tail)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
     return bytes(out), status, stderr_tail
+
+
+def _exited(pid: int) -> bool:
+    """Whether `pid` has exited (left unreaped)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
+    except ChildProcessError:
+        return True
+
+
+def _drain(fd: int, tail: collections.deque[bytes]) -> None:
+    """Whatever is already in a non-blocking pipe, into the tail."""
+    for _ in range(64):
+        try:
+            chunk = os.read(fd, 65536)
+        except (BlockingIOError, OSError):
+            return
+        if not chunk:
+            return
+        tail.append(chunk)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -290,6 +290,8 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
     if (outcome.ending == WorkerPool::Ending::timed_out) {
       timeouts_.fetch_add(1, std::memory_order_relaxed);
       r = timeout_response(tool, timeout_ms, outcome.detail);
+    } else if (outcome.ending == WorkerPool::Ending::closed) {
+      return with_state(Response::failure(ErrorKind::internal_error, "internal error: the host is closed"));
     } else if (outcome.ending == WorkerPool::Ending::crashed) {
       crashes_.fetch_add(1, std::memory_order_relaxed);
       r = Response::failure(ErrorKind::tool_crashed, "tool crashed: " + tool.info.aid + ": " + outcome.detail);

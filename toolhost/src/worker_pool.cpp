@@ -381,7 +381,12 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
   bool queue_timeout = false;
   std::unique_ptr<Worker> w = acquire(deadline_ms, why, queue_timeout);
   if (!w) {
-    out.ending = queue_timeout ? Ending::timed_out : Ending::crashed;
+    bool closing;
+    {
+      std::lock_guard lock(mu_);
+      closing = closing_;
+    }
+    out.ending = queue_timeout ? Ending::timed_out : closing ? Ending::closed : Ending::crashed;
     out.detail = why;
     return out;
   }

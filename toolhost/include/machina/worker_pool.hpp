@@ -33,7 +33,7 @@ struct WorkerPoolOptions {
 
 class WorkerPool {
  public:
-  enum class Ending { ran, timed_out, crashed };
+  enum class Ending { ran, timed_out, crashed, closed };
   struct Outcome {
     Ending ending = Ending::ran;
     int rc = 0;          // the tool's result code when it ran

@@ -1,0 +1,119 @@
+"""The in-process transport: the same C++ host in this process, the GIL released while a
+tool runs (so threads overlap), safe from many threads at once, process isolation from
+Python, and the host's counters."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import machina_dispatch as md
+import pytest
+from conftest import TOOLHOST
+from dispatch_support import orphans_since, toolhost_processes
+
+
+@pytest.fixture
+def plugins(misbehaving: str) -> list[str]:
+    return [misbehaving, str(md.builtin_plugin_path())]
+
+
+def test_gil_is_released_while_a_tool_runs(plugins: list[str]) -> None:
+    t = md.InProcess(plugins)
+    started = time.monotonic()
+    threads = [threading.Thread(target=t.call, args=("AID.TEST.SLOW.v1", {"ms": 300})) for _ in range(4)]
+    for th in threads:
+        th.start()
+    # Python keeps running meanwhile.
+    spins = 0
+    while any(th.is_alive() for th in threads):
+        spins += 1
+    for th in threads:
+        th.join()
+    elapsed = time.monotonic() - started
+    assert elapsed < 0.9, f"4 x 300 ms took {elapsed:.2f} s: the calls did not overlap"
+    assert spins > 1000
+
+
+def test_many_threads_at_once(plugins: list[str]) -> None:
+    t = md.InProcess(plugins)
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        state = md.DsState()
+        for i in range(300):
+            if t.call("AID.ECHO.v1", {"k": k, "i": i}).output != {"k": k, "i": i}:
+                errors.append(f"echo {k} {i}")
+            r = t.call("AID.STATE.PUT.v1", {"slot": k % 8, "type": "t", "content": [k, i]}, state=state)
+            if state[k % 8].content != [k, i] or not r.ok:
+                errors.append(f"state {k} {i}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+
+
+def test_process_isolation_from_python(plugins: list[str]) -> None:
+    before = toolhost_processes()
+    t = md.InProcess(plugins, isolation="process", executable=TOOLHOST, isolation_workers=2,
+                     limit_memory_mb=512, no_network=True)
+    assert t.call("AID.ECHO.v1", [1]).output == [1]
+    r = t.call("AID.TEST.CRASH.v1", check=False)
+    assert r.code == "tool_crashed" and r.kind == "crash"
+    r = t.call("AID.TEST.HANG.v1", timeout=0.2, check=False)
+    assert r.code == "timeout"
+    r = t.call("AID.TEST.CONNECT.v1", {"port": 9}, check=False)
+    assert r.code == "tool_error" and r.error == "socket: Permission denied"
+    stats = t.stats()
+    assert stats["crashes"] == 1 and stats["timeouts"] == 1 and stats["workers_started"] >= 3
+    assert stats["workers_crashed"] == 1 and stats["workers_timed_out"] == 1
+    t.close()
+    assert not orphans_since(before)
+    with pytest.raises(RuntimeError, match="closed"):
+        t.call("AID.ECHO.v1", [1])
+    # The host object itself refuses isolated calls once closed, without blaming the tool.
+    session = md.Session()
+    r = md.Host.call(t.host, "AID.ECHO.v1", "[1]", session)  # type: ignore[arg-type]
+    assert r.code == "internal_error" and r.error == "internal error: the host is closed"
+
+
+def test_inline_hang_answers_timeout_when_the_tool_returns(plugins: list[str]) -> None:
+    """Inline, the tool runs on the calling thread: the answer is `timeout`, given once
+    the tool lets the thread go (here after 400 ms), and the stuck call is counted."""
+    t = md.InProcess(plugins)
+    started = time.monotonic()
+    r = t.call("AID.TEST.SLOW.v1", {"ms": 400}, timeout=0.1, check=False)
+    assert r.code == "timeout" and 0.35 < time.monotonic() - started < 2
+    stats = t.stats()
+    assert stats["timeouts"] == 1 and stats["stuck_peak"] == 1 and stats["stuck_now"] == 0
+
+
+def test_limits_need_process_isolation(plugins: list[str]) -> None:
+    with pytest.raises(md.HostError, match="isolation='process'"):
+        md.InProcess(plugins, no_network=True)
+    with pytest.raises(md.HostError, match="isolation must be"):
+        md.InProcess(plugins, isolation="container")
+
+
+def test_host_options_reach_the_core(plugins: list[str]) -> None:
+    t = md.InProcess(plugins, max_output_bytes=1000, tool_timeouts_ms={"AID.TEST.SLOW.v1": 50})
+    assert t.call("AID.TEST.HUGE.v1", {"bytes": 2000}, check=False).code == "output_too_large"
+    tools = {x["aid"]: x for x in t.host.list_tools()}
+    assert tools["AID.TEST.SLOW.v1"]["timeout_ms"] == 50
+    assert tools["AID.TEST.TIMEOUT_DEFAULT.v1"]["timeout_ms"] == 150
+
+
+def test_asyncio_in_process(plugins: list[str]) -> None:
+    import asyncio
+
+    t = md.InProcess(plugins)
+
+    async def main() -> list[md.ToolResult]:
+        return list(await asyncio.gather(*(t.acall("AID.TEST.SLOW.v1", {"ms": 200}) for _ in range(4))))
+
+    started = time.monotonic()
+    results = asyncio.run(main())
+    assert all(r.ok for r in results) and time.monotonic() - started < 0.7

@@ -1,0 +1,196 @@
+"""The spawn transport and the seed's run_machina_toolhost(): input normalisation, the
+timeout (argument, MACHINA_TOOLHOST_TIMEOUT, 30 s default), the process group killed on
+timeout, the 1 MB stdout cap, stderr drained with a bounded tail, and the seed's error
+types (timeout, crash, parse_error, not_found, exception) as dicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import machina_dispatch as md
+import pytest
+from conftest import TOOLHOST
+from dispatch_support import orphans_since, patched_environ, toolhost_processes
+
+
+@pytest.fixture
+def plugins(misbehaving: str) -> list[str]:
+    return [misbehaving, str(md.builtin_plugin_path())]
+
+
+def run(aid: str, inputs: Any = None, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("executable", TOOLHOST)
+    return md.run_machina_toolhost(aid, inputs, **kw)
+
+
+@pytest.mark.parametrize(("inputs", "input_json"), [
+    ({"q": "x", "k": 3}, '{"q":"x","k":3}'),
+    ([1, "é"], '[1,"é"]'),
+    ('{"already": "json"}', '{"already": "json"}'),
+    (None, "{}"),
+    (7, "7"),
+    (b'{"b": 1}', '{"b": 1}'),
+])
+def test_inputs_are_normalised(inputs: Any, input_json: str) -> None:
+    out = run("AID.ECHO.v1", inputs)
+    assert out == {"ok": True, "status": "OK", "output_json": input_json, "error": "",
+                   "ds_state": {"delta": True, "slots": {}, "removed_slots": []}}
+
+
+def test_not_json_encodable_inputs_are_an_exception() -> None:
+    out = run("AID.ECHO.v1", {1, 2})
+    assert out["error"] is True and out["type"] == "exception" and out["aid"] == "AID.ECHO.v1"
+    assert "not JSON serializable" in out["detail"]
+    out = run("AID.ECHO.v1", float("nan"))
+    assert out["type"] == "exception" and "not JSON-encodable" in out["detail"]
+
+
+def test_host_errors_keep_their_code() -> None:
+    assert run("AID.NOPE.v1") == {"error": True, "aid": "AID.NOPE.v1", "type": "tool_not_found",
+                                  "detail": "tool not found: AID.NOPE.v1", "code": "tool_not_found"}
+    bad = run("AID.TEXT.STATS.v1", {"text": 1})
+    assert (bad["type"], bad["code"], bad["status"]) == ("schema_violation", "schema_violation", "INVALID_PICK")
+
+
+def test_not_found(tmp_path: Path) -> None:
+    out = run("AID.ECHO.v1", executable=tmp_path / "no-such-host")
+    assert out["type"] == "not_found" and out["error"] is True
+    with patched_environ({"MACHINA_TOOLHOST_BIN": str(tmp_path / "missing")}):
+        assert md.run_machina_toolhost("AID.ECHO.v1")["type"] == "not_found"
+    with pytest.raises(md.ExecutableNotFound) as caught:
+        md.Spawn(tmp_path / "missing").call("AID.ECHO.v1")
+    assert isinstance(caught.value, FileNotFoundError)
+
+
+def test_timeout_from_argument_and_environment(plugins: list[str]) -> None:
+    before = toolhost_processes()
+    started = time.monotonic()
+    out = run("AID.TEST.SLEEPER.v1", timeout=0.3, plugins=plugins)
+    assert time.monotonic() - started < 2
+    assert out["type"] == "timeout" and out["code"] == "timeout"
+    assert out["detail"] == "timeout: AID.TEST.SLEEPER.v1 did not finish within 300 ms"
+    with patched_environ({"MACHINA_TOOLHOST_TIMEOUT": "0.25"}):
+        out = md.run_machina_toolhost("AID.TEST.HANG.v1", executable=TOOLHOST, plugins=plugins)
+    assert out["detail"] == "timeout: AID.TEST.HANG.v1 did not finish within 250 ms"
+    assert not orphans_since(before)
+
+
+def test_the_tools_children_are_killed_with_the_group(plugins: list[str], tmp_path: Path) -> None:
+    """SLEEPER starts `sleep 300` in the host's process group and hangs: after the call,
+    nothing of it is left."""
+    run("AID.TEST.SLEEPER.v1", timeout=0.3, plugins=plugins)
+    time.sleep(0.2)
+    sleepers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == "sleep 300"]
+    mine = [p for p in sleepers if _session_of(p) != os.getsid(0)]
+    assert not mine, f"tool children left behind: {mine}"
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def _session_of(pid: str) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[4])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def test_default_timeout_is_30_seconds() -> None:
+    with patched_environ({}):
+        assert md.Spawn(TOOLHOST).timeout == 30.0
+    with patched_environ({"MACHINA_TOOLHOST_TIMEOUT": "2.5"}):
+        assert md.Spawn(TOOLHOST).timeout == 2.5
+    with patched_environ({"MACHINA_TOOLHOST_TIMEOUT": "soon"}), pytest.raises(ValueError):
+        md.Spawn(TOOLHOST)
+
+
+def test_crash_reports_exit_and_stderr_tail(plugins: list[str]) -> None:
+    out = run("AID.TEST.NOISYCRASH.v1", {"bytes": 200_000}, plugins=plugins)
+    assert out["type"] == "crash" and out["exit_status"] == -11
+    assert out["detail"].startswith("machina-toolhost was killed by SIGSEGV; stderr: ")
+    assert out["stderr"].endswith("LAST WORDS\n") and len(out["stderr"].encode()) <= 4096
+    out = run("AID.ECHO.v1", plugins=[str(Path(plugins[0]).parent / "missing.so")])
+    assert out["type"] == "crash" and out["exit_status"] == 2 and "missing.so" in out["detail"]
+
+
+def test_stdout_cap_stops_reading(plugins: list[str]) -> None:
+    t = md.Spawn(TOOLHOST, plugins=plugins, max_output_bytes=64 * 1024)
+    r = t.call("AID.TEST.HUGE.v1", {"bytes": 500_000}, check=False)
+    assert r.kind == "parse_error" and "exceeded the 65536-byte cap" in r.error
+    # Under the cap all is well; the seed's cap is 1 MiB.
+    assert md.Spawn(TOOLHOST, plugins=plugins).call("AID.TEST.HUGE.v1", {"bytes": 500_000}).ok
+    assert md.spawn.MAX_OUTPUT_BYTES == 1024 * 1024
+
+
+def _fake_host(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "fake-host"
+    path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("print('not json')", "stdout is not a response"),
+    ("pass", "got nothing"),
+    ("print('{\"ok\": true}'); print('{\"ok\": true}')", "got 2 lines"),
+    ("print(1)", "stdout is not a response"),
+])
+def test_parse_errors(tmp_path: Path, body: str, why: str) -> None:
+    fake = _fake_host(tmp_path, "import sys; sys.stdin.read()\n" + body)
+    out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake)
+    assert out["type"] == "parse_error" and why in out["detail"], out
+
+
+def test_stderr_is_drained_while_running(tmp_path: Path) -> None:
+    """A host writing megabytes to stderr before answering does not dead-lock on a full
+    pipe, and only the tail is kept."""
+    fake = _fake_host(tmp_path, """
+        import sys
+        sys.stdin.read()
+        for _ in range(200):
+            sys.stderr.write("e" * 10000 + "\\n")
+        sys.stderr.flush()
+        print('{"ok":true,"status":"OK","output_json":"1","error":"","ds_state":{"slots":{}}}')
+        sys.exit(3)
+    """)
+    out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake, timeout=20)
+    assert out["type"] == "crash" and out["exit_status"] == 3 and len(out["stderr"]) <= 4096
+
+
+def test_state_round_trip(plugins: list[str]) -> None:
+    state = md.DsState()
+    out = run("AID.STATE.PUT.v1", {"slot": 4, "type": "t", "content": {"v": 1}}, ds_state=state, plugins=plugins)
+    assert out["ok"] is True and state["DS4"].content == {"v": 1}
+    out = run("AID.STATE.GET.v1", {"slot": 4}, ds_state=state, plugins=plugins)
+    assert json.loads(out["output_json"])["content"] == {"v": 1}
+    # A wire dict works too (the seed's form).
+    out = run("AID.STATE.GET.v1", {"slot": 0}, plugins=plugins,
+              ds_state={"slots": {"DS0": {"type": "t", "content_json": "[1]"}}})
+    assert json.loads(out["output_json"])["content"] == [1]
+
+
+def test_any_transport_through_the_seed_function(plugins: list[str]) -> None:
+    with md.Toolhost(1, executable=TOOLHOST, plugins=plugins) as pool:
+        assert md.run_machina_toolhost("AID.ECHO.v1", [5], transport=pool)["output_json"] == "[5]"
+        assert md.run_machina_toolhost("AID.NOPE.v1", transport=pool)["type"] == "tool_not_found"
+
+
+def test_spawn_cost_is_one_process(plugins: list[str]) -> None:
+    """Each call is one process that is gone afterwards."""
+    before = toolhost_processes()
+    t = md.Spawn(TOOLHOST)
+    for i in range(20):
+        assert t.call("AID.ECHO.v1", i).output == i
+    assert not orphans_since(before, wait_s=0.5)
+    assert re.match(r"^\d+\.\d+", md.__version__)
