@@ -47,10 +47,15 @@ def test_plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     build = tmp_path_factory.mktemp("test-plugins")
     cmake = shutil.which("cmake") or "cmake"
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    # In the sanitizer run the test plugins are instrumented too (same compiler, same flags).
+    flags = ([f"-DCMAKE_C_COMPILER={os.environ['CC']}", f"-DCMAKE_CXX_COMPILER={os.environ['CXX']}",
+              f"-DCMAKE_C_FLAGS={os.environ.get('MACHINA_TEST_SANITIZE_FLAGS', '')}",
+              f"-DCMAKE_CXX_FLAGS={os.environ.get('MACHINA_TEST_SANITIZE_FLAGS', '')}"]
+             if SANITIZED else [])
     subprocess.run(
         [cmake, "-S", str(TEST_PLUGIN_SRC), "-B", str(build), *gen,
          f"-DMACHINA_PLUGIN_INCLUDE={machina_dispatch.get_include()}",
-         "-DCMAKE_BUILD_TYPE=Release"],
+         "-DCMAKE_BUILD_TYPE=Release", *flags],
         check=True, capture_output=True,
     )
     subprocess.run([cmake, "--build", str(build), "-j2"], check=True, capture_output=True)
@@ -62,8 +67,20 @@ def misbehaving(test_plugins: dict[str, str]) -> str:
     return test_plugins["misbehaving_tools"]
 
 
+# scripts/sanitize-tests.sh runs the suite against an ASan+UBSan build. The Python
+# process itself runs without leak checking (the interpreter keeps memory to the end);
+# the hosts the tests start get the options in MACHINA_TEST_CHILD_ASAN_OPTIONS, leak
+# checking included.
+SANITIZED = os.environ.get("MACHINA_TEST_SANITIZED") == "1"
+CHILD_ASAN_OPTIONS = os.environ.get("MACHINA_TEST_CHILD_ASAN_OPTIONS")
+not_sanitized = pytest.mark.skipif(SANITIZED, reason="builds the project itself: run by the normal suite, not the "
+                                                     "sanitizer run")
+
+
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MACHINA_")}
+    if CHILD_ASAN_OPTIONS:
+        env["ASAN_OPTIONS"] = CHILD_ASAN_OPTIONS
     if extra:
         env.update(extra)
     return env

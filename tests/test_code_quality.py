@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, not_sanitized
 
 
+@not_sanitized
 @pytest.mark.timeout(900)  # a full build of the project
 def test_cpp_builds_without_warnings(tmp_path: Path) -> None:
     cmake = shutil.which("cmake")

@@ -9,7 +9,7 @@ import time
 
 import machina_dispatch as md
 import pytest
-from conftest import TOOLHOST
+from conftest import SANITIZED, TOOLHOST
 from dispatch_support import orphans_since, toolhost_processes
 
 
@@ -59,7 +59,8 @@ def test_many_threads_at_once(plugins: list[str]) -> None:
 def test_process_isolation_from_python(plugins: list[str]) -> None:
     before = toolhost_processes()
     t = md.InProcess(plugins, isolation="process", executable=TOOLHOST, isolation_workers=2,
-                     limit_memory_mb=512, no_network=True)
+                     no_network=True,
+                     **({} if SANITIZED else {"limit_memory_mb": 512}))  # ASan cannot run under RLIMIT_AS
     assert t.call("AID.ECHO.v1", [1]).output == [1]
     r = t.call("AID.TEST.CRASH.v1", check=False)
     assert r.code == "tool_crashed" and r.kind == "crash"

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 import machina_dispatch
-from conftest import TOOLHOST, base_env
+from conftest import SANITIZED, TOOLHOST, base_env
 
 TOTAL = 10_000
 FAULTS = ("CRASH", "ABORT", "EXIT", "HANG", "PRINT", "HUGE")
@@ -95,7 +95,9 @@ def test_ten_thousand_requests_with_faults(misbehaving: str) -> None:
         seen[r["id"]] += 1
         check(kinds[r["id"]], r["id"], r)
     assert set(seen) == set(range(TOTAL)) and max(seen.values()) == 1, "every request answered exactly once"
-    assert usage.ru_maxrss < 200 * 1024, f"host peak RSS {usage.ru_maxrss} KiB"
+    # Under ASan (scripts/sanitize-tests.sh) shadow memory and the allocator's redzones
+    # roughly double the footprint.
+    assert usage.ru_maxrss < (400 if SANITIZED else 200) * 1024, f"host peak RSS {usage.ru_maxrss} KiB"
 
 
 def test_host_memory_stays_flat_under_faults(misbehaving: str) -> None:
@@ -132,4 +134,6 @@ def test_host_memory_stays_flat_under_faults(misbehaving: str) -> None:
         proc.stdin.close()
         proc.wait(timeout=60)
     assert proc.returncode == 0
-    assert after_all <= after_first + 4 * 1024, f"RSS grew from {after_first} KiB to {after_all} KiB"
+    # ASan holds freed memory in its quarantine (16 MiB in the sanitizer run) before reuse.
+    allowance = (4 + 16 + 4 if SANITIZED else 4) * 1024
+    assert after_all <= after_first + allowance, f"RSS grew from {after_first} KiB to {after_all} KiB"

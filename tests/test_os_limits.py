@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import serve
+from conftest import SANITIZED, serve
 
 ISOLATED = ("--isolation", "process")
 
@@ -28,6 +28,8 @@ def output(r: dict[str, Any]) -> Any:
     return json.loads(r["output_json"])
 
 
+@pytest.mark.skipif(SANITIZED, reason="ASan reserves terabytes of shadow address space: an address-space "
+                                       "limit cannot be combined with it")
 def test_address_space_limit(misbehaving: str) -> None:
     out = serve([req("AID.TEST.ALLOC.v1", 1, {"mb": 16}), req("AID.TEST.ALLOC.v1", 2, {"mb": 1024})],
                 *ISOLATED, "--plugin", misbehaving, "--limit-memory-mb", "256")

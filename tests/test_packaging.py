@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, not_sanitized
 
 IGNORE = shutil.ignore_patterns("build", ".git", "__pycache__", "*.so", ".pytest_cache", ".mypy_cache",
                                 ".ruff_cache", "*.egg-info")
 
 
+@not_sanitized
 @pytest.mark.timeout(900)  # two builds of the whole project
 def test_editable_install_rebuilds_on_change(tmp_path: Path) -> None:
     src = tmp_path / "src"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang + ASan + UBSan) and runs each for SECONDS (default
+# 30), seeded from the protocol transcripts and the bad-input corpus. Fails on any crash,
+# leak or sanitizer report. Findings are kept in build/fuzz/findings/.
+#   bash scripts/fuzz.sh [SECONDS] [TARGET...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-30}"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(request ds_state response worker_frames)
+
+if ! command -v clang++ >/dev/null || [ ! -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] \
+   && ! clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a | grep -q /; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang libclang-rt-14-dev
+fi
+bash scripts/install-system-deps.sh
+
+build=build/fuzz
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DMACHINA_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DPython_EXECUTABLE="$(command -v python3)" > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}")
+
+corpus="$build/seeds"
+rm -rf "$corpus"
+python3 fuzz/make_corpus.py "$corpus"
+mkdir -p "$build/findings" "$build/corpus"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+for t in "${targets[@]}"; do
+  mkdir -p "$build/corpus/$t" "$corpus/$t"
+  echo "== fuzz_$t for ${seconds}s"
+  "$build/fuzz_$t" -max_total_time="$seconds" -dict=fuzz/protocol.dict -max_len=4096 -print_final_stats=1 \
+    -artifact_prefix="$build/findings/$t-" "$build/corpus/$t" "$corpus/$t" 2>&1 | tail -n 14
+done
+echo "fuzzing: no crash, no leak, no sanitizer report"

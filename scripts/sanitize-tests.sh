@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs the whole test suite against an AddressSanitizer + UndefinedBehaviorSanitizer build
+# of the core, the CLI, _core and the plugins (clang, -DMACHINA_SANITIZE=ON), installed
+# into a virtualenv of its own (build/sanitize-venv), with the sanitizer runtime preloaded
+# into Python. Any report fails the run: UBSan halts on the first error, ASan aborts, and
+# the hosts the tests start check for leaks at exit.
+#   bash scripts/sanitize-tests.sh [pytest arguments...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v clang++ >/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang libclang-rt-14-dev
+fi
+bash scripts/install-system-deps.sh
+
+venv=build/sanitize-venv
+[ -x "$venv/bin/pip" ] || { rm -rf "$venv"; python3 -m venv "$venv"; }
+export CC=clang CXX=clang++
+runtime="$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)"
+[ -f "$runtime" ] || { echo "no shared ASan runtime ($runtime): install libclang-rt-14-dev" >&2; exit 1; }
+rtdir="$(dirname "$runtime")"
+# One shared sanitizer runtime for everything (Python, _core, the executable, plugins).
+san_flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -shared-libasan -fno-omit-frame-pointer"
+"$venv/bin/pip" install -q --upgrade pip
+"$venv/bin/pip" install -q \
+  -C build-dir=build/sanitize \
+  -C cmake.build-type=RelWithDebInfo \
+  -C cmake.define.MACHINA_SANITIZE=ON \
+  -C "cmake.define.CMAKE_SHARED_LINKER_FLAGS=-shared-libasan -Wl,-rpath,$rtdir" \
+  -C "cmake.define.CMAKE_EXE_LINKER_FLAGS=-shared-libasan -Wl,-rpath,$rtdir" \
+  -C "cmake.define.CMAKE_MODULE_LINKER_FLAGS=-shared-libasan -Wl,-rpath,$rtdir" \
+  '.[test]'
+
+export MACHINA_TEST_SANITIZED=1
+export MACHINA_TEST_SANITIZE_FLAGS="$san_flags -Wl,-rpath,$rtdir"
+# Fatal signals are the tools' to send (crash tests expect SIGSEGV/SIGABRT as such);
+# the quarantine is kept small so memory tests still mean something.
+common="handle_segv=0:handle_abort=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:allow_user_segv_handler=1"
+common="$common:abort_on_error=1:quarantine_size_mb=16:detect_stack_use_after_return=0"
+export ASAN_OPTIONS="$common:detect_leaks=0"
+export MACHINA_TEST_CHILD_ASAN_OPTIONS="$common:detect_leaks=1"
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-python.supp:print_suppressions=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export LD_PRELOAD="$runtime"
+"$venv/bin/python" -m pytest -p no:cacheprovider "$@"
