@@ -38,6 +38,25 @@ def test_same_key_other_input_is_a_conflict(misbehaving: str) -> None:
     assert calls(r[2]) == 2
 
 
+def test_input_binding_is_exact_for_short_and_hashed_inputs(misbehaving: str) -> None:
+    """Inputs up to 32 bytes are compared verbatim, longer ones by SHA-256: both bind the
+    key to exactly one input, including at the boundary and across it."""
+    conflict = {"ok": False, "code": "idempotency_conflict",
+                "error": "idempotency_key was already used with a different input for AID.TEST.COUNTER.v1"}
+    short = '{"s":"' + "x" * 24 + '"}'  # 32 bytes
+    long_a = '{"s":"' + "x" * 25 + '"}'  # 33 bytes
+    long_b = '{"s":"' + "y" * 25 + '"}'
+    big_a, big_b = '{"s":"' + "z" * 5000 + 'a"}', '{"s":"' + "z" * 5000 + 'b"}'
+    assert len(short) == 32 and len(long_a) == 33
+    r = serve([counter("s", short), counter("s", short), counter("s", long_a),
+               counter("l", long_a), counter("l", long_a), counter("l", long_b), counter("l", short),
+               counter("b", big_a), counter("b", big_a), counter("b", big_b)], "--plugin", misbehaving)
+    assert [x.get("idempotent_hit", False) for x in r] == [False, True, False, False, True, False, False,
+                                                         False, True, False]
+    assert r[2] == conflict and r[5] == conflict and r[6] == conflict and r[9] == conflict
+    assert calls(r[0]) == 1 and calls(r[3]) == 2 and calls(r[7]) == 3
+
+
 def test_key_is_scoped_to_the_aid(misbehaving: str) -> None:
     r = serve([counter("shared"), {"aid": "AID.ECHO.v1", "input_json": "{}", "idempotency_key": "shared"}],
               "--plugin", misbehaving, "--plugin", str(machina_dispatch.builtin_plugin_path()))

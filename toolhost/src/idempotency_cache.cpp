@@ -3,12 +3,23 @@
 
 #include <openssl/evp.h>
 
+#include <cstring>
+
 namespace machina {
 
 IdempotencyCache::Fingerprint IdempotencyCache::fingerprint(std::string_view input_json) {
   Fingerprint fp{};
+  if (input_json.size() < fp.size()) {
+    fp[0] = static_cast<unsigned char>(input_json.size());
+    std::memcpy(fp.data() + 1, input_json.data(), input_json.size());
+    return fp;
+  }
+  // The digest is fetched once, not on every call as EVP_sha256() would have it.
+  static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
   unsigned int len = 0;
-  EVP_Digest(input_json.data(), input_json.size(), fp.data(), &len, EVP_sha256(), nullptr);
+  fp[0] = 0xFF;
+  EVP_Digest(input_json.data(), input_json.size(), fp.data() + 1, &len, sha256 != nullptr ? sha256 : EVP_sha256(),
+             nullptr);
   return fp;
 }
 
@@ -47,7 +58,7 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
     } else if (e.flight) {
       return {Outcome::wait, {}, e.flight};
     } else {
-      return {Outcome::hit, e.response, nullptr};
+      return {Outcome::hit, *e.response, nullptr};
     }
   }
   while (order_.size() >= options_.max_entries && !order_.empty()) erase(order_.begin());
@@ -61,15 +72,16 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
 Response IdempotencyCache::wait(const std::shared_ptr<Flight>& flight) {
   std::unique_lock lock(flight->mu);
   flight->cv.wait(lock, [&] { return flight->done; });
-  return flight->response;
+  return *flight->response;
 }
 
 void IdempotencyCache::complete(std::string_view aid, std::string_view key,
                                 const std::shared_ptr<Flight>& flight, const Response& response,
                                 bool keep, std::int64_t now_ms) {
+  auto shared = std::make_shared<const Response>(response);  // one copy, for waiters and hits
   {
     std::lock_guard lock(flight->mu);
-    flight->response = response;
+    flight->response = shared;
     flight->done = true;
   }
   flight->cv.notify_all();
@@ -85,7 +97,7 @@ void IdempotencyCache::complete(std::string_view aid, std::string_view key,
   }
   Entry& e = *found->second;
   e.flight.reset();
-  e.response = response;
+  e.response = std::move(shared);
   e.expires_at = now_ms + options_.ttl_ms;
   order_.splice(order_.end(), order_, found->second);  // O(1): completed entries stay in expiry order
 }

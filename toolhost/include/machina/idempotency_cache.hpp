@@ -22,14 +22,17 @@ class IdempotencyCache {
     std::size_t max_entries = 1024;  // seed: IDEMP_MAX_ENTRIES
     std::int64_t ttl_ms = 60'000;    // seed: IDEMP_DEFAULT_TTL_MS
   };
-  using Fingerprint = std::array<unsigned char, 32>;
+  /// What binds a key to its input: the input itself when it is at most 32 bytes (byte 0
+  /// holds its length), else 0xFF and the input's SHA-256. Exact either way, short inputs
+  /// without hashing.
+  using Fingerprint = std::array<unsigned char, 33>;
 
   /// Shared by the call that runs the tool and the duplicates waiting for it.
   struct Flight {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
-    Response response;
+    std::shared_ptr<const Response> response;
   };
 
   enum class Outcome {
@@ -62,7 +65,7 @@ class IdempotencyCache {
     std::string scoped_key;
     Fingerprint fp;
     std::shared_ptr<Flight> flight;  // set while running
-    Response response;               // valid once flight is null
+    std::shared_ptr<const Response> response;  // set once flight is null (shared with it)
     std::int64_t expires_at = 0;     // 0 while running
   };
   using List = std::list<Entry>;
