@@ -699,13 +699,20 @@ class Toolhost(Transport):
         Raises:
             ToolhostError: with ``check``, for the first failed call (all calls still ran).
         """
-        items = [as_call(c) for c in calls]
+        items = [c if type(c) is Call else as_call(c) for c in calls]
         if not items:
             return []
-        prepared = []
+        prepared: list[tuple[str, str, str | None, str | None, int, str | None]] = []
         deadline = 0.0
+        default_ms = self._default_ms
+        now = time.monotonic()
         for c in items:
-            input_json, ms, state_json, d = self._prepare(c.inputs, c.state, c.timeout)
+            inputs, state, timeout = c.inputs, c.state, c.timeout
+            if type(inputs) is str and state is None and timeout is None:  # the common case, inlined
+                prepared.append((c.aid, inputs, c.idempotency_key, c.lease_token, default_ms, EMPTY_STATE_JSON))
+                deadline = max(deadline, now + default_ms / 1000.0)
+                continue
+            input_json, ms, state_json, d = self._prepare(inputs, state, timeout)
             prepared.append((c.aid, input_json, c.idempotency_key, c.lease_token, ms, state_json))
             deadline = max(deadline, d)
         with self._lock:
@@ -733,7 +740,8 @@ class Toolhost(Transport):
                 t.join()
             results = [parts[i % chunks][i // chunks] for i in range(len(items))]
         for c, r in zip(items, results, strict=True):
-            apply_state(c.state, r)
+            if c.state is not None:
+                apply_state(c.state, r)
         return check_all(results) if check else results
 
     def close(self) -> None:

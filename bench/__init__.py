@@ -1,0 +1,1 @@
+"""machina-toolhost benchmarks: `python -m bench` (see bench/__main__.py)."""

@@ -1,0 +1,1 @@
+"""Baselines the benchmarks compare machina-toolhost with, run in the same session."""

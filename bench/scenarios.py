@@ -1,0 +1,780 @@
+"""The benchmark scenarios. Each takes the run's context and returns a Section: tables of
+figures measured side by side with their baselines in this run, plots, and the headline
+figures the report's goal table reads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._support import (
+    ECHO_REQUEST,
+    Latency,
+    Native,
+    Spread,
+    count_lines,
+    env_with,
+    file_fed,
+    interleaved,
+    ok_fraction,
+    python_cmd,
+    rate,
+    ratio,
+    repeat,
+    run_lockstep,
+    spread_rate,
+    us,
+)
+
+
+@dataclass
+class Table:
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    explain: str
+    tables: list[Table] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+    headline: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Ctx:
+    quick: bool
+    out: Path
+    work: Path
+    host: str
+    native: Native
+    status: Callable[[str], None]
+    reps: int = 0
+
+    def __post_init__(self) -> None:
+        self.reps = 3 if self.quick else 5
+
+    def n(self, quick: int, full: int) -> int:
+        return quick if self.quick else full
+
+    def lines(self, name: str, line: str, count: int) -> Path:
+        path = self.work / f"{name}.ndjson"
+        if not path.exists():
+            with path.open("w") as f:
+                for _ in range(count // 1000):
+                    f.write((line + "\n") * 1000)
+                f.write((line + "\n") * (count % 1000))
+        return path
+
+    def plot(self) -> Any:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        return plt
+
+    def lines_plot(self, section: Section, name: str, title: str, xlabel: str, ylabel: str,
+                   series: dict[str, tuple[list[float], list[float]]], *, logx: bool = False,
+                   logy: bool = False, zero: bool = False, xticks: list[float] | None = None) -> None:
+        """One line per series (label: (xs, ys)); a label starting with "ideal" is dashed."""
+        fig, ax = self.plot().subplots(figsize=(5.5, 3.2))
+        for label, (xs, ys) in series.items():
+            ax.plot(xs, ys, marker="" if label.startswith("ideal") else "o",
+                    linestyle="--" if label.startswith("ideal") else "-", label=label)
+        if logx:
+            ax.set_xscale("log", base=2 if xticks else 10)
+        if logy:
+            ax.set_yscale("log")
+        if zero:
+            ax.set_ylim(bottom=0)
+        if xticks:
+            ax.set_xticks(xticks, [f"{x:g}" for x in xticks])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        if len(series) > 1:
+            ax.legend(fontsize=8)
+        self.save(fig, name, section)
+
+    def save(self, fig: Any, name: str, section: Section) -> None:
+        fig.tight_layout()
+        fig.savefig(self.out / name, dpi=110)
+        self.plot().close(fig)
+        section.plots.append(name)
+
+
+def timed_host(cmd: list[str], stdin: Path, ctx: Ctx, expect: int, env: dict[str, str] | None = None,
+               cpu: int | None = None) -> Callable[[], float]:
+    out = ctx.work / "out.ndjson"
+
+    def run() -> float:
+        return file_fed(cmd, stdin, out, expect, env=env, cpu=cpu)
+
+    return run
+
+
+def python_host(codec: str) -> list[str]:
+    return python_cmd("bench.baselines.echo_host", codec)
+
+
+def mcp_server() -> list[str]:
+    return python_cmd("bench.baselines.mcp_echo_server")
+
+
+MCP_INIT = ('R:{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+            '"capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}')
+MCP_INITIALIZED = 'N:{"jsonrpc":"2.0","method":"notifications/initialized"}'
+MCP_CALL = ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo",'
+            '"arguments":{"msg":"hello","n":1}}}')
+
+
+# --- 1. --serve file-fed ---------------------------------------------------------------
+
+
+def serve_file(ctx: Ctx) -> Section:
+    s = Section("serve", "--serve throughput, file-fed",
+                "N echo requests in a file on stdin, responses to a file: requests per second for "
+                "machina-toolhost and, on the same file in the same run, `cat` (the physical floor of "
+                "moving the bytes through a process) and a plain Python NDJSON host speaking the same "
+                "protocol (stdlib json and orjson). Ratio = machina-toolhost ÷ that row.")
+    n = ctx.n(100_000, 200_000)
+    echo = ctx.lines("serve-echo", ECHO_REQUEST, n)
+    stats_req = json.dumps({"aid": "AID.TEXT.STATS.v1", "input_json": json.dumps({"text": "to be or not to be"})})
+    stats = ctx.lines("serve-stats", stats_req, n)
+    env = env_with()
+    cases: list[tuple[str, list[str], Path]] = [
+        ("machina-toolhost --serve (AID.ECHO.v1)", [ctx.host, "--serve"], echo),
+        ("machina-toolhost --serve (AID.TEXT.STATS.v1)", [ctx.host, "--serve"], stats),
+        ("cat (floor)", ["cat"], echo),
+        ("Python host, json", python_host("json"), echo),
+        ("Python host, orjson", python_host("orjson"), echo),
+    ]
+    ctx.status("serve, file-fed, interleaved")
+    times = interleaved({name: timed_host(cmd, src, ctx, n, env=env) for name, cmd, src in cases}, ctx.reps)
+    results = {name: Spread([n / t for t in ts]) for name, ts in times.items()}
+    ours = results[cases[0][0]].median
+    rows = [[name, spread_rate(sp), ratio(ours, sp.median)] for name, sp in results.items()]
+    s.tables.append(Table(f"{n:,} requests per run, {ctx.reps} runs, unpinned", ["command", "requests/s (min–max)",
+                                                                               "echo ÷ this"], rows))
+    s.headline["serve_rps"] = ours
+    s.headline["serve_vs_json"] = ours / results["Python host, json"].median
+    plt = ctx.plot()
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    names = list(results)
+    ax.barh(names, [results[k].median / 1e6 for k in names],
+            xerr=[[(results[k].median - results[k].lo) / 1e6 for k in names],
+                  [(results[k].hi - results[k].median) / 1e6 for k in names]], color="#4477aa")
+    ax.invert_yaxis()
+    ax.set_xlabel("million requests / s (median, min–max)")
+    ax.set_title("--serve, file-fed")
+    ctx.save(fig, "serve_throughput.png", s)
+    return s
+
+
+# --- 2. lock-step latency, native driver -----------------------------------------------
+
+
+def placements(ctx: Ctx) -> list[tuple[str, int | None, int | None]]:
+    cpus = sorted(os.sched_getaffinity(0))
+    out: list[tuple[str, int | None, int | None]] = [(f"one vCPU (both on CPU {cpus[0]})", cpus[0], cpus[0])]
+    if len(cpus) > 1:
+        out.append((f"two vCPUs (driver CPU {cpus[0]}, host CPU {cpus[1]})", cpus[0], cpus[1]))
+    return out
+
+
+def lat_row(name: str, where: str, lat: Latency, base: float) -> list[str]:
+    return [name, where, us(lat.p(50)), us(lat.p(90)), us(lat.p(99)), us(lat.p(99.9)), ratio(lat.p(50), base)]
+
+
+LAT_HEADER = ["host", "placement", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "p50 ÷ machina-toolhost"]
+
+
+def lockstep(ctx: Ctx) -> Section:
+    s = Section("lockstep", "Lock-step latency (native driver)",
+                "A C driver (bench/native/lockstep.c) sends one request line, waits for its response "
+                "line, and repeats; each round trip is timed with CLOCK_MONOTONIC. The driver and the "
+                "host are pinned as the placement column says: on one vCPU every round trip is two "
+                "context switches on the same core; across two vCPUs it pays two cross-CPU wake-ups. "
+                "`cat` is the floor (a pipe round trip with no work); the MCP row is the official MCP "
+                "Python SDK's stdio server answering raw JSON-RPC `tools/call` lines from the same "
+                "driver. Last column: that host's p50 ÷ machina-toolhost's p50 in the same placement.")
+    driver = ctx.native.lockstep()
+    n = ctx.n(10_000, 100_000)
+    n_mcp = ctx.n(500, 5_000)
+    env = env_with()
+    rows = []
+    cdf: dict[str, Latency] = {}
+    for where, dcpu, hcpu in placements(ctx):
+        ctx.status(f"lock-step, {where}")
+        ours = run_lockstep(driver, [ctx.host, "--serve"], n, 2000, ECHO_REQUEST, driver_cpu=dcpu, host_cpu=hcpu)
+        base = ours.p(50)
+        rows.append(lat_row("machina-toolhost --serve", where, ours, base))
+        others = [
+            ("cat (floor)", ["cat"], n, ECHO_REQUEST, (), ""),
+            ("Python host, json", python_host("json"), n, ECHO_REQUEST, (), '"ok":true'),
+            ("Python host, orjson", python_host("orjson"), n, ECHO_REQUEST, (), '"ok":true'),
+            ("MCP Python SDK, stdio, raw JSON-RPC", mcp_server(), n_mcp, MCP_CALL, (MCP_INIT, MCP_INITIALIZED),
+             '"isError":false'),
+        ]
+        for name, cmd, count, request, pre, expect in others:
+            ctx.status(f"lock-step {name}, {where}")
+            lat = run_lockstep(driver, cmd, count, min(500, count), request, pre=pre, expect=expect,
+                               driver_cpu=dcpu, host_cpu=hcpu, env=env)
+            rows.append(lat_row(name, where, lat, base))
+            if dcpu == hcpu:
+                cdf[name] = lat
+        if dcpu == hcpu:
+            cdf["machina-toolhost --serve"] = ours
+            s.headline["lockstep_p50_one_cpu_us"] = base / 1e3
+            s.headline["lockstep_cat_p50_one_cpu_us"] = cdf["cat (floor)"].p(50) / 1e3
+        else:
+            s.headline["lockstep_p50_two_cpu_us"] = base / 1e3
+        mcp_p50 = float(rows[-1][2]) * 1e3
+        s.headline.setdefault("mcp_raw_ratio", mcp_p50 / base)
+    s.tables.append(Table(f"{n:,} round trips per host ({n_mcp:,} for MCP), after a warm-up", LAT_HEADER, rows))
+    plt = ctx.plot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for name, lat in cdf.items():
+        xs = lat.sorted_ns
+        ax.plot([x / 1e3 for x in xs], [(i + 1) / len(xs) for i in range(len(xs))], label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("round trip, µs (log)")
+    ax.set_ylabel("fraction of calls")
+    ax.set_title("Lock-step latency CDF, one vCPU")
+    ax.legend(fontsize=7)
+    ctx.save(fig, "lockstep_cdf.png", s)
+    return s
+
+
+# --- 3. from Python: the pool, the MCP SDK client, spawn per call ----------------------
+
+
+async def mcp_sdk_calls(n: int) -> tuple[float, Latency]:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "bench.baselines.mcp_echo_server"],
+                                   env=env_with())
+    async with stdio_client(params) as (reader, writer), ClientSession(reader, writer) as session:
+        await session.initialize()
+        for _ in range(20):
+            await session.call_tool("echo", {"msg": "hello", "n": 1})
+        samples = []
+        start = time.perf_counter()
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            r = await session.call_tool("echo", {"msg": "hello", "n": 1})
+            samples.append(float(time.perf_counter_ns() - t0))
+            if r.is_error:
+                raise RuntimeError(f"MCP echo failed: {r}")
+        return n / (time.perf_counter() - start), Latency(samples)
+
+
+def python_client(ctx: Ctx) -> Section:
+    import machina_dispatch as md
+
+    s = Section("python", "From Python: pooled dispatch, lock-step and pipelined",
+                "What an agent written in Python sees. `Toolhost` keeps `machina-toolhost --serve` "
+                "processes and pipelines requests over them (`call_many`); lock-step is one `call` at "
+                "a time. Baselines in the same run: the official MCP Python SDK (its own client, "
+                "`ClientSession.call_tool`, over its stdio server with one echo tool) and a new "
+                "`machina-toolhost --run` process per call (`run_machina_toolhost`, the seed's "
+                "dispatch function).")
+    n_lock = ctx.n(10_000, 100_000)
+    n_pipe = ctx.n(20_000, 200_000)
+    inp = {"msg": "hello", "n": 1}
+    rows = []
+    with md.Toolhost(1, executable=ctx.host) as pool:
+        ctx.status("pool lock-step")
+        for _ in range(2000):
+            pool.call("AID.ECHO.v1", inp)
+        samples = []
+        start = time.perf_counter()
+        for _ in range(n_lock):
+            t0 = time.perf_counter_ns()
+            pool.call("AID.ECHO.v1", inp)
+            samples.append(float(time.perf_counter_ns() - t0))
+        lock_rate = n_lock / (time.perf_counter() - start)
+        lock = Latency(samples)
+    ctx.status("MCP SDK client")
+    mcp_rate, mcp_lat = asyncio.run(mcp_sdk_calls(ctx.n(200, 2000)))
+    ctx.status("spawn per call")
+    n_spawn = ctx.n(50, 300)
+    md.run_machina_toolhost("AID.ECHO.v1", inp, executable=ctx.host)
+    start = time.perf_counter()
+    for _ in range(n_spawn):
+        r = md.run_machina_toolhost("AID.ECHO.v1", inp, executable=ctx.host)
+        assert r.get("ok") is True, r
+    spawn_rate = n_spawn / (time.perf_counter() - start)
+    rows.append(["Toolhost.call, lock-step", rate(lock_rate) + "/s", us(lock.p(50)), us(lock.p(99)), "1.00×"])
+    rows.append(["MCP SDK ClientSession.call_tool, lock-step", rate(mcp_rate) + "/s", us(mcp_lat.p(50)),
+                 us(mcp_lat.p(99)), ratio(lock_rate, mcp_rate)])
+    rows.append(["run_machina_toolhost (a process per call)", rate(spawn_rate) + "/s", "–", "–",
+                 ratio(lock_rate, spawn_rate)])
+    s.tables.append(Table("Lock-step from Python (unpinned); last column: Toolhost lock-step calls/s ÷ this row's",
+                          ["client", "calls/s", "p50 µs", "p99 µs", "Toolhost ÷ this"], rows))
+    s.headline["pool_lockstep_p50_us"] = lock.p(50) / 1e3
+    s.headline["mcp_sdk_ratio"] = lock_rate / mcp_rate
+
+    pipe_rows = []
+    procs = [1, 2] if ctx.quick else [1, 2, 4]
+    medians = []
+    forms = [("JSON text", json.dumps(inp)), ("dict (json.dumps in Python)", inp)]
+    for p in procs:
+        with md.Toolhost(p, executable=ctx.host) as pool:
+            for form, value in forms:
+                ctx.status(f"pool pipelined, {p} processes, {form}")
+                calls = [("AID.ECHO.v1", value)] * n_pipe
+                pool.call_many(calls[:2000])
+
+                def once(pool: md.Transport = pool, calls: list[tuple[str, Any]] = calls) -> float:
+                    start = time.perf_counter()
+                    results = pool.call_many(calls)
+                    elapsed = time.perf_counter() - start
+                    assert all(r.ok for r in results)
+                    return n_pipe / elapsed
+
+                sp = repeat(once, ctx.reps)
+                if form == "JSON text":
+                    medians.append(sp.median)
+                pipe_rows.append([str(p), form, spread_rate(sp), ratio(sp.median, spawn_rate),
+                                  ratio(sp.median, mcp_rate)])
+    s.tables.append(Table(f"Pipelined from one Python thread: Toolhost.call_many of {n_pipe:,} echo calls, "
+                          f"{ctx.reps} runs", ["host processes", "inputs given as", "calls/s (min–max)",
+                                               "÷ process per call", "÷ MCP SDK lock-step"], pipe_rows))
+    s.headline["pool_pipelined_cps"] = max(medians)
+    ctx.lines_plot(s, "pool_pipelined.png", "Toolhost.call_many throughput", "host processes",
+                   "thousand calls / s", {"JSON-text inputs": ([float(p) for p in procs], [m / 1e3 for m in medians])},
+                   zero=True, xticks=[float(p) for p in procs])
+    return s
+
+
+# --- 4. --run spawn cost ----------------------------------------------------------------
+
+
+def spawn(ctx: Ctx) -> Section:
+    import machina_dispatch as md
+
+    s = Section("spawn", "--run: a process per call",
+                "subprocess.run from Python of /bin/true (the floor: starting any process), of "
+                "`machina-toolhost --run AID.ECHO.v1` with a request on stdin, and "
+                "`run_machina_toolhost` (which also encodes the request and decodes the response), "
+                "interleaved so that drift in machine load hits every case alike.")
+    n = ctx.n(60, 400)
+    request = json.dumps({"input_json": json.dumps({"msg": "hello", "n": 1})}).encode()
+
+    def sub(cmd: list[str], stdin: bytes) -> Callable[[], None]:
+        def go() -> None:
+            p = subprocess.run(cmd, input=stdin, capture_output=True)
+            assert p.returncode == 0, p.stderr
+
+        return go
+
+    cases: dict[str, Callable[[], Any]] = {
+        "/bin/true": sub(["/bin/true"], request),
+        "machina-toolhost --run AID.ECHO.v1": sub([ctx.host, "--run", "AID.ECHO.v1"], request),
+        "run_machina_toolhost (Python API)": lambda: md.run_machina_toolhost("AID.ECHO.v1", {"msg": "hello", "n": 1},
+                                                                             executable=ctx.host),
+    }
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    ctx.status("spawn")
+    for fn in cases.values():
+        fn()
+    for _ in range(n):
+        for name, fn in cases.items():
+            t0 = time.perf_counter_ns()
+            fn()
+            samples[name].append(float(time.perf_counter_ns() - t0))
+    base = statistics.median(samples["/bin/true"])
+    rows = []
+    for name, xs in samples.items():
+        lat = Latency(xs)
+        rows.append([name, f"{lat.p(50) / 1e6:.3f}", f"{lat.p(90) / 1e6:.3f}", ratio(lat.p(50), base)])
+    s.tables.append(Table(f"{n} calls each, interleaved, unpinned", ["command", "p50 ms", "p90 ms", "÷ /bin/true"],
+                          rows))
+    s.headline["run_vs_true"] = statistics.median(samples["machina-toolhost --run AID.ECHO.v1"]) / base
+    s.headline["spawn_api_vs_true"] = statistics.median(samples["run_machina_toolhost (Python API)"]) / base
+    return s
+
+
+# --- 5. in-process ----------------------------------------------------------------------
+
+
+def inprocess(ctx: Ctx) -> Section:
+    import machina_dispatch as md
+    from machina_dispatch import _core
+
+    s = Section("inprocess", "In-process calls (pybind11 `_core`)",
+                "Echo calls on the C++ host inside this Python process. `core only` is the host's own "
+                "handling of one call measured in C++ (the tool's work plus the rules), the floor for "
+                "the Python paths; `_core.call` is the raw binding; `InProcess.call` is the transport "
+                "agents use (input encoding, result object). Overhead = per-call time − core only. "
+                "With 2 threads each runs half the calls; the GIL is released while the tool runs.")
+    n = ctx.n(100_000, 1_000_000)
+    t = md.InProcess()
+    host = t.host
+    session = _core.Session(True)
+    arg = '{"msg":"hello","n":1}'
+    ctx.status("in-process core")
+    core_ns = statistics.median(host._time_handle("AID.ECHO.v1", arg, session, n // 4) * 1e9
+                                for _ in range(ctx.reps))
+
+    def raw(count: int) -> None:
+        sess = _core.Session(True)
+        call = _core.call
+        for _ in range(count):
+            call(host, "AID.ECHO.v1", arg, sess, None, None, None, None)
+
+    def transport(count: int) -> None:
+        call = t.call
+        for _ in range(count):
+            call("AID.ECHO.v1", arg)
+
+    def json_fn(count: int) -> None:  # a Python tool behind json: the reference a Python registry pays
+        loads, dumps = json.loads, json.dumps
+
+        def echo(x: Any) -> Any:
+            return x
+
+        for _ in range(count):
+            dumps(echo(loads(arg)))
+
+    rows = []
+    for name, fn in [("_core.call", raw), ("InProcess.call", transport), ("Python function via json (reference)",
+                                                                          json_fn)]:
+        for threads in (1, 2):
+            ctx.status(f"in-process {name}, {threads} threads")
+
+            def once(fn: Callable[[int], None] = fn, threads: int = threads) -> float:
+                per = n // threads
+                ths = [threading.Thread(target=fn, args=(per,)) for _ in range(threads)]
+                start = time.perf_counter()
+                for th in ths:
+                    th.start()
+                for th in ths:
+                    th.join()
+                return per * threads / (time.perf_counter() - start)
+
+            fn(1000)
+            sp = repeat(once, ctx.reps)
+            per_call = 1e9 / sp.median
+            over = f"{(per_call - core_ns) / 1e3:.2f}" if "json" not in name else "–"
+            rows.append([name, str(threads), f"{per_call / 1e3:.2f}", spread_rate(sp), over])
+            if threads == 1 and name == "_core.call":
+                s.headline["inprocess_raw_overhead_us"] = (per_call - core_ns) / 1e3
+            if threads == 1 and name == "InProcess.call":
+                s.headline["inprocess_overhead_us"] = (per_call - core_ns) / 1e3
+                s.headline["inprocess_us"] = per_call / 1e3
+    rows.insert(0, ["core only (C++ loop)", "1", f"{core_ns / 1e3:.2f}", rate(1e9 / core_ns) + "/s", "0"])
+    t.close()
+    s.tables.append(Table(f"{n:,} calls per run, {ctx.reps} runs", ["path", "threads", "µs/call",
+                                                                    "calls/s (min–max)", "overhead µs"], rows))
+    return s
+
+
+# --- 6. --workers scaling with a 1 ms tool ---------------------------------------------
+
+
+def workers(ctx: Ctx) -> Section:
+    s = Section("workers", "--workers scaling with a tool that sleeps 1 ms",
+                "AID.BENCH.SLEEP.v1 (bench/native/bench_tools.c) sleeps 1 ms per call; requests carry "
+                "ids, so answers may come out of order. The ideal is N × 1000 calls/s for N workers. "
+                "The host's start-up and exit (the same command on empty input, median) is subtracted "
+                "from each run's time.")
+    plugin = ctx.native.bench_tools()
+    counts = [1, 4, 16, 64] if ctx.quick else [1, 2, 4, 8, 16, 32, 64]
+    per_worker = ctx.n(100, 300)
+    empty = ctx.work / "empty.ndjson"
+    empty.write_text("")
+    rows = []
+    xs: list[float] = []
+    ys: list[float] = []
+    for w in counts:
+        ctx.status(f"--workers {w}")
+        n = w * per_worker
+        path = ctx.work / f"sleep-{w}.ndjson"
+        path.write_text("".join(json.dumps({"id": i, "aid": "AID.BENCH.SLEEP.v1", "input_json": "{}"}) + "\n"
+                                for i in range(n)))
+        cmd = [ctx.host, "--serve", "--plugin", str(plugin), "--workers", str(w)]
+        startup = repeat(timed_host(cmd, empty, ctx, 0), ctx.reps).median
+        sp = repeat(timed_host(cmd, path, ctx, n), ctx.reps)
+        rates = Spread([n / max(x - startup, 1e-6) for x in sp.values])
+        rows.append([str(w), spread_rate(rates), rate(w * 1000) + "/s", f"{rates.median / (w * 1000):.0%}",
+                     f"{startup * 1e3:.1f}"])
+        xs.append(w)
+        ys.append(rates.median)
+    s.tables.append(Table(f"{per_worker} calls per worker per run, {ctx.reps} runs", ["workers", "calls/s (min–max)",
+                                                                                   "ideal", "efficiency",
+                                                                                   "start-up ms"], rows))
+    s.headline["workers64_efficiency"] = ys[-1] / (xs[-1] * 1000)
+    ctx.lines_plot(s, "workers_scaling.png", "1 ms tool", "--workers", "calls / s",
+                   {"measured": (xs, ys), "ideal": (xs, [x * 1000 for x in xs])}, logx=True, logy=True,
+                   xticks=xs)
+    return s
+
+
+# --- 7. idempotency ---------------------------------------------------------------------
+
+
+def run_with_rss(ctx: Ctx, cmd: list[str], stdin: Path, out: Path, expect: int) -> tuple[float, int]:
+    """Seconds and peak RSS (KiB) of `cmd < stdin > out` (measured by bench/native/maxrss.c)."""
+    with stdin.open("rb") as fin, out.open("wb") as fout:
+        start = time.perf_counter()
+        proc = subprocess.run([str(ctx.native.maxrss()), *cmd], stdin=fin, stdout=fout, stderr=subprocess.PIPE)
+        elapsed = time.perf_counter() - start
+    err = proc.stderr.decode(errors="replace")
+    if proc.returncode != 0 or "maxrss_kib=" not in err:
+        raise RuntimeError(f"{cmd} exited {proc.returncode}: {err[-500:]}")
+    if count_lines(out) != expect:
+        raise RuntimeError(f"{cmd}: wrong number of responses")
+    return elapsed, int(err.rsplit("maxrss_kib=", 1)[1].split()[0])
+
+
+def idempotency(ctx: Ctx) -> Section:
+    s = Section("idempotency", "Idempotency keys",
+                "File-fed --serve of echo calls: without keys; every call with the same key (after the "
+                "first, each is a cache hit answered without running the tool); every call with its own "
+                "key, with the default cache (1024 entries: each insert evicts the oldest) and with a "
+                "cache large enough to keep them all. Ratio = throughput ÷ the run without keys.")
+    n = ctx.n(200_000, 1_000_000)
+    inp = json.dumps({"msg": "hello", "n": 1})
+    none = ctx.lines("idem-none", ECHO_REQUEST, n)
+    same = ctx.lines("idem-same", json.dumps({"aid": "AID.ECHO.v1", "input_json": inp, "idempotency_key": "k"}), n)
+    unique = ctx.work / "idem-unique.ndjson"
+    if not unique.exists():
+        with unique.open("w") as f:
+            for i in range(n):
+                f.write(json.dumps({"aid": "AID.ECHO.v1", "input_json": inp, "idempotency_key": f"key-{i}"}) + "\n")
+    out = ctx.work / "out.ndjson"
+    cases = [
+        ("no key", [ctx.host, "--serve"], none),
+        ("same key (cache hits)", [ctx.host, "--serve"], same),
+        (f"{n:,} unique keys, default cache (1024)", [ctx.host, "--serve"], unique),
+        (f"{n:,} unique keys, cache of {n:,}", [ctx.host, "--serve", "--idempotency-max-entries", str(n)], unique),
+    ]
+    rows = []
+    base = 0.0
+
+    def case(name: str, cmd: list[str], src: Path) -> Callable[[], tuple[float, int]]:
+        def run() -> tuple[float, int]:
+            result = run_with_rss(ctx, cmd, src, out, n)
+            if "hits" in name:
+                hit_share = ok_fraction(out, b'"idempotent_hit":true')
+                if hit_share < (n - 1) / n:
+                    raise RuntimeError(f"only {hit_share:.1%} cache hits")
+            return result
+
+        return run
+
+    ctx.status("idempotency, interleaved")
+    measured = interleaved({name: case(name, cmd, src) for name, cmd, src in cases}, ctx.reps)
+    for name, runs in measured.items():
+        sp = Spread([n / t for t, _ in runs])
+        if not base:
+            base = sp.median
+        rows.append([name, spread_rate(sp), ratio(sp.median, base), f"{max(r for _, r in runs) / 1024:.0f}"])
+        if "default cache" in name:
+            s.headline["unique_keys_ratio"] = sp.median / base
+        if "hits" in name:
+            s.headline["hit_ratio"] = sp.median / base
+    s.tables.append(Table(f"{n:,} requests per run, {ctx.reps} runs", ["requests", "requests/s (min–max)",
+                                                                       "÷ no key", "peak RSS MiB"], rows))
+    return s
+
+
+# --- 8. payload sizes -------------------------------------------------------------------
+
+
+def payload(ctx: Ctx) -> Section:
+    s = Section("payload", "Payload sizes",
+                "Echo of a JSON string of the given size (input_json and output_json each carry it, "
+                "escaped inside the request and response lines); --max-output-bytes raised to 10 MiB "
+                "so that 9 MB fits. MB/s counts request bytes in. `cat` moves the same file.")
+    sizes = [100, 10_000, 100_000, 1_000_000, 9_000_000]
+    volume = ctx.n(20_000_000, 200_000_000)
+    rows = []
+    series: dict[str, list[float]] = {"machina-toolhost": [], "cat": [], "Python host, orjson": []}
+    env = env_with()
+    for size in sizes:
+        count = max(4, min(200_000, volume // size))
+        line = json.dumps({"aid": "AID.ECHO.v1", "input_json": json.dumps("x" * size)})
+        path = ctx.lines(f"payload-{size}", line, count)
+        mb = path.stat().st_size / 1e6
+        row = [f"{size:,} B", str(count)]
+
+        def case(name: str, cmd: list[str], path: Path = path, count: int = count) -> Callable[[], float]:
+            timed = timed_host(cmd, path, ctx, count, env=env)
+
+            def run() -> float:
+                t = timed()
+                if name != "cat" and ok_fraction(ctx.work / "out.ndjson") != 1.0:
+                    raise RuntimeError(f"{name} failed an echo of {path.name}")
+                return t
+
+            return run
+
+        ctx.status(f"payload {size} B, interleaved")
+        measured = interleaved({name: case(name, cmd) for name, cmd in [
+            ("machina-toolhost", [ctx.host, "--serve", "--max-output-bytes", "10485760"]),
+            ("cat", ["cat"]), ("Python host, orjson", python_host("orjson"))]}, ctx.reps)
+        for name, ts in measured.items():
+            mbs = Spread([mb / t for t in ts])
+            series[name].append(mbs.median)
+            row.append(f"{mbs.median:,.0f} ({mbs.lo:,.0f}–{mbs.hi:,.0f})")
+        row.append(ratio(series["machina-toolhost"][-1], series["Python host, orjson"][-1]))
+        rows.append(row)
+    s.tables.append(Table(f"MB/s of requests in, median (min–max) of {ctx.reps} runs",
+                          ["payload", "requests", "machina-toolhost", "cat", "Python host, orjson",
+                           "ours ÷ orjson host"], rows))
+    s.headline["payload_9mb_mbs"] = series["machina-toolhost"][-1]
+    ctx.lines_plot(s, "payload.png", "Echo throughput by payload size", "payload bytes", "MB/s",
+                   {name: ([float(x) for x in sizes], ys) for name, ys in series.items()}, logx=True, logy=True)
+    return s
+
+
+# --- 9. registry size ------------------------------------------------------------------
+
+
+def tools(ctx: Ctx) -> Section:
+    s = Section("tools", "Number of registered tools",
+                "bench_tools.so registers MACHINA_BENCH_TOOLS echo tools. Start-up = `--serve` on "
+                "empty input, from spawn to exit (loading and registering every tool); throughput = "
+                "file-fed calls of one of them, with the start-up (median) taken off each run's time. "
+                "Ratio = throughput ÷ the 1-tool run.")
+    plugin = ctx.native.bench_tools()
+    counts = [1, 10, 100, 1000, 10_000]
+    n = ctx.n(50_000, 200_000)
+    req = ctx.lines("tools", json.dumps({"aid": "AID.BENCH.T0.v1", "input_json": json.dumps({"msg": "hello"})}), n)
+    empty = ctx.work / "empty.ndjson"
+    empty.write_text("")
+    rows = []
+    base = 0.0
+    ys = []
+    for c in counts:
+        ctx.status(f"{c} tools")
+        env = env_with(MACHINA_BENCH_TOOLS=str(c))
+        cmd = [ctx.host, "--serve", "--plugin", str(plugin)]
+        start_s = repeat(timed_host(cmd, empty, ctx, 0, env=env), ctx.reps)
+        sp = repeat(timed_host(cmd, req, ctx, n, env=env), ctx.reps)
+        rates = Spread([n / max(t - start_s.median, 1e-6) for t in sp.values])
+        base = base or rates.median
+        ys.append(rates.median)
+        rows.append([f"{c:,}", f"{start_s.median * 1e3:.1f}", spread_rate(rates), ratio(rates.median, base)])
+    s.headline["tools_10k_ratio"] = ys[-1] / base
+    s.tables.append(Table(f"{n:,} calls per run, {ctx.reps} runs", ["tools", "start-up ms", "calls/s (min–max)",
+                                                                     "÷ 1 tool"], rows))
+    ctx.lines_plot(s, "tools.png", "Throughput vs registry size", "registered tools", "thousand calls / s",
+                   {"calls/s": ([float(c) for c in counts], [y / 1e3 for y in ys])}, logx=True, zero=True)
+    return s
+
+
+# --- 10. ds_state size -----------------------------------------------------------------
+
+
+def ds_state(ctx: Ctx) -> Section:
+    s = Section("ds_state", "ds_state size",
+                "Each echo request carries a full ds_state with all 8 slots set, each artifact's "
+                "content_json a string of the given size; the host checks and applies it and answers "
+                "the (empty) delta. Ratio = throughput ÷ requests without ds_state.")
+    sizes = [0, 64, 1024, 16_384, 131_072]
+    volume = ctx.n(15_000_000, 150_000_000)
+    rows = []
+    base = 0.0
+    xs: list[float] = []
+    ys: list[float] = []
+    for size in sizes:
+        req: dict[str, Any] = {"aid": "AID.ECHO.v1", "input_json": "1"}
+        if size:
+            content = json.dumps("x" * size)
+            req["ds_state"] = {"slots": {f"DS{i}": {"type": "text", "content_json": content} for i in range(8)}}
+        line = json.dumps(req)
+        count = max(20, min(ctx.n(100_000, 200_000), volume // len(line)))
+        path = ctx.lines(f"ds-{size}", line, count)
+        ctx.status(f"ds_state {size} B per slot")
+        sp = repeat(timed_host([ctx.host, "--serve"], path, ctx, count), ctx.reps)
+        if ok_fraction(ctx.work / "out.ndjson") != 1.0:
+            raise RuntimeError(f"ds_state of {size} B per slot failed")
+        rates = Spread([count / t for t in sp.values])
+        base = base or rates.median
+        mbs = rates.median * len(line) / 1e6
+        rows.append([f"{size:,} B" if size else "none", f"{len(line):,}", spread_rate(rates), f"{mbs:,.0f}",
+                     ratio(rates.median, base)])
+        xs.append(len(line))
+        ys.append(rates.median)
+    s.tables.append(Table(f"{ctx.reps} runs", ["per slot", "request bytes", "requests/s (min–max)", "MB/s",
+                                                "÷ no ds_state"], rows))
+    ctx.lines_plot(s, "ds_state.png", "Cost of ds_state size", "request bytes (8 slots)", "requests / s",
+                   {"requests/s": (xs, ys)}, logx=True, logy=True)
+    return s
+
+
+# --- 11. isolation ----------------------------------------------------------------------
+
+
+def isolation(ctx: Ctx) -> Section:
+    s = Section("isolation", "Process isolation vs inline",
+                "The same echo calls with tools run inline (in the host's thread) and in a supervised "
+                "worker process (`--isolation process`, one worker: request and result cross a "
+                "socketpair). Lock-step with the native driver, and file-fed throughput.")
+    driver = ctx.native.lockstep()
+    n = ctx.n(10_000, 100_000)
+    rows = []
+    for where, dcpu, hcpu in placements(ctx):
+        ctx.status(f"isolation lock-step, {where}")
+        inline = run_lockstep(driver, [ctx.host, "--serve"], n, 2000, ECHO_REQUEST, driver_cpu=dcpu, host_cpu=hcpu)
+        proc = run_lockstep(driver, [ctx.host, "--serve", "--isolation", "process"], n, 2000, ECHO_REQUEST,
+                            driver_cpu=dcpu, host_cpu=hcpu)
+        # A worker inherits the host's CPU affinity: with the host pinned, so is the worker.
+        rows.append(["inline", where, us(inline.p(50)), us(inline.p(99)), "–"])
+        rows.append(["process", where, us(proc.p(50)), us(proc.p(99)), f"+{(proc.p(50) - inline.p(50)) / 1e3:.1f}"])
+        key = "one" if dcpu == hcpu else "two"
+        s.headline[f"isolation_added_{key}_cpu_us"] = (proc.p(50) - inline.p(50)) / 1e3
+    s.tables.append(Table(f"Lock-step, {n:,} round trips each", ["tools run", "placement", "p50 µs", "p99 µs",
+                                                                 "added p50 µs"], rows))
+    m = ctx.n(100_000, 200_000)
+    path = ctx.lines("serve-echo-iso", ECHO_REQUEST, m)
+    trows = []
+    base = 0.0
+    ctx.status("isolation throughput, interleaved")
+    measured = interleaved({name: timed_host(cmd, path, ctx, m) for name, cmd in [
+        ("inline", [ctx.host, "--serve"]),
+        ("process, 1 worker", [ctx.host, "--serve", "--isolation", "process"]),
+        ("process, 2 workers", [ctx.host, "--serve", "--isolation", "process", "--workers", "2"])]}, ctx.reps)
+    for name, ts in measured.items():
+        rates = Spread([m / t for t in ts])
+        base = base or rates.median
+        trows.append([name, spread_rate(rates), ratio(rates.median, base)])
+    s.tables.append(Table(f"File-fed, {m:,} echo requests, {ctx.reps} runs", ["tools run", "requests/s (min–max)",
+                                                                              "÷ inline"], trows))
+    return s
+
+
+SCENARIOS: dict[str, Callable[[Ctx], Section]] = {
+    "serve": serve_file,
+    "lockstep": lockstep,
+    "python": python_client,
+    "spawn": spawn,
+    "inprocess": inprocess,
+    "workers": workers,
+    "idempotency": idempotency,
+    "payload": payload,
+    "tools": tools,
+    "ds_state": ds_state,
+    "isolation": isolation,
+}
+

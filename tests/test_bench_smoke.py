@@ -1,0 +1,51 @@
+"""The benchmarks run: `python -m bench --quick` produces a complete report with every
+scenario, its plots and its figures, and the pytest-benchmark micro-suite passes once
+through. Timings are not checked here (machines are noisy); see bench/ and the README."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, not_sanitized
+
+pytestmark = not_sanitized
+
+SCENARIOS = ["serve", "lockstep", "python", "spawn", "inprocess", "workers", "idempotency", "payload", "tools",
+             "ds_state", "isolation"]
+PLOTS = ["serve_throughput.png", "lockstep_cdf.png", "pool_pipelined.png", "workers_scaling.png", "payload.png",
+         "tools.png", "ds_state.png"]
+
+
+@pytest.mark.timeout(600)
+def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--no-progress", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=580)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["failures"] == {}
+    assert [s["key"] for s in results["sections"]] == SCENARIOS
+    report = (out / "report.md").read_text()
+    for s in results["sections"]:
+        assert f"## {s['title']}" in report
+        assert s["tables"] and all(t["rows"] for t in s["tables"]), s["key"]
+    for png in PLOTS:
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"]({png})" in report
+    headline = {k: v for s in results["sections"] for k, v in s["headline"].items()}
+    for key in ["serve_rps", "lockstep_p50_one_cpu_us", "inprocess_overhead_us", "pool_pipelined_cps",
+                "mcp_sdk_ratio", "unique_keys_ratio", "isolation_added_one_cpu_us", "run_vs_true"]:
+        assert headline[key] > 0, key
+    assert "## Goals" in report and "| --serve echo, file-fed | ≥ 1 M req/s |" in report
+
+
+@pytest.mark.timeout(300)
+def test_micro_benchmarks_pass_once() -> None:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "bench/micro",
+                           "--benchmark-disable"], cwd=REPO, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "8 passed" in proc.stdout
