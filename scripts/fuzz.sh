@@ -26,6 +26,10 @@ corpus="$build/seeds"
 rm -rf "$corpus"
 python3 fuzz/make_corpus.py "$corpus"
 mkdir -p "$build/findings" "$build/corpus"
+if [ "$seconds" -eq 0 ]; then  # build only (libFuzzer would take 0 as "no time limit")
+  echo "built: $(printf "$build/fuzz_%s " "${targets[@]}")"
+  exit 0
+fi
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 for t in "${targets[@]}"; do
