@@ -9,7 +9,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +22,10 @@ ECHO_REQUEST = '{"aid":"AID.ECHO.v1","input_json":"{\\"msg\\":\\"hello\\",\\"n\\
 
 
 def toolhost() -> str:
-    """The machina-toolhost installed beside this Python, else the one on PATH."""
-    path = Path(sysconfig.get_path("scripts")) / "machina-toolhost"
-    found = str(path) if path.exists() else shutil.which("machina-toolhost")
+    """The machina-toolhost the Python package would run (see machina_dispatch.find_executable)."""
+    from machina_dispatch import find_executable
+
+    found = find_executable()
     if not found:
         raise SystemExit("machina-toolhost is not installed: pip install '.[bench]' first")
     return found
@@ -117,40 +117,28 @@ def ratio(x: float, base: float) -> str:
     return f"{r:.2f}×" if r < 100 else f"{r:.0f}×"
 
 
-# --- CPU placement ---------------------------------------------------------------------
-
-
-def cpus() -> list[int]:
-    return sorted(os.sched_getaffinity(0))
-
-
-def pinned(cpu: int | None) -> Callable[[], None] | None:
-    if cpu is None:
-        return None
-
-    def pin() -> None:
-        os.sched_setaffinity(0, {cpu})
-
-    return pin
-
-
 # --- timed runs ------------------------------------------------------------------------
 
 
-def file_fed(cmd: list[str], stdin: Path, out: Path, expect_lines: int, env: dict[str, str] | None = None,
-             cpu: int | None = None) -> float:
-    """Seconds for `cmd < stdin > out`, checking that it answered every line."""
+@dataclass
+class Run:
+    seconds: float
+    stderr: str
+
+
+def file_fed(cmd: list[str], stdin: Path, out: Path, expect_lines: int, env: dict[str, str] | None = None) -> Run:
+    """Runs `cmd < stdin > out`, checking that it answered every line."""
     with stdin.open("rb") as fin, out.open("wb") as fout:
         start = time.perf_counter()
-        proc = subprocess.run(cmd, stdin=fin, stdout=fout, stderr=subprocess.PIPE, env=env,
-                              preexec_fn=pinned(cpu))
+        proc = subprocess.run(cmd, stdin=fin, stdout=fout, stderr=subprocess.PIPE, env=env)
         elapsed = time.perf_counter() - start
+    stderr = proc.stderr.decode(errors="replace")
     if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-500:]}")
+        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {stderr[-500:]}")
     lines = count_lines(out)
     if lines != expect_lines:
         raise RuntimeError(f"{' '.join(cmd)}: {lines} response lines for {expect_lines} requests")
-    return elapsed
+    return Run(elapsed, stderr)
 
 
 def count_lines(path: Path) -> int:

@@ -22,7 +22,6 @@ from ._support import (
     Latency,
     Native,
     Spread,
-    count_lines,
     env_with,
     file_fed,
     interleaved,
@@ -118,14 +117,22 @@ class Ctx:
         section.plots.append(name)
 
 
-def timed_host(cmd: list[str], stdin: Path, ctx: Ctx, expect: int, env: dict[str, str] | None = None,
-               cpu: int | None = None) -> Callable[[], float]:
+def timed_host(cmd: list[str], stdin: Path, ctx: Ctx, expect: int,
+               env: dict[str, str] | None = None) -> Callable[[], float]:
     out = ctx.work / "out.ndjson"
 
     def run() -> float:
-        return file_fed(cmd, stdin, out, expect, env=env, cpu=cpu)
+        return file_fed(cmd, stdin, out, expect, env=env).seconds
 
     return run
+
+
+def startup_s(ctx: Ctx, cmd: list[str], env: dict[str, str] | None = None) -> float:
+    """Median seconds from spawn to exit of `cmd` on empty input: taken off file-fed runs
+    whose work is short enough for it to matter."""
+    empty = ctx.work / "empty.ndjson"
+    empty.touch()
+    return repeat(timed_host(cmd, empty, ctx, 0, env=env), ctx.reps).median
 
 
 def python_host(codec: str) -> list[str]:
@@ -231,21 +238,19 @@ def lockstep(ctx: Ctx) -> Section:
             ("MCP Python SDK, stdio, raw JSON-RPC", mcp_server(), n_mcp, MCP_CALL, (MCP_INIT, MCP_INITIALIZED),
              '"isError":false'),
         ]
+        measured = {"machina-toolhost --serve": ours}
         for name, cmd, count, request, pre, expect in others:
             ctx.status(f"lock-step {name}, {where}")
-            lat = run_lockstep(driver, cmd, count, min(500, count), request, pre=pre, expect=expect,
-                               driver_cpu=dcpu, host_cpu=hcpu, env=env)
-            rows.append(lat_row(name, where, lat, base))
-            if dcpu == hcpu:
-                cdf[name] = lat
+            measured[name] = run_lockstep(driver, cmd, count, min(500, count), request, pre=pre, expect=expect,
+                                          driver_cpu=dcpu, host_cpu=hcpu, env=env)
+            rows.append(lat_row(name, where, measured[name], base))
         if dcpu == hcpu:
-            cdf["machina-toolhost --serve"] = ours
+            cdf = measured
             s.headline["lockstep_p50_one_cpu_us"] = base / 1e3
-            s.headline["lockstep_cat_p50_one_cpu_us"] = cdf["cat (floor)"].p(50) / 1e3
+            s.headline["lockstep_cat_p50_one_cpu_us"] = measured["cat (floor)"].p(50) / 1e3
+            s.headline["mcp_raw_ratio"] = measured["MCP Python SDK, stdio, raw JSON-RPC"].p(50) / base
         else:
             s.headline["lockstep_p50_two_cpu_us"] = base / 1e3
-        mcp_p50 = float(rows[-1][2]) * 1e3
-        s.headline.setdefault("mcp_raw_ratio", mcp_p50 / base)
     s.tables.append(Table(f"{n:,} round trips per host ({n_mcp:,} for MCP), after a warm-up", LAT_HEADER, rows))
     plt = ctx.plot()
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -499,8 +504,6 @@ def workers(ctx: Ctx) -> Section:
     plugin = ctx.native.bench_tools()
     counts = [1, 4, 16, 64] if ctx.quick else [1, 2, 4, 8, 16, 32, 64]
     per_worker = ctx.n(100, 300)
-    empty = ctx.work / "empty.ndjson"
-    empty.write_text("")
     rows = []
     xs: list[float] = []
     ys: list[float] = []
@@ -511,7 +514,7 @@ def workers(ctx: Ctx) -> Section:
         path.write_text("".join(json.dumps({"id": i, "aid": "AID.BENCH.SLEEP.v1", "input_json": "{}"}) + "\n"
                                 for i in range(n)))
         cmd = [ctx.host, "--serve", "--plugin", str(plugin), "--workers", str(w)]
-        startup = repeat(timed_host(cmd, empty, ctx, 0), ctx.reps).median
+        startup = startup_s(ctx, cmd)
         sp = repeat(timed_host(cmd, path, ctx, n), ctx.reps)
         rates = Spread([n / max(x - startup, 1e-6) for x in sp.values])
         rows.append([str(w), spread_rate(rates), rate(w * 1000) + "/s", f"{rates.median / (w * 1000):.0%}",
@@ -533,16 +536,10 @@ def workers(ctx: Ctx) -> Section:
 
 def run_with_rss(ctx: Ctx, cmd: list[str], stdin: Path, out: Path, expect: int) -> tuple[float, int]:
     """Seconds and peak RSS (KiB) of `cmd < stdin > out` (measured by bench/native/maxrss.c)."""
-    with stdin.open("rb") as fin, out.open("wb") as fout:
-        start = time.perf_counter()
-        proc = subprocess.run([str(ctx.native.maxrss()), *cmd], stdin=fin, stdout=fout, stderr=subprocess.PIPE)
-        elapsed = time.perf_counter() - start
-    err = proc.stderr.decode(errors="replace")
-    if proc.returncode != 0 or "maxrss_kib=" not in err:
-        raise RuntimeError(f"{cmd} exited {proc.returncode}: {err[-500:]}")
-    if count_lines(out) != expect:
-        raise RuntimeError(f"{cmd}: wrong number of responses")
-    return elapsed, int(err.rsplit("maxrss_kib=", 1)[1].split()[0])
+    run = file_fed([str(ctx.native.maxrss()), *cmd], stdin, out, expect)
+    if "maxrss_kib=" not in run.stderr:
+        raise RuntimeError(f"{cmd}: no peak RSS reported: {run.stderr[-500:]}")
+    return run.seconds, int(run.stderr.rsplit("maxrss_kib=", 1)[1].split()[0])
 
 
 def idempotency(ctx: Ctx) -> Section:
@@ -660,8 +657,6 @@ def tools(ctx: Ctx) -> Section:
     counts = [1, 10, 100, 1000, 10_000]
     n = ctx.n(50_000, 200_000)
     req = ctx.lines("tools", json.dumps({"aid": "AID.BENCH.T0.v1", "input_json": json.dumps({"msg": "hello"})}), n)
-    empty = ctx.work / "empty.ndjson"
-    empty.write_text("")
     rows = []
     base = 0.0
     ys = []
@@ -669,12 +664,12 @@ def tools(ctx: Ctx) -> Section:
         ctx.status(f"{c} tools")
         env = env_with(MACHINA_BENCH_TOOLS=str(c))
         cmd = [ctx.host, "--serve", "--plugin", str(plugin)]
-        start_s = repeat(timed_host(cmd, empty, ctx, 0, env=env), ctx.reps)
+        startup = startup_s(ctx, cmd, env=env)
         sp = repeat(timed_host(cmd, req, ctx, n, env=env), ctx.reps)
-        rates = Spread([n / max(t - start_s.median, 1e-6) for t in sp.values])
+        rates = Spread([n / max(t - startup, 1e-6) for t in sp.values])
         base = base or rates.median
         ys.append(rates.median)
-        rows.append([f"{c:,}", f"{start_s.median * 1e3:.1f}", spread_rate(rates), ratio(rates.median, base)])
+        rows.append([f"{c:,}", f"{startup * 1e3:.1f}", spread_rate(rates), ratio(rates.median, base)])
     s.headline["tools_10k_ratio"] = ys[-1] / base
     s.tables.append(Table(f"{n:,} calls per run, {ctx.reps} runs", ["tools", "start-up ms", "calls/s (min–max)",
                                                                      "÷ 1 tool"], rows))

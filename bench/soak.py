@@ -24,7 +24,6 @@ import random
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -35,10 +34,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def toolhost() -> str:
-    exe = Path(sysconfig.get_path("scripts")) / "machina-toolhost"
-    if exe.exists():
-        return str(exe)
-    found = shutil.which("machina-toolhost")
+    from machina_dispatch import find_executable
+
+    found = find_executable()
     if not found:
         sys.exit("machina-toolhost is not installed (pip install .)")
     return found

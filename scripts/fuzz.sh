@@ -10,12 +10,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(request ds_state response worker_frames)
 
-if ! command -v clang++ >/dev/null || [ ! -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] \
-   && ! clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a | grep -q /; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang libclang-rt-14-dev
-fi
-bash scripts/install-system-deps.sh
+bash scripts/install-system-deps.sh --clang
 
 build=build/fuzz
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DMACHINA_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \

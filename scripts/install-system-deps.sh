@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build needs (CLI11 and RapidJSON headers, OpenSSL's
 # libcrypto, libseccomp) if they are missing. Uses sudo when not run as root.
+# With --clang, also clang and its sanitizer/fuzzer runtimes (scripts/sanitize-tests.sh,
+# scripts/fuzz.sh).
 set -euo pipefail
 need=()
+if [ "${1:-}" = "--clang" ]; then
+  # Both runtimes come with libclang-rt; -print-file-name prints a bare name when absent.
+  if ! command -v clang++ >/dev/null || [ ! -f "$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)" ] \
+     || [ ! -f "$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a)" ]; then
+    need+=(clang libclang-rt-14-dev)
+  fi
+fi
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 [ -f /usr/include/rapidjson/reader.h ] || need+=(rapidjson-dev)
 [ -f /usr/include/openssl/hmac.h ] || need+=(libssl-dev)

@@ -134,6 +134,7 @@ def test_host_memory_stays_flat_under_faults(misbehaving: str) -> None:
         proc.stdin.close()
         proc.wait(timeout=60)
     assert proc.returncode == 0
-    # ASan holds freed memory in its quarantine (16 MiB in the sanitizer run) before reuse.
-    allowance = (4 + 16 + 4 if SANITIZED else 4) * 1024
+    # Under ASan, freed memory waits in its 16 MiB quarantine (plus its allocator's caches,
+    # 4 MiB more) before reuse.
+    allowance = (4 + (16 + 4 if SANITIZED else 0)) * 1024
     assert after_all <= after_first + allowance, f"RSS grew from {after_first} KiB to {after_all} KiB"

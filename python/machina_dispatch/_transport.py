@@ -70,8 +70,6 @@ def as_call(item: Call | tuple[Any, ...] | str) -> Call:
         return item
     if isinstance(item, str):
         return Call(item)
-    if type(item) is tuple and len(item) == 2:  # (aid, inputs): the common form, built directly
-        return tuple.__new__(Call, (item[0], item[1], None, None, None, None))
     return Call(*item)
 
 

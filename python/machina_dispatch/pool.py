@@ -653,14 +653,14 @@ class Toolhost(Transport):
 
     # --- calls ---------------------------------------------------------------------------
 
-    def _prepare(self, inputs: Any, state: DsState | None, timeout: float | None) -> tuple[str, int, str | None,
-                                                                                              float]:
+    def _prepare(self, inputs: Any, state: DsState | None, timeout: float | None,
+                 now: float | None = None) -> tuple[str, int, str | None, float]:
         input_json = inputs if type(inputs) is str else to_input_json(inputs)
         ms = self._default_ms if timeout is None else timeout_ms(timeout)
         # Every call runs with the state it is given, or an empty one: the host process is
         # shared, so a state left by an earlier call must not leak into this one.
         state_json = state.to_json() if state is not None else EMPTY_STATE_JSON
-        return input_json, ms, state_json, time.monotonic() + ms / 1000.0
+        return input_json, ms, state_json, (time.monotonic() if now is None else now) + ms / 1000.0
 
     def call(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
@@ -699,20 +699,14 @@ class Toolhost(Transport):
         Raises:
             ToolhostError: with ``check``, for the first failed call (all calls still ran).
         """
-        items = [c if type(c) is Call else as_call(c) for c in calls]
+        items = [as_call(c) for c in calls]
         if not items:
             return []
         prepared: list[tuple[str, str, str | None, str | None, int, str | None]] = []
         deadline = 0.0
-        default_ms = self._default_ms
-        now = time.monotonic()
+        now = time.monotonic()  # one clock read for the batch
         for c in items:
-            inputs, state, timeout = c.inputs, c.state, c.timeout
-            if type(inputs) is str and state is None and timeout is None:  # the common case, inlined
-                prepared.append((c.aid, inputs, c.idempotency_key, c.lease_token, default_ms, EMPTY_STATE_JSON))
-                deadline = max(deadline, now + default_ms / 1000.0)
-                continue
-            input_json, ms, state_json, d = self._prepare(inputs, state, timeout)
+            input_json, ms, state_json, d = self._prepare(c.inputs, c.state, c.timeout, now)
             prepared.append((c.aid, input_json, c.idempotency_key, c.lease_token, ms, state_json))
             deadline = max(deadline, d)
         with self._lock:
@@ -740,8 +734,7 @@ class Toolhost(Transport):
                 t.join()
             results = [parts[i % chunks][i // chunks] for i in range(len(items))]
         for c, r in zip(items, results, strict=True):
-            if c.state is not None:
-                apply_state(c.state, r)
+            apply_state(c.state, r)
         return check_all(results) if check else results
 
     def close(self) -> None:
