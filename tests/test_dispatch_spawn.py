@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import sys
 import textwrap
@@ -83,12 +84,13 @@ def test_timeout_from_argument_and_environment(plugins: list[str]) -> None:
 
 
 def test_the_tools_children_are_killed_with_the_group(plugins: list[str], tmp_path: Path) -> None:
-    """SLEEPER starts `sleep 300` in the host's process group and hangs: after the call,
-    nothing of it is left."""
-    run("AID.TEST.SLEEPER.v1", timeout=0.3, plugins=plugins)
+    """SLEEPER starts `sleep N` in the host's process group and hangs: after the call,
+    nothing of it is left. N is this test's own, so other processes on the machine (a
+    concurrent test run) cannot be mistaken for it."""
+    seconds = random.randrange(100_000, 10_000_000)
+    run("AID.TEST.SLEEPER.v1", {"seconds": seconds}, timeout=0.3, plugins=plugins)
     time.sleep(0.2)
-    sleepers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == "sleep 300"]
-    mine = [p for p in sleepers if _session_of(p) != os.getsid(0)]
+    mine = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == f"sleep {seconds}"]
     assert not mine, f"tool children left behind: {mine}"
 
 
@@ -97,13 +99,6 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
-
-
-def _session_of(pid: str) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[4])
-    except (OSError, IndexError, ValueError):
-        return -1
 
 
 def test_default_timeout_is_30_seconds() -> None:

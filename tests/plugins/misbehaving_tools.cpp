@@ -235,18 +235,19 @@ void fill(Registry& r) {
      return Result::ok;
    }).description("Burns `ms` milliseconds of CPU time.");
   r.tool("AID.TEST.SLEEPER.v1", [](Call& call) -> Result {
-     // Starts `sleep 300` (in this process group) and then hangs: a timeout must take
-     // the child too. Output names the child's pid first, on stderr.
+     // Starts `sleep N` (in this process group; N = "seconds", default 300, which lets a
+     // test tell its own child from any other) and then hangs: a timeout must take the
+     // child too. Output names the child's pid first, on stderr.
      pid_t pid = -1;
      char prog[] = "sleep";
-     char arg[] = "300";
-     char* argv[] = {prog, arg, nullptr};
+     std::string seconds = std::to_string(field(call.input(), "seconds", 300));
+     char* argv[] = {prog, seconds.data(), nullptr};
      if (posix_spawnp(&pid, "sleep", nullptr, nullptr, argv, environ) != 0) return call.fail("spawn failed");
      std::fprintf(stderr, "sleeper child pid %d\n", static_cast<int>(pid));
      std::fflush(stderr);
      (void)call;
      for (;;) pause();
-   }).description("Starts a child `sleep 300`, then never returns.");
+   }).description("Starts a child `sleep N` (\"seconds\", default 300), then never returns.");
   r.tool("AID.TEST.TIMEOUT_DEFAULT.v1", [](Call& call) -> Result {
      const long ms = field(call.input(), "ms", 0);
      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
