@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -67,6 +69,25 @@ def test_cpu_limit_per_call(misbehaving: str) -> None:
     assert out[2]["code"] == "tool_crashed"
     assert "was killed by signal 24 (SIGXCPU: CPU time limit exceeded)" in out[2]["error"]
     assert output(out[3]) == {"calls": 1}  # a fresh worker
+
+
+def test_cpu_limit_holds_on_a_busy_machine(misbehaving: str) -> None:
+    # SPIN reads its own CPU clock in a loop. On a machine busier than its cores, such a
+    # tool is switched out between scheduler ticks, and RLIMIT_CPU, which counts ticks,
+    # saw a fraction of its time: 4 s of CPU passed a 1 s limit. The per-call budget is a
+    # timer on the exact CPU clock. Three spinning processes make this machine busy.
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        out = serve([req("AID.TEST.SPIN.v1", 1, {"ms": 600}), req("AID.TEST.SPIN.v1", 2, {"ms": 3000})],
+                    *ISOLATED, "--plugin", misbehaving, "--limit-cpu-s", "1", "--timeout-ms", "60000",
+                    timeout=90)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert output(out[0]) == {"spun_ms": 600}
+    assert out[1]["code"] == "tool_crashed", out[1]
+    assert "SIGXCPU" in out[1]["error"]
 
 
 @pytest.fixture

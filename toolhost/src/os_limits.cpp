@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <cerrno>
 #include <cstring>
@@ -51,16 +52,40 @@ void apply_process_limits(const WorkerLimits& limits) {
   if (limits.no_network) deny_network();
 }
 
-void start_cpu_budget(std::uint64_t cpu_seconds) {
-  if (cpu_seconds == 0) return;
+CpuBudget::CpuBudget(std::uint64_t cpu_seconds) : seconds_(cpu_seconds) {
+  if (seconds_ == 0) return;
+  sigevent ev{};
+  ev.sigev_notify = SIGEV_SIGNAL;
+  ev.sigev_signo = SIGXCPU;
+  if (timer_create(CLOCK_PROCESS_CPUTIME_ID, &ev, &timer_) != 0) {
+    throw HostError(std::string("cannot limit the CPU time per call: ") + std::strerror(errno));
+  }
+}
+
+CpuBudget::~CpuBudget() {
+  if (seconds_ != 0) timer_delete(timer_);
+}
+
+void CpuBudget::start() {
+  if (seconds_ == 0) return;
+  // The soft RLIMIT_CPU too, at the same distance from the time used so far: programs the
+  // tool starts inherit it (the timer is this process's alone).
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  const std::uint64_t used = static_cast<std::uint64_t>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + 1;
   rlimit lim{};
   getrlimit(RLIMIT_CPU, &lim);
-  lim.rlim_cur = static_cast<rlim_t>(used + cpu_seconds);
+  lim.rlim_cur = static_cast<rlim_t>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + 1 + seconds_);
   if (lim.rlim_max != RLIM_INFINITY && lim.rlim_cur > lim.rlim_max) lim.rlim_cur = lim.rlim_max;
   setrlimit(RLIMIT_CPU, &lim);
+  itimerspec budget{};
+  budget.it_value.tv_sec = static_cast<time_t>(seconds_);
+  timer_settime(timer_, 0, &budget, nullptr);  // relative: from this process's CPU time now
+}
+
+void CpuBudget::stop() {
+  if (seconds_ == 0) return;
+  const itimerspec off{};
+  timer_settime(timer_, 0, &off, nullptr);
 }
 
 }  // namespace machina

@@ -96,6 +96,7 @@ int run_worker(const WorkerConfig& config) {
 
   try {
     apply_process_limits(config.limits);
+    CpuBudget cpu_budget(config.limits.cpu_seconds);
     ToolRegistry registry(CircuitBreaker::Options{});
     for (const auto& p : config.plugins) registry.load_plugin(p);
     Hello hello;
@@ -125,8 +126,9 @@ int run_worker(const WorkerConfig& config) {
       if (tool == nullptr) {
         ctx.error = "the worker has no tool " + call.aid;
       } else {
-        start_cpu_budget(config.limits.cpu_seconds);
+        cpu_budget.start();
         rc = tool->invoke(tool->tool_data, &host_api(), ctx.as_call(), call.input_json.c_str(), call.input_json.size());
+        cpu_budget.stop();
       }
       out.clear();
       encode_result(rc, ctx, out);

@@ -3,6 +3,8 @@
 // optional no-network filter (seccomp: no socket can be created).
 #pragma once
 
+#include <time.h>
+
 #include <cstdint>
 #include <string>
 
@@ -22,8 +24,26 @@ struct WorkerLimits {
 /// Throws HostError naming the limit that could not be set.
 void apply_process_limits(const WorkerLimits& limits);
 
-/// Before each call: lets this process use at most `cpu_seconds` more CPU time (the soft
-/// RLIMIT_CPU, whose SIGXCPU then ends the process). No-op for 0.
-void start_cpu_budget(std::uint64_t cpu_seconds);
+/// The CPU time one call may use: a timer on this process's CPU clock, armed when a call
+/// starts and disarmed when it ends, that sends SIGXCPU (which ends the process) when the
+/// call has used `cpu_seconds`. Not RLIMIT_CPU: that limit is checked against tick-sampled
+/// time, which a tool that yields between ticks (e.g. by reading its own CPU clock in a
+/// loop on a busy machine) can outrun several times over; the CPU clock is exact. The
+/// soft RLIMIT_CPU is still set (to the time used so far plus the budget) so that programs
+/// the tool starts inherit a limit. Does nothing for 0 seconds. Throws HostError if the timer cannot be created.
+class CpuBudget {
+ public:
+  explicit CpuBudget(std::uint64_t cpu_seconds);
+  ~CpuBudget();
+  CpuBudget(const CpuBudget&) = delete;
+  CpuBudget& operator=(const CpuBudget&) = delete;
+
+  void start();
+  void stop();
+
+ private:
+  std::uint64_t seconds_;
+  timer_t timer_{};
+};
 
 }  // namespace machina
