@@ -725,7 +725,7 @@ def isolation(ctx: Ctx) -> Section:
     s = Section("isolation", "Process isolation vs inline",
                 "The same echo calls with tools run inline (in the host's thread) and in a supervised "
                 "worker process (`--isolation process`, one worker: request and result cross a "
-                "socketpair). Lock-step with the native driver, and file-fed throughput.")
+                "pair of pipes). Lock-step with the native driver, and file-fed throughput.")
     driver = ctx.native.lockstep()
     n = ctx.n(10_000, 100_000)
     rows = []

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,47 @@ def test_same_answers_as_inline_for_well_behaved_tools(misbehaving: str) -> None
     inline = serve(requests, *plugins(misbehaving))
     isolated = serve(requests, *ISOLATED, *plugins(misbehaving))
     assert isolated == inline
+
+
+def test_frames_larger_than_a_pipe_cross_both_ways(misbehaving: str) -> None:
+    # A pipe holds 64 KiB: a 4 MB input and a 900 KB output are written in pieces.
+    text = "aé" * 300_000 + "b" * 2_000_000
+    out = serve([req("AID.ECHO.v1", 1, input={"text": text}), req("AID.TEXT.STATS.v1", 2, input={"text": text}),
+                 req("AID.ECHO.v1", 3, input={"text": "y" * 900_000})], *ISOLATED, *plugins(misbehaving),
+                "--max-output-bytes", "20000000")
+    assert [r["ok"] for r in out] == [True, True, True], [r.get("error") for r in out]
+    assert json.loads(out[0]["output_json"]) == {"text": text}
+    assert json.loads(out[2]["output_json"]) == {"text": "y" * 900_000}
+
+
+def test_a_worker_killed_while_idle_costs_one_call_even_with_sigpipe_at_default() -> None:
+    # The host writes the next call into the dead worker's pipe. A program that keeps
+    # SIGPIPE at its default (Python itself ignores it; this script restores it) must
+    # not be killed by that write: the call is answered as a crash, the next one works.
+    script = """
+import os, signal
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+from machina_dispatch import InProcess
+t = InProcess(isolation="process")
+print(t.call("AID.ECHO.v1", {"a": 1}).output_json, flush=True)
+me = str(os.getpid())
+workers = [int(p) for p in os.listdir("/proc") if p.isdigit()
+           and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == me]
+assert len(workers) == 1, workers
+os.kill(workers[0], signal.SIGKILL)
+while open(f"/proc/{workers[0]}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    pass  # until it is dead and its pipes closed (the host reaps it on the next call)
+r = t.call("AID.ECHO.v1", {"a": 2}, check=False)
+print(r.code, r.error, flush=True)
+print(t.call("AID.ECHO.v1", {"a": 3}).output_json, flush=True)
+t.close()
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env=base_env())
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == '{"a":1}' and lines[2] == '{"a":3}', lines
+    assert lines[1].startswith("tool_crashed tool crashed: AID.ECHO.v1: the worker process was killed by signal 9"), lines
 
 
 def test_workers_run_calls_concurrently(misbehaving: str) -> None:

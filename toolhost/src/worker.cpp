@@ -103,9 +103,9 @@ int run_worker(const WorkerConfig& config) {
     for (const auto& t : registry.list()) hello.aids.push_back(t.aid);
     std::string out;
     encode_hello(hello, out);
-    if (!write_all(config.fd, out)) return 0;
+    if (!write_all(config.result_fd, out)) return 0;
 
-    FrameReader frames(config.fd);
+    FrameReader frames(config.call_fd);
     Call call;
     for (;;) {
       FrameType type{};
@@ -132,7 +132,7 @@ int run_worker(const WorkerConfig& config) {
       }
       out.clear();
       encode_result(rc, ctx, out);
-      if (!write_all(config.fd, out)) return 0;
+      if (!write_all(config.result_fd, out)) return 0;
       if (out.capacity() > (1u << 20)) out = std::string();  // large buffers are not kept
     }
   } catch (const HostError& e) {

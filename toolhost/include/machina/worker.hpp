@@ -1,6 +1,6 @@
 // The worker side of process isolation: a machina-toolhost process started by a host
 // with --isolation-worker. It limits itself, loads the host's plugins, says which tools
-// it has, then runs one call at a time from the host's socket until the socket closes.
+// it has, then runs one call at a time from the host's call pipe until the host closes it.
 #pragma once
 
 #include <machina/os_limits.hpp>
@@ -12,7 +12,8 @@
 namespace machina::worker {
 
 struct WorkerConfig {
-  int fd = 3;                        // the host's end is the other half of this socketpair
+  int call_fd = 3;                   // calls come in here (a pipe from the host)
+  int result_fd = 4;                 // results go out here (a pipe to the host)
   std::vector<std::string> plugins;  // loaded in this order, as the host did
   WorkerLimits limits;
   std::size_t max_output_bytes = 0;
@@ -20,7 +21,7 @@ struct WorkerConfig {
   long parent_pid = 0;               // the host: if it is gone, so is this worker
 };
 
-/// Runs the worker loop; returns the process exit code (0 when the host closed the socket).
+/// Runs the worker loop; returns the process exit code (0 when the host closed the pipe).
 int run_worker(const WorkerConfig& config);
 
 }  // namespace machina::worker

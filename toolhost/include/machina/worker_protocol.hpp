@@ -1,5 +1,5 @@
 // The framing between the host and its isolated worker processes (--isolation process):
-// length-prefixed binary frames over a socketpair, in the byte order of the one machine
+// length-prefixed binary frames over a pair of pipes, in the byte order of the one machine
 // both ends run on. Every decoder checks every length against the frame it reads.
 #pragma once
 
