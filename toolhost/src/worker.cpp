@@ -46,8 +46,8 @@ class FrameReader {
   // Makes at least `n` unread bytes available.
   bool fill(std::size_t n) {
     if (end_ - begin_ >= n) return true;
-    if (begin_ > 0) {
-      buf_.erase(0, begin_);
+    if (begin_ > 0) {  // only the unread bytes move; the buffer keeps its size
+      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
       end_ -= begin_;
       begin_ = 0;
     }

@@ -78,7 +78,8 @@ struct WorkerPool::Worker {
   int from = -1;      // read end of the result pipe
   int err = -1;       // read end of the worker's stdout+stderr
   std::string tail;   // the last stderr_tail_bytes it wrote
-  std::string rbuf;
+  std::string rbuf;   // kept between calls, at its size: reading into it costs no clearing
+  std::string wbuf;
 
   ~Worker() {
     close_fd(to);
@@ -415,7 +416,8 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
 
   const pid_t pid = w->pid;
   w->tail.clear();  // a crash report shows what this call's worker wrote
-  std::string frame;
+  std::string& frame = w->wbuf;
+  frame.clear();
   worker::encode_call(aid, input_json, state, frame);
   // Most frames fit the pipe: write at once, poll only for what is left.
   std::size_t sent = 0;
@@ -423,24 +425,23 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
     sent = static_cast<std::size_t>(put);
   }
   std::string& buf = w->rbuf;
-  buf.clear();
+  std::size_t have = 0;    // bytes of the reply in buf
   std::uint32_t want = 0;  // payload size once the header is in
   bool have_header = false;
   std::string fail;  // why the worker is lost, if it is
   bool timed_out = false;
 
   for (;;) {
-    if (!have_header && buf.size() >= worker::kFrameHeader) {
+    if (!have_header && have >= worker::kFrameHeader) {
       worker::FrameType type{};
-      worker::read_header(buf, want, type);
+      worker::read_header(std::string_view(buf.data(), have), want, type);
       if (type != worker::FrameType::result || want > max_result_bytes_) {
         fail = "the worker sent a malformed reply";
         break;
       }
       have_header = true;
-      buf.reserve(worker::kFrameHeader + want);
     }
-    if (have_header && buf.size() >= worker::kFrameHeader + want) break;
+    if (have_header && have >= worker::kFrameHeader + want) break;
 
     pollfd fds[3] = {{w->from, POLLIN, 0}, {w->err, POLLIN, 0}, {sent < frame.size() ? w->to : -1, POLLOUT, 0}};
     const int n = poll(fds, 3, poll_timeout(deadline_ms));
@@ -472,11 +473,12 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
       }
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      const std::size_t room = have_header ? worker::kFrameHeader + want - buf.size() : 64 * 1024;
-      const std::size_t old = buf.size();
-      buf.resize(old + std::min<std::size_t>(room, 1u << 20));
-      const ssize_t got = ::read(w->from, buf.data() + old, buf.size() - old);
-      buf.resize(old + (got > 0 ? static_cast<std::size_t>(got) : 0));
+      // Up to the end of the frame once its size is known (at most 1 MiB more at a time).
+      const std::size_t end = std::min<std::size_t>(have_header ? worker::kFrameHeader + want : have + 64 * 1024,
+                                                    have + (1u << 20));
+      if (buf.size() < end) buf.resize(end);
+      const ssize_t got = ::read(w->from, buf.data() + have, end - have);
+      if (got > 0) have += static_cast<std::size_t>(got);
       if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
         fail = "lost";
         break;
@@ -513,7 +515,8 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
     retire(pid);
     return out;
   }
-  if (buf.capacity() > (1u << 20)) buf = std::string();
+  if (buf.capacity() > (1u << 20)) buf = std::string();  // large buffers are not kept
+  if (frame.capacity() > (1u << 20)) frame = std::string();
   release(std::move(w));
 
   // What comes back was produced next to tool code: check it as the inline host checks
