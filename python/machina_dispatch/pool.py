@@ -699,20 +699,28 @@ class Toolhost(Transport):
         Raises:
             ToolhostError: with ``check``, for the first failed call (all calls still ran).
         """
-        items = [as_call(c) for c in calls]
-        if not items:
-            return []
         prepared: list[tuple[str, str, str | None, str | None, int, str | None]] = []
+        states: list[tuple[int, DsState]] = []  # the calls that carry a state
         deadline = 0.0
         now = time.monotonic()  # one clock read for the batch
-        for c in items:
-            input_json, ms, state_json, d = self._prepare(c.inputs, c.state, c.timeout, now)
-            prepared.append((c.aid, input_json, c.idempotency_key, c.lease_token, ms, state_json))
-            deadline = max(deadline, d)
+        for c in calls:
+            if type(c) is tuple and len(c) == 2:  # (aid, inputs): no Call is built for the commonest form
+                aid, inputs = c
+                key = token = timeout = state = None
+            else:
+                aid, inputs, key, token, timeout, state = as_call(c)
+                if state is not None:
+                    states.append((len(prepared), state))
+            input_json, ms, state_json, d = self._prepare(inputs, state, timeout, now)
+            prepared.append((aid, input_json, key, token, ms, state_json))
+            if d > deadline:
+                deadline = d
+        if not prepared:
+            return []
         with self._lock:
             if self._closed:
                 raise RuntimeError("the Toolhost pool is closed")
-        chunks = min(self.processes, len(items))
+        chunks = min(self.processes, len(prepared))
         if chunks == 1:
             results = self._sync_process().call_batch(prepared, deadline)
         else:
@@ -732,9 +740,9 @@ class Toolhost(Transport):
             run(0)
             for t in threads:
                 t.join()
-            results = [parts[i % chunks][i // chunks] for i in range(len(items))]
-        for c, r in zip(items, results, strict=True):
-            apply_state(c.state, r)
+            results = [parts[i % chunks][i // chunks] for i in range(len(prepared))]
+        for i, state in states:
+            apply_state(state, results[i])
         return check_all(results) if check else results
 
     def close(self) -> None:
