@@ -18,6 +18,7 @@ from pathlib import Path
 
 import machina_dispatch as md
 import pytest
+from conftest import TOOLHOST, base_env
 from dispatch_support import TRANSPORTS, make_transport, orphans_since, toolhost_processes
 
 
@@ -111,6 +112,23 @@ def test_host_killed_mid_call_pool(plugins: list[str], no_orphans: None) -> None
         assert time.monotonic() - started < 5
         assert len(results) == 3 and all(r.kind == "crash" for r in results), results
         assert all("was killed by SIGKILL" in r.error for r in results)
+        assert t.call("AID.ECHO.v1", 1).output == 1
+
+
+def test_host_killed_mid_batch_pool(plugins: list[str], no_orphans: None) -> None:
+    # A batch's calls pending when the host is killed: the answered ones keep their
+    # results, every other one fails with crash at once, in order; the pool recovers.
+    with md.Toolhost(1, workers=4, executable=TOOLHOST, plugins=plugins, env=base_env()) as t:
+        t.call("AID.ECHO.v1", 0)
+        calls = [md.Call("AID.ECHO.v1", i) for i in range(50)] + [md.Call("AID.TEST.SLOW.v1", {"ms": 5000})] * 20
+        killer = _kill_soon(t.pids, 0.5)
+        started = time.monotonic()
+        results = t.call_many([*calls, md.Call("AID.ECHO.v1", "last")], check=False)
+        killer.join()
+        assert time.monotonic() - started < 5
+        assert [r.output for r in results[:50]] == list(range(50))
+        assert len(results) == 71 and all(r.kind == "crash" for r in results[50:]), results[50:]
+        assert all("was killed by SIGKILL" in r.error for r in results[50:])
         assert t.call("AID.ECHO.v1", 1).output == 1
 
 

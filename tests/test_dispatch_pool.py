@@ -61,6 +61,26 @@ def test_batch_keeps_order_and_pipelines(pool: md.Toolhost) -> None:
         pool.call_many(["AID.NOPE.v1"], check=True)
 
 
+def test_batch_and_single_calls_share_one_process(plugins: list[str]) -> None:
+    # A batch reads for itself while other threads' calls are pending on the same process:
+    # each answer reaches its own caller.
+    with md.Toolhost(1, executable=TOOLHOST, plugins=plugins, env=base_env(), max_in_flight=64) as pool:
+        singles: dict[int, list[int]] = {}
+
+        def single(k: int) -> None:
+            singles[k] = [pool.call("AID.ECHO.v1", {"i": i}).output["i"] + 1000 * k for i in range(300)]
+
+        threads = [threading.Thread(target=single, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        batches = [pool.call_many([("AID.ECHO.v1", {"n": i}) for i in range(5_000)]) for _ in range(3)]
+        for t in threads:
+            t.join()
+        assert singles == {k: [1000 * k + i for i in range(300)] for k in range(3)}
+        assert all([r.output["n"] for r in b] == list(range(5_000)) for b in batches)
+        assert len(pool.pids()) == 1
+
+
 def test_asyncio_calls(pool: md.Toolhost) -> None:
     async def main() -> list[md.ToolResult]:
         gathered = await asyncio.gather(*(pool.acall("AID.ECHO.v1", {"i": i}) for i in range(500)))

@@ -152,6 +152,13 @@ class _Entry:
         self.lead = False
 
 
+# A batch (call_many) waits for its own answers as the reader: it needs no _Entry per
+# call. Its calls are pending under one dict of its own, which the reader fills with
+# rid -> result; a batch of 100 000 calls thus leaves no 100 000 objects for the cycle
+# collector to scan again and again while the batch runs.
+_BatchAnswers = dict[int, ToolResult]
+
+
 class _SyncProcess:
     """A host process read by its sync callers (see the module docstring)."""
 
@@ -162,10 +169,11 @@ class _SyncProcess:
         self.mu = threading.Lock()
         self.room = threading.Condition(self.mu)
         self.read_lock = threading.Lock()
-        self.pending: dict[int, _Entry] = {}
+        self.pending: dict[int, _Entry | _BatchAnswers] = {}
         self.aids: dict[int, str] = {}
         self.ids = itertools.count(1)
         self.dead: str | None = None  # why, once it is gone
+        self.ended = threading.Event()  # fail_all has failed every pending call
         self.buf = b""
         self.room_waiters = 0
         self.readable = select.poll()
@@ -223,15 +231,18 @@ class _SyncProcess:
 
     # --- reading ----------------------------------------------------------------------
 
-    def pump(self, entry: _Entry | None, deadline: float, want_write: bool = False) -> None:
+    def pump(self, entry: _Entry | None, deadline: float, want_write: bool = False,
+             batch: tuple[_BatchAnswers, int] | None = None) -> None:
         """With the read lock held: reads and hands out answers until `entry` has its
-        own (or, with want_write, until the host can take more input), the deadline
-        plus grace passes, or the process is gone."""
+        own (or the batch's answers hold the given id; or, with want_write, until the host
+        can take more input), the deadline plus grace passes, or the process is gone."""
         end = deadline + self.grace
         poller = self.both if want_write else self.readable
         fd_in = self.host.fd_in
         while self.dead is None:
             if entry is not None and entry.result is not None:
+                return
+            if batch is not None and batch[1] in batch[0]:
                 return
             left = end - time.monotonic()
             if left <= 0:
@@ -271,9 +282,12 @@ class _SyncProcess:
                 for rid, result in done:
                     entry = self.pending.pop(rid)
                     del self.aids[rid]
-                    entry.result = result
-                    if entry.sem is not None:
-                        self._signal(entry)
+                    if isinstance(entry, dict):
+                        entry[rid] = result
+                    else:
+                        entry.result = result
+                        if entry.sem is not None:
+                            self._signal(entry)
                 if self.room_waiters:
                     self.room.notify_all()
 
@@ -288,7 +302,7 @@ class _SyncProcess:
             return
         with self.mu:
             for entry in self.pending.values():
-                if entry.waiting and entry.result is None:
+                if isinstance(entry, _Entry) and entry.waiting and entry.result is None:
                     entry.lead = True
                     self._signal(entry)
                     return
@@ -351,13 +365,17 @@ class _SyncProcess:
         detail = f"{why}; {how}" if why else how
         with self.mu:
             self.dead = detail
-            for entry in self.pending.values():
+            for rid, entry in self.pending.items():
+                if isinstance(entry, dict):
+                    entry[rid] = _failure(self.aids[rid], kind or "crash", detail)
+                    continue
                 if entry.result is None:
                     entry.result = _failure(entry.aid, kind or "crash", detail)
                 self._signal(entry)
             self.pending.clear()
             self.aids.clear()
             self.room.notify_all()
+        self.ended.set()
 
     def close(self, wait_s: float) -> None:
         with self.mu:
@@ -393,16 +411,16 @@ class _SyncProcess:
     def call_batch(self, items: list[tuple[str, str, str | None, str | None, int, str | None]],
                    deadline: float) -> list[ToolResult]:
         """Pipelines many calls: writes while reading, within the request window."""
-        results: list[ToolResult | None] = [None] * len(items)
-        entries: list[tuple[int, _Entry]] = []
+        answers: _BatchAnswers = {}
+        rids: list[int] = []  # of the calls sent, in order
         leading = False
         sent = 0
-        first_open = 0  # entries before it have their answers
+        first_open = 0  # calls before it have their answers
         try:
             while True:
-                while first_open < len(entries) and entries[first_open][1].result is not None:
+                while first_open < len(rids) and rids[first_open] in answers:
                     first_open += 1
-                if (sent == len(items) and first_open == len(entries)) or self.dead is not None:
+                if (sent == len(items) and first_open == len(rids)) or self.dead is not None:
                     break
                 # Register and send as many as the window allows.
                 batch: list[tuple[Any, ...]] = []
@@ -411,10 +429,9 @@ class _SyncProcess:
                     while sent < len(items) and room > 0:
                         aid, input_json, key, token, ms, state_json = items[sent]
                         rid = next(self.ids)
-                        entry = _Entry(aid, deadline)
-                        self.pending[rid] = entry
+                        self.pending[rid] = answers
                         self.aids[rid] = aid
-                        entries.append((sent, entry))
+                        rids.append(rid)
                         batch.append((rid, aid, input_json, key, token, ms, state_json))
                         sent += 1
                         room -= 1
@@ -428,16 +445,19 @@ class _SyncProcess:
                 if time.monotonic() > deadline + self.grace:
                     self.wedged(None, "the batch got no answers within its deadline")
                     break
-                if first_open < len(entries):
-                    self.pump(entries[first_open][1], deadline)
+                if first_open < len(rids):
+                    self.pump(None, deadline, batch=(answers, rids[first_open]))
         finally:
             if leading:
                 self.read_lock.release()
                 self.handoff()
-        for index, entry in entries:
-            results[index] = entry.result
+        if len(answers) < len(rids) and self.dead is not None:
+            self.ended.wait(5.0)  # the process is being failed: its answers are on their way
+        with self.mu:
+            got = [answers.get(rid) for rid in rids]
+        got += [None] * (len(items) - len(rids))
         return [r if r is not None else _failure(items[i][0], "crash", self.dead or "not sent")
-                for i, r in enumerate(results)]
+                for i, r in enumerate(got)]
 
     def load(self) -> int:
         return len(self.pending)
