@@ -5,6 +5,7 @@ package's typing (stubs, py.typed)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -70,12 +71,15 @@ def test_to_dict_is_the_seed_shape() -> None:
 @pytest.mark.parametrize(("inputs", "expected"), [
     (None, "{}"), ({"a": [1, None]}, '{"a":[1,null]}'), ([], "[]"), ("text as is", "text as is"),
     ("é", "é"), (b"[1]", "[1]"), (bytearray(b"2"), "2"), (True, "true"), (1.5, "1.5"), ({"é": "ü"}, '{"é":"ü"}'),
+    ({1: "a"}, '{"1":"a"}'), ((1, 2), "[1,2]"), (2**70, "1180591620717411303424"),
+    ([2**70, None], "[1180591620717411303424,null]"),
+    ({"d": datetime.date(2026, 1, 2)}, '{"d":"2026-01-02"}'), ({"x": None, "y": [1.0]}, '{"x":null,"y":[1.0]}'),
 ])
 def test_input_normalisation(inputs: object, expected: str) -> None:
     assert to_input_json(inputs) == expected
 
 
-@pytest.mark.parametrize("bad", [{1, 2}, math.nan, object()])
+@pytest.mark.parametrize("bad", [{1, 2}, math.nan, object(), [1, {"a": math.inf}], {"a": (None, -math.inf)}])
 def test_input_normalisation_refuses(bad: object) -> None:
     with pytest.raises(TypeError):
         to_input_json(bad)
