@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import machina_dispatch as md
 import pytest
@@ -118,3 +119,44 @@ def test_asyncio_in_process(plugins: list[str]) -> None:
     started = time.monotonic()
     results = asyncio.run(main())
     assert all(r.ok for r in results) and time.monotonic() - started < 0.7
+
+
+def test_compiled_call_matches_the_reference_method(plugins: list[str]) -> None:
+    # InProcess.call is compiled for text inputs without a state or timeout and hands
+    # everything else to InProcess._call_py: both must answer every call alike.
+    assert type(md.InProcess.__dict__["call"]).__name__ == "instancemethod"
+
+    def run(call: Any) -> list[Any]:
+        out: list[Any] = [
+            call("AID.ECHO.v1", '{"a":1}'),
+            call("AID.ECHO.v1"),
+            call("AID.ECHO.v1", None, check=False),
+            call("AID.ECHO.v1", "{bad", check=False),
+            call("AID.NOPE.v1", "{}", check=False),
+            call("AID.TEST.FAIL.v1", "{}", check=False),
+            call("AID.ECHO.v1", '{"k":1}', idempotency_key="k1"),
+            call("AID.ECHO.v1", '{"k":1}', idempotency_key="k1"),
+            call("AID.ECHO.v1", '{"k":2}', idempotency_key="k1", check=False),
+            call("AID.ECHO.v1", '{"t":1}', lease_token="junk"),
+            call("AID.STATE.PUT.v1", '{"slot":1,"type":"t","content":[1]}'),
+            call("AID.STATE.GET.v1", '{"slot":1}', check=False),  # the state written above is gone
+            call("AID.ECHO.v1", '{"x":1}', state=None, timeout=None),
+            call("AID.ECHO.v1", {"d": 1}),
+            call("AID.ECHO.v1", '{"x":1}', timeout=5),
+        ]
+        for args, kwargs, error in [(("AID.NOPE.v1", "{}"), {}, md.ToolNotFound),
+                                    (("AID.TEST.FAIL.v1",), {"check": True}, md.ToolFailed),
+                                    (("AID.ECHO.v1", "{}"), {"bogus": 1}, TypeError),
+                                    (("AID.ECHO.v1", "{}"), {"idempotency_key": 5}, TypeError),
+                                    ((), {}, TypeError)]:
+            with pytest.raises(error) as caught:
+                call(*args, **kwargs)
+            out.append((type(caught.value), str(caught.value)))
+        return out
+
+    compiled, reference = md.InProcess(plugins), md.InProcess(plugins)
+    assert run(compiled.call) == run(reference._call_py)
+    compiled.close()
+    reference.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        compiled.call("AID.ECHO.v1", "{}")

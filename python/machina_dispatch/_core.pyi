@@ -22,6 +22,9 @@ def call(
     ds_state_json: str | None,
     /,
 ) -> Any: ...
+# InProcess.call compiled: an instance method (see machina_dispatch.inprocess).
+_inprocess_call: Any
+
 def encode_request(
     id: int,
     aid: str,

@@ -293,6 +293,112 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept
   return nullptr;
 }
 
+/// InProcess.call compiled, for its common case: text (or no) inputs, no state, no
+/// timeout of the call's own. Anything else, and a closed transport, goes to the
+/// reference method InProcess._call_py with the same arguments. Bound to InProcess as an
+/// instance method, so args[0] is the transport; `self._fast` is (Host, default
+/// timeout_ms) while it is open. Like the reference method, it keeps one session per
+/// thread, replaced by an empty one when a tool wrote to it: every call without a state
+/// starts from an empty one.
+PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) noexcept {
+  static PyObject* const k_fast = PyUnicode_InternFromString("_fast");
+  static PyObject* const k_slow = PyUnicode_InternFromString("_call_py");
+  static PyObject* const k_key = PyUnicode_InternFromString("idempotency_key");
+  static PyObject* const k_token = PyUnicode_InternFromString("lease_token");
+  static PyObject* const k_check = PyUnicode_InternFromString("check");
+  static PyObject* const k_state = PyUnicode_InternFromString("state");
+  static PyObject* const k_timeout = PyUnicode_InternFromString("timeout");
+  static PyObject* const k_raise = PyUnicode_InternFromString("raise_for_error");
+  try {
+    bool fast = nargs == 2 || nargs == 3;
+    PyObject* key = Py_None;
+    PyObject* token = Py_None;
+    bool check = true;
+    const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; fast && i < nkw; ++i) {
+      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+      PyObject* value = args[nargs + i];
+      auto is = [name](PyObject* k) { return name == k || PyUnicode_Compare(name, k) == 0; };
+      if (is(k_key)) key = value;
+      else if (is(k_token)) token = value;
+      else if (is(k_check)) {
+        const int truth = PyObject_IsTrue(value);
+        if (truth < 0) return nullptr;
+        check = truth != 0;
+      } else if (is(k_state) || is(k_timeout)) fast = value == Py_None;
+      else fast = false;  // the reference method names the unknown keyword
+    }
+    PyObject* info = nullptr;
+    if (fast) {
+      fast = PyUnicode_CheckExact(args[1]) && (nargs == 2 || args[2] == Py_None || PyUnicode_CheckExact(args[2])) &&
+             (key == Py_None || PyUnicode_CheckExact(key)) && (token == Py_None || PyUnicode_CheckExact(token));
+    }
+    if (fast) {
+      info = PyObject_GetAttr(args[0], k_fast);
+      if (info == nullptr) return nullptr;
+      fast = PyTuple_CheckExact(info) && PyTuple_GET_SIZE(info) == 2;
+      if (!fast) Py_DECREF(info);
+    }
+    if (!fast) {
+      PyObject* slow = PyObject_GetAttr(args[0], k_slow);
+      if (slow == nullptr) return nullptr;
+      PyObject* out = PyObject_Vectorcall(slow, args + 1, static_cast<std::size_t>(nargs - 1), kwnames);
+      Py_DECREF(slow);
+      return out;
+    }
+    const py::object hold = py::reinterpret_steal<py::object>(info);
+    auto& host = bound<machina::Host>(PyTuple_GET_ITEM(info, 0));
+    const long long ms = PyLong_AsLongLong(PyTuple_GET_ITEM(info, 1));
+    if (ms == -1 && PyErr_Occurred()) return nullptr;
+    machina::Request req;
+    Py_ssize_t n = 0;
+    const char* p = PyUnicode_AsUTF8AndSize(args[1], &n);
+    if (p == nullptr) return nullptr;
+    req.aid.assign(p, static_cast<std::size_t>(n));
+    if (nargs == 3 && args[2] != Py_None) {
+      p = PyUnicode_AsUTF8AndSize(args[2], &n);
+      if (p == nullptr) return nullptr;
+      req.input_json.assign(p, static_cast<std::size_t>(n));
+    } else {
+      req.input_json = "{}";
+    }
+    req.idempotency_key = optional_str(key, "idempotency_key");
+    req.lease_token = optional_str(token, "lease_token");
+    req.timeout_ms = ms;
+    machina::Response r;
+    if (auto refused = machina::check_request(req, 0, host.options().max_request_bytes)) {
+      r = std::move(*refused);
+    } else {
+      py::gil_scoped_release release;
+      thread_local std::optional<machina::Session> session;
+      if (!session) session.emplace(/*respond_with_delta=*/true);
+      r = host.handle(req, *session);
+      if (r.ds_state.changes && !r.ds_state.changes->empty()) session.reset();  // the next call starts empty
+    }
+    py::object result = results().make(py::reinterpret_borrow<py::object>(args[1]), r);
+    if (check && !r.ok()) {
+      PyObject* raised = PyObject_CallMethodNoArgs(result.ptr(), k_raise);  // raises the matching error
+      if (raised == nullptr) return nullptr;
+      Py_DECREF(raised);
+    }
+    return result.release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyMethodDef kInProcessCall = {
+    "call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&inprocess_call)), METH_FASTCALL | METH_KEYWORDS,
+    "call($self, aid, inputs=None, *, state=None, idempotency_key=None, lease_token=None, timeout=None, check=True)\n"
+    "--\n\n"
+    "Runs one tool call (see Transport.call). Compiled for text inputs without a state or a\n"
+    "timeout of their own; every other call runs InProcess._call_py, the reference method."};
+
 PyMethodDef kFastMethods[] = {
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)), METH_FASTCALL,
      "call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json) -> ToolResult"},
@@ -302,6 +408,14 @@ PyMethodDef kFastMethods[] = {
 
 PYBIND11_MODULE(_core, m) {
   if (PyModule_AddFunctions(m.ptr(), kFastMethods) != 0) throw py::error_already_set();
+  {
+    // InProcess.call: bound like a Python function (an instance method of the class).
+    py::object fn = py::reinterpret_steal<py::object>(PyCFunction_NewEx(&kInProcessCall, nullptr, m.attr("__name__").ptr()));
+    if (!fn) throw py::error_already_set();
+    py::object method = py::reinterpret_steal<py::object>(PyInstanceMethod_New(fn.ptr()));
+    if (!method) throw py::error_already_set();
+    m.attr("_inprocess_call") = method;
+  }
   m.doc() = "The machina-toolhost C++ host, in-process.";
   m.attr("__version__") = MACHINA_VERSION;
   m.attr("MAX_REQUEST_BYTES") = machina::kMaxRequestBytes;
