@@ -81,6 +81,29 @@ def test_batch_and_single_calls_share_one_process(plugins: list[str]) -> None:
         assert len(pool.pids()) == 1
 
 
+def test_long_requests_from_many_threads_do_not_interleave(plugins: list[str]) -> None:
+    # A 100 KB line goes into the pipe in pieces (writes are atomic only up to 4 KiB):
+    # another thread's line must not land between them.
+    with md.Toolhost(1, executable=TOOLHOST, plugins=plugins, env=base_env()) as pool:
+        bad: list[tuple[int, int, str | None]] = []
+
+        def single(k: int) -> None:
+            for i in range(10):
+                text = str(k) * 100_000
+                r = pool.call("AID.ECHO.v1", {"t": text, "i": i}, check=False)
+                if not r.ok or r.output != {"t": text, "i": i}:
+                    bad.append((k, i, r.code))
+
+        threads = [threading.Thread(target=single, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        batch = pool.call_many([("AID.ECHO.v1", {"b": "x" * 50_000, "n": n}) for n in range(40)])
+        for t in threads:
+            t.join()
+        assert bad == []
+        assert [r.output["n"] for r in batch] == list(range(40))
+
+
 def test_asyncio_calls(pool: md.Toolhost) -> None:
     async def main() -> list[md.ToolResult]:
         gathered = await asyncio.gather(*(pool.acall("AID.ECHO.v1", {"i": i}) for i in range(500)))

@@ -169,6 +169,7 @@ class _SyncProcess:
         self.mu = threading.Lock()
         self.room = threading.Condition(self.mu)
         self.read_lock = threading.Lock()
+        self.write_lock = threading.Lock()
         self.pending: dict[int, _Entry | _BatchAnswers] = {}
         self.aids: dict[int, str] = {}
         self.ids = itertools.count(1)
@@ -206,28 +207,46 @@ class _SyncProcess:
     def send(self, data: bytes, deadline: float, leading: bool) -> bool:
         """Writes `data`; returns whether this thread now holds the read lock. While a
         write would block, someone must read the host's answers, or it stops reading
-        requests: this thread reads if nobody else does."""
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self.host.fd_in, view):]
-                continue
-            except BlockingIOError:
-                pass
-            except OSError:
-                self.fail_all("the host stopped reading requests", None)
-                return leading
+        requests: this thread reads if nobody else does.
+
+        One writer at a time: the pipe is non-blocking, so a write longer than its atomic
+        size (4 KiB) may go in pieces, and another thread's line must not land between
+        them. A reader waiting for its turn to write keeps reading meanwhile: the writer
+        ahead of it may be waiting for the host, which waits for its answers to be read."""
+        while not self.write_lock.acquire(timeout=0.0 if leading else 0.005):
             if not leading and self.read_lock.acquire(False):
                 leading = True
             if leading:
-                self.pump(None, deadline, want_write=True)
-            else:
-                select.select([], [self.host.fd_in], [], 0.01)
+                for _ in self.readable.poll(1):
+                    self.read_some()
             if time.monotonic() > deadline + self.grace or self.dead is not None:
                 if self.dead is None:
                     self.wedged(None, "a request could not be written before its deadline")
                 return leading
-        return leading
+        try:
+            view = memoryview(data)
+            while view:
+                try:
+                    view = view[os.write(self.host.fd_in, view):]
+                    continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    self.fail_all("the host stopped reading requests", None)
+                    return leading
+                if not leading and self.read_lock.acquire(False):
+                    leading = True
+                if leading:
+                    self.pump(None, deadline, want_write=True)
+                else:
+                    select.select([], [self.host.fd_in], [], 0.01)
+                if time.monotonic() > deadline + self.grace or self.dead is not None:
+                    if self.dead is None:
+                        self.wedged(None, "a request could not be written before its deadline")
+                    return leading
+            return leading
+        finally:
+            self.write_lock.release()
 
     # --- reading ----------------------------------------------------------------------
 
