@@ -9,8 +9,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <memory>
 #include <unordered_map>
 
 namespace py = pybind11;
@@ -443,6 +448,60 @@ PYBIND11_MODULE(_core, m) {
       },
       "Every error kind as (code, status or '', counts_for_breaker), in the core's order.");
 
+  m.def(
+      "round_trip",
+      [](int fd_in, int fd_out, const py::bytes& line, double timeout_s) {
+        // The serve pool's lone caller: writes `line` whole to the host's stdin while
+        // reading its stdout (the host may be waiting for answers to be read), then reads
+        // until at least one whole answer line is in, all with the GIL released. Both
+        // descriptors are non-blocking. Returns (bytes written, bytes read, status):
+        // 0 done, 1 end of output, 2 out of time, 3 the write failed.
+        char* out = nullptr;
+        Py_ssize_t out_size = 0;
+        if (PyBytes_AsStringAndSize(line.ptr(), &out, &out_size) != 0) throw py::error_already_set();
+        const std::string_view request(out, static_cast<std::size_t>(out_size));
+        std::size_t written = 0;
+        std::string data;
+        int status = 0;
+        {
+          py::gil_scoped_release release;
+          const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(timeout_s, 0.0));
+          constexpr std::size_t kChunk = 256 * 1024;
+          for (;;) {
+            if (written < request.size()) {
+              const ssize_t n = ::write(fd_in, request.data() + written, request.size() - written);
+              if (n > 0) written += static_cast<std::size_t>(n);
+              else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                status = 3;
+                break;
+              }
+            }
+            if (written == request.size() && data.find('\n') != std::string::npos) break;
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+            if (left.count() < 0) {
+              status = 2;
+              break;
+            }
+            pollfd fds[2] = {{fd_out, POLLIN, 0}, {written < request.size() ? fd_in : -1, POLLOUT, 0}};
+            const int ready = ::poll(fds, 2, static_cast<int>(std::min<long long>(left.count() + 1, 1 << 30)));
+            if (ready < 0 && errno != EINTR) {
+              status = 3;
+              break;
+            }
+            if (ready > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+              thread_local const std::unique_ptr<char[]> chunk = std::make_unique_for_overwrite<char[]>(kChunk);
+              const ssize_t n = ::read(fd_out, chunk.get(), kChunk);  // not into `data`: no 256 KiB clearing
+              if (n > 0) data.append(chunk.get(), static_cast<std::size_t>(n));
+              if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                status = 1;
+                break;
+              }
+            }
+          }
+        }
+        return py::make_tuple(written, py::bytes(data), status);
+      },
+      "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "One pooled call's write and first read (see the pool).");
   m.def(
       "encode_request",
       [](std::int64_t id, std::string aid, std::string input_json, std::optional<std::string> idempotency_key,
