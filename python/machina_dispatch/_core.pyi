@@ -25,7 +25,7 @@ def call(
 # InProcess.call compiled: an instance method (see machina_dispatch.inprocess).
 _inprocess_call: Any
 
-def round_trip(fd_in: int, fd_out: int, line: bytes, timeout_s: float) -> tuple[int, bytes, int]: ...
+def round_trip(fd_in: int, fd_out: int, line: bytes, timeout_s: float, write_lock: Any) -> tuple[int, bytes, int]: ...
 def encode_request(
     id: int,
     aid: str,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import collections
+import functools
 import itertools
 import os
 import select
@@ -29,7 +30,7 @@ import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _core
@@ -119,12 +120,11 @@ class _HostProcess:
         self.kill()
         status = self.proc.wait()
         self.exited.wait(1.0)  # the stderr pipe ends once the whole group is gone
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f is not None and not f.closed:
-                try:
-                    f.close()
-                except OSError:
-                    pass
+        # stdin and stdout stay open until this object goes (__del__): other threads may
+        # still be about to write or read them, and a closed descriptor's number is soon
+        # given to another pipe, maybe a new host's. A dead host's pipes only say EPIPE/EOF.
+        if self.exited.is_set() and self.proc.stderr is not None:
+            self.proc.stderr.close()
         if status < 0:
             try:
                 how = f"was killed by {signal.Signals(-status).name}"
@@ -134,6 +134,24 @@ class _HostProcess:
             how = f"exited with status {status}"
         tail = self.stderr_tail().strip()
         return f"machina-toolhost (pid {self.proc.pid}) {how}" + (f"; stderr: {tail}" if tail else "")
+
+
+    def close_input(self) -> None:
+        """End of input for the host (it answers what it has and exits). The caller holds
+        the write lock, and nothing writes after it."""
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.dup2(null, self.fd_in, inheritable=False)  # closes the pipe; the number stays taken
+        finally:
+            os.close(null)
+
+    def __del__(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None and not f.closed:
+                try:
+                    f.close()
+                except OSError:
+                    pass
 
 
 class _Entry:
@@ -170,6 +188,7 @@ class _SyncProcess:
         self.room = threading.Condition(self.mu)
         self.read_lock = threading.Lock()
         self.write_lock = threading.Lock()
+        self.input_closed = False  # by close(), with the write lock held
         self.pending: dict[int, _Entry | _BatchAnswers] = {}
         self.aids: dict[int, str] = {}
         self.ids = itertools.count(1)
@@ -224,6 +243,8 @@ class _SyncProcess:
                     self.wedged(None, "a request could not be written before its deadline")
                 return leading
         try:
+            if self.input_closed or self.dead is not None:
+                return leading  # its call is failed by close() / fail_all
             view = memoryview(data)
             while view:
                 try:
@@ -330,6 +351,17 @@ class _SyncProcess:
                     self._signal(entry)
                     return
 
+    def lead_until(self, done: Callable[[], bool], end: float) -> bool:
+        """Takes the read lock, unless `done()` first: whoever holds the lock now may read
+        this thread's answer, and a thread blocked on the lock would not see it come."""
+        while not done() and self.dead is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if self.read_lock.acquire(timeout=min(left, 0.005)):
+                return True
+        return False
+
     def wait(self, entry: _Entry, leading: bool) -> ToolResult:
         """Waits for `entry`'s answer, reading for everyone whenever nobody else does."""
         while True:
@@ -363,7 +395,7 @@ class _SyncProcess:
                 entry.waiting = False
             if entry.lead and entry.result is None:
                 entry.lead = False
-                leading = self.read_lock.acquire(timeout=max(entry.deadline + self.grace - time.monotonic(), 0))
+                leading = self.lead_until(lambda: entry.result is not None, entry.deadline + self.grace)
 
     # --- failing ----------------------------------------------------------------------
 
@@ -404,11 +436,12 @@ class _SyncProcess:
         with self.mu:
             if self.dead is not None:
                 return
-        try:
-            assert self.host.proc.stdin is not None
-            self.host.proc.stdin.close()  # end of input: the host answers what it has and exits
-        except OSError:
-            pass
+        with self.write_lock:
+            self.input_closed = True
+            try:
+                self.host.close_input()  # the host answers what it has and exits
+            except OSError:
+                pass
         if self.host.exited.wait(wait_s):
             # Read what is left so that pending calls still get their answers.
             if self.read_lock.acquire(timeout=0.1):
@@ -431,11 +464,12 @@ class _SyncProcess:
         if self.read_lock.acquire(False):
             # Nobody else reads: write and read in one compiled step, without the GIL.
             if self.write_lock.acquire(False):
-                try:
-                    written, chunk, status = _core.round_trip(self.host.fd_in, self.host.fd_out, line,
-                                                              deadline + self.grace - time.monotonic())
-                finally:
+                if self.input_closed or self.dead is not None:
                     self.write_lock.release()
+                    return self.wait(entry, True)
+                # round_trip releases the write lock as soon as the line is written.
+                written, chunk, status = _core.round_trip(self.host.fd_in, self.host.fd_out, line,
+                                                          deadline + self.grace - time.monotonic(), self.write_lock)
                 if chunk:
                     self.take(chunk)
                 if status == 1:
@@ -467,7 +501,7 @@ class _SyncProcess:
                 # Register and send as many as the window allows.
                 batch: list[tuple[Any, ...]] = []
                 with self.mu:
-                    room = self.max_in_flight - len(self.pending)
+                    room = self.max_in_flight - len(self.pending) if self.dead is None else 0
                     while sent < len(items) and room > 0:
                         aid, input_json, key, token, ms, state_json = items[sent]
                         rid = next(self.ids)
@@ -479,16 +513,30 @@ class _SyncProcess:
                         room -= 1
                 if batch:
                     leading = self.send(_core.encode_requests(batch), deadline, leading)
-                if not leading:
-                    leading = self.read_lock.acquire(timeout=max(deadline + self.grace - time.monotonic(), 0))
-                    if not leading:
-                        self.wedged(None, "the batch got no answers within its deadline")
-                        break
                 if time.monotonic() > deadline + self.grace:
                     self.wedged(None, "the batch got no answers within its deadline")
                     break
-                if first_open < len(rids):
-                    self.pump(None, deadline, batch=(answers, rids[first_open]))
+                if first_open == len(rids):
+                    # None of ours is open and the window is full of other callers' calls:
+                    # wait for room like them, leaving the reading to them.
+                    if leading:
+                        self.read_lock.release()
+                        leading = False
+                        self.handoff()
+                    with self.mu:
+                        if self.dead is None and len(self.pending) >= self.max_in_flight:
+                            self.room_waiters += 1
+                            try:
+                                self.room.wait(min(max(deadline + self.grace - time.monotonic(), 0), 0.05))
+                            finally:
+                                self.room_waiters -= 1
+                    continue
+                if not leading:
+                    leading = self.lead_until(functools.partial(answers.__contains__, rids[first_open]),
+                                              deadline + self.grace)
+                    if not leading:
+                        continue  # our answer came through another reader, or time is up (checked above)
+                self.pump(None, deadline, batch=(answers, rids[first_open]))
         finally:
             if leading:
                 self.read_lock.release()
@@ -623,6 +671,25 @@ class _AsyncProcess:
                 fut.set_result(_failure(aid, kind, self.dead))
         self.pending.clear()
         self.aids.clear()
+
+    def close(self) -> None:
+        """From any thread: ends the host now; its pending calls fail with crash, on their
+        loop (futures belong to it), or at once when that loop is this thread's or closed."""
+        if self.dead is not None:
+            return
+        self.host.kill()
+        self.host.end(0.0)  # reaped now, whenever the loop runs again
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self.loop:
+            try:
+                self.loop.call_soon_threadsafe(self.fail_all, "the pool was closed", "crash", True)
+                return
+            except RuntimeError:  # that loop is closed: nobody awaits these futures
+                pass
+        self.fail_all("the pool was closed", "crash", True)
 
     def load(self) -> int:
         return len(self.pending)
@@ -819,10 +886,7 @@ class Toolhost(Transport):
         for p in sync:
             p.close(self.close_timeout)
         for a in asyncs:
-            if a.dead is None:
-                a.host.kill()
-                a.host.end(0.0)
-                a.dead = "the pool was closed"
+            a.close()
         _LIVE.discard(self)
 
     async def aclose(self) -> None:

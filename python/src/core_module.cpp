@@ -450,12 +450,14 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "round_trip",
-      [](int fd_in, int fd_out, const py::bytes& line, double timeout_s) {
+      [](int fd_in, int fd_out, const py::bytes& line, double timeout_s, const py::object& write_lock) {
         // The serve pool's lone caller: writes `line` whole to the host's stdin while
         // reading its stdout (the host may be waiting for answers to be read), then reads
         // until at least one whole answer line is in, all with the GIL released. Both
-        // descriptors are non-blocking. Returns (bytes written, bytes read, status):
-        // 0 done, 1 end of output, 2 out of time, 3 the write failed.
+        // descriptors are non-blocking. `write_lock` (held by the caller) is released as
+        // soon as the writing ends, so that other callers can write while this one waits.
+        // Returns (bytes written, bytes read, status): 0 done, 1 end of output, 2 out of
+        // time, 3 the write failed.
         char* out = nullptr;
         Py_ssize_t out_size = 0;
         if (PyBytes_AsStringAndSize(line.ptr(), &out, &out_size) != 0) throw py::error_already_set();
@@ -463,6 +465,13 @@ PYBIND11_MODULE(_core, m) {
         std::size_t written = 0;
         std::string data;
         int status = 0;
+        bool writing = true;
+        auto stop_writing = [&] {
+          if (!writing) return;
+          writing = false;
+          py::gil_scoped_acquire gil;
+          write_lock.attr("release")();
+        };
         {
           py::gil_scoped_release release;
           const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(timeout_s, 0.0));
@@ -475,6 +484,7 @@ PYBIND11_MODULE(_core, m) {
                 status = 3;
                 break;
               }
+              if (written == request.size()) stop_writing();
             }
             if (written == request.size() && data.find('\n') != std::string::npos) break;
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
@@ -498,10 +508,12 @@ PYBIND11_MODULE(_core, m) {
               }
             }
           }
+          stop_writing();
         }
         return py::make_tuple(written, py::bytes(data), status);
       },
-      "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "One pooled call's write and first read (see the pool).");
+      "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a,
+      "One pooled call's write and first read (see the pool).");
   m.def(
       "encode_request",
       [](std::int64_t id, std::string aid, std::string input_json, std::optional<std::string> idempotency_key,

@@ -1,0 +1,174 @@
+"""Races of the serve pool's sync and asyncio readers, each once a real bug: a batch that
+held the read lock while it had nothing to read, callers asleep on the read lock while
+their answers came in, a request written into a new host through a reused descriptor, and
+asyncio calls left pending by close()."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import machina_dispatch as md
+import machina_dispatch.pool as pool_module
+import pytest
+from conftest import TOOLHOST, base_env
+
+
+@pytest.fixture
+def plugins(misbehaving: str) -> list[str]:
+    return [misbehaving, str(md.builtin_plugin_path())]
+
+
+def make_pool(plugins: list[str], **options: Any) -> md.Toolhost:
+    return md.Toolhost(1, executable=TOOLHOST, plugins=plugins, env=base_env(), **options)
+
+
+def test_a_batch_waits_for_room_without_holding_the_reader(plugins: list[str]) -> None:
+    # Eight threads keep a 4-call window full. A batch with none of its calls open used to
+    # hold the read lock without reading: nobody read, and the host was killed as wedged.
+    with make_pool(plugins, max_in_flight=4, timeout=3.0, grace=1.0) as pool:
+        stop = threading.Event()
+        failed: list[str] = []
+        done = [0]
+
+        def single() -> None:
+            while not stop.is_set():
+                r = pool.call("AID.ECHO.v1", {"x": 1}, check=False)
+                done[0] += 1
+                if not r.ok:
+                    failed.append(r.error)
+
+        threads = [threading.Thread(target=single) for _ in range(8)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(3):
+                started = time.monotonic()
+                results = pool.call_many([("AID.ECHO.v1", {"i": i}) for i in range(200)])
+                assert [r.output["i"] for r in results] == list(range(200))
+                assert time.monotonic() - started < 2.5
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert failed == [] and done[0] > 0
+
+
+def test_a_batch_is_not_held_up_by_another_callers_long_call(plugins: list[str]) -> None:
+    # A long call's thread reads for everyone while it waits; a batch started meanwhile
+    # must get its answers when they come, not sleep on the read lock until its deadline
+    # (and then kill the host as wedged, failing the long call too).
+    with make_pool(plugins, workers=4, grace=0.5) as pool:
+        long: dict[str, Any] = {}
+
+        def long_call() -> None:
+            long["r"] = pool.call("AID.TEST.SLOW.v1", {"ms": 2000}, timeout=10, check=False)
+
+        t = threading.Thread(target=long_call)
+        t.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        batch = pool.call_many([md.Call("AID.TEST.SLOW.v1", {"ms": 10}, timeout=0.5) for _ in range(5)])
+        batch_s = time.monotonic() - started
+        t.join()
+        assert all(r.ok for r in batch), batch
+        assert batch_s < 0.4
+        assert long["r"].ok, long["r"]
+
+
+def test_a_caller_handed_the_reading_sees_its_answer_read_by_another(plugins: list[str]) -> None:
+    # L reads, then hands the reading to F; a batch takes the lock first and reads F's
+    # answer. F must return then, not when the batch's own 2 s call is done.
+    with make_pool(plugins, workers=4, grace=1.0) as pool:
+        pool.call("AID.TEST.SLOW.v1", {"ms": 1})
+        took: dict[str, float] = {}
+
+        def one(name: str, ms: int, delay: float) -> None:
+            time.sleep(delay)
+            started = time.monotonic()
+            assert pool.call("AID.TEST.SLOW.v1", {"ms": ms}, timeout=10).ok
+            took[name] = time.monotonic() - started
+
+        def batch(delay: float) -> None:
+            time.sleep(delay)
+            assert pool.call_many([md.Call("AID.TEST.SLOW.v1", {"ms": 2000}, timeout=10)])[0].ok
+
+        threads = [threading.Thread(target=one, args=("L", 300, 0.0)),
+                   threading.Thread(target=one, args=("F", 600, 0.05)),
+                   threading.Thread(target=batch, args=(0.1,))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert took["L"] < 0.6 and took["F"] < 1.0, took
+
+
+def test_a_request_never_reaches_the_replacement_host(plugins: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A batch is between registering its call and writing it when its host dies and a new
+    # one starts. The dead host's descriptors used to be closed, their numbers given to the
+    # new host's pipes, and the batch's request (numbered for the old host) written there:
+    # another caller got its answer, and the next one killed the healthy host.
+    real = pool_module._core
+
+    class SlowEncode:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def encode_requests(self, batch: Any) -> bytes:
+            time.sleep(0.3)  # widens the window between registering and writing
+            return real.encode_requests(batch)
+
+    monkeypatch.setattr(pool_module, "_core", SlowEncode())
+    with make_pool(plugins, workers=2, timeout=3, grace=0.5) as pool:
+        out: dict[str, Any] = {}
+
+        def batch() -> None:
+            out["batch"] = pool.call_many([("AID.TEST.SLOW.v1", {"ms": 1, "from": "batch"})])
+
+        tb = threading.Thread(target=batch)
+        tb.start()
+        time.sleep(0.1)
+        [old] = pool.pids()
+        os.kill(old, signal.SIGKILL)
+        time.sleep(0.05)
+        assert pool.call("AID.ECHO.v1", 1, check=False).kind == "crash"  # notices the death
+
+        def c() -> None:
+            out["C"] = pool.call("AID.TEST.SLOW.v1", {"ms": 1000, "from": "C"}, check=False)
+
+        tc = threading.Thread(target=c)
+        tc.start()
+        tb.join()
+        tc.join()
+        assert out["batch"][0].kind == "crash"
+        assert out["C"].ok and out["C"].output["slept_ms"] == 1000, out["C"]
+        time.sleep(0.5)
+        assert pool.call("AID.ECHO.v1", 2).output == 2
+        assert pool.pids() != [old]
+
+
+def test_close_from_another_thread_fails_pending_asyncio_calls(plugins: list[str]) -> None:
+    # close() from a thread (an application's shutdown path, or atexit) while an acall is
+    # pending and the loop is busy: the call fails with crash soon after, not at its deadline.
+    pool = make_pool(plugins)
+
+    async def main() -> tuple[md.ToolResult, float]:
+        started = time.monotonic()
+        threading.Timer(0.3, pool.close).start()
+
+        async def busy() -> None:
+            await asyncio.sleep(0.25)
+            time.sleep(0.5)  # the loop runs no callback meanwhile
+
+        task = asyncio.get_running_loop().create_task(busy())
+        r = await pool.acall("AID.TEST.SLOW.v1", {"ms": 5000}, timeout=8, check=False)
+        await task
+        return r, time.monotonic() - started
+
+    r, took = asyncio.run(main())
+    assert r.kind == "crash" and r.error.startswith("the pool was closed"), r
+    assert took < 2
