@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,9 +179,8 @@ def replay_in_process(transcript: Transcript, test_plugins: dict[str, str], tmp_
 # --- tests --------------------------------------------------------------------------------
 
 
-def transcripts() -> Iterator[Any]:
-    for path in TRANSCRIPT_FILES:
-        yield pytest.param(path, id=path.stem)
+def transcripts() -> list[Any]:
+    return [pytest.param(path, id=path.stem) for path in TRANSCRIPT_FILES]
 
 
 def test_transcript_set_is_complete() -> None:
