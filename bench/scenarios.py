@@ -339,7 +339,7 @@ def python_client(ctx: Ctx) -> Section:
     pipe_rows = []
     procs = [1, 2] if ctx.quick else [1, 2, 4]
     medians = []
-    forms = [("JSON text", json.dumps(inp)), ("dict (json.dumps in Python)", inp)]
+    forms = [("JSON text", json.dumps(inp)), ("dict (encoded by machina_dispatch, orjson)", inp)]
     for p in procs:
         with md.Toolhost(p, executable=ctx.host) as pool:
             for form, value in forms:
