@@ -122,8 +122,8 @@ def test_asyncio_in_process(plugins: list[str]) -> None:
 
 
 def test_compiled_call_matches_the_reference_method(plugins: list[str]) -> None:
-    # InProcess.call is compiled for text inputs without a state or timeout and hands
-    # everything else to InProcess._call_py: both must answer every call alike.
+    # InProcess.call is compiled for calls without a state or timeout and hands those to
+    # InProcess._call_py: both must answer every call alike.
     assert type(md.InProcess.__dict__["call"]).__name__ == "instancemethod"
 
     def run(call: Any) -> list[Any]:
@@ -148,6 +148,8 @@ def test_compiled_call_matches_the_reference_method(plugins: list[str]) -> None:
                                     (("AID.TEST.FAIL.v1",), {"check": True}, md.ToolFailed),
                                     (("AID.ECHO.v1", "{}"), {"bogus": 1}, TypeError),
                                     (("AID.ECHO.v1", "{}"), {"idempotency_key": 5}, TypeError),
+                                    (("AID.ECHO.v1", [float("nan")]), {}, TypeError),
+                                    (("AID.ECHO.v1", {1, 2}), {}, TypeError),
                                     ((), {}, TypeError)]:
             with pytest.raises(error) as caught:
                 call(*args, **kwargs)

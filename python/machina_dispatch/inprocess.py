@@ -8,7 +8,7 @@ holds the calling thread until it returns (the answer is then ``timeout``) — u
 from __future__ import annotations
 
 import os
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +62,8 @@ class InProcess(Transport):
         for path in plugins if plugins is not None else [builtin_plugin_path()]:
             self.host.load_plugin(os.fspath(path))
         self._default_ms = timeout_ms(self.timeout)
-        self._local = threading.local()
-        self._local.session = _core.Session(True)
-        self._closed = False
-        self._fast: tuple[_core.Host, int] | None = (self.host, self._default_ms)  # for the compiled call
+        # What the compiled call needs; None once closed.
+        self._fast: tuple[_core.Host, int, Callable[[Any], str]] | None = (self.host, self._default_ms, to_input_json)
 
     def call(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
@@ -75,36 +73,25 @@ class InProcess(Transport):
         Raises:
             ToolhostError: with ``check``, the subclass for the failure's kind.
         """
-        if self._closed:
+        if self._fast is None:
             raise RuntimeError("the InProcess transport is closed")
         input_json = inputs if type(inputs) is str else to_input_json(inputs)
         ms = self._default_ms if timeout is None else timeout_ms(timeout)
-        if state is None:
-            local = self._local
-            try:
-                session = local.session
-            except AttributeError:  # a thread's first call
-                session = local.session = _core.Session(True)
-            r: ToolResult = _fast_call(self.host, aid, input_json, session, idempotency_key, lease_token, ms, None)
-            if r.ds_state_json:
-                local.session = _core.Session(True)  # the tool wrote state: the next call starts empty
-        else:
-            # A session of its own: the state is sent whole and nothing else shares it.
-            r = _fast_call(self.host, aid, input_json, _core.Session(True), idempotency_key, lease_token, ms,
-                           state.to_json())
-            apply_state(state, r)
+        # A session of its own: a state is sent whole and nothing else shares it.
+        r: ToolResult = _fast_call(self.host, aid, input_json, _core.Session(True), idempotency_key, lease_token, ms,
+                                   None if state is None else state.to_json())
+        apply_state(state, r)
         if check and not r.ok:
             r.raise_for_error()
         return r
 
     # The reference method. `call` is replaced below by the same method compiled in _core
-    # for the common case (text inputs, no state, no timeout of the call's own), which
-    # hands every other call to this one: a Python method cost as much as the call itself.
+    # for calls without a state or a timeout of their own, which hands those to this one:
+    # a Python method cost as much as the call itself.
     _call_py = call
 
     def close(self) -> None:
         """Ends the host's isolated worker processes; later calls raise RuntimeError."""
-        self._closed = True
         self._fast = None
         self.host.close()
 

@@ -245,49 +245,17 @@ std::optional<std::string> optional_str(PyObject* o, const char* what) {
   return std::string(p, static_cast<std::size_t>(n));
 }
 
-/// Host.call without pybind11's argument machinery (positional only): the in-process
-/// transport's hot path, where the dispatcher cost as much as the call itself.
-/// _core.call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json)
-PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept {
+std::string utf8(PyObject* o, const char* what) {
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(o, &n);
+  if (p == nullptr) throw py::type_error(std::string(what) + " must be a str");
+  return std::string(p, static_cast<std::size_t>(n));
+}
+
+/// The Python error for the exception being handled (call from a catch block).
+PyObject* python_error() noexcept {
   try {
-    if (nargs != 8) throw py::type_error("call() takes exactly 8 positional arguments");
-    auto& host = bound<machina::Host>(args[0]);
-    auto& session = bound<machina::Session>(args[3]);
-    machina::Request req;
-    Py_ssize_t n = 0;
-    const char* p = PyUnicode_AsUTF8AndSize(args[1], &n);
-    if (p == nullptr) throw py::type_error("aid must be a str");
-    req.aid.assign(p, static_cast<std::size_t>(n));
-    p = PyUnicode_AsUTF8AndSize(args[2], &n);
-    if (p == nullptr) throw py::type_error("input_json must be a str");
-    req.input_json.assign(p, static_cast<std::size_t>(n));
-    req.idempotency_key = optional_str(args[4], "idempotency_key");
-    req.lease_token = optional_str(args[5], "lease_token");
-    if (args[6] != Py_None) {
-      const long long ms = PyLong_AsLongLong(args[6]);
-      if (ms == -1 && PyErr_Occurred()) throw py::error_already_set();
-      req.timeout_ms = ms;
-    }
-    const auto ds_state_json = optional_str(args[7], "ds_state_json");
-    machina::Response r;
-    if (auto refused = machina::check_request(req, ds_state_json ? ds_state_json->size() : 0,
-                                              host.options().max_request_bytes)) {
-      r = std::move(*refused);
-    } else {
-      bool state_ok = true;
-      if (ds_state_json) {
-        machina::DsUpdate update;
-        std::string why;
-        state_ok = machina::decode_ds_state(*ds_state_json, update, why);
-        if (state_ok) req.ds_state = std::move(update);
-        else r = machina::Response::failure(machina::ErrorKind::invalid_ds_state, why);
-      }
-      if (state_ok) {
-        py::gil_scoped_release release;
-        r = host.handle(req, session);
-      }
-    }
-    return results().make(py::reinterpret_borrow<py::object>(args[1]), r).release().ptr();
+    throw;
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (const py::builtin_exception& e) {  // type_error, value_error, cast_error
@@ -298,13 +266,56 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept
   return nullptr;
 }
 
-/// InProcess.call compiled, for its common case: text (or no) inputs, no state, no
-/// timeout of the call's own. Anything else, and a closed transport, goes to the
-/// reference method InProcess._call_py with the same arguments. Bound to InProcess as an
-/// instance method, so args[0] is the transport; `self._fast` is (Host, default
-/// timeout_ms) while it is open. Like the reference method, it keeps one session per
-/// thread, replaced by an empty one when a tool wrote to it: every call without a state
-/// starts from an empty one.
+/// One in-process call: the request checks every front makes, then the host, with the
+/// GIL released while it runs.
+machina::Response handle_in_process(machina::Host& host, machina::Request& req, machina::Session& session,
+                                    const std::optional<std::string>& ds_state_json) {
+  if (auto refused = machina::check_request(req, ds_state_json ? ds_state_json->size() : 0,
+                                            host.options().max_request_bytes)) {
+    return std::move(*refused);
+  }
+  if (ds_state_json) {
+    machina::DsUpdate update;
+    std::string why;
+    if (!machina::decode_ds_state(*ds_state_json, update, why)) {
+      return machina::Response::failure(machina::ErrorKind::invalid_ds_state, why);
+    }
+    req.ds_state = std::move(update);
+  }
+  py::gil_scoped_release release;
+  return host.handle(req, session);
+}
+
+/// Host.call without pybind11's argument machinery (positional only): the raw binding.
+/// _core.call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json)
+PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept {
+  try {
+    if (nargs != 8) throw py::type_error("call() takes exactly 8 positional arguments");
+    auto& host = bound<machina::Host>(args[0]);
+    auto& session = bound<machina::Session>(args[3]);
+    machina::Request req;
+    req.aid = utf8(args[1], "aid");
+    req.input_json = utf8(args[2], "input_json");
+    req.idempotency_key = optional_str(args[4], "idempotency_key");
+    req.lease_token = optional_str(args[5], "lease_token");
+    if (args[6] != Py_None) {
+      const long long ms = PyLong_AsLongLong(args[6]);
+      if (ms == -1 && PyErr_Occurred()) throw py::error_already_set();
+      req.timeout_ms = ms;
+    }
+    const machina::Response r = handle_in_process(host, req, session, optional_str(args[7], "ds_state_json"));
+    return results().make(py::reinterpret_borrow<py::object>(args[1]), r).release().ptr();
+  } catch (...) {
+    return python_error();
+  }
+}
+
+/// InProcess.call compiled, for every call without a state or a timeout of its own; those
+/// (and calls on a closed transport) go to the reference method InProcess._call_py with
+/// the same arguments. Bound to InProcess as an instance method, so args[0] is the
+/// transport; `self._fast` is (Host, default timeout_ms, the input encoder) while it is
+/// open. Each call runs in an empty session, as the reference method's do: one per
+/// thread, replaced when a tool wrote to it.
 PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) noexcept {
   static PyObject* const k_fast = PyUnicode_InternFromString("_fast");
   static PyObject* const k_slow = PyUnicode_InternFromString("_call_py");
@@ -315,7 +326,7 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
   static PyObject* const k_timeout = PyUnicode_InternFromString("timeout");
   static PyObject* const k_raise = PyUnicode_InternFromString("raise_for_error");
   try {
-    bool fast = nargs == 2 || nargs == 3;
+    bool fast = (nargs == 2 || nargs == 3) && PyUnicode_CheckExact(args[1]);
     PyObject* key = Py_None;
     PyObject* token = Py_None;
     bool check = true;
@@ -333,76 +344,54 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
       } else if (is(k_state) || is(k_timeout)) fast = value == Py_None;
       else fast = false;  // the reference method names the unknown keyword
     }
-    PyObject* info = nullptr;
+    py::object info;
     if (fast) {
-      fast = PyUnicode_CheckExact(args[1]) && (nargs == 2 || args[2] == Py_None || PyUnicode_CheckExact(args[2])) &&
-             (key == Py_None || PyUnicode_CheckExact(key)) && (token == Py_None || PyUnicode_CheckExact(token));
-    }
-    if (fast) {
-      info = PyObject_GetAttr(args[0], k_fast);
-      if (info == nullptr) return nullptr;
-      fast = PyTuple_CheckExact(info) && PyTuple_GET_SIZE(info) == 2;
-      if (!fast) Py_DECREF(info);
+      info = py::reinterpret_steal<py::object>(PyObject_GetAttr(args[0], k_fast));
+      if (!info) return nullptr;
+      fast = PyTuple_CheckExact(info.ptr()) && PyTuple_GET_SIZE(info.ptr()) == 3;  // None once closed
     }
     if (!fast) {
-      PyObject* slow = PyObject_GetAttr(args[0], k_slow);
-      if (slow == nullptr) return nullptr;
-      PyObject* out = PyObject_Vectorcall(slow, args + 1, static_cast<std::size_t>(nargs - 1), kwnames);
-      Py_DECREF(slow);
-      return out;
+      const py::object slow = py::reinterpret_steal<py::object>(PyObject_GetAttr(args[0], k_slow));
+      if (!slow) return nullptr;
+      return PyObject_Vectorcall(slow.ptr(), args + 1, static_cast<std::size_t>(nargs - 1), kwnames);
     }
-    const py::object hold = py::reinterpret_steal<py::object>(info);
-    auto& host = bound<machina::Host>(PyTuple_GET_ITEM(info, 0));
-    const long long ms = PyLong_AsLongLong(PyTuple_GET_ITEM(info, 1));
-    if (ms == -1 && PyErr_Occurred()) return nullptr;
+    auto& host = bound<machina::Host>(PyTuple_GET_ITEM(info.ptr(), 0));
     machina::Request req;
-    Py_ssize_t n = 0;
-    const char* p = PyUnicode_AsUTF8AndSize(args[1], &n);
-    if (p == nullptr) return nullptr;
-    req.aid.assign(p, static_cast<std::size_t>(n));
-    if (nargs == 3 && args[2] != Py_None) {
-      p = PyUnicode_AsUTF8AndSize(args[2], &n);
-      if (p == nullptr) return nullptr;
-      req.input_json.assign(p, static_cast<std::size_t>(n));
-    } else {
-      req.input_json = "{}";
+    req.aid = utf8(args[1], "aid");
+    PyObject* inputs = nargs == 3 ? args[2] : Py_None;
+    if (PyUnicode_CheckExact(inputs)) {
+      req.input_json = utf8(inputs, "inputs");
+    } else {  // encoded as the reference method encodes (and refuses) them
+      const py::object text = py::reinterpret_steal<py::object>(PyObject_CallOneArg(PyTuple_GET_ITEM(info.ptr(), 2), inputs));
+      if (!text) return nullptr;
+      req.input_json = utf8(text.ptr(), "input_json");
     }
     req.idempotency_key = optional_str(key, "idempotency_key");
     req.lease_token = optional_str(token, "lease_token");
+    const long long ms = PyLong_AsLongLong(PyTuple_GET_ITEM(info.ptr(), 1));
+    if (ms == -1 && PyErr_Occurred()) return nullptr;
     req.timeout_ms = ms;
-    machina::Response r;
-    if (auto refused = machina::check_request(req, 0, host.options().max_request_bytes)) {
-      r = std::move(*refused);
-    } else {
-      py::gil_scoped_release release;
-      thread_local std::optional<machina::Session> session;
-      if (!session) session.emplace(/*respond_with_delta=*/true);
-      r = host.handle(req, *session);
-      if (r.ds_state.changes && !r.ds_state.changes->empty()) session.reset();  // the next call starts empty
-    }
+    thread_local std::optional<machina::Session> session;
+    if (!session) session.emplace(/*respond_with_delta=*/true);
+    const machina::Response r = handle_in_process(host, req, *session, std::nullopt);
+    if (r.ds_state.changes && !r.ds_state.changes->empty()) session.reset();  // the next call starts empty
     py::object result = results().make(py::reinterpret_borrow<py::object>(args[1]), r);
     if (check && !r.ok()) {
-      PyObject* raised = PyObject_CallMethodNoArgs(result.ptr(), k_raise);  // raises the matching error
-      if (raised == nullptr) return nullptr;
-      Py_DECREF(raised);
+      const py::object raised = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(result.ptr(), k_raise));
+      if (!raised) return nullptr;  // the matching ToolhostError
     }
     return result.release().ptr();
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const py::builtin_exception& e) {
-    e.set_error();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    return python_error();
   }
-  return nullptr;
 }
 
 PyMethodDef kInProcessCall = {
     "call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&inprocess_call)), METH_FASTCALL | METH_KEYWORDS,
     "call($self, aid, inputs=None, *, state=None, idempotency_key=None, lease_token=None, timeout=None, check=True)\n"
     "--\n\n"
-    "Runs one tool call (see Transport.call). Compiled for text inputs without a state or a\n"
-    "timeout of their own; every other call runs InProcess._call_py, the reference method."};
+    "Runs one tool call (see Transport.call). Compiled for calls without a state or a timeout\n"
+    "of their own; those run InProcess._call_py, the reference method."};
 
 PyMethodDef kFastMethods[] = {
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)), METH_FASTCALL,
