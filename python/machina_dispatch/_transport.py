@@ -73,6 +73,17 @@ def as_call(item: Call | tuple[Any, ...] | str) -> Call:
     return Call(*item)
 
 
+_MORE_FIELDS = (None,) * (len(Call._fields) - 1)
+
+
+def call_fields(item: Call | tuple[Any, ...] | str) -> tuple[Any, ...]:
+    """A batch item's six fields, in Call's order. A plain tuple is padded rather than
+    made a Call: a batch's own cost per call is a few microseconds, and a Call is one."""
+    if type(item) is tuple and 0 < len(item) <= len(Call._fields):
+        return item + _MORE_FIELDS[len(item) - 1:]
+    return as_call(item)
+
+
 def apply_state(state: DsState | None, result: ToolResult) -> None:
     if state is not None and result.ok and result.ds_state_json:
         state.apply(DsDelta.from_json(result.ds_state_json))

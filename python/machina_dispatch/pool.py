@@ -37,7 +37,7 @@ from . import _core
 from ._inputs import to_input_json
 from ._locate import find_executable
 from ._result import ToolResult
-from ._transport import EMPTY_STATE_JSON, Call, Transport, apply_state, as_call, check_all, timeout_ms
+from ._transport import EMPTY_STATE_JSON, Call, Transport, apply_state, call_fields, check_all, timeout_ms
 from .ds_state import DsState
 
 __all__ = ["Toolhost"]
@@ -45,6 +45,7 @@ __all__ = ["Toolhost"]
 STDERR_TAIL_BYTES = 4096
 MAX_LINE_BYTES = 64 * 1024 * 1024  # no response of the host comes near this
 READ_CHUNK = 256 * 1024
+ROUND_TRIP_EOF, ROUND_TRIP_WRITE_FAILED = 1, 3  # _core.round_trip's status (0 done, 2 out of time)
 NOT_FOUND = "machina-toolhost executable not found (pip install machina-toolhost, or set MACHINA_TOOLHOST_BIN)"
 
 
@@ -134,7 +135,6 @@ class _HostProcess:
             how = f"exited with status {status}"
         tail = self.stderr_tail().strip()
         return f"machina-toolhost (pid {self.proc.pid}) {how}" + (f"; stderr: {tail}" if tail else "")
-
 
     def close_input(self) -> None:
         """End of input for the host (it answers what it has and exits). The caller holds
@@ -238,9 +238,7 @@ class _SyncProcess:
             if leading:
                 for _ in self.readable.poll(1):
                     self.read_some()
-            if time.monotonic() > deadline + self.grace or self.dead is not None:
-                if self.dead is None:
-                    self.wedged(None, "a request could not be written before its deadline")
+            if self.gave_up_writing(deadline):
                 return leading
         try:
             if self.input_closed or self.dead is not None:
@@ -261,13 +259,18 @@ class _SyncProcess:
                     self.pump(None, deadline, want_write=True)
                 else:
                     select.select([], [self.host.fd_in], [], 0.01)
-                if time.monotonic() > deadline + self.grace or self.dead is not None:
-                    if self.dead is None:
-                        self.wedged(None, "a request could not be written before its deadline")
+                if self.gave_up_writing(deadline):
                     return leading
             return leading
         finally:
             self.write_lock.release()
+
+    def gave_up_writing(self, deadline: float) -> bool:
+        """Whether a writer must stop: the process is gone, or the deadline and grace have
+        passed (the host, not reading, is then taken as wedged)."""
+        if self.dead is None and time.monotonic() > deadline + self.grace:
+            self.wedged(None, "a request could not be written before its deadline")
+        return self.dead is not None
 
     # --- reading ----------------------------------------------------------------------
 
@@ -472,12 +475,12 @@ class _SyncProcess:
                                                           deadline + self.grace - time.monotonic(), self.write_lock)
                 if chunk:
                     self.take(chunk)
-                if status == 1:
+                if status == ROUND_TRIP_EOF:
                     self.fail_all(None, None)  # the process is gone: say how
-                elif status == 3:
+                elif status == ROUND_TRIP_WRITE_FAILED:
                     self.fail_all("the host stopped reading requests", None)
-                elif written < len(line) and self.dead is None:
-                    self.wedged(None, "a request could not be written before its deadline")
+                elif written < len(line):
+                    self.gave_up_writing(deadline)
                 return self.wait(entry, True)
             leading = self.send(line, deadline, True)
         else:
@@ -833,13 +836,9 @@ class Toolhost(Transport):
         deadline = 0.0
         now = time.monotonic()  # one clock read for the batch
         for c in calls:
-            if type(c) is tuple and len(c) == 2:  # (aid, inputs): no Call is built for the commonest form
-                aid, inputs = c
-                key = token = timeout = state = None
-            else:
-                aid, inputs, key, token, timeout, state = as_call(c)
-                if state is not None:
-                    states.append((len(prepared), state))
+            aid, inputs, key, token, timeout, state = call_fields(c)
+            if state is not None:
+                states.append((len(prepared), state))
             input_json, ms, state_json, d = self._prepare(inputs, state, timeout, now)
             prepared.append((aid, input_json, key, token, ms, state_json))
             if d > deadline:

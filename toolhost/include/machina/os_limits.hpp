@@ -30,7 +30,8 @@ void apply_process_limits(const WorkerLimits& limits);
 /// time, which a tool that yields between ticks (e.g. by reading its own CPU clock in a
 /// loop on a busy machine) can outrun several times over; the CPU clock is exact. The
 /// soft RLIMIT_CPU is still set (to the time used so far plus the budget) so that programs
-/// the tool starts inherit a limit. Does nothing for 0 seconds. Throws HostError if the timer cannot be created.
+/// the tool starts inherit a limit. Does nothing for 0 seconds. Throws HostError if the
+/// timer cannot be created.
 class CpuBudget {
  public:
   explicit CpuBudget(std::uint64_t cpu_seconds);
