@@ -464,28 +464,30 @@ class _SyncProcess:
             return reg
         rid, entry = reg
         line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json)
-        if self.read_lock.acquire(False):
-            # Nobody else reads: write and read in one compiled step, without the GIL.
-            if self.write_lock.acquire(False):
-                if self.input_closed or self.dead is not None:
-                    self.write_lock.release()
-                    return self.wait(entry, True)
-                # round_trip releases the write lock as soon as the line is written.
-                written, chunk, status = _core.round_trip(self.host.fd_in, self.host.fd_out, line,
-                                                          deadline + self.grace - time.monotonic(), self.write_lock)
-                if chunk:
-                    self.take(chunk)
-                if status == ROUND_TRIP_EOF:
-                    self.fail_all(None, None)  # the process is gone: say how
-                elif status == ROUND_TRIP_WRITE_FAILED:
-                    self.fail_all("the host stopped reading requests", None)
-                elif written < len(line):
-                    self.gave_up_writing(deadline)
-                return self.wait(entry, True)
-            leading = self.send(line, deadline, True)
+        leading = self.read_lock.acquire(False)
+        if leading and self.write_lock.acquire(False):
+            self.round_trip(line, deadline)
         else:
-            leading = self.send(line, deadline, False)
+            leading = self.send(line, deadline, leading)
         return self.wait(entry, leading)
+
+    def round_trip(self, line: bytes, deadline: float) -> None:
+        """With both locks held and nobody else reading: writes `line` and reads the first
+        answers in one compiled step, without the GIL (the write lock is released as soon
+        as the line is written)."""
+        if self.input_closed or self.dead is not None:
+            self.write_lock.release()
+            return
+        written, chunk, status = _core.round_trip(self.host.fd_in, self.host.fd_out, line,
+                                                  deadline + self.grace - time.monotonic(), self.write_lock)
+        if chunk:
+            self.take(chunk)
+        if status == ROUND_TRIP_EOF:
+            self.fail_all(None, None)  # the process is gone: say how
+        elif status == ROUND_TRIP_WRITE_FAILED:
+            self.fail_all("the host stopped reading requests", None)
+        elif written < len(line):
+            self.gave_up_writing(deadline)
 
     def call_batch(self, items: list[tuple[str, str, str | None, str | None, int, str | None]],
                    deadline: float) -> list[ToolResult]:
