@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build needs (CLI11 and RapidJSON headers, OpenSSL's
-# libcrypto, libseccomp) if they are missing. Uses sudo when not run as root.
+# Installs the Debian packages the build needs (CLI11 and RapidJSON headers, Nettle,
+# libseccomp) if they are missing. Uses sudo when not run as root.
 # With --clang, also clang and its sanitizer/fuzzer runtimes (scripts/sanitize-tests.sh,
 # scripts/fuzz.sh).
 set -euo pipefail
@@ -14,7 +14,7 @@ if [ "${1:-}" = "--clang" ]; then
 fi
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 [ -f /usr/include/rapidjson/reader.h ] || need+=(rapidjson-dev)
-[ -f /usr/include/openssl/hmac.h ] || need+=(libssl-dev)
+[ -f /usr/include/nettle/hmac.h ] || need+=(nettle-dev)
 [ -f /usr/include/seccomp.h ] || need+=(libseccomp-dev)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -36,6 +36,30 @@ def find_toolhost() -> str:
 TOOLHOST = find_toolhost()
 
 
+def elf_interpreter(path: str | Path) -> str | None:
+    """The program interpreter (dynamic loader) an ELF executable names, or None for a
+    statically linked one."""
+    import struct
+
+    with open(path, "rb") as f:
+        head = f.read(64)
+        assert head[:4] == b"\x7fELF" and head[4] == 2, f"{path}: not a 64-bit ELF file"
+        phoff, = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        for i in range(phnum):
+            f.seek(phoff + i * phentsize)
+            p_type, _, p_offset, _, _, p_filesz = struct.unpack("<IIQQQQ", f.read(40))
+            if p_type == 3:  # PT_INTERP
+                f.seek(p_offset)
+                return f.read(p_filesz).rstrip(b"\0").decode()
+    return None
+
+
+# The build links machina-toolhost fully statically, with the built-in tools in it,
+# wherever it can (not in the sanitizer build): see docs/operations.md.
+STATIC_FRONT = elf_interpreter(TOOLHOST) is None
+
+
 @pytest.fixture(scope="session")
 def toolhost() -> str:
     return TOOLHOST

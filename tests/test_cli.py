@@ -9,7 +9,7 @@ import subprocess
 import machina_dispatch
 import pytest
 import tomllib
-from conftest import REPO, TOOLHOST, base_env, ok_response, run_json
+from conftest import REPO, STATIC_FRONT, TOOLHOST, base_env, ok_response, run_json
 
 REQUIRED_TOOLS = {"AID.ECHO.v1", "AID.TEXT.STATS.v1", "AID.STATE.PUT.v1", "AID.FILE.WRITE.v1"}
 
@@ -72,7 +72,8 @@ def test_list_describes_builtin_tools() -> None:
         assert set(t) == {"aid", "name", "description", "input_schema", "deterministic", "tags",
                           "side_effects", "replay_inputs", "tier", "timeout_ms", "plugin"}
         assert 0 <= t["tier"] <= 3
-        assert t["plugin"].endswith("machina_builtin_tools.so")
+        # Linked into the static executable, else loaded from the package's plugin pack.
+        assert t["plugin"] == "built-in" if STATIC_FRONT else t["plugin"].endswith("machina_builtin_tools.so")
     assert tools["AID.ECHO.v1"]["input_schema"] is None
     assert tools["AID.TEXT.STATS.v1"]["deterministic"] is True
     assert tools["AID.TEXT.STATS.v1"]["input_schema"]["required"] == ["text"]

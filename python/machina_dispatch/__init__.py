@@ -128,7 +128,7 @@ class Host(_core.Host):
 
     def __init__(self, plugins: list[str | os.PathLike[str]] | None = None, **options: object) -> None:
         if options.get("isolation") == "process" and not options.get("worker_executable"):
-            options["worker_executable"] = find_executable() or ""
+            options["worker_executable"] = find_executable(loads_plugins=True) or ""
         super().__init__(**options)  # type: ignore[arg-type]
         for path in plugins if plugins is not None else [builtin_plugin_path()]:
             self.load_plugin(os.fspath(path))

@@ -52,7 +52,7 @@ class InProcess(Transport):
                  **options: Any) -> None:
         super().__init__(timeout)
         if isolation == "process":
-            found = find_executable(executable)
+            found = find_executable(executable, loads_plugins=True)  # workers load plugins by path
             if found is None:
                 from ._errors import ExecutableNotFound
 

@@ -728,7 +728,7 @@ class Toolhost(Transport):
         super().__init__(timeout)
         if processes < 1 or workers < 1 or max_in_flight < 1:
             raise ValueError("processes, workers and max_in_flight must be at least 1")
-        exe = find_executable(executable)
+        exe = find_executable(executable, loads_plugins=bool(plugins))
         if exe is None:
             from ._errors import ExecutableNotFound
 

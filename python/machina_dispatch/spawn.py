@@ -49,7 +49,7 @@ class Spawn(Transport):
                  timeout: float | None = None, max_output_bytes: int = MAX_OUTPUT_BYTES,
                  env: dict[str, str] | None = None) -> None:
         super().__init__(timeout)
-        self.executable = find_executable(executable)
+        self.executable = find_executable(executable, loads_plugins=bool(plugins))
         self.args = [a for p in plugins or [] for a in ("--plugin", os.fspath(p))] + list(args or [])
         self.max_output_bytes = max_output_bytes
         self.env = env

@@ -26,44 +26,101 @@
 #ifndef MACHINA_VERSION
 #error "MACHINA_VERSION must be defined by the build"
 #endif
-#ifndef MACHINA_BUILTIN_RELDIRS
-#define MACHINA_BUILTIN_RELDIRS ""
+#ifndef MACHINA_PACKAGE_RELDIRS
+#define MACHINA_PACKAGE_RELDIRS ""
 #endif
 
 namespace fs = std::filesystem;
 
+#ifdef MACHINA_LINKED_TOOLS
+// This build has the built-in pack (plugins/builtin/builtin_tools.cpp) linked in and is
+// linked fully statically: starting it costs about what starting /bin/true does. It
+// cannot load plugin libraries; for those it hands over to the plugin-loading build.
+extern "C" std::uint32_t machina_plugin_abi_version(void);
+extern "C" int machina_plugin_register(const machina_registrar_api* api, machina_registrar* registrar);
+#endif
+
 namespace {
 
-/// The built-in plugin pack: $MACHINA_TOOLHOST_PLUGIN_DIR, else next to the installed
-/// Python package (relative to this executable), else next to the executable (build tree).
-std::string find_builtin_plugin() {
-  const std::string file(machina::kBuiltinPluginFile);
-  if (const char* dir = std::getenv("MACHINA_TOOLHOST_PLUGIN_DIR"); dir != nullptr && *dir != '\0') {
-    return (fs::path(dir) / file).string();
-  }
-  // Plain strings and access(2): this runs on every --run, and the first candidate (this
-  // interpreter's default install scheme) is nearly always the one.
+/// Where a file of the installed machina_dispatch package (or of the build tree) is, given
+/// its path inside the package: next to the Python package (found relative to this
+/// executable), else relative to the executable as laid out in the build tree. Throws
+/// HostError listing the places looked at, with `hint`.
+std::string find_package_file(const std::string& inside, const std::string& what, const std::string& hint) {
+  // Plain strings and access(2): the first candidate (this interpreter's default install
+  // scheme) is nearly always the one.
   std::vector<std::string> tried;
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
     std::string exe_dir(exe, static_cast<std::size_t>(n));
     exe_dir.resize(exe_dir.rfind('/') + 1);
-    const std::string_view reldirs = MACHINA_BUILTIN_RELDIRS;
+    // The plugin-loading build lives in the package's (or build tree's) libexec/.
+    if (exe_dir.size() > 9 && exe_dir.ends_with("/libexec/")) tried.push_back(exe_dir + "../" + inside);
+    const std::string_view reldirs = MACHINA_PACKAGE_RELDIRS;
     for (std::size_t at = 0; at <= reldirs.size();) {
       const std::size_t end = std::min(reldirs.find(':', at), reldirs.size());
-      if (end > at) tried.push_back(exe_dir + std::string(reldirs.substr(at, end - at)) + "/" + file);
+      if (end > at) tried.push_back(exe_dir + std::string(reldirs.substr(at, end - at)) + "/" + inside);
       at = end + 1;
     }
-    tried.push_back(exe_dir + "plugins/" + file);
+    tried.push_back(exe_dir + inside);
   }
   for (const auto& p : tried) {
     if (::access(p.c_str(), R_OK) == 0) return fs::path(p).lexically_normal().string();
   }
   std::string where;
   for (const auto& p : tried) where += "\n  " + fs::path(p).lexically_normal().string();
-  throw machina::HostError("built-in plugins not found; looked for:" + where +
-                           "\nset MACHINA_TOOLHOST_PLUGIN_DIR or name a plugin with --plugin");
+  throw machina::HostError(what + " not found; looked for:" + where + "\n" + hint);
+}
+
+const char* builtin_plugin_dir() {
+  const char* dir = std::getenv("MACHINA_TOOLHOST_PLUGIN_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : nullptr;
+}
+
+#ifdef MACHINA_LINKED_TOOLS
+constexpr machina::PluginEntryPoints kLinkedTools{&machina_plugin_abi_version, &machina_plugin_register};
+
+/// Plugin libraries (named, or the built-in pack from MACHINA_TOOLHOST_PLUGIN_DIR) are
+/// loaded by the dynamically linked build of this program, installed in the package's
+/// libexec/: it is run in this process's place with the same arguments.
+bool needs_plugin_loader(bool plugins_named) { return plugins_named || builtin_plugin_dir() != nullptr; }
+
+[[noreturn]] void hand_over_to_plugin_loader(char** argv) {
+  std::string loader;
+  try {
+    loader = find_package_file("libexec/machina-toolhost", "the plugin-loading build of machina-toolhost",
+                               "it is installed with the machina_dispatch package; reinstall it");
+  } catch (const machina::HostError& e) {
+    const std::string text = std::string("machina-toolhost: cannot load plugins: ") + e.what() + "\n";
+    (void)!::write(STDERR_FILENO, text.data(), text.size());
+    _exit(2);
+  }
+  ::execv(loader.c_str(), argv);
+  const std::string text = "machina-toolhost: cannot start " + loader + ": " + std::strerror(errno) + "\n";
+  (void)!::write(STDERR_FILENO, text.data(), text.size());
+  _exit(2);
+}
+#else
+/// The built-in plugin pack: $MACHINA_TOOLHOST_PLUGIN_DIR, else in the installed Python
+/// package (relative to this executable), else in the build tree.
+std::string find_builtin_plugin() {
+  const std::string file(machina::kBuiltinPluginFile);
+  if (const char* dir = builtin_plugin_dir()) return (fs::path(dir) / file).string();
+  return find_package_file("plugins/" + file, "built-in plugins",
+                           "set MACHINA_TOOLHOST_PLUGIN_DIR or name a plugin with --plugin");
+}
+#endif
+
+/// Registers the tools of this invocation: the plugins named, else the built-in pack.
+void load_tools(machina::Host& host, const std::vector<std::string>& plugins) {
+#ifdef MACHINA_LINKED_TOOLS
+  (void)plugins;  // with plugins named, main() has handed over to the plugin loader
+  host.add_linked_plugin(kLinkedTools);
+#else
+  if (plugins.empty()) host.load_plugin(find_builtin_plugin());
+  for (const auto& p : plugins) host.load_plugin(p);
+#endif
 }
 
 bool parse_positive(const std::string& text, std::int64_t& out) {
@@ -122,8 +179,7 @@ int execute(Invocation& inv) {
   // Before any plugin code runs (loading included), so nothing it prints reaches the wire.
   const int wire = take_stdout_for_wire();
   machina::Host host(inv.options);
-  if (inv.plugins.empty()) inv.plugins.push_back(find_builtin_plugin());
-  for (const auto& p : inv.plugins) host.load_plugin(p);
+  load_tools(host, inv.plugins);
 
   if (inv.mode == Invocation::Mode::list) return machina::cli::write_all(wire, list_json(host)) ? 0 : 1;
   if (inv.mode == Invocation::Mode::run) {
@@ -167,6 +223,9 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a vanished reader is seen as a failed write
 
   if (Invocation fast; fast_run(argc, argv, fast)) {
+#ifdef MACHINA_LINKED_TOOLS
+    if (needs_plugin_loader(!fast.plugins.empty())) hand_over_to_plugin_loader(argv);
+#endif
     try {
       return execute(fast);
     } catch (const machina::HostError& e) {
@@ -275,6 +334,8 @@ int main(int argc, char** argv) {
   bool worker_mode = false;
   long parent_pid = 0;
   app.add_flag("--isolation-worker", worker_mode)->group("");
+  bool linked_tools = false;  // the worker registers the tools linked into this program
+  app.add_flag("--linked-tools", linked_tools)->group("");
   app.add_option("--parent-pid", parent_pid)->group("");
 
   list_opt->excludes(run_opt)->excludes(serve_opt);
@@ -291,7 +352,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Environment: MACHINA_LEASE_ENFORCE=1 (tools of tier > 0 need a lease), MACHINA_LEASE_SECRET /\n"
       "MACHINA_LEASE_KEY_FILE (the lease secret), MACHINA_LEASE_LEDGER (directory that makes single use\n"
-      "hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (where the built-in plugins are).\n"
+      "hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (load the built-in tools from\n"
+      "machina_builtin_tools.so in this directory).\n"
       "Protocol: docs/protocol.md");
 
   try {
@@ -301,9 +363,22 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  if (run_args.size() == 2) plugins.push_back(run_args[0]);
+  if (serve_args.size() == 1 && !serve_args[0].empty()) plugins.push_back(serve_args[0]);
+#ifdef MACHINA_LINKED_TOOLS
+  if (!*issue_cmd && needs_plugin_loader(!plugins.empty())) hand_over_to_plugin_loader(argv);
+#endif
+
   if (worker_mode) {
     machina::worker::WorkerConfig wc;
-    wc.plugins = plugins;
+    wc.load_tools = [&](machina::ToolRegistry& registry) {
+#ifdef MACHINA_LINKED_TOOLS
+      if (linked_tools) registry.add_plugin(std::string(machina::kLinkedPluginSource), kLinkedTools);
+#else
+      if (linked_tools) throw machina::HostError("--linked-tools: this build of machina-toolhost has no linked tools");
+      for (const auto& p : plugins) registry.load_plugin(p);
+#endif
+    };
     wc.limits = limits;
     wc.max_output_bytes = options.max_output_bytes;
     wc.max_frame_bytes = 10 * options.max_request_bytes + (1u << 20);
@@ -342,8 +417,6 @@ int main(int argc, char** argv) {
     inv.mode = list ? Invocation::Mode::list
                     : (run_opt->count() > 0 ? Invocation::Mode::run : Invocation::Mode::serve);
     inv.plugins = plugins;
-    if (run_args.size() == 2) inv.plugins.push_back(run_args[0]);
-    if (serve_args.size() == 1 && !serve_args[0].empty()) inv.plugins.push_back(serve_args[0]);
     if (!run_args.empty()) inv.aid = run_args.back();
     inv.workers = workers;
     inv.options = std::move(options);

@@ -5,7 +5,6 @@
 
 #include <machina/wire.hpp>
 
-#include <openssl/crypto.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -84,9 +83,6 @@ class ServingThreads {
     }
     std::thread([this, body = std::forward<F>(body)]() mutable {
       body();
-      // The process may exit as soon as this thread reports done, before its thread-local
-      // destructors run: release OpenSSL's per-thread state (lease checks allocate it) now.
-      OPENSSL_thread_stop();
       std::lock_guard lock(mu_);
       --running_;
       done_.notify_all();

@@ -80,10 +80,12 @@ Host::Host(HostOptions options)
 
 Host::~Host() = default;
 
-std::vector<std::string> Host::load_plugin(const std::string& path) {
-  if (workers_) throw HostError("plugin " + path + ": cannot load a plugin after the isolated workers have started");
-  auto added = registry_.load_plugin(path);
-  plugin_paths_.push_back(path);
+// Host::load_plugin is in plugin_library.cpp, with the rest of dynamic loading.
+
+std::vector<std::string> Host::add_linked_plugin(PluginEntryPoints entry) {
+  if (workers_) throw HostError("the built-in tools cannot be added after the isolated workers have started");
+  auto added = registry_.add_plugin(std::string(kLinkedPluginSource), entry);
+  plugin_paths_.emplace_back();  // the workers' plugin list: "" stands for the linked tools
   return added;
 }
 

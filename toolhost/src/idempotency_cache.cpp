@@ -1,7 +1,7 @@
 // See idempotency_cache.hpp.
 #include <machina/idempotency_cache.hpp>
 
-#include <openssl/evp.h>
+#include <nettle/sha2.h>
 
 #include <cstring>
 
@@ -14,12 +14,12 @@ IdempotencyCache::Fingerprint IdempotencyCache::fingerprint(std::string_view inp
     std::memcpy(fp.data() + 1, input_json.data(), input_json.size());
     return fp;
   }
-  // The digest is fetched once, not on every call as EVP_sha256() would have it.
-  static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  unsigned int len = 0;
+  static_assert(std::tuple_size_v<Fingerprint> == 1 + SHA256_DIGEST_SIZE);
+  sha256_ctx ctx;
+  sha256_init(&ctx);
+  sha256_update(&ctx, input_json.size(), reinterpret_cast<const std::uint8_t*>(input_json.data()));
   fp[0] = 0xFF;
-  EVP_Digest(input_json.data(), input_json.size(), fp.data() + 1, &len, sha256 != nullptr ? sha256 : EVP_sha256(),
-             nullptr);
+  sha256_digest(&ctx, SHA256_DIGEST_SIZE, fp.data() + 1);
   return fp;
 }
 

@@ -1,11 +1,10 @@
-// HMAC-SHA256 leases (OpenSSL); see lease.hpp.
+// HMAC-SHA256 leases (Nettle); see lease.hpp.
 #include <machina/errors.hpp>
 #include <machina/lease.hpp>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <nettle/hmac.h>
+#include <nettle/memops.h>
+#include <sys/random.h>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -126,11 +125,12 @@ LeaseAuthority::LeaseAuthority(std::string secret, Options options)
 }
 
 std::string LeaseAuthority::mac_hex(std::string_view payload) const {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
-       reinterpret_cast<const unsigned char*>(payload.data()), payload.size(), mac, &len);
-  return to_hex(mac, len);
+  hmac_sha256_ctx ctx;
+  hmac_sha256_set_key(&ctx, secret_.size(), reinterpret_cast<const std::uint8_t*>(secret_.data()));
+  hmac_sha256_update(&ctx, payload.size(), reinterpret_cast<const std::uint8_t*>(payload.data()));
+  unsigned char mac[SHA256_DIGEST_SIZE];
+  hmac_sha256_digest(&ctx, sizeof mac, mac);
+  return to_hex(mac, sizeof mac);
 }
 
 std::string LeaseAuthority::issue(std::string_view aid, std::int64_t ttl_ms, std::int64_t now_ms) const {
@@ -138,7 +138,8 @@ std::string LeaseAuthority::issue(std::string_view aid, std::int64_t ttl_ms, std
   if (ttl_ms <= 0 || ttl_ms > options_.max_ttl_ms)
     throw HostError("lease ttl must be between 1 ms and " + std::to_string(options_.max_ttl_ms / 1000) + " s");
   unsigned char nonce[16];
-  if (RAND_bytes(nonce, sizeof nonce) != 1) throw HostError("no randomness for a lease nonce");
+  if (getrandom(nonce, sizeof nonce, 0) != static_cast<ssize_t>(sizeof nonce))
+    throw HostError("no randomness for a lease nonce");
   std::string payload(kPrefix);
   payload += '.';
   payload += to_hex(reinterpret_cast<const unsigned char*>(aid.data()), aid.size());
@@ -170,7 +171,7 @@ std::optional<std::string> LeaseAuthority::redeem(std::string_view token, std::s
 
   const std::string_view payload = token.substr(0, token.size() - 65);
   const std::string expected = mac_hex(payload);
-  if (CRYPTO_memcmp(expected.data(), parts[4].data(), expected.size()) != 0) return "bad_signature";
+  if (!memeql_sec(expected.data(), parts[4].data(), expected.size())) return "bad_signature";  // constant time
   if (lease_aid != aid) return "wrong_tool";
   // No issuer mints leases longer than max_ttl; a longer one would also pin its ledger
   // entry for that long.

@@ -1,8 +1,7 @@
-// Plugin loading through the C ABI; see tool_registry.hpp.
+// Tool registration through the C ABI; see tool_registry.hpp. Loading plugin libraries
+// is in plugin_library.cpp.
 #include <machina/errors.hpp>
 #include <machina/tool_registry.hpp>
-
-#include <dlfcn.h>
 
 #include <cstddef>
 
@@ -91,49 +90,33 @@ const machina_registrar_api kRegistrarApi{MACHINA_PLUGIN_ABI_VERSION, sizeof(mac
 }  // namespace
 
 ToolRegistry::~ToolRegistry() {
-  tools_.clear();
-  for (void* lib : libraries_) dlclose(lib);
+  tools_.clear();     // before the code they point into goes
+  libraries_.clear();
 }
 
-std::vector<std::string> ToolRegistry::load_plugin(const std::string& path) {
-  const std::string where = "plugin " + path + ": ";
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* why = dlerror();
-    throw HostError(where + "cannot load: " + (why ? why : "unknown error"));
-  }
-  auto close_and_throw = [&](const std::string& why) {
-    dlclose(lib);
-    throw HostError(where + why);
-  };
-  auto version_fn = reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(lib, MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
-  if (version_fn == nullptr) close_and_throw("missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
-  const std::uint32_t version = version_fn();
+std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, PluginEntryPoints entry) {
+  const std::string where = "plugin " + source + ": ";
+  auto refuse = [&](const std::string& why) { throw HostError(where + why); };
+  const std::uint32_t version = entry.abi_version();
   if (version != MACHINA_PLUGIN_ABI_VERSION) {
-    close_and_throw("ABI version " + std::to_string(version) + " is not supported (this host speaks version " +
-                    std::to_string(MACHINA_PLUGIN_ABI_VERSION) + ")");
+    refuse("ABI version " + std::to_string(version) + " is not supported (this host speaks version " +
+           std::to_string(MACHINA_PLUGIN_ABI_VERSION) + ")");
   }
-  auto register_fn = reinterpret_cast<machina_plugin_register_fn>(dlsym(lib, MACHINA_PLUGIN_REGISTER_SYMBOL));
-  if (register_fn == nullptr) close_and_throw("missing entry point " MACHINA_PLUGIN_REGISTER_SYMBOL);
-
-  PendingRegistration pending{path, breaker_options_, {}, {}};
-  const int rc = register_fn(&kRegistrarApi, reinterpret_cast<machina_registrar*>(&pending));
-  if (!pending.error.empty()) close_and_throw("registration refused: " + pending.error);
-  if (rc != 0) close_and_throw("registration failed (code " + std::to_string(rc) + ")");
-  if (pending.tools.empty()) close_and_throw("registers no tools");
+  if (entry.register_tools == nullptr) refuse("missing entry point " MACHINA_PLUGIN_REGISTER_SYMBOL);
+  PendingRegistration pending{source, breaker_options_, {}, {}};
+  const int rc = entry.register_tools(&kRegistrarApi, reinterpret_cast<machina_registrar*>(&pending));
+  if (!pending.error.empty()) refuse("registration refused: " + pending.error);
+  if (rc != 0) refuse("registration failed (code " + std::to_string(rc) + ")");
+  if (pending.tools.empty()) refuse("registers no tools");
 
   std::unique_lock lock(mu_);
   std::set<std::string_view> in_plugin;
   for (const auto& tool : pending.tools) {
     const std::string& aid = tool->info.aid;
     if (auto it = tools_.find(aid); it != tools_.end()) {
-      lock.unlock();
-      close_and_throw("duplicate aid " + aid + " (already registered by " + it->second->info.plugin_path + ")");
+      refuse("duplicate aid " + aid + " (already registered by " + it->second->info.plugin_path + ")");
     }
-    if (!in_plugin.insert(aid).second) {
-      lock.unlock();
-      close_and_throw("duplicate aid " + aid + " (declared twice)");
-    }
+    if (!in_plugin.insert(aid).second) refuse("duplicate aid " + aid + " (declared twice)");
   }
   std::vector<std::string> added;
   for (auto& tool : pending.tools) {
@@ -141,7 +124,6 @@ std::vector<std::string> ToolRegistry::load_plugin(const std::string& path) {
     order_.push_back(tool->info.aid);
     tools_.emplace(tool->info.aid, std::move(tool));
   }
-  libraries_.push_back(lib);
   return added;
 }
 

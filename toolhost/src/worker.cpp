@@ -98,7 +98,7 @@ int run_worker(const WorkerConfig& config) {
     apply_process_limits(config.limits);
     CpuBudget cpu_budget(config.limits.cpu_seconds);
     ToolRegistry registry(CircuitBreaker::Options{});
-    for (const auto& p : config.plugins) registry.load_plugin(p);
+    config.load_tools(registry);
     Hello hello;
     for (const auto& t : registry.list()) hello.aids.push_back(t.aid);
     std::string out;

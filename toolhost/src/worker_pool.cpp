@@ -216,8 +216,12 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::start_worker(std::int64_t deadli
               "--max-output-bytes", std::to_string(options_.max_output_bytes), "--max-request-bytes",
               std::to_string(options_.max_request_bytes)};
   for (const auto& p : plugins_) {
-    req.argv.push_back("--plugin");
-    req.argv.push_back(p);
+    if (p.empty()) {
+      req.argv.push_back("--linked-tools");  // the host's own linked tools (it is this program too)
+    } else {
+      req.argv.push_back("--plugin");
+      req.argv.push_back(p);
+    }
   }
   const WorkerLimits& l = options_.limits;
   if (l.cpu_seconds) req.argv.insert(req.argv.end(), {"--limit-cpu-s", std::to_string(l.cpu_seconds)});

@@ -90,6 +90,9 @@ class Host {
   /// Throws HostError naming the file (see ToolRegistry::load_plugin), or if process
   /// isolation has already started its workers.
   std::vector<std::string> load_plugin(const std::string& path);
+  /// Registers tools linked into this program (machina-toolhost's built-in pack). Isolated
+  /// workers, being this program too, are told to do the same (`--linked-tools`).
+  std::vector<std::string> add_linked_plugin(PluginEntryPoints entry);
   const ToolRegistry& registry() const { return registry_; }
   const HostOptions& options() const { return options_; }
 

@@ -1,6 +1,6 @@
-// The tools a host knows, and the loader that registers them from plugin libraries
-// through the C ABI (version checked before anything is registered; a plugin is
-// registered whole or not at all).
+// The tools a host knows, registered through the C ABI from plugin libraries or from a
+// plugin linked into the program (version checked before anything is registered; a
+// plugin is registered whole or not at all).
 #pragma once
 
 #include <machina/circuit_breaker.hpp>
@@ -41,6 +41,15 @@ struct Tool {
   explicit Tool(const CircuitBreaker::Options& breaker_options) : breaker(breaker_options) {}
 };
 
+/// A plugin's two C entry points (see plugin_abi.h).
+struct PluginEntryPoints {
+  machina_plugin_abi_version_fn abi_version = nullptr;
+  machina_plugin_register_fn register_tools = nullptr;
+};
+
+/// What `ToolInfo::plugin_path` says of tools linked into the program.
+inline constexpr std::string_view kLinkedPluginSource = "built-in";
+
 /// Thread-safe: lookups may run while another thread loads a plugin.
 class ToolRegistry {
  public:
@@ -52,7 +61,14 @@ class ToolRegistry {
   /// Loads a plugin library and registers its tools. Throws HostError naming the file
   /// if it cannot be opened, lacks an entry point, has another ABI version, declares
   /// an invalid tool or an aid that is already registered. Returns the aids added.
+  /// Defined apart (plugin_library.cpp), so that a program which only links its tools
+  /// in carries no dynamic loading.
   std::vector<std::string> load_plugin(const std::string& path);
+
+  /// Registers the tools of a plugin whose entry points are at hand; `source` names it
+  /// in errors and in each tool's plugin_path. Same checks and errors as load_plugin
+  /// (the ABI version first, then the register entry point, which may be null).
+  std::vector<std::string> add_plugin(const std::string& source, PluginEntryPoints entry);
 
   /// The tool, or nullptr. The pointer stays valid for the registry's lifetime.
   const Tool* find(std::string_view aid) const;
@@ -69,7 +85,8 @@ class ToolRegistry {
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Tool>, Hash, std::equal_to<>> tools_;
   std::vector<std::string> order_;
-  std::vector<void*> libraries_;
+  // Opened plugin libraries, closed after tools_ is cleared (the closer comes with them).
+  std::vector<std::unique_ptr<void, int (*)(void*)>> libraries_;
 };
 
 }  // namespace machina

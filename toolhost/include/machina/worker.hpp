@@ -1,20 +1,27 @@
 // The worker side of process isolation: a machina-toolhost process started by a host
-// with --isolation-worker. It limits itself, loads the host's plugins, says which tools
+// with --isolation-worker. It limits itself, registers the host's tools, says which tools
 // it has, then runs one call at a time from the host's call pipe until the host closes it.
 #pragma once
 
 #include <machina/os_limits.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+namespace machina {
+class ToolRegistry;
+}
 
 namespace machina::worker {
 
 struct WorkerConfig {
   int call_fd = 3;                   // calls come in here (a pipe from the host)
   int result_fd = 4;                 // results go out here (a pipe to the host)
-  std::vector<std::string> plugins;  // loaded in this order, as the host did
+  // Registers the host's tools (the program decides how: linked in, or plugin libraries
+  // loaded in the host's order). Throws HostError if it cannot.
+  std::function<void(ToolRegistry&)> load_tools;
   WorkerLimits limits;
   std::size_t max_output_bytes = 0;
   std::size_t max_frame_bytes = 0;   // largest call frame accepted

@@ -1,0 +1,38 @@
+// Loading plugin libraries with dlopen. Kept apart from registration so that the
+// statically linked machina-toolhost, whose tools are linked in, contains no dynamic
+// loading at all (a static program cannot safely dlopen code that needs the C library).
+#include <machina/errors.hpp>
+#include <machina/host.hpp>
+#include <machina/tool_registry.hpp>
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace machina {
+
+std::vector<std::string> ToolRegistry::load_plugin(const std::string& path) {
+  const std::string where = "plugin " + path + ": ";
+  std::unique_ptr<void, int (*)(void*)> lib(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL), &dlclose);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    throw HostError(where + "cannot load: " + (why ? why : "unknown error"));
+  }
+  PluginEntryPoints entry;
+  entry.abi_version = reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(lib.get(), MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
+  if (entry.abi_version == nullptr) throw HostError(where + "missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
+  entry.register_tools = reinterpret_cast<machina_plugin_register_fn>(dlsym(lib.get(), MACHINA_PLUGIN_REGISTER_SYMBOL));
+  auto added = add_plugin(path, entry);  // on a throw, `lib` closes the library
+  std::unique_lock lock(mu_);
+  libraries_.push_back(std::move(lib));
+  return added;
+}
+
+std::vector<std::string> Host::load_plugin(const std::string& path) {
+  if (workers_) throw HostError("plugin " + path + ": cannot load a plugin after the isolated workers have started");
+  auto added = registry_.load_plugin(path);
+  plugin_paths_.push_back(path);
+  return added;
+}
+
+}  // namespace machina
