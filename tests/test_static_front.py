@@ -101,4 +101,5 @@ def test_python_transports_that_name_plugins_start_the_loader_directly(test_plug
     # Spawning the static executable would only cost a hand-over to the loader.
     assert machina_dispatch.Spawn(plugins=[test_plugins["c_tools"]]).executable == str(LOADER.resolve())
     assert machina_dispatch.Spawn().executable == TOOLHOST
-    assert machina_dispatch.run_machina_toolhost("AID.C.UPPER.v1", '"a"', plugins=[test_plugins["c_tools"]])["output_json"] == '"A"'
+    r = machina_dispatch.run_machina_toolhost("AID.C.UPPER.v1", '"a"', plugins=[test_plugins["c_tools"]])
+    assert r["output_json"] == '"A"'
