@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import subprocess
 import sys
 import textwrap
 import time
@@ -161,6 +162,50 @@ def test_stderr_is_drained_while_running(tmp_path: Path) -> None:
     """)
     out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake, timeout=20)
     assert out["type"] == "crash" and out["exit_status"] == 3 and len(out["stderr"]) <= 4096
+
+
+def test_the_host_starts_clean(tmp_path: Path) -> None:
+    """The host process gets its own process group, SIGPIPE and SIGXFSZ at their defaults
+    (Python ignores both), no blocked signals, and this process's environment or `env`."""
+    fake = tmp_path / "fake-host"
+    fake.write_text(textwrap.dedent(r"""
+        #!/bin/sh
+        cat > /dev/null
+        status=$(cat /proc/$$/status)
+        ign=$(echo "$status" | sed -n 's/^SigIgn:[[:space:]]*//p')
+        blk=$(echo "$status" | sed -n 's/^SigBlk:[[:space:]]*//p')
+        pgid=$(cut -d' ' -f5 /proc/$$/stat)
+        out='[\\"%s\\",\\"%s\\",%s,%s,\\"%s\\"]'
+        printf '{"ok":true,"status":"OK","output_json":"'"$out"'","error":"","ds_state":{"slots":{}}}\n' \
+          "$ign" "$blk" "$pgid" "$$" "$MACHINA_SPAWN_PROBE"
+        """).lstrip())
+    fake.chmod(0o755)
+    with patched_environ({"MACHINA_SPAWN_PROBE": "inherited"}):
+        out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake)
+        given = md.Spawn(fake, env={"MACHINA_SPAWN_PROBE": "given"}).call("AID.ECHO.v1")
+    ign, blk, pgid, pid, probe = json.loads(out["output_json"])
+    assert int(ign, 16) & (1 << (13 - 1) | 1 << (25 - 1)) == 0  # SIGPIPE, SIGXFSZ
+    assert int(blk, 16) == 0
+    assert pgid == pid
+    assert probe == "inherited"
+    assert json.loads(given.output_json)[4] == "given"
+
+
+def test_works_with_standard_streams_closed(tmp_path: Path) -> None:
+    """A caller without standard streams (a daemon) still gets answers: the pipes then
+    take descriptors 0-2, which the host must not confuse with its own."""
+    result = tmp_path / "result.json"
+    script = textwrap.dedent(f"""
+        import json, os
+        for fd in (0, 1, 2):
+            os.close(fd)
+        import machina_dispatch as md
+        out = md.run_machina_toolhost("AID.ECHO.v1", {{"a": 1}}, executable={TOOLHOST!r})
+        open({str(result)!r}, "w").write(json.dumps(out))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert proc.returncode == 0
+    assert json.loads(result.read_text())["output_json"] == '{"a":1}'
 
 
 def test_state_round_trip(plugins: list[str]) -> None:

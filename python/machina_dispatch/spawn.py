@@ -1,18 +1,20 @@
 """The spawn transport: one ``machina-toolhost --run`` process per call (seed §3c/§5).
 
-The process gets its own process group; stdin is written and stdout/stderr are read by
-one poll loop in the calling thread, so nothing is buffered without bound: stdout stops
-being read at its cap (1 MiB, the seed's ``_TOOLHOST_MAX_OUTPUT``), stderr is drained as
-it comes and only its tail is kept. On timeout the whole group is killed; every path
-reaps the process, so none is ever left behind.
+The process is started by ``_core.spawn`` (``posix_spawn``, a fraction of what
+``subprocess.Popen`` costs in Python) in a process group of its own;
+stdin is written and stdout/stderr are read by one poll loop in the calling thread, so
+nothing is buffered without bound: stdout stops being read at its cap (1 MiB, the seed's
+``_TOOLHOST_MAX_OUTPUT``), stderr is drained as it comes and only its tail is kept. On
+timeout the whole group is killed; every path reaps the process, so none is ever left
+behind. Unlike ``subprocess`` it does not close descriptors that are not close-on-exec;
+Python opens every descriptor close-on-exec.
 """
 
 from __future__ import annotations
 
-import collections
-import errno
+import fcntl
 import os
-import selectors
+import select
 import signal
 import subprocess
 import time
@@ -118,86 +120,117 @@ def _run(executable: str, args: list[str], request: bytes, deadline_s: float, ma
          env: dict[str, str] | None) -> tuple[bytes, int, str] | ToolResult:
     """Runs one host process to completion. Returns (stdout, exit status, stderr tail),
     or a failure result (not_found, timeout, parse_error for stdout over the cap)."""
+    fds: list[int] = []  # every descriptor of ours, closed on the way out
     try:
-        proc = subprocess.Popen([executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True, env=env)
-    except FileNotFoundError:
-        return ToolResult.failure("", "not_found", f"machina-toolhost executable not found: {executable}")
-    except PermissionError as e:
-        return ToolResult.failure("", "not_found", f"machina-toolhost cannot be run: {e}")
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        # The child's ends first: dup2 in the child must not clobber a pipe end that
+        # landed on 0-2 (when this process runs with standard streams closed).
+        in_r, in_w = _pipe(fds)
+        out_r, out_w = _pipe(fds)
+        err_r, err_w = _pipe(fds)
+        try:
+            pid = _core.spawn(executable, [executable, *args],
+                              None if env is None else [f"{k}={v}" for k, v in env.items()], in_r, out_w, err_w)
+        except FileNotFoundError:
+            return ToolResult.failure("", "not_found", f"machina-toolhost executable not found: {executable}")
+        except PermissionError as e:
+            return ToolResult.failure("", "not_found", f"machina-toolhost cannot be run: {e}")
+        for fd in (in_r, out_w, err_w):
+            _close(fds, fd)
+        return _exchange(pid, in_w, out_r, err_r, request, deadline_s, max_out, fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _exchange(pid: int, in_w: int, out_r: int, err_r: int, request: bytes, deadline_s: float, max_out: int,
+              fds: list[int]) -> tuple[bytes, int, str] | ToolResult:
+    """Writes the request, reads the answer and the stderr tail, reaps `pid`."""
     out = bytearray()
-    tail: collections.deque[bytes] = collections.deque()
-    tail_size = 0
+    tail = bytearray()
     pending = memoryview(request)
     failure: ToolResult | None = None
     end = time.monotonic() + deadline_s
+    poller = select.poll()
+    for fd in (in_w, out_r, err_r):
+        os.set_blocking(fd, False)
+    poller.register(in_w, select.POLLOUT)
+    poller.register(out_r, select.POLLIN)
+    poller.register(err_r, select.POLLIN)
+    reading = {out_r, err_r}
     try:
-        with selectors.DefaultSelector() as sel:
-            for f in (proc.stdin, proc.stdout, proc.stderr):
-                os.set_blocking(f.fileno(), False)
-            sel.register(proc.stdin, selectors.EVENT_WRITE)
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            sel.register(proc.stderr, selectors.EVENT_READ)
-            open_reads = 2
-            stdout_open = True
-            while open_reads:
-                left = end - time.monotonic()
-                if left <= 0:
-                    failure = ToolResult.failure("", "timeout", f"machina-toolhost did not answer within "
-                                                 f"{deadline_s - GRACE_S:g} s; its process group was killed")
+        while reading:
+            left = end - time.monotonic()
+            if left <= 0:
+                failure = ToolResult.failure("", "timeout", f"machina-toolhost did not answer within "
+                                             f"{deadline_s - GRACE_S:g} s; its process group was killed")
+                break
+            if out_r not in reading:
+                # The answer is complete. stderr may be held open by what a stuck tool
+                # started; once the host itself has exited, that is all there is.
+                if _exited(pid):
+                    _drain(err_r, tail)
                     break
-                if not stdout_open:
-                    # The answer is complete. stderr may be held open by what a stuck tool
-                    # started; once the host itself has exited, that is all there is.
-                    if _exited(proc.pid):
-                        _drain(proc.stderr.fileno(), tail)
-                        break
-                    left = min(left, 0.01)
-                for key, _ in sel.select(left):
-                    stream = key.fileobj
-                    if stream is proc.stdin:
-                        try:
-                            pending = pending[os.write(proc.stdin.fileno(), pending):]
-                        except BrokenPipeError:
-                            pending = pending[:0]  # the host stopped reading: its answer says why
-                        except BlockingIOError:
-                            continue
-                        if not pending:
-                            sel.unregister(proc.stdin)
-                            proc.stdin.close()
-                        continue
+                left = min(left, 0.01)
+            for fd, _ in poller.poll(left * 1000):
+                if fd == in_w:
                     try:
-                        chunk = os.read(key.fd, 65536)
+                        pending = pending[os.write(in_w, pending):]
+                    except BrokenPipeError:
+                        pending = pending[:0]  # the host stopped reading: its answer says why
                     except BlockingIOError:
                         continue
-                    if not chunk:
-                        sel.unregister(stream)
-                        open_reads -= 1
-                        stdout_open = stdout_open and stream is not proc.stdout
-                    elif stream is proc.stdout:
-                        out += chunk
-                        if len(out) > max_out:
-                            failure = ToolResult.failure("", "parse_error", f"stdout exceeded the {max_out}-byte "
-                                                         "cap; reading stopped and the process was killed")
-                            open_reads = 0
-                            break
-                    else:
-                        tail.append(chunk)
-                        tail_size += len(chunk)
-                        while tail_size - len(tail[0]) >= STDERR_TAIL_BYTES:
-                            tail_size -= len(tail.popleft())
+                    if not pending:
+                        poller.unregister(in_w)
+                        _close(fds, in_w)
+                    continue
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    poller.unregister(fd)
+                    reading.discard(fd)
+                elif fd == out_r:
+                    out += chunk
+                    if len(out) > max_out:
+                        failure = ToolResult.failure("", "parse_error", f"stdout exceeded the {max_out}-byte "
+                                                     "cap; reading stopped and the process was killed")
+                        reading.clear()
+                        break
+                else:
+                    _keep_tail(tail, chunk)
     finally:
-        if failure is not None or (open_reads and stdout_open):
-            _kill_group(proc)
-        for f in (proc.stdin, proc.stdout, proc.stderr):
-            if not f.closed:
-                f.close()
-    status = _reap(proc, end)
+        if failure is not None or out_r in reading:
+            _kill_group(pid)
+        status = _reap(pid, end)
     if failure is not None:
         return failure
-    stderr_tail = b"".join(tail)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
-    return bytes(out), status, stderr_tail
+    return bytes(out), status, tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+
+
+def _pipe(fds: list[int]) -> tuple[int, int]:
+    """A close-on-exec pipe whose ends are above the standard streams, recorded in `fds`."""
+    ends = []
+    for fd in os.pipe2(os.O_CLOEXEC):
+        if fd <= 2:
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(fd)
+            fd = moved
+        fds.append(fd)
+        ends.append(fd)
+    return ends[0], ends[1]
+
+
+def _close(fds: list[int], fd: int) -> None:
+    fds.remove(fd)
+    os.close(fd)
+
+
+def _keep_tail(tail: bytearray, chunk: bytes) -> None:
+    """Appends to the stderr tail, keeping it bounded (at most twice the tail kept)."""
+    tail += chunk
+    if len(tail) > 2 * STDERR_TAIL_BYTES:
+        del tail[:-STDERR_TAIL_BYTES]
 
 
 def _exited(pid: int) -> bool:
@@ -208,7 +241,7 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _drain(fd: int, tail: collections.deque[bytes]) -> None:
+def _drain(fd: int, tail: bytearray) -> None:
     """Whatever is already in a non-blocking pipe, into the tail."""
     for _ in range(64):
         try:
@@ -217,33 +250,32 @@ def _drain(fd: int, tail: collections.deque[bytes]) -> None:
             return
         if not chunk:
             return
-        tail.append(chunk)
+        _keep_tail(tail, chunk)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(pid: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    except PermissionError:
-        proc.kill()
+    except PermissionError:  # pragma: no cover - the group is ours; kill the host at least
+        os.kill(pid, signal.SIGKILL)
 
 
-def _reap(proc: subprocess.Popen[bytes], end: float) -> int:
+def _reap(pid: int, end: float) -> int:
     """Waits for the process to end (past the deadline, kills its group first), then kills
     whatever is left in its process group (what a stuck tool started) before reaping it:
     while the host is a zombie its pid, and so its group id, cannot be reused."""
     try:
-        _wait_unreaped(proc.pid, max(0.05, end - time.monotonic()))
+        _wait_unreaped(pid, max(0.05, end - time.monotonic()))
     except subprocess.TimeoutExpired:
         pass
-    _kill_group(proc)
+    _kill_group(pid)
     try:
-        return proc.wait()
-    except OSError as e:  # pragma: no cover - ECHILD if someone else reaped it
-        if e.errno == errno.ECHILD:
-            return 0
-        raise
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:  # pragma: no cover - someone else reaped it
+        return 0
+    return os.waitstatus_to_exitcode(status)
 
 
 def _wait_unreaped(pid: int, timeout: float) -> None:

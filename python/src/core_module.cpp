@@ -10,12 +10,15 @@
 #include <pybind11/stl.h>
 
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 namespace py = pybind11;
@@ -436,6 +439,58 @@ PYBIND11_MODULE(_core, m) {
         return out;
       },
       "Every error kind as (code, status or '', counts_for_breaker), in the core's order.");
+
+  m.def(
+      "spawn",
+      [](const std::string& executable, const std::vector<std::string>& argv,
+         const std::optional<std::vector<std::string>>& env, int stdin_fd, int stdout_fd, int stderr_fd) {
+        // The spawn transport's process start: posix_spawn in a process group of its own,
+        // with the three descriptors as its standard streams, an empty signal mask and
+        // SIGPIPE/SIGXFSZ at their defaults (Python ignores both). Without `env` the child
+        // gets this process's environment as the C library has it (os.environ writes
+        // through to it); converting os.environ for os.posix_spawn costs more than the
+        // spawn. Raises OSError (FileNotFoundError, PermissionError, ...) naming the file.
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        std::vector<char*> envp;
+        if (env) {
+          for (const auto& e : *env) envp.push_back(const_cast<char*>(e.c_str()));
+          envp.push_back(nullptr);
+        }
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, stdin_fd, STDIN_FILENO);
+        posix_spawn_file_actions_adddup2(&fa, stdout_fd, STDOUT_FILENO);
+        posix_spawn_file_actions_adddup2(&fa, stderr_fd, STDERR_FILENO);
+        posix_spawnattr_t attr;
+        posix_spawnattr_init(&attr);
+        sigset_t none, defaults;
+        sigemptyset(&none);
+        sigemptyset(&defaults);
+        sigaddset(&defaults, SIGPIPE);
+        sigaddset(&defaults, SIGXFSZ);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setsigdefault(&attr, &defaults);
+        posix_spawnattr_setpgroup(&attr, 0);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        pid_t pid = 0;
+        int rc = 0;
+        {
+          py::gil_scoped_release release;
+          rc = posix_spawn(&pid, executable.c_str(), &fa, &attr, args.data(), env ? envp.data() : environ);
+        }
+        posix_spawnattr_destroy(&attr);
+        posix_spawn_file_actions_destroy(&fa);
+        if (rc != 0) {
+          errno = rc;
+          PyErr_SetFromErrnoWithFilename(PyExc_OSError, executable.c_str());
+          throw py::error_already_set();
+        }
+        return static_cast<long>(pid);
+      },
+      "executable"_a, "argv"_a, "env"_a, "stdin_fd"_a, "stdout_fd"_a, "stderr_fd"_a,
+      "Starts the spawn transport's host process; returns its pid (see machina_dispatch.spawn).");
 
   m.def(
       "round_trip",
