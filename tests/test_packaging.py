@@ -26,12 +26,21 @@ def test_editable_install_rebuilds_on_change(tmp_path: Path) -> None:
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-e", str(src)]
     exe = venv / "bin" / "machina-toolhost"
 
-    def description() -> str:
-        out = subprocess.run([str(exe), "--list"], capture_output=True, check=True).stdout
+    def description(*args: str) -> str:
+        out = subprocess.run([str(exe), *args, "--list"], capture_output=True, check=True).stdout
         return str({t["aid"]: t for t in json.loads(out)["tools"]}["AID.ECHO.v1"]["description"])
+
+    def pack_description() -> str:
+        """Through the package's plugin pack: the static executable hands over to the
+        plugin-loading build installed in this venv's package."""
+        pack = subprocess.run([str(venv / "bin" / "python"), "-c",
+                               "import machina_dispatch as m; print(m.builtin_plugin_path())"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        return description("--plugin", pack)
 
     subprocess.run(pip, check=True, capture_output=True)
     assert description() == "Returns its input unchanged."
+    assert pack_description() == "Returns its input unchanged."
     core = subprocess.run([str(venv / "bin" / "python"), "-c",
                            "import machina_dispatch as m; h = m.Host(); s = m.Session();"
                            "print(h.call_json('{\"aid\":\"AID.ECHO.v1\",\"input_json\":\"7\"}', s))"],
@@ -42,3 +51,4 @@ def test_editable_install_rebuilds_on_change(tmp_path: Path) -> None:
     tools.write_text(tools.read_text().replace("Returns its input unchanged.", "Returns its input, rebuilt."))
     subprocess.run(pip, check=True, capture_output=True)
     assert description() == "Returns its input, rebuilt."
+    assert pack_description() == "Returns its input, rebuilt."
