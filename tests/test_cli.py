@@ -31,7 +31,7 @@ def test_help_names_every_mode_and_option() -> None:
     proc = cli("--help")
     assert proc.returncode == 0
     text = proc.stdout.decode()
-    for flag in ("--list", "--run", "--serve", "--workers", "--plugin", "--max-request-bytes",
+    for flag in ("--list", "--run", "--serve", "--workers", "--spin-us", "--plugin", "--max-request-bytes",
                  "--max-output-bytes", "--idempotency-ttl-ms", "--idempotency-max-entries",
                  "--breaker-threshold", "lease", "MACHINA_LEASE_ENFORCE"):
         assert flag in text, flag

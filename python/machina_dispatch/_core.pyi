@@ -27,7 +27,8 @@ _inprocess_call: Any
 
 def spawn(executable: str, argv: list[str], env: list[str] | None, stdin_fd: int, stdout_fd: int,
           stderr_fd: int) -> int: ...
-def round_trip(fd_in: int, fd_out: int, line: bytes, timeout_s: float, write_lock: Any) -> tuple[int, bytes, int]: ...
+def round_trip(fd_in: int, fd_out: int, line: bytes, timeout_s: float, write_lock: Any,
+               spin_s: float = ...) -> tuple[int, bytes, int]: ...
 def encode_request(
     id: int,
     aid: str,

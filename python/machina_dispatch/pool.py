@@ -45,6 +45,8 @@ __all__ = ["Toolhost"]
 STDERR_TAIL_BYTES = 4096
 MAX_LINE_BYTES = 64 * 1024 * 1024  # no response of the host comes near this
 READ_CHUNK = 256 * 1024
+DEFAULT_SPIN_US = 50  # about what a sleep and a cross-CPU wake-up cost here, several times over
+MAX_SPIN_US = 10_000  # the host's --spin-us range
 ROUND_TRIP_EOF, ROUND_TRIP_WRITE_FAILED = 1, 3  # _core.round_trip's status (0 done, 2 out of time)
 NOT_FOUND = "machina-toolhost executable not found (pip install machina-toolhost, or set MACHINA_TOOLHOST_BIN)"
 
@@ -180,10 +182,12 @@ _BatchAnswers = dict[int, ToolResult]
 class _SyncProcess:
     """A host process read by its sync callers (see the module docstring)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None, max_in_flight: int, grace: float) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None, max_in_flight: int, grace: float,
+                 spin_s: float) -> None:
         self.host = _HostProcess(argv, env)
         self.max_in_flight = max_in_flight
         self.grace = grace
+        self.spin_s = spin_s
         self.mu = threading.Lock()
         self.room = threading.Condition(self.mu)
         self.read_lock = threading.Lock()
@@ -479,7 +483,8 @@ class _SyncProcess:
             self.write_lock.release()
             return
         written, chunk, status = _core.round_trip(self.host.fd_in, self.host.fd_out, line,
-                                                  deadline + self.grace - time.monotonic(), self.write_lock)
+                                                  deadline + self.grace - time.monotonic(), self.write_lock,
+                                                  self.spin_s)
         if chunk:
             self.take(chunk)
         if status == ROUND_TRIP_EOF:
@@ -716,6 +721,10 @@ class Toolhost(Transport):
         grace: seconds after a call's deadline before its host is taken as wedged.
         close_timeout: seconds :meth:`close` lets processes finish before killing them.
         env: the processes' environment (default: this process's).
+        spin_us: microseconds a lone sync caller polls for its answer before sleeping, and
+            each host process for its next request (``--spin-us``); a quick tool's answer
+            then costs no wake-up on either side. 0 turns spinning off. Neither side spins
+            when it may use only one CPU.
 
     Raises:
         ExecutableNotFound: no ``machina-toolhost`` executable.
@@ -724,22 +733,26 @@ class Toolhost(Transport):
     def __init__(self, processes: int = 1, *, workers: int = 1, executable: str | os.PathLike[str] | None = None,
                  plugins: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
                  timeout: float | None = None, max_in_flight: int = 1024, grace: float = 1.0,
-                 close_timeout: float = 2.0, env: dict[str, str] | None = None) -> None:
+                 close_timeout: float = 2.0, env: dict[str, str] | None = None,
+                 spin_us: int = DEFAULT_SPIN_US) -> None:
         super().__init__(timeout)
         if processes < 1 or workers < 1 or max_in_flight < 1:
             raise ValueError("processes, workers and max_in_flight must be at least 1")
+        if not 0 <= spin_us <= MAX_SPIN_US:
+            raise ValueError(f"spin_us must be from 0 to {MAX_SPIN_US}")
         exe = find_executable(executable, loads_plugins=bool(plugins))
         if exe is None:
             from ._errors import ExecutableNotFound
 
             raise ExecutableNotFound(_failure("", "not_found", NOT_FOUND))
-        self.argv = [exe, "--serve", "--workers", str(workers),
+        self.argv = [exe, "--serve", "--workers", str(workers), "--spin-us", str(spin_us),
                      *[a for p in plugins or [] for a in ("--plugin", os.fspath(p))], *(args or [])]
         self.env = env
         self.processes = processes
         self.max_in_flight = max_in_flight
         self.grace = grace
         self.close_timeout = close_timeout
+        self.spin_s = spin_us / 1e6
         self._default_ms = timeout_ms(self.timeout)
         self._lock = threading.Lock()
         self._sync: list[_SyncProcess | None] = [None] * processes
@@ -767,7 +780,7 @@ class Toolhost(Transport):
                 elif best is None or p.load() < best.load():
                     best = p
             if best is None or (best.load() > 0 and free >= 0):
-                best = self._sync[free] = _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace)
+                best = self._sync[free] = _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace, self.spin_s)
             return best
 
     def _async_process(self) -> _AsyncProcess:
@@ -857,7 +870,7 @@ class Toolhost(Transport):
             with self._lock:
                 for i, p in enumerate(self._sync):
                     if p is None or p.dead is not None:
-                        self._sync[i] = _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace)
+                        self._sync[i] = _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace, self.spin_s)
                 procs = [p for p in self._sync if p is not None]
             parts: list[list[ToolResult]] = [[] for _ in range(chunks)]
 

@@ -3,6 +3,7 @@
 #include <machina/host.hpp>
 #include <machina/json_text.hpp>
 #include <machina/lease.hpp>
+#include <machina/spin_wait.hpp>
 #include <machina/wire.hpp>
 #include <machina/wire_client.hpp>
 
@@ -14,9 +15,11 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -494,13 +497,15 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "round_trip",
-      [](int fd_in, int fd_out, const py::bytes& line, double timeout_s, const py::object& write_lock) {
+      [](int fd_in, int fd_out, const py::bytes& line, double timeout_s, const py::object& write_lock,
+         double spin_s) {
         // The serve pool's lone caller: writes `line` whole to the host's stdin while
         // reading its stdout (the host may be waiting for answers to be read), then reads
         // until at least one whole answer line is in, all with the GIL released. Both
         // descriptors are non-blocking. `write_lock` (held by the caller) is released as
         // soon as the writing ends, so that other callers can write while this one waits.
-        // Returns (bytes written, bytes read, status): 0 done, 1 end of output, 2 out of
+        // Once the line is written it polls for the answer for up to `spin_s` before
+        // sleeping in poll(): a quick tool's answer then costs no wake-up. Returns (bytes written, bytes read, status): 0 done, 1 end of output, 2 out of
         // time, 3 the write failed.
         char* out = nullptr;
         Py_ssize_t out_size = 0;
@@ -520,6 +525,9 @@ PYBIND11_MODULE(_core, m) {
           py::gil_scoped_release release;
           const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(timeout_s, 0.0));
           constexpr std::size_t kChunk = 256 * 1024;
+          static const bool can_spin = machina::may_run_on_two_cpus();
+          const std::chrono::microseconds spin(can_spin ? std::llround(std::clamp(spin_s, 0.0, 0.01) * 1e6) : 0);
+          bool spun = false;
           for (;;) {
             if (written < request.size()) {
               const ssize_t n = ::write(fd_in, request.data() + written, request.size() - written);
@@ -531,6 +539,10 @@ PYBIND11_MODULE(_core, m) {
               if (written == request.size()) stop_writing();
             }
             if (written == request.size() && data.find('\n') != std::string::npos) break;
+            if (written == request.size() && !spun) {
+              spun = true;  // once: the rest of a long answer is waited for in poll()
+              machina::spin_until_readable(fd_out, spin);
+            }
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
             if (left.count() < 0) {
               status = 2;
@@ -556,7 +568,7 @@ PYBIND11_MODULE(_core, m) {
         }
         return py::make_tuple(written, py::bytes(data), status);
       },
-      "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a,
+      "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a, "spin_s"_a = 0.0,
       "One pooled call's write and first read (see the pool).");
   m.def(
       "encode_request",

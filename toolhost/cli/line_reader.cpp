@@ -1,6 +1,7 @@
 // See line_reader.hpp.
 #include "line_reader.hpp"
 
+#include <machina/spin_wait.hpp>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +16,10 @@ constexpr std::size_t kChunk = 256 * 1024;
 
 // The buffer keeps one byte beyond what read() may fill, for the '\0' after a last
 // line that has no newline.
-LineReader::LineReader(int fd, std::size_t max_line) : fd_(fd), max_line_(max_line) { buf_.resize(kChunk + 1); }
+LineReader::LineReader(int fd, std::size_t max_line, std::chrono::microseconds spin)
+    : fd_(fd), max_line_(max_line), spin_(spin) {
+  buf_.resize(kChunk + 1);
+}
 
 bool LineReader::fill() {
   if (eof_) return false;
@@ -29,6 +33,7 @@ bool LineReader::fill() {
     // Only a line still under the cap grows the buffer, so it stays below cap + chunk.
     buf_.resize(std::min(buf_.size() * 2, max_line_ + kChunk + 1));
   }
+  spin_until_readable(fd_, spin_);  // a lock-step client's next request often comes within microseconds
   for (;;) {
     const ssize_t n = ::read(fd_, buf_.data() + end_, buf_.size() - 1 - end_);
     if (n > 0) {

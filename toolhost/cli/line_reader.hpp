@@ -3,6 +3,7 @@
 // so no more than cap + one read chunk is ever buffered.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -15,7 +16,8 @@ class LineReader {
  public:
   enum class Next { line, too_large, eof };
 
-  LineReader(int fd, std::size_t max_line);
+  /// Before a read that would block, polls for input for up to `spin` (see spin_wait.hpp).
+  LineReader(int fd, std::size_t max_line, std::chrono::microseconds spin = {});
 
   /// The next line (without '\n'), valid until the following call and followed in
   /// memory by a '\0'. `before_block` runs right before a read that may block, so
@@ -27,6 +29,7 @@ class LineReader {
 
   int fd_;
   std::size_t max_line_;
+  std::chrono::microseconds spin_;
   std::vector<char> buf_;
   std::size_t begin_ = 0, end_ = 0, scan_ = 0;
   bool eof_ = false;

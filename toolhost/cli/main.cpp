@@ -4,6 +4,7 @@
 
 #include <machina/host.hpp>
 #include <machina/lease.hpp>
+#include <machina/spin_wait.hpp>
 #include <machina/worker.hpp>
 
 #include <CLI/CLI.hpp>
@@ -165,6 +166,7 @@ struct Invocation {
   std::vector<std::string> plugins;  // empty: the built-in pack
   std::string aid;                   // --run
   unsigned workers = 1;              // --serve
+  unsigned spin_us = 0;              // --serve
   machina::HostOptions options;
 };
 
@@ -189,7 +191,8 @@ int execute(Invocation& inv) {
     if (inv.options.isolation == machina::Isolation::inline_threads) _exit(rc);
     return rc;
   }
-  const int rc = machina::cli::serve(host, {STDIN_FILENO, wire, inv.workers, 1024});
+  const std::chrono::microseconds spin(machina::may_run_on_two_cpus() ? inv.spin_us : 0);
+  const int rc = machina::cli::serve(host, {STDIN_FILENO, wire, inv.workers, 1024, spin});
   if (const auto stuck = host.stuck_calls(); stuck > 0) {
     // Their threads are still inside plugin code: leave without running destructors
     // under their feet. Every response has been written.
@@ -259,6 +262,12 @@ int main(int argc, char** argv) {
   unsigned workers = 1;
   app.add_option("--workers", workers, "Calls run concurrently in --serve (responses with an id may come out of order)")
       ->check(CLI::Range(1u, 256u))
+      ->capture_default_str();
+  unsigned spin_us = 50;
+  app.add_option("--spin-us", spin_us,
+                 "In --serve, poll for the next request this many microseconds before sleeping (a lock-step "
+                 "client's next call then costs no wake-up); 0: never. Only when the process may use two CPUs")
+      ->check(CLI::Range(0u, 10000u))
       ->capture_default_str();
 
   machina::HostOptions options = machina::HostOptions::from_env();
@@ -419,6 +428,7 @@ int main(int argc, char** argv) {
     inv.plugins = plugins;
     if (!run_args.empty()) inv.aid = run_args.back();
     inv.workers = workers;
+    inv.spin_us = spin_us;
     inv.options = std::move(options);
     return execute(inv);
   } catch (const machina::HostError& e) {

@@ -117,7 +117,7 @@ class ServingThreads {
 class InlineServer final : public Takeover {
  public:
   InlineServer(Host& host, const ServeOptions& o)
-      : host_(host), o_(o), reader_(o.in_fd, host.options().max_request_bytes), session_(true) {
+      : host_(host), o_(o), reader_(o.in_fd, host.options().max_request_bytes, o.spin), session_(true) {
     out_.reserve(2 * kFlushAt);
   }
 
@@ -292,7 +292,7 @@ class WorkerServer {
 
   int run() {
     for (unsigned i = 0; i < o_.workers; ++i) threads_.start([this] { work(); });
-    LineReader reader(o_.in_fd, host_.options().max_request_bytes);
+    LineReader reader(o_.in_fd, host_.options().max_request_bytes, o_.spin);
     std::uint64_t seq = 0;
     std::string_view line;
     for (;;) {

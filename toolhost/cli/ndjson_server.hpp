@@ -4,6 +4,8 @@
 // responses without an id keep request order.
 #pragma once
 
+#include <chrono>
+
 #include <machina/host.hpp>
 
 namespace machina::cli {
@@ -13,6 +15,7 @@ struct ServeOptions {
   int out_fd = 1;
   unsigned workers = 1;
   std::size_t max_in_flight = 1024;  // bound on requests read but not yet answered
+  std::chrono::microseconds spin{0};  // how long to poll for the next request before sleeping
 };
 
 /// Serves until end of input; returns the process exit code.
