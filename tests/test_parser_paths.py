@@ -101,3 +101,56 @@ def test_paths_agree_on_mutated_requests(edits: list[tuple[int, int, bytes]]) ->
         else:
             text[pos:pos + len(data)] = data  # overwrite
     agree(bytes(text))
+
+
+# Raw bytes inside a string, of every length around the 8-byte words the UTF-8 check reads
+# (its tail is settled by one overlapping word): ASCII, controls, and pieces of well- and
+# ill-formed multi-byte sequences.
+raw_string_bytes = st.lists(st.sampled_from([b"a", b"\x1f", b"\x7f", b"\xc3\xa9", b"\xc3", b"\xa9", b"\xe2\x82\xac",
+                                             b"\xf0\x9f\x98\x80", b"\xed\xa0\x80", b"\xff", b"\\n", b"\\u00e9"]),
+                            max_size=24).map(b"".join)
+
+
+@settings(max_examples=800, deadline=None)
+@given(raw_string_bytes, raw_string_bytes)
+def test_paths_agree_on_raw_bytes_in_strings(key: bytes, value: bytes) -> None:
+    agree(b'"' + value + b'"')
+    agree(b'{"' + key + b'":"' + value + b'","aid":"AID.ECHO.v1"}')
+
+
+def test_paths_agree_on_a_raw_control_byte_at_every_offset() -> None:
+    # RapidJSON copies strings 16 bytes at a time and lets raw 0x1A..0x1F through there;
+    # the UTF-8 check behind it must then refuse them wherever they sit, in the tail too.
+    for control in (b"\x1a", b"\x1f", b"\x01"):
+        for before in range(40):
+            for after in range(9):
+                agree(b'["' + b"a" * before + control + b"b" * after + b'"]')
+
+
+EMPTY_HOST = _core.Host()  # no tools: every call is answered "tool not found: <aid>"
+
+# Text that needs escaping in every way: quotes, backslashes, every control character,
+# and long runs around them (the escaper copies plain runs eight bytes at a time and makes
+# room for escapes as they come).
+escapable_text = st.text(st.sampled_from(['"', "\\", "a", "é", "\U0001F600", *map(chr, range(0x20))]), max_size=300)
+
+
+@settings(max_examples=500, deadline=None)
+@given(escapable_text, st.integers(0, 40))
+def test_json_strings_are_escaped_exactly(text: str, plain: int) -> None:
+    value = "x" * plain + text + "y" * (plain // 3)
+    line = _core.encode_request(1, "AID.ECHO.v1", value, value)
+    assert line.endswith(b"\n")
+    decoded = json.loads(line)
+    assert decoded["input_json"] == value and decoded["idempotency_key"] == value
+    # The host's side: an error message quotes the aid, escaped on the way out.
+    aid = value or "-"
+    response = json.loads(EMPTY_HOST.call_json(json.dumps({"aid": aid}), _core.Session()))
+    assert response["error"] == f"tool not found: {aid}"
+
+
+def test_a_string_of_control_characters_grows_sixfold() -> None:
+    value = "\x01" * 100_000
+    line = _core.encode_request(1, "AID.ECHO.v1", value)
+    assert json.loads(line)["input_json"] == value
+    assert line.count(b"\\u0001") == 100_000

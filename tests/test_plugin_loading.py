@@ -78,3 +78,18 @@ def test_builtin_dir_override(tmp_path) -> None:  # type: ignore[no-untyped-def]
                           env=base_env({"MACHINA_TOOLHOST_PLUGIN_DIR": str(tmp_path)}), timeout=30)
     assert proc.returncode == 2
     assert f"plugin {tmp_path}/machina_builtin_tools.so: cannot load".encode() in proc.stderr
+
+
+def test_each_host_finds_only_its_own_tools() -> None:
+    # Each thread remembers the last tool it looked up; that must never answer for another
+    # host, not even one made at the same address after the first is gone.
+    from machina_dispatch import _core
+
+    session = _core.Session()
+    for _ in range(50):
+        full = _core.Host()
+        full.load_plugin(BUILTIN)
+        assert _core.call(full, "AID.ECHO.v1", "[1]", session, None, None, None, None).ok
+        del full
+        empty = _core.Host()
+        assert _core.call(empty, "AID.ECHO.v1", "[1]", session, None, None, None, None).code == "tool_not_found"

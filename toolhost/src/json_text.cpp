@@ -8,6 +8,10 @@
 #include <cstring>
 #include <string>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace machina {
 namespace {
 
@@ -164,14 +168,20 @@ template <bool kNoControls>
 bool check_utf8(std::string_view s) noexcept {
   auto p = reinterpret_cast<const unsigned char*>(s.data());
   const auto end = p + s.size();
+  auto plain_ascii = [](std::uint64_t w) { return (w & kHighs) == 0 && (!kNoControls || bytes_below(w, 0x20) == 0); };
   while (p != end) {
     while (end - p >= 8) {  // ASCII runs
-      const std::uint64_t w = load8(p);
-      if ((w & kHighs) != 0 || (kNoControls && bytes_below(w, 0x20) != 0)) break;
+      if (!plain_ascii(load8(p))) break;
       p += 8;
     }
+    // A tail shorter than eight bytes: the text's last eight, read as one word, settle it
+    // when they are plain ASCII (p is always at the start of a character).
+    if (end - p < 8 && s.size() >= 8 && plain_ascii(load8(end - 8))) return true;
+    while (p != end && *p < 0x80) {
+      if (kNoControls && *p < 0x20) return false;
+      ++p;
+    }
     if (p == end) break;
-    if (kNoControls && *p < 0x20) return false;
     const std::size_t n = utf8_sequence_length(p, end);
     if (n == 0) return false;
     p += n;
@@ -204,39 +214,90 @@ std::string to_valid_utf8(std::string_view s) {
 }
 
 void append_json_string(std::string& out, std::string_view s) {
+  if (s.empty()) {  // the error of every success
+    out.append("\"\"", 2);
+    return;
+  }
+  // Written through a pointer into room made up front: the quotes, the text as it is,
+  // and kSlack more. Plain runs are copied sixteen (or eight) bytes at a time, blindly
+  // into that room; only the bytes written count. A string with many escapes gets more
+  // room as they come.
   static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
+  static constexpr std::size_t kSlack = 64;
+  const std::size_t start = out.size();
+  out.resize(start + s.size() + 2 + kSlack);
+  char* d = out.data() + start;
+  char* room_end = out.data() + out.size();
+  *d++ = '"';
   const char* p = s.data();
   const char* end = p + s.size();
-  const char* run = p;
-  for (; p != end; ++p) {
-    // Skip eight plain bytes at a time.
-    while (end - p >= 8) {
-      const std::uint64_t w = load8(reinterpret_cast<const unsigned char*>(p));
-      if (bytes_below(w, 0x20) | bytes_equal(w, '"') | bytes_equal(w, '\\')) break;
-      p += 8;
+  for (;;) {
+    // Room for a blind 16-byte copy and an escape, beyond the rest as it is.
+    if (static_cast<std::size_t>(room_end - d) < static_cast<std::size_t>(end - p) + 24) {
+      const std::size_t at = static_cast<std::size_t>(d - out.data());
+      out.resize(out.size() + static_cast<std::size_t>(end - p) + kSlack);
+      d = out.data() + at;
+      room_end = out.data() + out.size();
     }
-    if (p == end) break;
-    const auto c = static_cast<unsigned char>(*p);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(run, p);
-    run = p + 1;
-    switch (c) {
-      case '"': out.append("\\\""); break;
-      case '\\': out.append("\\\\"); break;
-      case '\n': out.append("\\n"); break;
-      case '\r': out.append("\\r"); break;
-      case '\t': out.append("\\t"); break;
-      case '\b': out.append("\\b"); break;
-      case '\f': out.append("\\f"); break;
-      default: {
-        const char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
-        out.append(esc, 6);
+    std::size_t plain = 0;  // bytes before the next one to escape, within the block read
+    bool found = false;
+#if defined(__SSE2__)
+    if (end - p >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const __m128i special =
+          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                       _mm_cmpeq_epi8(_mm_max_epu8(v, _mm_set1_epi8(0x1F)), _mm_set1_epi8(0x1F)));  // v <= 0x1F
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d), v);
+      const auto mask = static_cast<unsigned>(_mm_movemask_epi8(special));
+      found = mask != 0;
+      plain = found ? static_cast<std::size_t>(__builtin_ctz(mask)) : 16;
+    } else
+#endif
+    if (end - p >= 8) {
+      const std::uint64_t w = load8(reinterpret_cast<const unsigned char*>(p));
+      std::memcpy(d, p, 8);
+      const std::uint64_t mask = bytes_below(w, 0x20) | bytes_equal(w, '"') | bytes_equal(w, '\\');
+      found = mask != 0;
+      plain = found ? static_cast<std::size_t>(__builtin_ctzll(mask) / 8) : 8;
+    } else {
+      while (p + plain != end) {
+        const auto c = static_cast<unsigned char>(p[plain]);
+        if (c < 0x20 || c == '"' || c == '\\') {
+          found = true;
+          break;
+        }
+        d[plain] = static_cast<char>(c);
+        ++plain;
       }
     }
+    p += plain;
+    d += plain;
+    if (!found) {
+      if (p == end) break;
+      continue;
+    }
+    const auto c = static_cast<unsigned char>(*p++);
+    d[0] = '\\';
+    switch (c) {
+      case '"': d[1] = '"'; d += 2; break;
+      case '\\': d[1] = '\\'; d += 2; break;
+      case '\n': d[1] = 'n'; d += 2; break;
+      case '\r': d[1] = 'r'; d += 2; break;
+      case '\t': d[1] = 't'; d += 2; break;
+      case '\b': d[1] = 'b'; d += 2; break;
+      case '\f': d[1] = 'f'; d += 2; break;
+      default:
+        d[1] = 'u';
+        d[2] = '0';
+        d[3] = '0';
+        d[4] = kHex[c >> 4];
+        d[5] = kHex[c & 15];
+        d += 6;
+    }
+    if (p == end) break;
   }
-  out.append(run, end);
-  out.push_back('"');
+  *d++ = '"';
+  out.resize(static_cast<std::size_t>(d - out.data()));
 }
 
 }  // namespace machina

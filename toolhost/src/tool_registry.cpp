@@ -3,8 +3,8 @@
 #include <machina/errors.hpp>
 #include <machina/tool_registry.hpp>
 
+#include <atomic>
 #include <cstddef>
-
 #include <mutex>
 #include <set>
 
@@ -89,6 +89,11 @@ const machina_registrar_api kRegistrarApi{MACHINA_PLUGIN_ABI_VERSION, sizeof(mac
 
 }  // namespace
 
+ToolRegistry::ToolRegistry(CircuitBreaker::Options breaker_options) : breaker_options_(breaker_options) {
+  static std::atomic<std::uint64_t> next_serial{1};
+  serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
+}
+
 ToolRegistry::~ToolRegistry() {
   tools_.clear();     // before the code they point into goes
   libraries_.clear();
@@ -128,9 +133,27 @@ std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, Plu
 }
 
 const Tool* ToolRegistry::find(std::string_view aid) const {
-  std::shared_lock lock(mu_);
-  auto it = tools_.find(aid);
-  return it == tools_.end() ? nullptr : it->second.get();
+  // Callers mostly call the same tool again and again: each thread remembers its last
+  // hit, which needs no lock and no hashing. Tools are never removed while the registry
+  // lives, so a remembered pointer stays good.
+  struct LastHit {
+    std::uint64_t serial = 0;
+    std::string aid;
+    const Tool* tool = nullptr;
+  };
+  thread_local LastHit last;
+  if (last.serial == serial_ && last.aid == aid) return last.tool;
+  const Tool* tool = nullptr;
+  {
+    std::shared_lock lock(mu_);
+    auto it = tools_.find(aid);
+    if (it == tools_.end()) return nullptr;
+    tool = it->second.get();
+  }
+  last.serial = serial_;
+  last.aid.assign(aid);
+  last.tool = tool;
+  return tool;
 }
 
 std::vector<ToolInfo> ToolRegistry::list() const {

@@ -529,6 +529,10 @@ void encode_ds_state(const DsReport& report, std::string& out) {
     out.push_back('}');
     return;
   }
+  if (!report.changes) {  // most calls change nothing
+    put(out, "{\"delta\":true,\"slots\":{},\"removed_slots\":[]}");
+    return;
+  }
   put(out, "{\"delta\":true,\"slots\":");
   append_slots(out, report.changes.get());
   put(out, ",\"removed_slots\":[");

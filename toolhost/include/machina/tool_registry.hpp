@@ -53,7 +53,7 @@ inline constexpr std::string_view kLinkedPluginSource = "built-in";
 /// Thread-safe: lookups may run while another thread loads a plugin.
 class ToolRegistry {
  public:
-  explicit ToolRegistry(CircuitBreaker::Options breaker_options) : breaker_options_(breaker_options) {}
+  explicit ToolRegistry(CircuitBreaker::Options breaker_options);
   ~ToolRegistry();
   ToolRegistry(const ToolRegistry&) = delete;
   ToolRegistry& operator=(const ToolRegistry&) = delete;
@@ -82,6 +82,9 @@ class ToolRegistry {
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
   CircuitBreaker::Options breaker_options_;
+  // Unique for the life of the process (unlike the registry's address): names this
+  // registry in each thread's last lookup (see find()).
+  std::uint64_t serial_;
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Tool>, Hash, std::equal_to<>> tools_;
   std::vector<std::string> order_;
