@@ -38,19 +38,22 @@ def make_transport(name: str, plugins: list[str], env: Mapping[str, str] | None 
     settings as in-process keywords."""
     env_full = base_env(dict(env or {}))
     transport: md.Transport
-    if name == "inprocess":
-        with patched_environ(dict(env or {})):
+    with contextlib.ExitStack() as stack:
+        if name == "inprocess":
+            # For as long as the host lives, as for the process transports: its tools read
+            # the environment when they run (the file tools' workspace, for one).
+            stack.enter_context(patched_environ(dict(env or {})))
             transport = md.InProcess(plugins, executable=TOOLHOST, **options)  # type: ignore[arg-type]
-    elif name == "pool":
-        transport = md.Toolhost(1, executable=TOOLHOST, plugins=plugins, args=args, env=env_full)
-    elif name == "spawn":
-        transport = md.Spawn(TOOLHOST, plugins=plugins, args=args, env=env_full)
-    else:
-        raise ValueError(name)
-    try:
-        yield transport
-    finally:
-        transport.close()
+        elif name == "pool":
+            transport = md.Toolhost(1, executable=TOOLHOST, plugins=plugins, args=args, env=env_full)
+        elif name == "spawn":
+            transport = md.Spawn(TOOLHOST, plugins=plugins, args=args, env=env_full)
+        else:
+            raise ValueError(name)
+        try:
+            yield transport
+        finally:
+            transport.close()
 
 
 def toolhost_processes() -> dict[int, tuple[int, str]]:
