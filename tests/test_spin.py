@@ -83,6 +83,9 @@ def test_pool_passes_its_spin_to_its_hosts_and_checks_it() -> None:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
         assert argv[argv.index(b"--spin-us") + 1] == b"123"
+    # The host's own option in args comes last and wins there.
+    with md.Toolhost(executable=TOOLHOST, env=base_env(), args=["--spin-us", "0"]) as pool:
+        assert pool.call("AID.ECHO.v1", [2]).output == [2]
     for bad in (-1, 10_001):
         with pytest.raises(ValueError, match="spin_us must be from 0 to 10000"):
             md.Toolhost(executable=TOOLHOST, spin_us=bad)

@@ -724,7 +724,8 @@ class Toolhost(Transport):
         spin_us: microseconds a lone sync caller polls for its answer before sleeping, and
             each host process for its next request (``--spin-us``); a quick tool's answer
             then costs no wake-up on either side. 0 turns spinning off. Neither side spins
-            when it may use only one CPU.
+            when it may use only one CPU. A ``--spin-us`` in ``args`` overrides it for the
+            host processes.
 
     Raises:
         ExecutableNotFound: no ``machina-toolhost`` executable.

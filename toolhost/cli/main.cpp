@@ -266,8 +266,10 @@ int main(int argc, char** argv) {
   unsigned spin_us = 50;
   app.add_option("--spin-us", spin_us,
                  "In --serve, poll for the next request this many microseconds before sleeping (a lock-step "
-                 "client's next call then costs no wake-up); 0: never. Only when the process may use two CPUs")
+                 "client's next call then costs no wake-up); 0: never. Only when the process may use two CPUs. "
+                 "Given twice, the last counts")
       ->check(CLI::Range(0u, 10000u))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->capture_default_str();
 
   machina::HostOptions options = machina::HostOptions::from_env();
