@@ -329,18 +329,22 @@ class _SyncProcess:
                           kill=True)
             return
         if done:
-            with self.mu:
-                for rid, result in done:
-                    entry = self.pending.pop(rid)
-                    del self.aids[rid]
-                    if isinstance(entry, dict):
-                        entry[rid] = result
-                    else:
-                        entry.result = result
-                        if entry.sem is not None:
-                            self._signal(entry)
-                if self.room_waiters:
-                    self.room.notify_all()
+            self.hand_out(done)
+
+    def hand_out(self, done: Iterable[tuple[int, ToolResult]]) -> None:
+        """Gives each answer to the call waiting for it."""
+        with self.mu:
+            for rid, result in done:
+                entry = self.pending.pop(rid)
+                del self.aids[rid]
+                if isinstance(entry, dict):
+                    entry[rid] = result
+                else:
+                    entry.result = result
+                    if entry.sem is not None:
+                        self._signal(entry)
+            if self.room_waiters:
+                self.room.notify_all()
 
     def _signal(self, entry: _Entry) -> None:  # with mu held
         if not entry.signalled and entry.sem is not None:
@@ -470,22 +474,25 @@ class _SyncProcess:
         line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json)
         leading = self.read_lock.acquire(False)
         if leading and self.write_lock.acquire(False):
-            self.round_trip(line, deadline)
+            self.round_trip(line, deadline, rid, aid)
         else:
             leading = self.send(line, deadline, leading)
         return self.wait(entry, leading)
 
-    def round_trip(self, line: bytes, deadline: float) -> None:
-        """With both locks held and nobody else reading: writes `line` and reads the first
-        answers in one compiled step, without the GIL (the write lock is released as soon
-        as the line is written)."""
+    def round_trip(self, line: bytes, deadline: float, rid: int, aid: str) -> None:
+        """With both locks held and nobody else reading: writes `line` (request `rid`) and
+        reads the first answers in one compiled step, without the GIL (the write lock is
+        released as soon as the line is written). The usual case, this call's answer
+        alone, comes back decoded (not after a partial line left by an earlier read)."""
         if self.input_closed or self.dead is not None:
             self.write_lock.release()
             return
-        written, chunk, status = _core.round_trip(self.host.fd_in, self.host.fd_out, line,
-                                                  deadline + self.grace - time.monotonic(), self.write_lock,
-                                                  self.spin_s)
-        if chunk:
+        written, chunk, status, result = _core.round_trip(self.host.fd_in, self.host.fd_out, line,
+                                                          deadline + self.grace - time.monotonic(),
+                                                          self.write_lock, self.spin_s, -1 if self.buf else rid, aid)
+        if result is not None:
+            self.hand_out(((rid, result),))
+        elif chunk:
             self.take(chunk)
         if status == ROUND_TRIP_EOF:
             self.fail_all(None, None)  # the process is gone: say how

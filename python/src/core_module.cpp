@@ -498,15 +498,18 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "round_trip",
       [](int fd_in, int fd_out, const py::bytes& line, double timeout_s, const py::object& write_lock,
-         double spin_s) {
+         double spin_s, std::int64_t id, const py::object& aid) {
         // The serve pool's lone caller: writes `line` whole to the host's stdin while
         // reading its stdout (the host may be waiting for answers to be read), then reads
         // until at least one whole answer line is in, all with the GIL released. Both
         // descriptors are non-blocking. `write_lock` (held by the caller) is released as
         // soon as the writing ends, so that other callers can write while this one waits.
         // Once the line is written it polls for the answer for up to `spin_s` before
-        // sleeping in poll(): a quick tool's answer then costs no wake-up. Returns (bytes written, bytes read, status): 0 done, 1 end of output, 2 out of
-        // time, 3 the write failed.
+        // sleeping in poll(): a quick tool's answer then costs no wake-up. Returns
+        // (bytes written, bytes read, status, result): status 0 done, 1 end of output,
+        // 2 out of time, 3 the write failed. When what was read is exactly one response
+        // line, answering `id`, it comes decoded as `result` (for `aid`) and no bytes are
+        // returned; anything else is left to the pool's general reader (result None).
         char* out = nullptr;
         Py_ssize_t out_size = 0;
         if (PyBytes_AsStringAndSize(line.ptr(), &out, &out_size) != 0) throw py::error_already_set();
@@ -566,9 +569,22 @@ PYBIND11_MODULE(_core, m) {
           }
           stop_writing();
         }
-        return py::make_tuple(written, py::bytes(data), status);
+        if (status == 0 && id >= 0 && data.size() > 1 && data.find('\n') == data.size() - 1) {
+          machina::ResponseFields fields;
+          std::string why;
+          if (machina::decode_response(std::string_view(data).substr(0, data.size() - 1), fields, why) &&
+              fields.id == id) {
+            try {
+              return py::make_tuple(written, py::bytes(), status, results().make(aid, fields));
+            } catch (const std::runtime_error&) {
+              // (an error code this build does not know: the general reader reports it)
+            }
+          }
+        }
+        return py::make_tuple(written, py::bytes(data), status, py::object(py::none()));
       },
-      "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a, "spin_s"_a = 0.0,
+      "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a, "spin_s"_a = 0.0, "id"_a = -1,
+      "aid"_a = py::none(),
       "One pooled call's write and first read (see the pool).");
   m.def(
       "encode_request",
