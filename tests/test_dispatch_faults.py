@@ -9,6 +9,7 @@ crash would take the test process down and a hang would hold its thread.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -113,6 +114,28 @@ def test_host_killed_mid_call_pool(plugins: list[str], no_orphans: None) -> None
         assert len(results) == 3 and all(r.kind == "crash" for r in results), results
         assert all("was killed by SIGKILL" in r.error for r in results)
         assert t.call("AID.ECHO.v1", 1).output == 1
+
+
+def test_host_killed_mid_call_pool_asyncio(plugins: list[str], no_orphans: None) -> None:
+    # The same for asyncio calls, read by the event loop from a process of their own.
+    with make_transport("pool", plugins) as t:
+        assert isinstance(t, md.Toolhost)
+
+        async def main() -> tuple[list[md.ToolResult], float]:
+            await t.acall("AID.ECHO.v1", 0)
+            started = time.monotonic()
+            killer = _kill_soon(t.pids, 0.5)
+            results = await asyncio.gather(*[t.acall("AID.TEST.SLOW.v1", {"ms": 5000}, timeout=20, check=False)
+                                             for _ in range(3)])
+            elapsed = time.monotonic() - started
+            killer.join()
+            assert (await t.acall("AID.ECHO.v1", 1)).output == 1
+            return results, elapsed
+
+        results, elapsed = asyncio.run(main())
+        assert elapsed < 5
+        assert [r.kind for r in results] == ["crash"] * 3, results
+        assert all("was killed by SIGKILL" in r.error for r in results)
 
 
 def test_host_killed_mid_batch_pool(plugins: list[str], no_orphans: None) -> None:

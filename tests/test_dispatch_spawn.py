@@ -136,6 +136,44 @@ def _fake_host(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
+def test_stdout_cap_stops_reading_a_host_that_writes_on(tmp_path: Path) -> None:
+    # 64 MiB at a reader that stops at 1 MiB: the writer can never finish (a pipe holds
+    # 64 KiB), so its marker file is never written; a reader that took it all would let it.
+    marker = tmp_path / "wrote-everything"
+    host = _fake_host(tmp_path, f"""
+        import sys
+        sys.stdout.buffer.write(b"a" * (64 << 20))
+        sys.stdout.buffer.flush()
+        open({str(marker)!r}, "w").close()
+    """)
+    started = time.monotonic()
+    out = md.run_machina_toolhost("AID.ECHO.v1", executable=host, timeout=20)
+    assert out["type"] == "parse_error" and "exceeded the 1048576-byte cap" in out["detail"]
+    assert time.monotonic() - started < 10
+    time.sleep(0.2)
+    assert not marker.exists()
+
+
+def test_a_host_that_never_answers_is_killed_with_its_group(tmp_path: Path) -> None:
+    # The host itself hangs (it ignores its deadline) and has a child in its process
+    # group: the client's own timeout ends both.
+    seconds = random.randrange(100_000, 10_000_000)
+    pid_file = tmp_path / "host-pid"
+    host = _fake_host(tmp_path, f"""
+        import os, subprocess, time
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        subprocess.Popen(["sleep", "{seconds}"])
+        time.sleep(3600)
+    """)
+    started = time.monotonic()
+    out = md.run_machina_toolhost("AID.ECHO.v1", executable=host, timeout=1.0)
+    assert out["type"] == "timeout"
+    assert 1.0 <= time.monotonic() - started < 5
+    time.sleep(0.2)
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == f"sleep {seconds}"]
+    assert not Path(f"/proc/{pid_file.read_text()}").exists()
+
+
 @pytest.mark.parametrize(("body", "why"), [
     ("print('not json')", "stdout is not a response"),
     ("pass", "got nothing"),

@@ -4,6 +4,8 @@ flight, TTL and size bounds, checked after the lease gate."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from typing import Any
 
@@ -75,8 +77,6 @@ def test_hit_answers_an_empty_delta_even_after_a_state_change() -> None:
 
 def test_ttl_expiry_runs_the_tool_again(misbehaving: str) -> None:
     proc_input = (json.dumps(counter("k")) + "\n").encode()
-    import subprocess
-
     p = subprocess.Popen([TOOLHOST, "--plugin", misbehaving, "--serve", "--idempotency-ttl-ms", "300"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert p.stdin and p.stdout
@@ -108,6 +108,14 @@ def test_default_bound_is_1024_entries(misbehaving: str) -> None:
     r = serve(reqs, "--plugin", misbehaving)
     assert r[1025].get("idempotent_hit") is True  # k1 kept
     assert calls(r[1026]) == 1026                  # k0 evicted by the 1025th key
+
+
+def test_default_ttl_is_60_seconds() -> None:
+    # The seed's IDEMP_DEFAULT_TTL_MS and IDEMP_MAX_ENTRIES, as the host's own options
+    # report their defaults (waiting out 60 s is left to the short-TTL test below).
+    text = subprocess.run([TOOLHOST, "--help"], capture_output=True, check=True, timeout=30).stdout.decode()
+    assert re.search(r"--idempotency-ttl-ms INT:INT in \[1 - 86400000\]=60000\n", text)
+    assert re.search(r"--idempotency-max-entries UINT:UINT in \[1 - 10000000\]=1024\n", text)
 
 
 def test_many_unique_keys_stay_bounded(misbehaving: str) -> None:

@@ -3,6 +3,8 @@ time-limited lease for that tool, minted by an operator with the secret."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import subprocess
 import time
@@ -85,6 +87,20 @@ def test_bad_signature(env: dict[str, str]) -> None:
     parts = issue().split(".")
     parts[2] = str(int(parts[2]) + 3_600_000)
     assert serve([write_req(".".join(parts))], env=env) == [rejected("bad_signature")]
+
+
+def test_signature_is_hmac_sha256_over_the_token(env: dict[str, str]) -> None:
+    # mlt1.<aid hex>.<expiry ms>.<nonce hex>.<HMAC-SHA256(secret, all before the last dot) hex>
+    token = issue()
+    payload, mac = token.rsplit(".", 1)
+    assert mac == hmac.new(LEASE_SECRET.encode(), payload.encode(), hashlib.sha256).hexdigest()
+    prefix, aid_hex, expiry, nonce = payload.split(".")
+    assert (prefix, bytes.fromhex(aid_hex).decode(), len(nonce)) == ("mlt1", WRITE, 32)
+    assert 0 < int(expiry) - time.time() * 1000 <= 30_000
+    # A lease signed by hand the same way (what an operator's own tooling could do) is honoured.
+    own = f"mlt1.{WRITE.encode().hex()}.{int(time.time() * 1000) + 60_000}.{'ab' * 16}"
+    own += "." + hmac.new(LEASE_SECRET.encode(), own.encode(), hashlib.sha256).hexdigest()
+    assert serve([write_req(own)], env=env)[0]["ok"] is True
 
 
 @pytest.mark.parametrize("token", ["", "abc", "mlt1.zz.1.2.3", "mlt2." + "a" * 10,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 
 from conftest import TOOLHOST, base_env, ok_response, serve, status_error
 
@@ -30,6 +31,20 @@ def test_schema_violation_is_invalid_pick() -> None:
     assert r[2] == status_error("INVALID_PICK", "schema_violation", prefix + "at /: expected object, got array")
     assert json.loads(r[3]["output_json"]) == {"bytes": 5, "chars": 5, "lines": 1, "words": 3,
                                                "top_words": [{"word": "a", "count": 2}]}
+
+
+def test_schema_violation_does_not_run_the_tool(tmp_path: Path) -> None:
+    # FILE.WRITE has a visible effect: a request refused by its schema writes nothing,
+    # the same request made valid does.
+    bad = {"path": "f.txt", "content": "x", "mode": "w"}
+    r = serve([{"aid": "AID.FILE.WRITE.v1", "input_json": json.dumps(bad)}],
+              env={"MACHINA_TOOLHOST_WORKSPACE": str(tmp_path)})
+    assert r[0]["status"] == "INVALID_PICK" and r[0]["code"] == "schema_violation"
+    assert not (tmp_path / "f.txt").exists()
+    del bad["mode"]
+    r = serve([{"aid": "AID.FILE.WRITE.v1", "input_json": json.dumps(bad)}],
+              env={"MACHINA_TOOLHOST_WORKSPACE": str(tmp_path)})
+    assert r[0]["ok"] is True and (tmp_path / "f.txt").read_text() == "x"
 
 
 def test_tool_error_comes_from_the_tool(misbehaving: str) -> None:
