@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -137,6 +138,26 @@ def test_duplicate_in_flight_waits_for_the_first(misbehaving: str) -> None:
     assert sorted([by_id[1].get("idempotent_hit", False), by_id[2].get("idempotent_hit", False)]) == [False, True]
     # The tool ran twice in all (the slow call once, the other call once), not three times.
     assert {calls(by_id[1]), calls(by_id[3])} == {1, 2}
+
+
+def test_duplicates_from_threads_of_one_process_run_once(misbehaving: str) -> None:
+    # In-process: eight threads send the same keyed call while the first is still running.
+    host = machina_dispatch.Host(plugins=[misbehaving])
+    line = json.dumps({"aid": "AID.TEST.SLOW.v1", "input_json": '{"ms": 300}', "idempotency_key": "t"})
+    results: list[dict[str, Any]] = []
+
+    def call() -> None:
+        results.append(json.loads(host.call_json(line, machina_dispatch.Session())))
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert time.monotonic() - started < 2.0  # they waited for one run, not eight in turn
+    assert len({r["output_json"] for r in results}) == 1
+    assert sorted(r.get("idempotent_hit", False) for r in results) == [False] + [True] * 7
 
 
 def test_tool_error_is_kept_but_a_fault_is_not(misbehaving: str) -> None:
