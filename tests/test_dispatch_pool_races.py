@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
+import textwrap
 import threading
 import time
 from typing import Any
@@ -172,3 +174,60 @@ def test_close_from_another_thread_fails_pending_asyncio_calls(plugins: list[str
     r, took = asyncio.run(main())
     assert r.kind == "crash" and r.error.startswith("the pool was closed"), r
     assert took < 2
+
+
+def test_a_lone_callers_answer_after_its_process_was_failed(plugins: list[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # The compiled round trip has read this caller's answer; before the caller hands it
+    # out, another thread fails the process (a waiter's wedged(), close()). The caller
+    # gets the failure it was given, raises nothing, and leaves the reader free.
+    real = pool_module._core
+
+    class FailedMeanwhile:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def round_trip(self, *args: Any) -> Any:
+            answer = real.round_trip(*args)
+            proc = pool._sync[0]
+            assert proc is not None
+            t = threading.Thread(target=proc.wedged, args=(None, "another call overran"))
+            t.start()
+            t.join()
+            return answer
+
+    with make_pool(plugins) as pool:
+        monkeypatch.setattr(pool_module, "_core", FailedMeanwhile())
+        r = pool.call("AID.ECHO.v1", 1, check=False)
+        assert r.kind == "crash" and "another call overran" in r.error
+        proc = pool._sync[0]
+        assert proc is not None and not proc.read_lock.locked()
+        monkeypatch.setattr(pool_module, "_core", real)
+        assert pool.call("AID.ECHO.v1", 2).output == 2  # a new process
+
+
+@pytest.mark.parametrize("transport", ["pool", "spawn"])
+def test_an_error_code_this_build_does_not_know(transport: str, tmp_path: Any) -> None:
+    # A host of another version answers with a code this module has no kind for: the call
+    # fails as a response it cannot read (parse_error), raises nothing, and the next works.
+    host = tmp_path / "newer-host"
+    host.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
+        import json, sys
+        for line in sys.stdin:
+            req = json.loads(line) if line.strip() else {}
+            if req.get("input_json") == '"new"':
+                out = {"ok": False, "status": "TOOL_ERROR", "output_json": "", "error": "x", "code": "brand_new_code"}
+            else:
+                out = {"ok": True, "status": "OK", "output_json": "1", "error": "", "ds_state": {}}
+            if "id" in req:
+                out["id"] = req["id"]
+            sys.stdout.write(json.dumps(out) + "\\n")
+            sys.stdout.flush()
+    """))
+    host.chmod(0o755)
+    t: md.Transport = (md.Toolhost(executable=str(host), timeout=5, grace=0.5) if transport == "pool"
+                       else md.Spawn(str(host), timeout=5))
+    with t:
+        r = t.call("AID.ECHO.v1", '"new"', check=False)  # (a str is JSON text already)
+        assert r.kind == "parse_error" and "unknown error code 'brand_new_code'" in r.error, r
+        assert t.call("AID.ECHO.v1", 1).output == 1

@@ -86,8 +86,8 @@ def test_pool_passes_its_spin_to_its_hosts_and_checks_it() -> None:
     # The host's own option in args comes last and wins there.
     with md.Toolhost(executable=TOOLHOST, env=base_env(), args=["--spin-us", "0"]) as pool:
         assert pool.call("AID.ECHO.v1", [2]).output == [2]
-    for bad in (-1, 10_001):
-        with pytest.raises(ValueError, match="spin_us must be from 0 to 10000"):
+    for bad in (-1, 10_001, 12.5):
+        with pytest.raises(ValueError, match="spin_us must be a whole number from 0 to 10000"):
             md.Toolhost(executable=TOOLHOST, spin_us=bad)
 
 

@@ -335,7 +335,9 @@ class _SyncProcess:
         """Gives each answer to the call waiting for it."""
         with self.mu:
             for rid, result in done:
-                entry = self.pending.pop(rid)
+                entry = self.pending.pop(rid, None)
+                if entry is None:
+                    continue  # failed meanwhile by another thread (fail_all): it has its result
                 del self.aids[rid]
                 if isinstance(entry, dict):
                     entry[rid] = result
@@ -474,7 +476,12 @@ class _SyncProcess:
         line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json)
         leading = self.read_lock.acquire(False)
         if leading and self.write_lock.acquire(False):
-            self.round_trip(line, deadline, rid, aid)
+            try:
+                self.round_trip(line, deadline, rid, aid)
+            except BaseException:
+                self.read_lock.release()  # whatever happened, others must still be read for
+                self.handoff()
+                raise
         else:
             leading = self.send(line, deadline, leading)
         return self.wait(entry, leading)
@@ -746,8 +753,8 @@ class Toolhost(Transport):
         super().__init__(timeout)
         if processes < 1 or workers < 1 or max_in_flight < 1:
             raise ValueError("processes, workers and max_in_flight must be at least 1")
-        if not 0 <= spin_us <= MAX_SPIN_US:
-            raise ValueError(f"spin_us must be from 0 to {MAX_SPIN_US}")
+        if not isinstance(spin_us, int) or not 0 <= spin_us <= MAX_SPIN_US:
+            raise ValueError(f"spin_us must be a whole number from 0 to {MAX_SPIN_US}")
         exe = find_executable(executable, loads_plugins=bool(plugins))
         if exe is None:
             from ._errors import ExecutableNotFound

@@ -107,14 +107,18 @@ class ResultFactory {
   }
 
   /// From a response read off the wire: the same object the in-process call makes.
-  /// Throws std::runtime_error for a code this build does not know.
+  /// Throws ValueError (py::value_error) for a code this build does not know.
   py::object make(const py::object& aid, const machina::ResponseFields& f) const {
     PyObject* obj = alloc();
     py::object result = py::reinterpret_steal<py::object>(obj);
     std::size_t k = 0;
     if (!f.ok) {
       auto it = f.code ? by_code_.find(*f.code) : by_code_.end();
-      if (it == by_code_.end()) throw std::runtime_error("unknown error code in a response");
+      // Not a response this build can read (a host of another version?): ValueError, as
+      // for any unreadable response, so that the readers fail the stream the same way.
+      if (it == by_code_.end()) {
+        throw py::value_error("unknown error code '" + (f.code ? *f.code : std::string("(none)")) + "' in a response");
+      }
       k = it->second;
     }
     set(obj, 0, aid);
@@ -576,7 +580,7 @@ PYBIND11_MODULE(_core, m) {
               fields.id == id) {
             try {
               return py::make_tuple(written, py::bytes(), status, results().make(aid, fields));
-            } catch (const std::runtime_error&) {
+            } catch (const py::value_error&) {
               // (an error code this build does not know: the general reader reports it)
             }
           }

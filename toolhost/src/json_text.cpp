@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -258,6 +259,9 @@ void append_json_string(std::string& out, std::string_view s) {
       std::memcpy(d, p, 8);
       const std::uint64_t mask = bytes_below(w, 0x20) | bytes_equal(w, '"') | bytes_equal(w, '\\');
       found = mask != 0;
+      // The lowest flagged byte is exact (borrows only run upward), and on a little-endian
+      // machine it is the first in memory.
+      static_assert(std::endian::native == std::endian::little, "the SWAR scan counts bytes from the low end");
       plain = found ? static_cast<std::size_t>(__builtin_ctzll(mask) / 8) : 8;
     } else {
       while (p + plain != end) {
