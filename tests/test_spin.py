@@ -32,12 +32,13 @@ def host_cpu_over_spaced_calls(*args: str, calls: int = 20, gap_s: float = 0.03,
     apart (after its start-up is over)."""
     p = subprocess.Popen([TOOLHOST, "--serve", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          env=base_env(), preexec_fn=preexec_fn)
-    assert p.stdin and p.stdout
+    stdin, stdout = p.stdin, p.stdout
+    assert stdin and stdout
     try:
         def call(i: int) -> None:
-            p.stdin.write(json.dumps(echo(i, id=i)).encode() + b"\n")  # type: ignore[union-attr]
-            p.stdin.flush()  # type: ignore[union-attr]
-            assert json.loads(p.stdout.readline())["id"] == i  # type: ignore[union-attr]
+            stdin.write(json.dumps(echo(i, id=i)).encode() + b"\n")
+            stdin.flush()
+            assert json.loads(stdout.readline())["id"] == i
 
         call(-1)
         time.sleep(0.05)
@@ -47,7 +48,7 @@ def host_cpu_over_spaced_calls(*args: str, calls: int = 20, gap_s: float = 0.03,
             time.sleep(gap_s)
         return cpu_seconds(p.pid) - before
     finally:
-        p.stdin.close()
+        stdin.close()
         assert p.wait(timeout=10) == 0
 
 

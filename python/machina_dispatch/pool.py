@@ -183,11 +183,11 @@ class _SyncProcess:
     """A host process read by its sync callers (see the module docstring)."""
 
     def __init__(self, argv: list[str], env: dict[str, str] | None, max_in_flight: int, grace: float,
-                 spin_s: float) -> None:
+                 spin_us: int) -> None:
         self.host = _HostProcess(argv, env)
         self.max_in_flight = max_in_flight
         self.grace = grace
-        self.spin_s = spin_s
+        self.spin_us = spin_us
         self.mu = threading.Lock()
         self.room = threading.Condition(self.mu)
         self.read_lock = threading.Lock()
@@ -496,7 +496,7 @@ class _SyncProcess:
             return
         written, chunk, status, result = _core.round_trip(self.host.fd_in, self.host.fd_out, line,
                                                           deadline + self.grace - time.monotonic(),
-                                                          self.write_lock, self.spin_s, -1 if self.buf else rid, aid)
+                                                          self.write_lock, self.spin_us, -1 if self.buf else rid, aid)
         if result is not None:
             self.hand_out(((rid, result),))
         elif chunk:
@@ -767,7 +767,7 @@ class Toolhost(Transport):
         self.max_in_flight = max_in_flight
         self.grace = grace
         self.close_timeout = close_timeout
-        self.spin_s = spin_us / 1e6
+        self.spin_us = spin_us
         self._default_ms = timeout_ms(self.timeout)
         self._lock = threading.Lock()
         self._sync: list[_SyncProcess | None] = [None] * processes
@@ -795,8 +795,11 @@ class Toolhost(Transport):
                 elif best is None or p.load() < best.load():
                     best = p
             if best is None or (best.load() > 0 and free >= 0):
-                best = self._sync[free] = _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace, self.spin_s)
+                best = self._sync[free] = self._new_sync_process()
             return best
+
+    def _new_sync_process(self) -> _SyncProcess:
+        return _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace, self.spin_us)
 
     def _async_process(self) -> _AsyncProcess:
         loop = asyncio.get_running_loop()
@@ -885,7 +888,7 @@ class Toolhost(Transport):
             with self._lock:
                 for i, p in enumerate(self._sync):
                     if p is None or p.dead is not None:
-                        self._sync[i] = _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace, self.spin_s)
+                        self._sync[i] = self._new_sync_process()
                 procs = [p for p in self._sync if p is not None]
             parts: list[list[ToolResult]] = [[] for _ in range(chunks)]
 

@@ -19,7 +19,6 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -502,13 +501,13 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "round_trip",
       [](int fd_in, int fd_out, const py::bytes& line, double timeout_s, const py::object& write_lock,
-         double spin_s, std::int64_t id, const py::object& aid) {
+         std::int64_t spin_us, std::int64_t id, const py::object& aid) {
         // The serve pool's lone caller: writes `line` whole to the host's stdin while
         // reading its stdout (the host may be waiting for answers to be read), then reads
         // until at least one whole answer line is in, all with the GIL released. Both
         // descriptors are non-blocking. `write_lock` (held by the caller) is released as
         // soon as the writing ends, so that other callers can write while this one waits.
-        // Once the line is written it polls for the answer for up to `spin_s` before
+        // Once the line is written it polls for the answer for up to `spin_us` before
         // sleeping in poll(): a quick tool's answer then costs no wake-up. Returns
         // (bytes written, bytes read, status, result): status 0 done, 1 end of output,
         // 2 out of time, 3 the write failed. When what was read is exactly one response
@@ -533,7 +532,7 @@ PYBIND11_MODULE(_core, m) {
           const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(timeout_s, 0.0));
           constexpr std::size_t kChunk = 256 * 1024;
           static const bool can_spin = machina::may_run_on_two_cpus();
-          const std::chrono::microseconds spin(can_spin ? std::llround(std::clamp(spin_s, 0.0, 0.01) * 1e6) : 0);
+          const std::chrono::microseconds spin(can_spin ? spin_us : 0);
           bool spun = false;
           for (;;) {
             if (written < request.size()) {
@@ -587,7 +586,7 @@ PYBIND11_MODULE(_core, m) {
         }
         return py::make_tuple(written, py::bytes(data), status, py::object(py::none()));
       },
-      "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a, "spin_s"_a = 0.0, "id"_a = -1,
+      "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a, "spin_us"_a = 0, "id"_a = -1,
       "aid"_a = py::none(),
       "One pooled call's write and first read (see the pool).");
   m.def(

@@ -258,10 +258,9 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   // Every path returns `r`, so that it is built in the caller's return slot (a Response
   // moved per call showed in the profile).
   Response r;
-  auto refuse = [&](ErrorKind kind, std::string message) -> Response& {
+  auto refuse = [&](ErrorKind kind, std::string message) {
     r = Response::failure(kind, std::move(message));
     r.ds_state = report(session, nullptr);
-    return r;
   };
   if (!tool.breaker.allow(now)) {
     refuse(ErrorKind::breaker_open, "circuit breaker open for " + tool.info.aid + ": too many host-side failures");
