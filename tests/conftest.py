@@ -181,3 +181,8 @@ def plain_error(code: str, error: str, **extra: Any) -> dict[str, Any]:
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import process_tree  # noqa: E402  (found through the path just added)
+
+# Orphans of what the tests start stay in this process's tree (see process_tree.py).
+process_tree.make_this_process_a_subreaper()

@@ -1,5 +1,5 @@
 """Helpers shared by the machina_dispatch tests: making each transport over the same
-plugins and environment, and finding host processes in the process table."""
+plugins and environment, and finding host processes in the test session's process tree."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 import machina_dispatch as md
+import process_tree
 from conftest import TOOLHOST, base_env
 
 TRANSPORTS = ("inprocess", "pool", "spawn")
@@ -57,25 +57,19 @@ def make_transport(name: str, plugins: list[str], env: Mapping[str, str] | None 
 
 
 def toolhost_processes() -> dict[int, tuple[int, str]]:
-    """Every live machina-toolhost process: pid -> (parent pid, command line)."""
+    """Every live machina-toolhost process of this test session (see process_tree):
+    pid -> (parent pid, command line)."""
     found: dict[int, tuple[int, str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] == "Z" or "machina-toolhost" not in cmd:
-            continue
-        found[int(entry)] = (int(fields[1]), cmd.strip())
+    for pid in process_tree.descendants():
+        cmd = " ".join(process_tree.cmdline(pid))
+        info = process_tree._stat(pid)
+        if info is not None and "machina-toolhost" in cmd:
+            found[pid] = (info[1], cmd)
     return found
 
 
 def orphans_since(before: Mapping[int, tuple[int, str]], wait_s: float = 3.0) -> dict[int, tuple[int, str]]:
-    """machina-toolhost processes that appeared since `before` and are still alive after
+    """machina-toolhost processes of this session that appeared since `before` and are still alive after
     up to `wait_s` (processes may take a moment to exit after their pipes close)."""
     deadline = time.monotonic() + wait_s
     while True:
