@@ -723,16 +723,17 @@ def ds_state(ctx: Ctx) -> Section:
 
 def isolation(ctx: Ctx) -> Section:
     s = Section("isolation", "Process isolation vs inline",
-                "The same echo calls with tools run inline (in the host's thread) and in a supervised "
-                "worker process (`--isolation process`, one worker: request and result cross a "
-                "pair of pipes). Lock-step with the native driver, and file-fed throughput.")
+                "The same echo calls with tools run inline (in the host's thread) and isolated "
+                "(`--isolation process`, one worker: each call runs in a fresh process made ahead of time "
+                "by the sandboxed worker; request and result cross that process's own pipes). Lock-step "
+                "with the native driver, and file-fed throughput.")
     driver = ctx.native.lockstep()
-    n = ctx.n(10_000, 100_000)
+    n = ctx.n(2_000, 20_000)
     rows = []
     for where, dcpu, hcpu in placements(ctx):
         ctx.status(f"isolation lock-step, {where}")
-        inline = run_lockstep(driver, [ctx.host, "--serve"], n, 2000, ECHO_REQUEST, driver_cpu=dcpu, host_cpu=hcpu)
-        proc = run_lockstep(driver, [ctx.host, "--serve", "--isolation", "process"], n, 2000, ECHO_REQUEST,
+        inline = run_lockstep(driver, [ctx.host, "--serve"], n, 500, ECHO_REQUEST, driver_cpu=dcpu, host_cpu=hcpu)
+        proc = run_lockstep(driver, [ctx.host, "--serve", "--isolation", "process"], n, 500, ECHO_REQUEST,
                             driver_cpu=dcpu, host_cpu=hcpu)
         # A worker inherits the host's CPU affinity: with the host pinned, so is the worker.
         rows.append(["inline", where, us(inline.p(50)), us(inline.p(99)), "–"])
@@ -741,7 +742,7 @@ def isolation(ctx: Ctx) -> Section:
         s.headline[f"isolation_added_{key}_cpu_us"] = (proc.p(50) - inline.p(50)) / 1e3
     s.tables.append(Table(f"Lock-step, {n:,} round trips each", ["tools run", "placement", "p50 µs", "p99 µs",
                                                                  "added p50 µs"], rows))
-    m = ctx.n(100_000, 200_000)
+    m = ctx.n(5_000, 50_000)
     path = ctx.lines("serve-echo-iso", ECHO_REQUEST, m)
     trows = []
     base = 0.0

@@ -7,8 +7,6 @@ unaffected; nothing is left running."""
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import machina_dispatch
+import process_tree
 import pytest
 from conftest import LEASE_SECRET, TOOLHOST, base_env, run, serve, serve_raw
 
@@ -62,9 +61,19 @@ def test_each_way_of_dying_costs_one_call(misbehaving: str) -> None:
         assert r["ok"] is True and json.loads(r["output_json"]) == {"calls": 1}, r
 
 
-def test_a_healthy_worker_is_reused(misbehaving: str) -> None:
+def test_each_call_runs_in_a_fresh_process_of_a_reused_worker(misbehaving: str) -> None:
+    # Nothing a call leaves in its process (a counter here; a thread or a child elsewhere)
+    # is there for the next call: each runs in a copy of the worker's template made for it.
     out = serve([req("AID.TEST.COUNTER.v1", i) for i in range(5)], *ISOLATED, *plugins(misbehaving))
-    assert [json.loads(r["output_json"])["calls"] for r in out] == [1, 2, 3, 4, 5]
+    assert [json.loads(r["output_json"])["calls"] for r in out] == [1, 1, 1, 1, 1]
+    host = machina_dispatch.InProcess(isolation="process", plugins=[misbehaving])
+    try:
+        for _ in range(5):
+            assert host.call("AID.TEST.COUNTER.v1", {}).output == {"calls": 1}
+        stats = host.stats()
+        assert stats["workers_started"] == 1 and stats["worker_calls"] == 5, stats
+    finally:
+        host.close()
 
 
 def test_crash_report_has_the_stderr_tail(misbehaving: str) -> None:
@@ -182,8 +191,12 @@ from machina_dispatch import InProcess
 t = InProcess(isolation="process")
 print(t.call("AID.ECHO.v1", {"a": 1}).output_json, flush=True)
 me = str(os.getpid())
-workers = [int(p) for p in os.listdir("/proc") if p.isdigit()
-           and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == me]
+def parent(p):
+    try:
+        return open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
+    except OSError:
+        return None  # gone meanwhile
+workers = [int(p) for p in os.listdir("/proc") if p.isdigit() and parent(p) == me]
 assert len(workers) == 1, workers
 os.kill(workers[0], signal.SIGKILL)
 while open(f"/proc/{workers[0]}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
@@ -217,39 +230,28 @@ def test_run_mode_isolated(misbehaving: str) -> None:
     assert proc.returncode == 0
 
 
-def _children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            found.append(int(entry))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def test_timeout_kills_the_whole_process_group(misbehaving: str) -> None:
-    proc = serve_raw(b'{"id":1,"aid":"AID.TEST.SLEEPER.v1","timeout_ms":300}\n', *ISOLATED, *plugins(misbehaving))
-    assert json.loads(proc.stdout)["code"] == "timeout"
-    m = re.search(rb"sleeper child pid (\d+)", proc.stderr)
-    assert m, proc.stderr
-    child = int(m.group(1))
+def test_timeout_kills_everything_the_call_started(misbehaving: str) -> None:
+    # The sleeper starts `sleep 291` in its process group and hangs; the call process is
+    # the init of a PID namespace of its own, so when it is killed at the deadline the
+    # kernel ends everything in that namespace with it (its group, and any escapee).
+    host = subprocess.Popen([TOOLHOST, "--serve", *ISOLATED, *plugins(misbehaving)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=base_env())
+    assert host.stdin is not None and host.stdout is not None
+    host.stdin.write(b'{"id":1,"aid":"AID.TEST.SLEEPER.v1","timeout_ms":1500,"input_json":"{\\"seconds\\": 291}"}\n')
+    host.stdin.flush()
+    sleepers: list[int] = []
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while not sleepers and time.monotonic() < deadline:
+        sleepers = [p for p in process_tree.descendants(host.pid) if process_tree.cmdline(p) == ["sleep", "291"]]
         time.sleep(0.02)
-    assert not _alive(child), "the tool's child survived its worker"
+    assert sleepers, "the tool's child was not seen running"
+    assert json.loads(host.stdout.readline())["code"] == "timeout"
+    deadline = time.monotonic() + 5
+    while any(process_tree.alive(p) for p in sleepers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(process_tree.alive(p) for p in sleepers), "the tool's child survived its call"
+    host.stdin.close()
+    host.wait(timeout=10)
 
 
 def test_workers_die_with_the_host(misbehaving: str) -> None:
@@ -261,17 +263,17 @@ def test_workers_die_with_the_host(misbehaving: str) -> None:
     workers: list[int] = []
     deadline = time.monotonic() + 5
     while not workers and time.monotonic() < deadline:
-        workers = _children_of(host.pid)
+        workers = process_tree.children(host.pid)
         time.sleep(0.02)
     assert workers
     time.sleep(0.2)  # the sleeper child is started
-    grandchildren = [g for w in workers for g in _children_of(w)]
+    grandchildren = [g for w in workers for g in process_tree.descendants(w)]
     host.send_signal(signal.SIGKILL)
     host.wait()
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in workers + grandchildren) and time.monotonic() < deadline:
+    while any(process_tree.alive(p) for p in workers + grandchildren) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not any(_alive(p) for p in workers + grandchildren), "orphans remain after the host was killed"
+    assert not any(process_tree.alive(p) for p in workers + grandchildren), "orphans remain after the host was killed"
 
 
 def test_loading_a_plugin_that_fails_in_the_worker_is_a_crash(misbehaving: str, tmp_path: Path) -> None:

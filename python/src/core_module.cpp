@@ -45,6 +45,7 @@ struct HostKwargs {
   std::string worker_executable;
   std::size_t isolation_workers = 1;
   machina::WorkerLimits limits;
+  std::vector<std::string> worker_env;
 };
 
 machina::HostOptions make_options(const HostKwargs& k) {
@@ -70,6 +71,7 @@ machina::HostOptions make_options(const HostKwargs& k) {
   o.workers.executable = k.worker_executable;
   o.workers.size = k.isolation_workers;
   o.workers.limits = k.limits;
+  o.workers.pass_env = k.worker_env;
   return o;
 }
 
@@ -752,13 +754,15 @@ PYBIND11_MODULE(_core, m) {
                        std::int64_t max_timeout_ms, std::map<std::string, std::int64_t, std::less<>> tool_timeouts_ms,
                        std::size_t max_stuck_calls, std::string isolation, std::string worker_executable,
                        std::size_t isolation_workers, std::uint64_t limit_cpu_s, std::uint64_t limit_memory_mb,
-                       std::uint64_t limit_open_files, std::uint64_t limit_file_size_mb, bool no_network) {
+                       std::uint64_t limit_open_files, std::uint64_t limit_file_size_mb, bool no_network,
+                       std::vector<std::string> worker_env) {
              HostKwargs k{max_request_bytes, max_output_bytes, idempotency_ttl_ms, idempotency_max_entries,
                           breaker_threshold, breaker_window_ms, breaker_cooldown_ms, timeout_ms, max_timeout_ms,
                           std::move(tool_timeouts_ms), max_stuck_calls, std::move(isolation),
                           std::move(worker_executable), isolation_workers,
                           machina::WorkerLimits{limit_cpu_s, limit_memory_mb, limit_open_files, limit_file_size_mb,
-                                                no_network}};
+                                                no_network},
+                          std::move(worker_env)};
              return std::make_unique<machina::Host>(make_options(k));
            }),
            py::kw_only(), "max_request_bytes"_a = machina::kMaxRequestBytes,
@@ -770,7 +774,8 @@ PYBIND11_MODULE(_core, m) {
            "max_stuck_calls"_a = std::size_t{16}, "isolation"_a = "inline", "worker_executable"_a = "",
            "isolation_workers"_a = std::size_t{1}, "limit_cpu_s"_a = std::uint64_t{0},
            "limit_memory_mb"_a = std::uint64_t{0}, "limit_open_files"_a = std::uint64_t{0},
-           "limit_file_size_mb"_a = std::uint64_t{0}, "no_network"_a = false)
+           "limit_file_size_mb"_a = std::uint64_t{0}, "no_network"_a = false,
+           "worker_env"_a = std::vector<std::string>{})
       .def("load_plugin", &machina::Host::load_plugin, "path"_a,
            "Loads a plugin library; returns the aids it added. Raises HostError naming the file.")
       .def("list_tools",
@@ -812,7 +817,8 @@ PYBIND11_MODULE(_core, m) {
             return py::dict("calls"_a = s.calls, "timeouts"_a = s.timeouts, "crashes"_a = s.crashes,
                             "stuck_now"_a = s.stuck_now, "stuck_peak"_a = s.stuck_peak,
                             "workers_started"_a = s.workers.started, "workers_crashed"_a = s.workers.crashed,
-                            "workers_timed_out"_a = s.workers.timed_out, "workers_live"_a = s.workers.live);
+                            "workers_timed_out"_a = s.workers.timed_out, "workers_live"_a = s.workers.live,
+                            "worker_calls"_a = s.workers.calls);
           },
           "The host's counters (calls, timeouts, crashes, stuck inline calls, isolated workers).")
       .def("close", &machina::Host::close, py::call_guard<py::gil_scoped_release>(),

@@ -5,13 +5,14 @@
 #include <machina/host.hpp>
 #include <machina/lease.hpp>
 #include <machina/spin_wait.hpp>
-#include <machina/worker.hpp>
+#include <machina/isolation/worker.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <climits>
@@ -180,6 +181,9 @@ void report_events(machina::HostOptions& options) {
 int execute(Invocation& inv) {
   // Before any plugin code runs (loading included), so nothing it prints reaches the wire.
   const int wire = take_stdout_for_wire();
+  // With isolated tools, no process of this user may open this one's /proc files (its
+  // descriptors, its memory) or trace it; the sandbox already hides it from them.
+  if (inv.options.isolation == machina::Isolation::process) prctl(PR_SET_DUMPABLE, 0);
   machina::Host host(inv.options);
   load_tools(host, inv.plugins);
 
@@ -339,7 +343,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30))
       ->group("Deadlines and isolation");
   app.add_flag("--no-network", limits.no_network,
-               "Process isolation: workers cannot create sockets (seccomp; socketpair still works)")
+               "Process isolation: tools cannot create sockets (seccomp; socketpair still works) and have no "
+               "network interface (a network namespace of their own)")
+      ->group("Deadlines and isolation");
+  app.add_option("--worker-env", options.workers.pass_env,
+                 "Process isolation: also pass this variable of the host's environment to tools (repeatable); they "
+                 "get only PATH, HOME, USER, LOGNAME, LANG, LC_ALL, LC_CTYPE, TZ, TMPDIR, LD_LIBRARY_PATH, "
+                 "MACHINA_TOOLHOST_WORKSPACE and the sanitizer options otherwise")
+      ->type_name("NAME")
       ->group("Deadlines and isolation");
   // The worker side of --isolation process (started by the host itself, not by people).
   bool worker_mode = false;
@@ -348,6 +359,10 @@ int main(int argc, char** argv) {
   bool linked_tools = false;  // the worker registers the tools linked into this program
   app.add_flag("--linked-tools", linked_tools)->group("");
   app.add_option("--parent-pid", parent_pid)->group("");
+  std::size_t isolation_spares = 2;
+  app.add_option("--isolation-spares", isolation_spares)->check(CLI::Range(std::size_t{1}, std::size_t{64}))->group("");
+  std::vector<std::string> hidden_files;
+  app.add_option("--isolation-hide", hidden_files)->group("");
 
   list_opt->excludes(run_opt)->excludes(serve_opt);
   run_opt->excludes(serve_opt);
@@ -384,13 +399,16 @@ int main(int argc, char** argv) {
     machina::worker::WorkerConfig wc;
     wc.load_tools = [&](machina::ToolRegistry& registry) {
 #ifdef MACHINA_LINKED_TOOLS
-      if (linked_tools) registry.add_plugin(std::string(machina::kLinkedPluginSource), kLinkedTools);
+      if (linked_tools) registry.add_plugin(std::string(machina::kLinkedPluginSource), kLinkedTools, nullptr);
 #else
       if (linked_tools) throw machina::HostError("--linked-tools: this build of machina-toolhost has no linked tools");
-      for (const auto& p : plugins) registry.load_plugin(p);
+      for (const auto& p : plugins) registry.load_plugin(p, nullptr);
 #endif
     };
     wc.limits = limits;
+    wc.walls.own_network = limits.no_network;
+    wc.walls.hidden_files = hidden_files;
+    wc.spares = isolation_spares;
     wc.max_output_bytes = options.max_output_bytes;
     wc.max_frame_bytes = 10 * options.max_request_bytes + (1u << 20);
     wc.parent_pid = parent_pid;

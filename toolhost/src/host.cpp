@@ -40,31 +40,32 @@ HostOptions HostOptions::from_env() {
 
 
 /// What handle_checked knows that the rest of a call needs: the idempotency flight to
-/// complete and the front's takeover. `finished`: the overrun path already completed
-/// the flight and counted the failure, so the normal path must not do it again.
-struct Host::Scope {
+/// complete and the front's takeover. It is also the host's side of an inline call that
+/// overruns its deadline (Overrun, called on the inline runner's watchdog thread):
+/// `finished` then says the overrun path already completed the flight and counted the
+/// failure, so the normal path must not do it again.
+struct Host::Scope final : Overrun {
+  Host* host = nullptr;
+  const Tool* tool = nullptr;
+  const Request* request = nullptr;
+  Session* session = nullptr;
+  std::int64_t timeout_ms = 0;
   std::shared_ptr<const Slots> base;  // the state the request set, if it sent one
   const std::string* key = nullptr;
   std::shared_ptr<IdempotencyCache::Flight> flight;
   Takeover* takeover = nullptr;
   bool finished = false;
-};
-
-/// An inline call watched by the deadline watchdog; lives on the calling thread's stack.
-struct Host::InlineCall {
-  DeadlineWatchdog::Watch watch;
-  Host* host;
-  const Tool* tool;
-  const Request* request;
-  Session* session;
-  Scope* scope;
-  std::int64_t timeout_ms;
   Response late;           // the timeout response, when there is no takeover
   bool delivered = false;  // the takeover has answered the call
+
+  void overrun() noexcept override;
 };
 
 Host::Host(HostOptions options)
-    : options_(std::move(options)), registry_(options_.breaker), idempotency_(options_.idempotency) {
+    : options_(std::move(options)),
+      idempotency_(options_.idempotency),
+      registry_(options_.breaker),
+      inline_(options_.max_stuck_calls, options_.on_event) {
   if (options_.lease_enforce) leases_ = std::make_unique<LeaseAuthority>(load_lease_secret(), options_.lease);
   if (options_.default_timeout_ms < 1 || options_.max_timeout_ms < 1)
     throw HostError("timeouts must be at least 1 ms");
@@ -74,33 +75,35 @@ Host::Host(HostOptions options)
   if (options_.isolation == Isolation::process) {
     options_.workers.max_output_bytes = options_.max_output_bytes;
     options_.workers.max_request_bytes = options_.max_request_bytes;
-    if (options_.workers.executable.empty()) throw HostError("process isolation needs the machina-toolhost executable");
+    // Tools never see the lease key file, wherever it is.
+    if (const char* key_file = std::getenv("MACHINA_LEASE_KEY_FILE"); key_file != nullptr && *key_file != '\0') {
+      options_.workers.hidden_files.emplace_back(key_file);
+    }
+    process_ = std::make_unique<ProcessRunner>(options_.workers);
   }
 }
 
 Host::~Host() = default;
 
+Runner* Host::plugin_runner() {
+  if (process_) return process_.get();
+  return &inline_;
+}
+
 // Host::load_plugin is in plugin_library.cpp, with the rest of dynamic loading.
 
 std::vector<std::string> Host::add_linked_plugin(PluginEntryPoints entry) {
-  if (workers_) throw HostError("the built-in tools cannot be added after the isolated workers have started");
-  auto added = registry_.add_plugin(std::string(kLinkedPluginSource), entry);
-  plugin_paths_.emplace_back();  // the workers' plugin list: "" stands for the linked tools
+  auto added = registry_.add_plugin(std::string(kLinkedPluginSource), entry, plugin_runner());
+  if (process_) {
+    std::vector<ToolInfo> infos;
+    for (const auto& aid : added) infos.push_back(registry_.find(aid)->info);
+    process_->add_linked(infos);
+  }
   return added;
 }
 
-WorkerPool* Host::workers() {
-  std::call_once(workers_once_, [&] {
-    std::vector<std::string> aids;
-    for (const auto& t : registry_.list()) aids.push_back(t.aid);
-    workers_ = std::make_unique<WorkerPool>(options_.workers, plugin_paths_, std::move(aids));
-  });
-  return workers_.get();  // null once closed before any isolated call
-}
-
 void Host::close() {
-  std::call_once(workers_once_, [] {});  // no pool is started after this
-  if (workers_) workers_->shutdown();
+  if (process_) process_->close();
 }
 
 HostStats Host::stats() const {
@@ -108,9 +111,9 @@ HostStats Host::stats() const {
   s.calls = calls_.load();
   s.timeouts = timeouts_.load();
   s.crashes = crashes_.load();
-  s.stuck_now = stuck_now_.load();
-  s.stuck_peak = stuck_peak_.load();
-  if (workers_) s.workers = workers_->stats();
+  s.stuck_now = inline_.stuck_now();
+  s.stuck_peak = inline_.stuck_peak();
+  if (process_) s.workers = process_->stats();
   return s;
 }
 
@@ -285,58 +288,42 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   const std::int64_t timeout_ms = timeout_for(tool, request);
   CallContext call(options_.max_output_bytes, &session);
   call.base = scope.base;  // null: taken from the session on the tool's first read
-  int rc = 0;
+  scope.host = this;
+  scope.tool = &tool;
+  scope.request = &request;
+  scope.session = &session;
+  scope.timeout_ms = timeout_ms;
   calls_.fetch_add(1, std::memory_order_relaxed);
-  if (options_.isolation == Isolation::process) {
-    const auto state = call.base ? call.base : session.snapshot();
-    call.base = state;
-    bool any = false;
-    for (const auto& slot : *state) any = any || slot.has_value();
-    WorkerPool* pool = workers();
-    if (pool == nullptr) {
-      refuse(ErrorKind::internal_error, "internal error: the host is closed");
-      return r;
-    }
-    const auto outcome =
-        pool->run(tool.info.aid, request.input_json, any ? state.get() : nullptr, now + timeout_ms + 1, call);
-    if (outcome.ending == WorkerPool::Ending::timed_out) {
+  const RunOutcome outcome =
+      tool.runner->run(RunSpec{tool, request.input_json, now + timeout_ms + 1, timeout_ms, call, &scope});
+  const int rc = outcome.rc;
+  switch (outcome.ending) {
+    case RunOutcome::Ending::ran:
+      break;
+    case RunOutcome::Ending::timed_out:
       timeouts_.fetch_add(1, std::memory_order_relaxed);
       r = timeout_response(tool, timeout_ms, outcome.detail);
-    } else if (outcome.ending == WorkerPool::Ending::closed) {
-      refuse(ErrorKind::internal_error, "internal error: the host is closed");
-      return r;
-    } else if (outcome.ending == WorkerPool::Ending::crashed) {
+      break;
+    case RunOutcome::Ending::crashed:
       crashes_.fetch_add(1, std::memory_order_relaxed);
       r = Response::failure(ErrorKind::tool_crashed, "tool crashed: " + tool.info.aid + ": " + outcome.detail);
       event(r.error);
-    }
-    rc = outcome.rc;
-  } else {
-    if (stuck_now_.load(std::memory_order_relaxed) >= options_.max_stuck_calls) {
-      refuse(ErrorKind::overloaded, "overloaded: " + std::to_string(options_.max_stuck_calls) +
-                                        " calls are stuck in tools past their deadline; new calls are refused "
-                                        "until some return");
+      break;
+    case RunOutcome::Ending::overloaded:
+      refuse(ErrorKind::overloaded, outcome.detail);
       return r;
-    }
-    InlineCall c{{}, this, &tool, &request, &session, &scope, timeout_ms, {}, false};
-    c.watch.deadline_ms = now + timeout_ms + 1;
-    c.watch.fire = &Host::on_overrun;
-    c.watch.context = &c;
-    watchdog_.arm(c.watch);
-    rc = tool.invoke(tool.tool_data, &host_api(), call.as_call(), request.input_json.c_str(),
-                     request.input_json.size());
-    if (!watchdog_.disarm(c.watch)) {
+    case RunOutcome::Ending::closed:
+      refuse(ErrorKind::internal_error, "internal error: the host is closed");
+      return r;
+    case RunOutcome::Ending::late:
       // The deadline won: the call was answered `timeout` (through the takeover, or kept
       // for this late return); what the tool did is discarded.
-      stuck_now_.fetch_sub(1, std::memory_order_relaxed);
-      event(tool.info.aid + " returned after its deadline; its result was discarded");
-      if (c.delivered) {
+      if (scope.delivered) {
         r.abandoned = true;
       } else {
-        r = std::move(c.late);
+        r = std::move(scope.late);
       }
       return r;
-    }
   }
 
   if (r.ok()) {
@@ -371,27 +358,21 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   return r;
 }
 
-void Host::on_overrun(DeadlineWatchdog::Watch& watch) {
-  InlineCall& c = *static_cast<InlineCall*>(watch.context);
-  Host& h = *c.host;
+void Host::Scope::overrun() noexcept {
+  Host& h = *host;
   const std::int64_t now = steady_now_ms();
-  Response r = h.timeout_response(*c.tool, c.timeout_ms);
-  r.ds_state = h.report(*c.session, nullptr);
-  c.tool->breaker.record_failure(now);
+  Response r = h.timeout_response(*tool, timeout_ms);
+  r.ds_state = h.report(*session, nullptr);
+  tool->breaker.record_failure(now);
   h.timeouts_.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t stuck = h.stuck_now_.fetch_add(1, std::memory_order_relaxed) + 1;
-  for (std::uint64_t peak = h.stuck_peak_.load(); stuck > peak && !h.stuck_peak_.compare_exchange_weak(peak, stuck);) {
-  }
-  if (c.scope->key != nullptr) h.idempotency_.complete(c.tool->info.aid, *c.scope->key, c.scope->flight, r, false, now);
-  c.scope->finished = true;
-  h.event(c.tool->info.aid + " overran its " + std::to_string(c.timeout_ms) + " ms deadline; its thread is stuck in " +
-          "the tool (" + std::to_string(stuck) + " stuck, at most " + std::to_string(h.options_.max_stuck_calls) + ")");
-  if (c.scope->takeover != nullptr) {
-    r.id_json = c.request->id_json;
-    c.delivered = true;
-    c.scope->takeover->deliver_overrun(std::move(r));
+  if (key != nullptr) h.idempotency_.complete(tool->info.aid, *key, flight, r, false, now);
+  finished = true;
+  if (takeover != nullptr) {
+    r.id_json = request->id_json;
+    delivered = true;
+    takeover->deliver_overrun(std::move(r));
   } else {
-    c.late = std::move(r);
+    late = std::move(r);
   }
 }
 

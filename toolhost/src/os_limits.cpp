@@ -43,13 +43,16 @@ void deny_network() {
 
 void apply_process_limits(const WorkerLimits& limits) {
   if (limits.address_space_mb) set_limit(RLIMIT_AS, limits.address_space_mb << 20, "the address space");
-  if (limits.open_files) set_limit(RLIMIT_NOFILE, limits.open_files, "open files");
   if (limits.file_size_mb) {
     // A write past the limit fails with EFBIG instead of killing the worker.
     signal(SIGXFSZ, SIG_IGN);
     set_limit(RLIMIT_FSIZE, limits.file_size_mb << 20, "the file size");
   }
   if (limits.no_network) deny_network();
+}
+
+void apply_open_files_limit(std::uint64_t open_files) {
+  if (open_files) set_limit(RLIMIT_NOFILE, open_files, "open files");
 }
 
 CpuBudget::CpuBudget(std::uint64_t cpu_seconds) : seconds_(cpu_seconds) {

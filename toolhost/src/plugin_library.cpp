@@ -11,7 +11,7 @@
 
 namespace machina {
 
-std::vector<std::string> ToolRegistry::load_plugin(const std::string& path) {
+std::vector<std::string> ToolRegistry::load_plugin(const std::string& path, Runner* runner) {
   const std::string where = "plugin " + path + ": ";
   std::unique_ptr<void, int (*)(void*)> lib(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL), &dlclose);
   if (lib == nullptr) {
@@ -22,17 +22,16 @@ std::vector<std::string> ToolRegistry::load_plugin(const std::string& path) {
   entry.abi_version = reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(lib.get(), MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
   if (entry.abi_version == nullptr) throw HostError(where + "missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
   entry.register_tools = reinterpret_cast<machina_plugin_register_fn>(dlsym(lib.get(), MACHINA_PLUGIN_REGISTER_SYMBOL));
-  auto added = add_plugin(path, entry);  // on a throw, `lib` closes the library
+  auto added = add_plugin(path, entry, runner);  // on a throw, `lib` closes the library
   std::unique_lock lock(mu_);
   libraries_.push_back(std::move(lib));
   return added;
 }
 
 std::vector<std::string> Host::load_plugin(const std::string& path) {
-  if (workers_) throw HostError("plugin " + path + ": cannot load a plugin after the isolated workers have started");
-  auto added = registry_.load_plugin(path);
-  plugin_paths_.push_back(path);
-  return added;
+  // An isolated plugin is loaded in a sandboxed worker, never here.
+  if (process_) return registry_.add_described(path, process_->describe(path), process_.get());
+  return registry_.load_plugin(path, &inline_);
 }
 
 }  // namespace machina

@@ -1,5 +1,5 @@
-// Tool registration through the C ABI; see tool_registry.hpp. Loading plugin libraries
-// is in plugin_library.cpp.
+// Tool registration (through the C ABI, or from descriptions); see tool_registry.hpp.
+// Loading plugin libraries is in plugin_library.cpp.
 #include <machina/errors.hpp>
 #include <machina/tool_registry.hpp>
 
@@ -23,6 +23,23 @@ struct PendingRegistration {
   }
 };
 
+/// The checks every tool passes, however it is declared: a refusal reason, or empty.
+std::string check_and_compile(Tool& tool) {
+  const ToolInfo& info = tool.info;
+  if (info.aid.empty()) return "a tool has an empty aid";
+  if (info.tier < 0 || info.tier > 3) {
+    return "tool " + info.aid + " has tier " + std::to_string(info.tier) + " (must be 0..3)";
+  }
+  if (!info.input_schema.empty()) {
+    try {
+      tool.schema.emplace(info.input_schema);
+    } catch (const HostError& e) {
+      return "tool " + info.aid + ": " + e.what();
+    }
+  }
+  return {};
+}
+
 std::vector<std::string> copy_strings(const char* const* items, std::size_t count) {
   std::vector<std::string> out;
   for (std::size_t i = 0; i < count; ++i) {
@@ -39,17 +56,9 @@ int add_tool(machina_registrar* registrar, const machina_tool_desc* d) {
     return -1;
   }
   constexpr std::size_t kHasTimeout = offsetof(machina_tool_desc, default_timeout_ms) + sizeof(std::uint32_t);
-  if (d->aid == nullptr || *d->aid == '\0') {
-    reg.refuse("a tool has an empty aid");
-    return -1;
-  }
-  const std::string aid = d->aid;
-  if (d->invoke == nullptr) {
+  const std::string aid = d->aid != nullptr ? d->aid : "";
+  if (!aid.empty() && d->invoke == nullptr) {
     reg.refuse("tool " + aid + " has no invoke function");
-    return -1;
-  }
-  if (d->tier < 0 || d->tier > 3) {
-    reg.refuse("tool " + aid + " has tier " + std::to_string(d->tier) + " (must be 0..3)");
     return -1;
   }
   auto tool = std::make_unique<Tool>(reg.breaker_options);
@@ -64,14 +73,10 @@ int add_tool(machina_registrar* registrar, const machina_tool_desc* d) {
   info.tier = d->tier;
   info.default_timeout_ms = d->struct_size >= kHasTimeout ? d->default_timeout_ms : 0;
   info.plugin_path = reg.path;
-  if (d->input_schema != nullptr && *d->input_schema != '\0') {
-    info.input_schema = d->input_schema;
-    try {
-      tool->schema.emplace(info.input_schema);
-    } catch (const HostError& e) {
-      reg.refuse("tool " + aid + ": " + e.what());
-      return -1;
-    }
+  info.input_schema = d->input_schema != nullptr ? d->input_schema : "";
+  if (auto why = check_and_compile(*tool); !why.empty()) {
+    reg.refuse(std::move(why));
+    return -1;
   }
   tool->invoke = d->invoke;
   tool->tool_data = d->tool_data;
@@ -99,7 +104,8 @@ ToolRegistry::~ToolRegistry() {
   libraries_.clear();
 }
 
-std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, PluginEntryPoints entry) {
+std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, PluginEntryPoints entry,
+                                                  Runner* runner) {
   const std::string where = "plugin " + source + ": ";
   auto refuse = [&](const std::string& why) { throw HostError(where + why); };
   const std::uint32_t version = entry.abi_version();
@@ -113,10 +119,29 @@ std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, Plu
   if (!pending.error.empty()) refuse("registration refused: " + pending.error);
   if (rc != 0) refuse("registration failed (code " + std::to_string(rc) + ")");
   if (pending.tools.empty()) refuse("registers no tools");
+  for (auto& tool : pending.tools) tool->runner = runner;
+  return add(source, std::move(pending.tools));
+}
 
+std::vector<std::string> ToolRegistry::add_described(const std::string& source, const std::vector<ToolInfo>& infos,
+                                                     Runner* runner) {
+  std::vector<std::unique_ptr<Tool>> tools;
+  for (const auto& info : infos) {
+    auto tool = std::make_unique<Tool>(breaker_options_);
+    tool->info = info;
+    if (auto why = check_and_compile(*tool); !why.empty()) throw HostError("plugin " + source + ": " + why);
+    tool->runner = runner;
+    tools.push_back(std::move(tool));
+  }
+  if (tools.empty()) throw HostError("plugin " + source + ": registers no tools");
+  return add(source, std::move(tools));
+}
+
+std::vector<std::string> ToolRegistry::add(const std::string& source, std::vector<std::unique_ptr<Tool>> tools) {
+  auto refuse = [&](const std::string& why) { throw HostError("plugin " + source + ": " + why); };
   std::unique_lock lock(mu_);
   std::set<std::string_view> in_plugin;
-  for (const auto& tool : pending.tools) {
+  for (const auto& tool : tools) {
     const std::string& aid = tool->info.aid;
     if (auto it = tools_.find(aid); it != tools_.end()) {
       refuse("duplicate aid " + aid + " (already registered by " + it->second->info.plugin_path + ")");
@@ -124,7 +149,7 @@ std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, Plu
     if (!in_plugin.insert(aid).second) refuse("duplicate aid " + aid + " (declared twice)");
   }
   std::vector<std::string> added;
-  for (auto& tool : pending.tools) {
+  for (auto& tool : tools) {
     added.push_back(tool->info.aid);
     order_.push_back(tool->info.aid);
     tools_.emplace(tool->info.aid, std::move(tool));
@@ -161,6 +186,14 @@ std::vector<ToolInfo> ToolRegistry::list() const {
   std::vector<ToolInfo> out;
   out.reserve(order_.size());
   for (const auto& aid : order_) out.push_back(tools_.find(aid)->second->info);
+  return out;
+}
+
+std::vector<const Tool*> ToolRegistry::tools() const {
+  std::shared_lock lock(mu_);
+  std::vector<const Tool*> out;
+  out.reserve(order_.size());
+  for (const auto& aid : order_) out.push_back(tools_.find(aid)->second.get());
   return out;
 }
 

@@ -4,18 +4,18 @@
 #pragma once
 
 #include <machina/circuit_breaker.hpp>
-#include <machina/deadline_watchdog.hpp>
 #include <machina/idempotency_cache.hpp>
 #include <machina/lease.hpp>
 #include <machina/request.hpp>
+#include <machina/runner.hpp>
+#include <machina/runners/inline_runner.hpp>
+#include <machina/runners/process_runner.hpp>
 #include <machina/tool_registry.hpp>
-#include <machina/worker_pool.hpp>
 
 #include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -25,8 +25,9 @@ inline constexpr std::size_t kMaxRequestBytes = 10u * 1024 * 1024;  // seed: MAX
 inline constexpr std::size_t kMaxOutputBytes = 1024u * 1024;        // seed: _TOOLHOST_MAX_OUTPUT
 inline constexpr std::string_view kBuiltinPluginFile = "machina_builtin_tools.so";
 
-/// Where tool code runs: on the calling thread (fastest), or in supervised worker
-/// processes (a crash, exit or hang costs one call, never the host).
+/// Where native plugin tools run: on the calling thread (the inline runner, fastest), or
+/// each call in a fresh process of a sandboxed worker (the process runner: a crash, exit,
+/// hang or hostile tool costs one call, never the host).
 enum class Isolation { inline_threads, process };
 
 struct HostOptions {
@@ -47,7 +48,7 @@ struct HostOptions {
   std::size_t max_stuck_calls = 16;
 
   Isolation isolation = Isolation::inline_threads;
-  WorkerPoolOptions workers;  // process isolation: executable, pool size, OS limits
+  ProcessRunnerOptions workers;  // process isolation: executable, pool size, OS limits
 
   /// Notable events (a call overran its deadline, a worker was lost), one line each,
   /// for the front to log; empty: not reported.
@@ -76,7 +77,7 @@ struct HostStats {
   std::uint64_t crashes = 0;      // calls answered `tool_crashed`
   std::uint64_t stuck_now = 0;    // inline: threads still inside a tool past its deadline
   std::uint64_t stuck_peak = 0;
-  WorkerPool::Stats workers;      // process isolation
+  ProcessRunner::Stats workers;   // process isolation
 };
 
 class Host {
@@ -88,7 +89,8 @@ class Host {
   Host& operator=(const Host&) = delete;
 
   /// Throws HostError naming the file (see ToolRegistry::load_plugin), or if process
-  /// isolation has already started its workers.
+  /// isolation has already started its workers. With process isolation the library is
+  /// loaded in a sandboxed worker, never in this process (ProcessRunner::describe).
   std::vector<std::string> load_plugin(const std::string& path);
   /// Registers tools linked into this program (machina-toolhost's built-in pack). Isolated
   /// workers, being this program too, are told to do the same (`--linked-tools`).
@@ -127,36 +129,34 @@ class Host {
   /// owners that must release processes before the host object itself goes away.
   void close();
   /// Inline calls still running past their deadline (cheap; see HostStats::stuck_now).
-  std::uint64_t stuck_calls() const { return stuck_now_.load(std::memory_order_relaxed); }
+  std::uint64_t stuck_calls() const { return inline_.stuck_now(); }
 
   /// The deadline a request for `tool` gets, in milliseconds.
   std::int64_t timeout_for(const Tool& tool, const Request& request) const;
 
  private:
   struct Scope;
-  struct InlineCall;
 
   Response respond_json(std::string_view text, Session& session, std::string_view aid_override,
                         bool nul_terminated, Takeover* takeover);
   Response handle_checked(Request& request, Session& session, Takeover* takeover);
   Response execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope);
-  static void on_overrun(DeadlineWatchdog::Watch& watch);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
-  WorkerPool* workers();
+  /// The runner for native plugin tools (the isolation option chooses).
+  Runner* plugin_runner();
   void event(const std::string& line) const;
 
   HostOptions options_;
-  ToolRegistry registry_;
   IdempotencyCache idempotency_;
   std::unique_ptr<LeaseAuthority> leases_;
-  std::vector<std::string> plugin_paths_;
+  std::atomic<std::uint64_t> calls_{0}, timeouts_{0}, crashes_{0};
 
-  std::atomic<std::uint64_t> calls_{0}, timeouts_{0}, crashes_{0}, stuck_now_{0}, stuck_peak_{0};
-
-  std::once_flag workers_once_;
-  std::unique_ptr<WorkerPool> workers_;
-  DeadlineWatchdog watchdog_;  // last: stopped first, before anything its callbacks use
+  // The runners outlive the registry's tools that point at them, and the inline runner's
+  // watchdog stops (first, in its destructor) before anything its callbacks use goes.
+  std::unique_ptr<ProcessRunner> process_;
+  ToolRegistry registry_;
+  InlineRunner inline_;
 };
 
 /// Milliseconds on the monotonic clock (breaker, idempotency) and since the epoch (leases).

@@ -20,9 +20,14 @@ struct WorkerLimits {
   bool any() const { return cpu_seconds || address_space_mb || open_files || file_size_mb || no_network; }
 };
 
-/// Applies the process-wide limits (all but the per-call CPU limit) to this process.
+/// Applies the address space and file size limits and the no-network filter to this
+/// process (the template of an isolated worker: every call process inherits them).
 /// Throws HostError naming the limit that could not be set.
 void apply_process_limits(const WorkerLimits& limits);
+
+/// The open files limit, applied in each call process (the template needs descriptors of
+/// its own for the call processes it keeps ready). 0: none.
+void apply_open_files_limit(std::uint64_t open_files);
 
 /// The CPU time one call may use: a timer on this process's CPU clock, armed when a call
 /// starts and disarmed when it ends, that sends SIGXCPU (which ends the process) when the

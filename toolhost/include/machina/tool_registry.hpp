@@ -1,11 +1,10 @@
-// The tools a host knows, registered through the C ABI from plugin libraries or from a
-// plugin linked into the program (version checked before anything is registered; a
-// plugin is registered whole or not at all).
+// The tools a host knows, each with its metadata and its runner: registered from plugin
+// libraries or a plugin linked into the program through the C ABI (version checked before
+// anything is registered), or from descriptions (tools whose code is elsewhere, e.g. in an
+// isolated worker). A batch of tools is registered whole or not at all.
 #pragma once
 
-#include <machina/circuit_breaker.hpp>
-#include <machina/schema_validator.hpp>
-#include <machina/plugin_abi.h>
+#include <machina/tool.hpp>
 
 #include <memory>
 #include <optional>
@@ -16,30 +15,6 @@
 #include <vector>
 
 namespace machina {
-
-struct ToolInfo {
-  std::string aid;
-  std::string name;
-  std::string description;
-  std::string input_schema;  // JSON text, empty if none
-  bool deterministic = false;
-  std::vector<std::string> tags;
-  std::vector<std::string> side_effects;
-  bool replay_inputs = false;
-  int tier = 0;
-  std::uint32_t default_timeout_ms = 0;  // 0: the host's default
-  std::string plugin_path;
-};
-
-struct Tool {
-  ToolInfo info;
-  std::optional<SchemaValidator> schema;
-  machina_tool_fn invoke = nullptr;
-  void* tool_data = nullptr;
-  mutable CircuitBreaker breaker;
-
-  explicit Tool(const CircuitBreaker::Options& breaker_options) : breaker(breaker_options) {}
-};
 
 /// A plugin's two C entry points (see plugin_abi.h).
 struct PluginEntryPoints {
@@ -58,22 +33,30 @@ class ToolRegistry {
   ToolRegistry(const ToolRegistry&) = delete;
   ToolRegistry& operator=(const ToolRegistry&) = delete;
 
-  /// Loads a plugin library and registers its tools. Throws HostError naming the file
-  /// if it cannot be opened, lacks an entry point, has another ABI version, declares
-  /// an invalid tool or an aid that is already registered. Returns the aids added.
-  /// Defined apart (plugin_library.cpp), so that a program which only links its tools
-  /// in carries no dynamic loading.
-  std::vector<std::string> load_plugin(const std::string& path);
+  /// Loads a plugin library and registers its tools, run by `runner`. Throws HostError
+  /// naming the file if it cannot be opened, lacks an entry point, has another ABI
+  /// version, declares an invalid tool or an aid that is already registered. Returns the
+  /// aids added. Defined apart (plugin_library.cpp), so that a program which only links
+  /// its tools in carries no dynamic loading.
+  std::vector<std::string> load_plugin(const std::string& path, Runner* runner);
 
   /// Registers the tools of a plugin whose entry points are at hand; `source` names it
   /// in errors and in each tool's plugin_path. Same checks and errors as load_plugin
   /// (the ABI version first, then the register entry point, which may be null).
-  std::vector<std::string> add_plugin(const std::string& source, PluginEntryPoints entry);
+  std::vector<std::string> add_plugin(const std::string& source, PluginEntryPoints entry, Runner* runner);
+
+  /// Registers tools from their descriptions alone (their code runs elsewhere, through
+  /// `runner`). The same checks as for a plugin (aid, tier, schema, duplicates); all or
+  /// none. Throws HostError naming `source`.
+  std::vector<std::string> add_described(const std::string& source, const std::vector<ToolInfo>& tools,
+                                         Runner* runner);
 
   /// The tool, or nullptr. The pointer stays valid for the registry's lifetime.
   const Tool* find(std::string_view aid) const;
 
   std::vector<ToolInfo> list() const;
+  /// The registered tools in registration order (pointers valid for the registry's life).
+  std::vector<const Tool*> tools() const;
   std::size_t size() const;
 
  private:
@@ -81,6 +64,8 @@ class ToolRegistry {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
+  std::vector<std::string> add(const std::string& source, std::vector<std::unique_ptr<Tool>> tools);
+
   CircuitBreaker::Options breaker_options_;
   // Unique for the life of the process (unlike the registry's address): names this
   // registry in each thread's last lookup (see find()).

@@ -1,5 +1,5 @@
 // See worker_protocol.hpp.
-#include <machina/worker_protocol.hpp>
+#include <machina/isolation/worker_protocol.hpp>
 
 #include <cstring>
 
@@ -23,6 +23,11 @@ void put_artifact(std::string& out, const Artifact& a) {
   put_str(out, a.content_json);
   put_str(out, a.provenance);
   put<std::uint64_t>(out, a.size_bytes);
+}
+
+void put_strings(std::string& out, const std::vector<std::string>& items) {
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(items.size()));
+  for (const auto& s : items) put_str(out, s);
 }
 
 std::size_t begin(std::string& out, FrameType type) {
@@ -56,6 +61,15 @@ class Cursor {
     rest_.remove_prefix(static_cast<std::size_t>(n));
     return true;
   }
+  bool get_strings(std::vector<std::string>& items) {
+    std::uint32_t n = 0;
+    if (!get(n) || n > rest_.size()) return false;  // each string takes at least 8 bytes
+    items.resize(n);
+    for (auto& s : items) {
+      if (!get_str(s)) return false;
+    }
+    return true;
+  }
   bool get_artifact(Artifact& a) {
     return get_str(a.type) && get_str(a.content_json) && get_str(a.provenance) && get(a.size_bytes);
   }
@@ -84,8 +98,41 @@ void read_header(std::string_view bytes, std::uint32_t& payload_size, FrameType&
 
 void encode_hello(const Hello& hello, std::string& out) {
   const auto at = begin(out, FrameType::hello);
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(hello.aids.size()));
-  for (const auto& aid : hello.aids) put_str(out, aid);
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(hello.tools.size()));
+  for (const auto& t : hello.tools) {
+    for (const std::string* s : {&t.aid, &t.name, &t.description, &t.input_schema, &t.plugin_path}) put_str(out, *s);
+    put_strings(out, t.tags);
+    put_strings(out, t.side_effects);
+    put<std::uint8_t>(out, static_cast<std::uint8_t>((t.deterministic ? 1 : 0) | (t.replay_inputs ? 2 : 0)));
+    put<std::int32_t>(out, t.tier);
+    put<std::uint32_t>(out, t.default_timeout_ms);
+  }
+  finish(out, at);
+}
+
+void encode_died(std::int32_t signal, char (&frame)[kDiedFrameBytes]) noexcept {
+  const std::uint32_t size = 4;
+  std::memcpy(frame, &size, sizeof size);
+  frame[4] = static_cast<char>(FrameType::died);
+  std::memcpy(frame + kFrameHeader, &signal, sizeof signal);
+}
+
+bool decode_died(std::string_view payload, std::int32_t& signal) {
+  Cursor c(payload);
+  return c.get(signal) && c.done();
+}
+
+void encode_ready(const Ready& ready, std::string& out) {
+  const auto at = begin(out, FrameType::ready);
+  put(out, ready.pid);
+  finish(out, at);
+}
+
+void encode_ended(const Ended& ended, std::string& out) {
+  const auto at = begin(out, FrameType::ended);
+  put(out, ended.pid);
+  put(out, ended.code);
+  put(out, ended.status);
   finish(out, at);
 }
 
@@ -124,13 +171,34 @@ bool decode_hello(std::string_view payload, Hello& out) {
   Cursor c(payload);
   std::uint32_t n = 0;
   if (!c.get(n)) return false;
-  out.aids.clear();
+  out.tools.clear();
   for (std::uint32_t i = 0; i < n; ++i) {
-    std::string aid;
-    if (!c.get_str(aid)) return false;
-    out.aids.push_back(std::move(aid));
+    ToolInfo t;
+    std::uint8_t flags = 0;
+    std::int32_t tier = 0;
+    for (std::string* s : {&t.aid, &t.name, &t.description, &t.input_schema, &t.plugin_path}) {
+      if (!c.get_str(*s)) return false;
+    }
+    if (!c.get_strings(t.tags) || !c.get_strings(t.side_effects) || !c.get(flags) || !c.get(tier) ||
+        !c.get(t.default_timeout_ms)) {
+      return false;
+    }
+    t.deterministic = flags & 1;
+    t.replay_inputs = flags & 2;
+    t.tier = tier;
+    out.tools.push_back(std::move(t));
   }
   return c.done();
+}
+
+bool decode_ready(std::string_view payload, Ready& out) {
+  Cursor c(payload);
+  return c.get(out.pid) && c.done();
+}
+
+bool decode_ended(std::string_view payload, Ended& out) {
+  Cursor c(payload);
+  return c.get(out.pid) && c.get(out.code) && c.get(out.status) && c.done();
 }
 
 bool decode_call(std::string_view payload, Call& out) {

@@ -1,44 +1,39 @@
-// See worker_pool.hpp. One call at a time per worker; the calling thread does the I/O
-// with the worker itself (non-blocking, poll with the call's deadline), forwarding what
-// the worker writes to stderr and keeping its tail for crash reports.
+// See process_runner.hpp. One call at a time per worker; the calling thread does the I/O
+// with the call's own process itself (non-blocking, poll with the call's deadline), passing
+// on what the worker writes to stderr and keeping its tail for crash reports. The worker's
+// control socket brings its greeting (the tools it registered), call processes (their
+// pipes as SCM_RIGHTS) and news of their end.
 #include <machina/errors.hpp>
 #include <machina/host.hpp>
 #include <machina/json_text.hpp>
-#include <machina/worker_pool.hpp>
-#include <machina/worker_protocol.hpp>
+#include <machina/isolation/worker_protocol.hpp>
+#include <machina/runners/process_runner.hpp>
+#include <machina/tool.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-extern char** environ;
+#include <deque>
+#include <optional>
 
 namespace machina {
 
 namespace {
 
 constexpr std::size_t kMaxSlotLabelBytes = 64 * 1024;  // an artifact's type or provenance
+constexpr std::size_t kMaxHelloBytes = 64u << 20;
+constexpr std::int64_t kEndWaitMs = 2'000;  // for a killed call process to be gone, or its end reported
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
-
-// The worker's ends of its pipes are moved to descriptors above those they become in the
-// worker (1 to 4), so that no dup2 of the spawn overwrites another end (an embedding
-// program with a closed stdin would otherwise be given low descriptors by pipe2).
-void move_above_stdio(int& fd) {
-  if (fd > 4) return;
-  const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 5);
-  if (moved >= 0) {
-    ::close(fd);
-    fd = moved;
-  }
-}
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
@@ -51,68 +46,230 @@ int poll_timeout(std::int64_t deadline_ms) {
   return static_cast<int>(std::min<std::int64_t>(left, 1'000'000));
 }
 
-}  // namespace
+/// One call process, ready or running: its pipes and its pidfd.
+struct CallProcess {
+  std::int32_t pid = 0;  // in the worker's PID namespace (names it in `ended` frames)
+  int call = -1;         // write end of its call pipe
+  int call_keep = -1;    // read end, held so that a dead process never raises SIGPIPE here
+  int result = -1;       // read end of its result pipe
+  int pidfd = -1;
 
-std::string describe_wait_status(int status) {
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* abbrev = sigabbrev_np(sig);
-    const char* what = sigdescr_np(sig);
-    std::string s = "was killed by signal " + std::to_string(sig);
-    if (abbrev != nullptr) s += std::string(" (SIG") + abbrev + (what != nullptr ? std::string(": ") + what : "") + ")";
-    return s;
+  void close_pipes() {
+    close_fd(call);
+    close_fd(call_keep);
+    close_fd(result);
   }
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  return "ended (wait status " + std::to_string(status) + ")";
+  void close_all() {
+    close_pipes();
+    close_fd(pidfd);
+  }
+  // (sys/pidfd.h of glibc 2.36 declares pidfd_send_signal without C linkage)
+  void kill() const { ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0); }
+};
+
+/// A wait status from what waitid(2) reported.
+int wait_status(const worker::Ended& e) {
+  if (e.code == CLD_EXITED) return (e.status & 0xff) << 8;
+  return (e.status & 0x7f) | (e.code == CLD_DUMPED ? 0x80 : 0);
 }
 
-// Calls and results travel over two pipes, not a socketpair: a pipe round trip costs
-// about 60% of a stream socket's on this kind of machine. The host holds the read end
-// of the call pipe as well (it never reads it), so writing a call to a worker that died
-// never raises SIGPIPE in the host, whatever the embedding program does with that
-// signal; the death shows as end-of-file on the result pipe instead.
-struct WorkerPool::Worker {
-  pid_t pid = -1;
-  int to = -1;        // write end of the call pipe
-  int to_keep = -1;   // its read end, held open (see above)
-  int from = -1;      // read end of the result pipe
-  int err = -1;       // read end of the worker's stdout+stderr
-  std::string tail;   // the last stderr_tail_bytes it wrote
-  std::string rbuf;   // kept between calls, at its size: reading into it costs no clearing
+}  // namespace
+
+struct ProcessRunner::Worker {
+  std::unique_ptr<ChildProcess> process;  // the launcher (its process group: the sandbox)
+  int control = -1;
+  std::string cbuf;                 // control bytes not yet handled
+  std::deque<int> fds;              // descriptors that came with them
+  std::deque<CallProcess> ready;
+  bool greeted = false;
+  std::vector<ToolInfo> tools;      // from its greeting
+  CallProcess last;                 // the previous call's process (its pidfd): gone before the next call
+  std::int32_t watching = 0;        // a call process whose end is awaited (a crash to describe)
+  std::optional<worker::Ended> end_seen;
+  std::string rbuf;                 // kept between calls, at its size: reading into it costs no clearing
   std::string wbuf;
 
   ~Worker() {
-    close_fd(to);
-    close_fd(to_keep);
-    close_fd(from);
-    close_fd(err);
+    close_fd(control);
+    for (auto& r : ready) r.close_all();
+    last.close_all();
+    for (int fd : fds) ::close(fd);
   }
+  pid_t pid() const { return process ? process->pid() : -1; }
 };
 
-struct WorkerPool::SpawnRequest {
-  std::vector<std::string> argv;
-  int call_fd = -1;    // becomes the worker's fd 3
-  int result_fd = -1;  // becomes the worker's fd 4
-  int err_fd = -1;
-  pid_t pid = -1;
-  int error = 0;
-  bool done = false;
-};
+namespace {
 
-WorkerPool::WorkerPool(WorkerPoolOptions options, std::vector<std::string> plugins, std::vector<std::string> aids)
-    : options_(std::move(options)), plugins_(std::move(plugins)), aids_(std::move(aids)) {
+enum class Pump { more, lost, timed_out };
+
+/// Handles the complete control frames in w.cbuf. False (with why) if the worker broke
+/// the protocol.
+/// `expected`: the aids the worker must register (sorted); null: any (a plugin described).
+bool handle_control(ProcessRunner::Worker& w, const std::vector<std::string>* expected, std::string& why) {
+  std::size_t at = 0;
+  while (w.cbuf.size() - at >= worker::kFrameHeader) {
+    std::uint32_t size = 0;
+    worker::FrameType type{};
+    worker::read_header(std::string_view(w.cbuf).substr(at), size, type);
+    if (size > kMaxHelloBytes) {
+      why = "sent an oversized control frame";
+      return false;
+    }
+    if (w.cbuf.size() - at < worker::kFrameHeader + size) break;
+    const std::string_view payload = std::string_view(w.cbuf).substr(at + worker::kFrameHeader, size);
+    at += worker::kFrameHeader + size;
+    if (type == worker::FrameType::hello && !w.greeted) {
+      worker::Hello hello;
+      if (!worker::decode_hello(payload, hello)) {
+        why = "sent a malformed greeting";
+        return false;
+      }
+      std::vector<std::string> aids;
+      for (const auto& t : hello.tools) aids.push_back(t.aid);
+      std::sort(aids.begin(), aids.end());
+      if (expected != nullptr && aids != *expected) {
+        why = "registered other tools than the host (plugins changed on disk?)";
+        return false;
+      }
+      w.tools = std::move(hello.tools);
+      w.greeted = true;
+    } else if (type == worker::FrameType::ready && w.greeted) {
+      worker::Ready ready;
+      if (!worker::decode_ready(payload, ready) || w.fds.size() < worker::kReadyFds) {
+        why = "sent a malformed control frame";
+        return false;
+      }
+      CallProcess p;
+      p.pid = ready.pid;
+      for (int* fd : {&p.call, &p.call_keep, &p.result, &p.pidfd}) {
+        *fd = w.fds.front();
+        w.fds.pop_front();
+      }
+      set_nonblocking(p.call);
+      set_nonblocking(p.result);
+      w.ready.push_back(p);
+    } else if (type == worker::FrameType::ended && w.greeted) {
+      worker::Ended ended;
+      if (!worker::decode_ended(payload, ended)) {
+        why = "sent a malformed control frame";
+        return false;
+      }
+      if (ended.pid == w.watching) w.end_seen = ended;
+    } else {
+      why = w.greeted ? "sent an unexpected control frame" : "sent something other than its greeting";
+      return false;
+    }
+  }
+  w.cbuf.erase(0, at);
+  return true;
+}
+
+/// Waits until `deadline_ms` for the worker's control socket or output, and takes in what
+/// came. `lost` (with why) when the worker is gone or broke the protocol.
+Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, std::int64_t deadline_ms,
+          std::string& why) {
+  pollfd fds[2] = {{w.control, POLLIN, 0}, {w.process->output_fd(), POLLIN, 0}};
+  const int n = ::poll(fds, 2, poll_timeout(deadline_ms));
+  if (n < 0) {
+    if (errno == EINTR) return Pump::more;
+    why = std::string("poll failed: ") + std::strerror(errno);
+    return Pump::lost;
+  }
+  if (n == 0) return Pump::timed_out;
+  if (fds[1].revents) w.process->read_output();
+  if (!fds[0].revents) return Pump::more;
+  char data[4096];
+  alignas(cmsghdr) char control[CMSG_SPACE(64 * sizeof(int))];
+  iovec iov{data, sizeof data};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t got = ::recvmsg(w.control, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (got < 0 && (errno == EAGAIN || errno == EINTR)) return Pump::more;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      w.fds.push_back(fd);
+    }
+  }
+  if (got <= 0) {
+    why = "ended";
+    return Pump::lost;
+  }
+  if (msg.msg_flags & MSG_CTRUNC) {
+    why = "sent more descriptors than expected";
+    return Pump::lost;
+  }
+  w.cbuf.append(data, static_cast<std::size_t>(got));
+  return handle_control(w, expected, why) ? Pump::more : Pump::lost;
+}
+
+}  // namespace
+
+ProcessRunner::ProcessRunner(ProcessRunnerOptions options) : options_(std::move(options)) {
   if (options_.executable.empty()) throw HostError("process isolation needs the machina-toolhost executable");
   if (access(options_.executable.c_str(), X_OK) != 0) {
     throw HostError("process isolation: cannot run " + options_.executable + ": " + std::strerror(errno));
   }
   if (options_.size == 0) options_.size = 1;
-  std::sort(aids_.begin(), aids_.end());
+  if (options_.spares == 0) options_.spares = 1;
+  std::vector<std::string> names(std::begin(kWorkerEnvironment), std::end(kWorkerEnvironment));
+  for (const auto& name : options_.pass_env) {
+    if (name.starts_with("MACHINA_LEASE_")) throw HostError("the lease variables are never passed to workers: " + name);
+    if (name.empty() || name.find('=') != std::string::npos)
+      throw HostError("not an environment variable name: '" + name + "'");
+    names.push_back(name);
+  }
+  env_ = pick_environment(names);
   max_result_bytes_ = worker::kFrameHeader + 64 + options_.max_output_bytes + kMaxToolErrorBytes +
                       kDsSlots * (options_.max_output_bytes + 2 * kMaxSlotLabelBytes + 64);
-  spawner_ = std::thread([this] { spawner_loop(); });
 }
 
-void WorkerPool::shutdown() {
+ProcessRunner::~ProcessRunner() {
+  std::lock_guard lock(mu_);
+  idle_.clear();  // each ends its worker
+}
+
+std::vector<ToolInfo> ProcessRunner::describe(const std::string& plugin) {
+  {
+    std::lock_guard lock(mu_);
+    if (started_) throw HostError("plugin " + plugin + ": cannot load a plugin after the isolated workers have started");
+  }
+  std::string why;
+  auto w = start_worker({plugin}, steady_now_ms() + options_.start_timeout_ms, why);
+  if (!w) {
+    // The worker's own words when it said why (e.g. "plugin P: cannot load: ..."), as an
+    // inline host would have said them.
+    constexpr std::string_view kSaid = "machina-toolhost worker: ";
+    if (const auto at = why.rfind(kSaid); at != std::string::npos) {
+      std::string said = why.substr(at + kSaid.size());
+      while (!said.empty() && said.back() == '\n') said.pop_back();
+      if (said.find('\n') == std::string::npos) {
+        throw HostError(said.starts_with("plugin ") ? said : "plugin " + plugin + ": " + said);
+      }
+    }
+    throw HostError("plugin " + plugin + ": " + why);
+  }
+  std::vector<ToolInfo> tools = std::move(w->tools);
+  std::lock_guard lock(mu_);
+  plugins_.push_back(plugin);
+  for (const auto& t : tools) aids_.push_back(t.aid);
+  return tools;
+}
+
+void ProcessRunner::add_linked(const std::vector<ToolInfo>& tools) {
+  std::lock_guard lock(mu_);
+  if (started_) throw HostError("the built-in tools cannot be added after the isolated workers have started");
+  plugins_.emplace_back();  // "" stands for the linked tools
+  for (const auto& t : tools) aids_.push_back(t.aid);
+}
+
+void ProcessRunner::close() {
   std::vector<std::unique_ptr<Worker>> idle;
   {
     std::lock_guard lock(mu_);
@@ -120,201 +277,79 @@ void WorkerPool::shutdown() {
     idle.swap(idle_);
     live_ -= idle.size();
     for (pid_t pid : busy_) {
-      ::kill(-pid, SIGKILL);  // its caller sees the result pipe close and reaps it
+      // The call running in it ends with the sandbox: its caller sees the pipes close.
+      ::kill(-pid, SIGKILL);
       ::kill(pid, SIGKILL);
     }
     freed_.notify_all();
   }
-  for (auto& w : idle) end_of(*w);
 }
 
-WorkerPool::~WorkerPool() {
-  {
-    std::lock_guard lock(mu_);
-    for (auto& w : idle_) end_of(*w);
-    idle_.clear();
-  }
-  {
-    std::lock_guard lock(spawn_mu_);
-    stopping_ = true;
-  }
-  spawn_cv_.notify_all();
-  spawner_.join();
-}
-
-WorkerPool::Stats WorkerPool::stats() const {
+ProcessRunner::Stats ProcessRunner::stats() const {
   std::lock_guard lock(mu_);
   Stats s = stats_;
   s.live = live_;
   return s;
 }
 
-void WorkerPool::spawner_loop() {
-  std::unique_lock lock(spawn_mu_);
-  for (;;) {
-    spawn_cv_.wait(lock, [&] { return stopping_ || !spawn_queue_.empty(); });
-    if (spawn_queue_.empty()) return;
-    SpawnRequest* r = spawn_queue_.front();
-    spawn_queue_.pop_front();
-    lock.unlock();
-
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, r->err_fd, STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&fa, r->err_fd, STDERR_FILENO);
-    posix_spawn_file_actions_adddup2(&fa, r->call_fd, 3);
-    posix_spawn_file_actions_adddup2(&fa, r->result_fd, 4);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, defaults;
-    sigemptyset(&none);
-    sigemptyset(&defaults);
-    // Whatever the host ignores or blocks (SIGPIPE, a Python interpreter's choices) is
-    // not the worker's business.
-    for (int sig : {SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGXFSZ, SIGXCPU, SIGCHLD, SIGUSR1, SIGUSR2})
-      sigaddset(&defaults, sig);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setpgroup(&attr, 0);  // its own process group: killed as a whole
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    std::vector<char*> argv;
-    for (auto& a : r->argv) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    const int rc = posix_spawn(&pid, options_.executable.c_str(), &fa, &attr, argv.data(), environ);
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
-
-    lock.lock();
-    r->pid = rc == 0 ? pid : -1;
-    r->error = rc;
-    r->done = true;
-    spawn_cv_.notify_all();
-  }
-}
-
-std::unique_ptr<WorkerPool::Worker> WorkerPool::start_worker(std::int64_t deadline_ms, std::string& why) {
-  int cp[2] = {-1, -1}, rp[2] = {-1, -1}, ep[2] = {-1, -1};
-  if (pipe2(cp, O_CLOEXEC) != 0 || pipe2(rp, O_CLOEXEC) != 0 || pipe2(ep, O_CLOEXEC) != 0) {
-    why = std::string("cannot create a pipe: ") + std::strerror(errno);
-    for (int fd : {cp[0], cp[1], rp[0], rp[1], ep[0], ep[1]})
-      if (fd >= 0) ::close(fd);
+std::unique_ptr<ProcessRunner::Worker> ProcessRunner::start_worker(const std::vector<std::string>& plugins,
+                                                                  std::int64_t deadline_ms, std::string& why) {
+  int sv[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    why = std::string("cannot create a socket pair: ") + std::strerror(errno);
     return nullptr;
   }
   auto w = std::make_unique<Worker>();
-  w->to = cp[1];
-  w->from = rp[0];
-  w->err = ep[0];
-
-  for (int* fd : {&cp[0], &rp[1], &ep[1]}) move_above_stdio(*fd);
-  SpawnRequest req;
-  req.call_fd = cp[0];
-  req.result_fd = rp[1];
-  req.err_fd = ep[1];
-  req.argv = {options_.executable, "--isolation-worker", "--parent-pid", std::to_string(getpid()),
-              "--max-output-bytes", std::to_string(options_.max_output_bytes), "--max-request-bytes",
-              std::to_string(options_.max_request_bytes)};
-  for (const auto& p : plugins_) {
+  w->control = sv[0];
+  ChildSpec spec;
+  spec.executable = options_.executable;
+  spec.argv = {options_.executable, "--isolation-worker", "--parent-pid", std::to_string(getpid()),
+               "--max-output-bytes", std::to_string(options_.max_output_bytes), "--max-request-bytes",
+               std::to_string(options_.max_request_bytes), "--isolation-spares", std::to_string(options_.spares)};
+  for (const auto& p : plugins) {
     if (p.empty()) {
-      req.argv.push_back("--linked-tools");  // the host's own linked tools (it is this program too)
+      spec.argv.push_back("--linked-tools");  // the host's own linked tools (it is this program too)
     } else {
-      req.argv.push_back("--plugin");
-      req.argv.push_back(p);
+      spec.argv.push_back("--plugin");
+      spec.argv.push_back(p);
     }
   }
   const WorkerLimits& l = options_.limits;
-  if (l.cpu_seconds) req.argv.insert(req.argv.end(), {"--limit-cpu-s", std::to_string(l.cpu_seconds)});
-  if (l.address_space_mb) req.argv.insert(req.argv.end(), {"--limit-memory-mb", std::to_string(l.address_space_mb)});
-  if (l.open_files) req.argv.insert(req.argv.end(), {"--limit-open-files", std::to_string(l.open_files)});
-  if (l.file_size_mb) req.argv.insert(req.argv.end(), {"--limit-file-size-mb", std::to_string(l.file_size_mb)});
-  if (l.no_network) req.argv.push_back("--no-network");
-  {
-    std::unique_lock lock(spawn_mu_);
-    spawn_queue_.push_back(&req);
-    spawn_cv_.notify_all();
-    spawn_cv_.wait(lock, [&] { return req.done; });
-  }
-  w->to_keep = cp[0];
-  ::close(rp[1]);
-  ::close(ep[1]);
-  if (req.pid < 0) {
-    why = "cannot start " + options_.executable + ": " + std::strerror(req.error);
+  if (l.cpu_seconds) spec.argv.insert(spec.argv.end(), {"--limit-cpu-s", std::to_string(l.cpu_seconds)});
+  if (l.address_space_mb) spec.argv.insert(spec.argv.end(), {"--limit-memory-mb", std::to_string(l.address_space_mb)});
+  if (l.open_files) spec.argv.insert(spec.argv.end(), {"--limit-open-files", std::to_string(l.open_files)});
+  if (l.file_size_mb) spec.argv.insert(spec.argv.end(), {"--limit-file-size-mb", std::to_string(l.file_size_mb)});
+  if (l.no_network) spec.argv.push_back("--no-network");
+  for (const auto& f : options_.hidden_files) spec.argv.insert(spec.argv.end(), {"--isolation-hide", f});
+  spec.env = env_;
+  spec.fds = {{sv[1], 3}};
+  spec.tail_bytes = options_.stderr_tail_bytes;
+  try {
+    w->process = std::make_unique<ChildProcess>(spec, &spawner_);
+  } catch (const HostError& e) {
+    ::close(sv[1]);
+    why = e.what();
     return nullptr;
   }
-  w->pid = req.pid;
-  set_nonblocking(w->to);
-  set_nonblocking(w->from);
-  set_nonblocking(w->err);
-  {
-    std::lock_guard lock(mu_);
-    ++stats_.started;
-  }
+  ::close(sv[1]);
 
-  // The worker's greeting: the tools it registered, which must be the host's.
+  // The worker's greeting: the tools it registered (for the pool's workers: the host's).
   const std::int64_t start_deadline = std::min(deadline_ms, steady_now_ms() + options_.start_timeout_ms);
-  std::string& buf = w->rbuf;
-  buf.clear();
   std::string fail;
-  for (;;) {
-    if (buf.size() >= worker::kFrameHeader) {
-      std::uint32_t size = 0;
-      worker::FrameType type{};
-      worker::read_header(buf, size, type);
-      if (type != worker::FrameType::hello || size > (64u << 20)) {
-        fail = "sent something other than its greeting";
-        break;
-      }
-      if (buf.size() >= worker::kFrameHeader + size) {
-        worker::Hello hello;
-        if (!worker::decode_hello(std::string_view(buf).substr(worker::kFrameHeader, size), hello)) {
-          fail = "sent a malformed greeting";
-          break;
-        }
-        std::sort(hello.aids.begin(), hello.aids.end());
-        if (hello.aids != aids_) {
-          fail = "registered other tools than the host (plugins changed on disk?)";
-          break;
-        }
-        buf.clear();
-        return w;
-      }
-    }
-    pollfd fds[2] = {{w->from, POLLIN, 0}, {w->err, POLLIN, 0}};
-    const int n = poll(fds, 2, poll_timeout(start_deadline));
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) {
-      fail = "did not start within " + std::to_string(options_.start_timeout_ms) + " ms";
-      break;
-    }
-    if (fds[1].revents) {
-      char chunk[4096];
-      const ssize_t got = ::read(w->err, chunk, sizeof chunk);
-      if (got > 0) {
-        (void)!::write(STDERR_FILENO, chunk, static_cast<std::size_t>(got));
-        w->tail.append(chunk, static_cast<std::size_t>(got));
-        if (w->tail.size() > options_.stderr_tail_bytes) w->tail.erase(0, w->tail.size() - options_.stderr_tail_bytes);
-      }
-    }
-    if (fds[0].revents) {
-      char chunk[4096];
-      const ssize_t got = ::read(w->from, chunk, sizeof chunk);
-      if (got > 0) {
-        buf.append(chunk, static_cast<std::size_t>(got));
-      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-        fail = "ended before it was ready";
-        break;
-      }
-    }
+  const std::vector<std::string>* expected = &plugins == &plugins_ ? &aids_ : nullptr;
+  while (!w->greeted) {
+    const Pump p = pump(*w, expected, start_deadline, fail);
+    if (p == Pump::timed_out) fail = "did not start within " + std::to_string(options_.start_timeout_ms) + " ms";
+    if (p == Pump::lost && fail == "ended") fail = "ended before it was ready";
+    if (p != Pump::more) break;
   }
-  why = "worker process " + fail + "; it " + end_of(*w);
-  const std::string tail = to_valid_utf8(std::string_view(w->tail).substr(
-      w->tail.size() > options_.stderr_tail_bytes ? w->tail.size() - options_.stderr_tail_bytes : 0));
-  if (!tail.empty()) why += "; its last stderr: " + tail;
+  if (w->greeted) return w;
+  why = "worker process " + fail + "; it " + w->process->end();
+  if (const std::string tail = w->process->tail(); !tail.empty()) why += "; its last stderr: " + tail;
   return nullptr;
 }
 
-std::unique_ptr<WorkerPool::Worker> WorkerPool::acquire(std::int64_t deadline_ms, std::string& why, bool& timed_out) {
+std::unique_ptr<ProcessRunner::Worker> ProcessRunner::acquire(std::int64_t deadline_ms, std::string& why, bool& timed_out) {
   timed_out = false;
   {
     std::unique_lock lock(mu_);
@@ -333,113 +368,125 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::acquire(std::int64_t deadline_ms
     if (!idle_.empty()) {
       auto w = std::move(idle_.back());
       idle_.pop_back();
-      busy_.push_back(w->pid);
+      busy_.push_back(w->pid());
       return w;
     }
     ++live_;
+    if (!started_) {  // the lists of plugins and tools are fixed from now on
+      started_ = true;
+      std::sort(aids_.begin(), aids_.end());
+    }
   }
-  auto w = start_worker(deadline_ms, why);
+  auto w = start_worker(plugins_, deadline_ms, why);
   std::lock_guard lock(mu_);
+  if (w) ++stats_.started;
   if (!w) {
     --live_;
     freed_.notify_one();
   } else if (closing_) {
     why = "the host is closed";
     --live_;
-    end_of(*w);
     return nullptr;
   } else {
-    busy_.push_back(w->pid);
+    busy_.push_back(w->pid());
   }
   return w;
 }
 
-void WorkerPool::release(std::unique_ptr<Worker> worker) {
+void ProcessRunner::release(std::unique_ptr<Worker> worker) {
   std::lock_guard lock(mu_);
-  std::erase(busy_, worker->pid);
+  std::erase(busy_, worker->pid());
   if (closing_) {
     --live_;
-    end_of(*worker);
     return;
   }
   idle_.push_back(std::move(worker));
   freed_.notify_one();
 }
 
-void WorkerPool::retire(pid_t pid) {
+void ProcessRunner::retire(std::unique_ptr<Worker> worker) {
+  if (worker->process) worker->process->end();
   std::lock_guard lock(mu_);
-  std::erase(busy_, pid);
+  std::erase(busy_, worker->pid());
   --live_;
   freed_.notify_one();
 }
 
-std::string WorkerPool::end_of(Worker& w) {
-  if (w.pid <= 0) return "was never started";
-  // Killed even when it seems gone: a worker that closed its pipes may still be alive.
-  // A worker already dying of its own signal or exit keeps that status.
-  ::kill(-w.pid, SIGKILL);
-  ::kill(w.pid, SIGKILL);
-  int status = 0;
-  pid_t got;
-  do {
-    got = waitpid(w.pid, &status, 0);
-  } while (got < 0 && errno == EINTR);
-  w.pid = -1;
-  // What it wrote last (the pipe ends once its whole group is gone).
-  const std::int64_t until = steady_now_ms() + 200;
-  for (;;) {
-    pollfd fd{w.err, POLLIN, 0};
-    if (poll(&fd, 1, poll_timeout(until)) <= 0) break;
-    char chunk[4096];
-    const ssize_t n = ::read(w.err, chunk, sizeof chunk);
-    if (n <= 0) break;
-    (void)!::write(STDERR_FILENO, chunk, static_cast<std::size_t>(n));
-    w.tail.append(chunk, static_cast<std::size_t>(n));
-    if (w.tail.size() > options_.stderr_tail_bytes) w.tail.erase(0, w.tail.size() - options_.stderr_tail_bytes);
-  }
-  if (got < 0) return "ended (its exit status was collected by someone else)";
-  return describe_wait_status(status);
-}
-
-WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input_json, const Slots* state,
-                                    std::int64_t deadline_ms, CallContext& call) {
-  Outcome out;
+RunOutcome ProcessRunner::run(const RunSpec& spec) {
+  using Ending = RunOutcome::Ending;
+  const std::int64_t deadline_ms = spec.deadline_ms;
+  CallContext& call = spec.call;
+  RunOutcome out;
   std::string why;
   bool queue_timeout = false;
   std::unique_ptr<Worker> w = acquire(deadline_ms, why, queue_timeout);
+  auto closing = [&] {
+    std::lock_guard lock(mu_);
+    return closing_;
+  };
   if (!w) {
-    bool closing;
-    {
-      std::lock_guard lock(mu_);
-      closing = closing_;
-    }
-    out.ending = queue_timeout ? Ending::timed_out : closing ? Ending::closed : Ending::crashed;
+    out.ending = queue_timeout ? Ending::timed_out : closing() ? Ending::closed : Ending::crashed;
     out.detail = why;
     return out;
   }
+  // The worker is lost: every call process it made goes with it.
+  auto lose = [&](const std::string& fail) {
+    const std::string how = w->process->end();
+    const std::string tail = w->process->tail();
+    out.ending = closing() ? Ending::closed : Ending::crashed;
+    out.detail = (fail.empty() || fail == "ended" ? std::string() : fail + "; ") + "the worker process " + how;
+    if (!tail.empty()) out.detail += "; its last stderr: " + tail;
+    retire(std::move(w));
+    return out;
+  };
 
-  const pid_t pid = w->pid;
-  w->tail.clear();  // a crash report shows what this call's worker wrote
+  // Nothing of the previous call may still run when this one starts: its process was
+  // killed when its answer came (or its deadline passed), and its end is the end of
+  // everything it started (the kernel ends a PID namespace with its init).
+  if (w->last.pidfd >= 0) {
+    pollfd gone{w->last.pidfd, POLLIN, 0};
+    if (::poll(&gone, 1, static_cast<int>(kEndWaitMs)) != 1) return lose("the previous call's process did not end");
+    w->last.close_all();
+  }
+  w->process->clear_tail();  // a crash report shows what this call wrote
+  while (w->ready.empty()) {
+    const Pump p = pump(*w, &aids_, deadline_ms, why);
+    if (p == Pump::lost) return lose(why);
+    if (p == Pump::timed_out) {
+      out.ending = Ending::timed_out;
+      out.detail = "no call process was ready before the deadline";
+      release(std::move(w));
+      return out;
+    }
+  }
+  CallProcess p = w->ready.front();
+  w->ready.pop_front();
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.calls;
+  }
+
   std::string& frame = w->wbuf;
   frame.clear();
-  worker::encode_call(aid, input_json, state, frame);
+  const Slots& state = call.state();
+  bool any_state = false;
+  for (const auto& slot : state) any_state = any_state || slot.has_value();
+  worker::encode_call(spec.tool.info.aid, spec.input_json, any_state ? &state : nullptr, frame);
   // Most frames fit the pipe: write at once, poll only for what is left.
   std::size_t sent = 0;
-  if (const ssize_t put = ::write(w->to, frame.data(), frame.size()); put > 0) {
-    sent = static_cast<std::size_t>(put);
-  }
+  if (const ssize_t put = ::write(p.call, frame.data(), frame.size()); put > 0) sent = static_cast<std::size_t>(put);
   std::string& buf = w->rbuf;
   std::size_t have = 0;    // bytes of the reply in buf
   std::uint32_t want = 0;  // payload size once the header is in
+  worker::FrameType type{};
   bool have_header = false;
-  std::string fail;  // why the worker is lost, if it is
-  bool timed_out = false;
+  bool timed_out = false, eof = false;
+  std::string fail;  // a reply that cannot be trusted
 
   for (;;) {
     if (!have_header && have >= worker::kFrameHeader) {
-      worker::FrameType type{};
       worker::read_header(std::string_view(buf.data(), have), want, type);
-      if (type != worker::FrameType::result || want > max_result_bytes_) {
+      if ((type != worker::FrameType::result && type != worker::FrameType::died) || want > max_result_bytes_) {
         fail = "the worker sent a malformed reply";
         break;
       }
@@ -447,8 +494,10 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
     }
     if (have_header && have >= worker::kFrameHeader + want) break;
 
-    pollfd fds[3] = {{w->from, POLLIN, 0}, {w->err, POLLIN, 0}, {sent < frame.size() ? w->to : -1, POLLOUT, 0}};
-    const int n = poll(fds, 3, poll_timeout(deadline_ms));
+    pollfd fds[3] = {{p.result, POLLIN, 0},
+                     {w->process->output_fd(), POLLIN, 0},
+                     {sent < frame.size() ? p.call : -1, POLLOUT, 0}};
+    const int n = ::poll(fds, 3, poll_timeout(deadline_ms));
     if (n < 0) {
       if (errno == EINTR) continue;
       fail = std::string("poll failed: ") + std::strerror(errno);
@@ -458,65 +507,75 @@ WorkerPool::Outcome WorkerPool::run(std::string_view aid, std::string_view input
       timed_out = true;
       break;
     }
-    if (fds[1].revents) {
-      char chunk[4096];
-      const ssize_t got = ::read(w->err, chunk, sizeof chunk);
-      if (got > 0) {
-        (void)!::write(STDERR_FILENO, chunk, static_cast<std::size_t>(got));
-        w->tail.append(chunk, static_cast<std::size_t>(got));
-        if (w->tail.size() > 2 * options_.stderr_tail_bytes)
-          w->tail.erase(0, w->tail.size() - options_.stderr_tail_bytes);
-      }
-    }
-    if ((fds[2].revents & POLLOUT) && sent < frame.size()) {
-      const ssize_t put = ::write(w->to, frame.data() + sent, frame.size() - sent);
+    if (fds[1].revents) w->process->read_output();
+    if ((fds[2].revents & (POLLOUT | POLLERR)) && sent < frame.size()) {
+      const ssize_t put = ::write(p.call, frame.data() + sent, frame.size() - sent);
       if (put > 0) sent += static_cast<std::size_t>(put);
-      else if (put < 0 && errno != EAGAIN && errno != EINTR) {
-        fail = "the worker stopped reading";
-        break;
-      }
+      else if (put < 0 && errno != EAGAIN && errno != EINTR) sent = frame.size();  // it stopped reading: see below
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       // Up to the end of the frame once its size is known (at most 1 MiB more at a time).
       const std::size_t end = std::min<std::size_t>(have_header ? worker::kFrameHeader + want : have + 64 * 1024,
                                                     have + (1u << 20));
       if (buf.size() < end) buf.resize(end);
-      const ssize_t got = ::read(w->from, buf.data() + have, end - have);
+      const ssize_t got = ::read(p.result, buf.data() + have, end - have);
       if (got > 0) have += static_cast<std::size_t>(got);
       if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-        fail = "lost";
+        eof = true;
         break;
       }
     }
   }
+  // The call is over, whatever the process does next (it may have answered early and run
+  // on): it is killed, and the next call waits until it is gone.
+  p.kill();
+  p.close_pipes();
+  w->last = p;
 
   if (timed_out) {
-    end_of(*w);
     {
       std::lock_guard lock(mu_);
       ++stats_.timed_out;
     }
-    retire(pid);
+    release(std::move(w));
     out.ending = Ending::timed_out;
     return out;
   }
   worker::Result result;
-  if (fail.empty() &&
-      !worker::decode_result(std::string_view(buf).substr(worker::kFrameHeader, want), result)) {
-    fail = "the worker sent a malformed reply";
+  std::int32_t died = 0;
+  if (fail.empty() && !eof) {
+    const std::string_view payload = std::string_view(buf).substr(worker::kFrameHeader, want);
+    if (type == worker::FrameType::died) {
+      if (!worker::decode_died(payload, died) || died <= 0 || died > 64) fail = "the worker sent a malformed reply";
+    } else if (!worker::decode_result(payload, result)) {
+      fail = "the worker sent a malformed reply";
+    }
   }
-  if (!fail.empty()) {
-    const std::string how = end_of(*w);
+  if (!fail.empty() || eof || died != 0) {
+    // How the call's process ended: what it said itself, else what its worker saw.
+    std::string how;
+    if (died != 0) {
+      how = describe_wait_status(died);
+    } else {
+      w->watching = p.pid;
+      w->end_seen.reset();
+      const std::int64_t until = steady_now_ms() + kEndWaitMs;
+      while (!w->end_seen) {
+        const Pump got = pump(*w, &aids_, until, why);
+        if (got == Pump::lost) return lose(fail);
+        if (got == Pump::timed_out) break;
+      }
+      w->watching = 0;
+      how = w->end_seen ? describe_wait_status(wait_status(*w->end_seen)) : "did not say how it ended";
+    }
     {
       std::lock_guard lock(mu_);
       ++stats_.crashed;
     }
     out.ending = Ending::crashed;
-    out.detail = (fail == "lost" ? std::string() : fail + "; ") + "the worker process " + how;
-    const std::string tail = to_valid_utf8(std::string_view(w->tail).substr(
-        w->tail.size() > options_.stderr_tail_bytes ? w->tail.size() - options_.stderr_tail_bytes : 0));
-    if (!tail.empty()) out.detail += "; its last stderr: " + tail;
-    retire(pid);
+    out.detail = (fail.empty() ? std::string() : fail + "; ") + "the worker process " + how;
+    if (const std::string tail = w->process->tail(); !tail.empty()) out.detail += "; its last stderr: " + tail;
+    release(std::move(w));
     return out;
   }
   if (buf.capacity() > (1u << 20)) buf = std::string();  // large buffers are not kept

@@ -1,9 +1,12 @@
-// The worker side of process isolation: a machina-toolhost process started by a host
-// with --isolation-worker. It limits itself, registers the host's tools, says which tools
-// it has, then runs one call at a time from the host's call pipe until the host closes it.
+// The worker side of process isolation: a machina-toolhost process started by a host with
+// --isolation-worker. It walls itself in (see sandbox.hpp), registers the host's tools in a
+// template process, says which tools it has, and keeps call processes ready: each a fresh
+// copy of the template, made ahead of time, that runs exactly one call from a pipe of its
+// own and ends. Nothing a call leaves behind outlives it; no call can see another's pipes.
 #pragma once
 
 #include <machina/os_limits.hpp>
+#include <machina/isolation/sandbox.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -17,18 +20,19 @@ class ToolRegistry;
 namespace machina::worker {
 
 struct WorkerConfig {
-  int call_fd = 3;                   // calls come in here (a pipe from the host)
-  int result_fd = 4;                 // results go out here (a pipe to the host)
+  int control_fd = 3;                // a stream socket to the host (see worker_protocol.hpp)
   // Registers the host's tools (the program decides how: linked in, or plugin libraries
   // loaded in the host's order). Throws HostError if it cannot.
   std::function<void(ToolRegistry&)> load_tools;
   WorkerLimits limits;
+  sandbox::Walls walls;
+  std::size_t spares = 2;            // call processes kept ready
   std::size_t max_output_bytes = 0;
   std::size_t max_frame_bytes = 0;   // largest call frame accepted
   long parent_pid = 0;               // the host: if it is gone, so is this worker
 };
 
-/// Runs the worker loop; returns the process exit code (0 when the host closed the pipe).
+/// Runs the worker; returns the process exit code (0 when the host closed the socket).
 int run_worker(const WorkerConfig& config);
 
 }  // namespace machina::worker

@@ -1,10 +1,13 @@
-// The framing between the host and its isolated worker processes (--isolation process):
-// length-prefixed binary frames over a pair of pipes, in the byte order of the one machine
-// both ends run on. Every decoder checks every length against the frame it reads.
+// The framing between the host and its isolated workers (--isolation process): length-
+// prefixed binary frames in the byte order of the one machine both ends run on. A worker's
+// control socket carries its greeting and news of its call processes (one ready: its pipes
+// ride along as SCM_RIGHTS; one ended: how); each call process's own pipes carry its one
+// call and its one result. Every decoder checks every length against the frame it reads.
 #pragma once
 
 #include <machina/call_context.hpp>
 #include <machina/ds_state.hpp>
+#include <machina/tool.hpp>
 
 #include <cstdint>
 #include <string>
@@ -13,14 +16,29 @@
 
 namespace machina::worker {
 
-enum class FrameType : std::uint8_t { hello = 1, call = 2, result = 3 };
+enum class FrameType : std::uint8_t { hello = 1, call = 2, result = 3, ready = 4, ended = 5, died = 6 };
 
 /// Bytes before a frame's payload: u32 payload length, u8 type.
 inline constexpr std::size_t kFrameHeader = 5;
 
-/// The worker's first frame: which tools it registered.
+/// The worker's first frame: the tools it registered, described in full (the host
+/// registers isolated plugins' tools from this, never loading their code itself).
 struct Hello {
-  std::vector<std::string> aids;
+  std::vector<ToolInfo> tools;
+};
+
+/// A call process is ready (control socket; its call pipe's two ends, its result pipe's
+/// read end and its pidfd come with the frame, in that order).
+struct Ready {
+  std::int32_t pid = 0;  // in the worker's PID namespace: names it in `Ended`
+};
+inline constexpr int kReadyFds = 4;
+
+/// A call process ended (control socket), as waitid(2) told its worker.
+struct Ended {
+  std::int32_t pid = 0;
+  std::int32_t code = 0;    // CLD_EXITED, CLD_KILLED, CLD_DUMPED
+  std::int32_t status = 0;  // the exit status or the signal
 };
 
 /// One call, host → worker.
@@ -40,12 +58,23 @@ struct Result {
   SlotChanges changes;
 };
 
+/// A call process that caught a fatal signal (result pipe, instead of a result): it is the
+/// init of its PID namespace, which the kernel does not let die of a signal it sends
+/// itself, so it says so and exits. Fixed size: written from a signal handler.
+inline constexpr std::size_t kDiedFrameBytes = kFrameHeader + 4;
+void encode_died(std::int32_t signal, char (&frame)[kDiedFrameBytes]) noexcept;
+bool decode_died(std::string_view payload, std::int32_t& signal);
+
 void encode_hello(const Hello& hello, std::string& out);
+void encode_ready(const Ready& ready, std::string& out);
+void encode_ended(const Ended& ended, std::string& out);
 void encode_call(std::string_view aid, std::string_view input_json, const Slots* state, std::string& out);
 void encode_result(int rc, const CallContext& call, std::string& out);
 
 /// Decoders take one frame's payload (after the header); false if it is malformed.
 bool decode_hello(std::string_view payload, Hello& out);
+bool decode_ready(std::string_view payload, Ready& out);
+bool decode_ended(std::string_view payload, Ended& out);
 bool decode_call(std::string_view payload, Call& out);
 bool decode_result(std::string_view payload, Result& out);
 

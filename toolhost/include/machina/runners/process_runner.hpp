@@ -1,102 +1,104 @@
-// The host side of process isolation: a pool of supervised worker processes that run
-// tool calls. A worker that crashes, exits or overruns its deadline is killed with its
-// whole process group and replaced; only the call it was running fails. All state that
-// must survive (ds_state, idempotency, leases, breakers) stays in the host.
+// The process runner (--isolation process): native plugin tools run in a pool of
+// sandboxed workers (see isolation/worker.hpp), each serving one call at a time, each call
+// in a fresh process of its own that the host talks to directly over that process's own
+// pipes. A call that crashes, exits or overruns its deadline costs that call only; the
+// worker lives on. All state that must survive (ds_state, idempotency, leases, breakers)
+// stays in the host, and no plugin code ever runs in the host's process: even the tools'
+// descriptions come from a sandboxed worker (describe()).
 #pragma once
 
-#include <machina/call_context.hpp>
+#include <machina/child_process.hpp>
 #include <machina/os_limits.hpp>
+#include <machina/runner.hpp>
+#include <machina/tool.hpp>
 
-#include <atomic>
-#include <sys/types.h>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 namespace machina {
 
-struct WorkerPoolOptions {
+struct ProcessRunnerOptions {
   std::string executable;            // machina-toolhost, started as `EXE --isolation-worker ...`
-  std::size_t size = 1;              // most workers at once
+  std::size_t size = 1;              // most workers (calls running) at once
   WorkerLimits limits;
+  std::vector<std::string> hidden_files;  // covered inside the sandbox (the lease key file)
+  std::vector<std::string> pass_env; // variables passed to workers besides kWorkerEnvironment
+  std::size_t spares = 2;            // call processes each worker keeps ready
   std::int64_t start_timeout_ms = 10'000;
-  std::size_t stderr_tail_bytes = 2048;  // how much of a crashed worker's stderr is reported
+  std::size_t stderr_tail_bytes = 2048;  // how much of a crashed call's stderr is reported
   std::size_t max_output_bytes = 0;
   std::size_t max_request_bytes = 0;
 };
 
-class WorkerPool {
+/// What a worker's environment is made of (those of these variables that are set in the
+/// host), plus what the operator names (ProcessRunnerOptions::pass_env): nothing else of the
+/// host's environment reaches tool code.
+inline constexpr const char* kWorkerEnvironment[] = {
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "MACHINA_TOOLHOST_WORKSPACE", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
+
+class ProcessRunner final : public Runner {
  public:
-  enum class Ending { ran, timed_out, crashed, closed };
-  struct Outcome {
-    Ending ending = Ending::ran;
-    int rc = 0;          // the tool's result code when it ran
-    std::string detail;  // why it crashed: how the worker ended and its last stderr
-  };
   struct Stats {
-    std::uint64_t started = 0;   // workers started
-    std::uint64_t crashed = 0;   // workers lost to a crash or exit during a call
-    std::uint64_t timed_out = 0; // workers killed at a deadline
-    std::size_t live = 0;        // workers now running
+    std::uint64_t started = 0;     // workers (sandboxes) started
+    std::uint64_t calls = 0;       // call processes used, one per call
+    std::uint64_t crashed = 0;     // calls whose process crashed or exited
+    std::uint64_t timed_out = 0;   // calls killed at their deadline
+    std::size_t live = 0;          // workers now running
   };
+  struct Worker;  // one sandboxed worker, as the host sees it (process_runner.cpp)
 
-  /// `plugins`: what each worker loads; `aids`: the tools the host expects it to have.
-  WorkerPool(WorkerPoolOptions options, std::vector<std::string> plugins, std::vector<std::string> aids);
-  ~WorkerPool();
-  WorkerPool(const WorkerPool&) = delete;
-  WorkerPool& operator=(const WorkerPool&) = delete;
+  /// Throws HostError if the executable cannot be run or an option is wrong.
+  explicit ProcessRunner(ProcessRunnerOptions options);
+  ~ProcessRunner() override;
+  ProcessRunner(const ProcessRunner&) = delete;
+  ProcessRunner& operator=(const ProcessRunner&) = delete;
 
-  /// Runs one call in a worker, filling `call` (output, error, slot changes) from what the
-  /// worker reports. `state`: the ds_state the tool may read (null: empty).
-  Outcome run(std::string_view aid, std::string_view input_json, const Slots* state, std::int64_t deadline_ms,
-              CallContext& call);
+  /// Loads a plugin library in a sandboxed worker of its own and returns the tools it
+  /// registers, as described there: the library's code never runs in this process. Its
+  /// workers load it from then on. Throws HostError with the worker's own words if the
+  /// plugin cannot be loaded, or if the workers have started.
+  std::vector<ToolInfo> describe(const std::string& plugin);
+  /// The tools linked into the worker executable itself (`--linked-tools`).
+  void add_linked(const std::vector<ToolInfo>& tools);
+
+  RunOutcome run(const RunSpec& spec) override;
+  /// Ends every worker now (a call running in one fails); later calls fail at once. For a
+  /// host being closed while calls may still be running.
+  void close() override;
+  std::string_view kind() const override { return "process"; }
 
   Stats stats() const;
 
-  /// Ends every worker now (a call running in one fails with `tool_crashed`); later calls
-  /// fail at once. For a host being closed while calls may still be running.
-  void shutdown();
-
  private:
-  struct Worker;
-  struct SpawnRequest;
-
   std::unique_ptr<Worker> acquire(std::int64_t deadline_ms, std::string& why, bool& timed_out);
   void release(std::unique_ptr<Worker> worker);
-  void retire(pid_t pid);              // a lost worker's place becomes free
-  std::string end_of(Worker& worker);  // kills its group, reaps it, says how it ended
-  std::unique_ptr<Worker> start_worker(std::int64_t deadline_ms, std::string& why);
-  void spawner_loop();
+  void retire(std::unique_ptr<Worker> worker);  // a lost worker's place becomes free
+  /// Starts a worker loading `plugins`; it must register `expected` (sorted aids).
+  std::unique_ptr<Worker> start_worker(const std::vector<std::string>& plugins, std::int64_t deadline_ms,
+                                       std::string& why);
+  RunOutcome run_in(Worker& worker, const RunSpec& spec, std::unique_ptr<Worker>& keep);
 
-  WorkerPoolOptions options_;
-  std::vector<std::string> plugins_;
-  std::vector<std::string> aids_;
+  ProcessRunnerOptions options_;
   std::size_t max_result_bytes_;
+  std::vector<std::string> env_;  // the workers' whole environment
+  Spawner spawner_;  // workers die with the host (PR_SET_PDEATHSIG on this thread)
 
   mutable std::mutex mu_;
   std::condition_variable freed_;
+  std::vector<std::string> plugins_;  // what each worker loads ("": the linked tools)
+  std::vector<std::string> aids_;     // sorted: what each worker must register
+  bool started_ = false;              // workers have started: the lists above are fixed
   std::vector<std::unique_ptr<Worker>> idle_;
-  std::size_t live_ = 0;  // idle + busy + starting
-  std::vector<pid_t> busy_;  // workers running a call
+  std::size_t live_ = 0;       // idle + busy + starting
+  std::vector<pid_t> busy_;    // workers running a call
   bool closing_ = false;
   Stats stats_;
-
-  // Workers are started from one long-lived thread: a worker asks to be killed when the
-  // thread that started it ends (PR_SET_PDEATHSIG), which must mean "when the host ends".
-  std::mutex spawn_mu_;
-  std::condition_variable spawn_cv_;
-  std::deque<SpawnRequest*> spawn_queue_;
-  bool stopping_ = false;
-  std::thread spawner_;
 };
-
-/// "was killed by signal 11 (SIGSEGV: Segmentation fault)" / "exited with status 3".
-std::string describe_wait_status(int status);
 
 }  // namespace machina

@@ -1,0 +1,69 @@
+// How a tool runs: a runner executes one call of one tool and reports what happened (the
+// tool's own result code with its output or error, or a crash, a timeout, a refusal).
+// Every tool is registered with the runner it needs; the host applies its rules around
+// whichever runner it is (see host.hpp). Runners: inline (runners/inline_runner.hpp) and
+// isolated processes (runners/process_runner.hpp); later Python tools, skills, MCP
+// servers and HTTP services.
+#pragma once
+
+#include <machina/call_context.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace machina {
+
+struct Tool;
+
+/// The host's side of a call whose deadline passes while its tool still holds the
+/// calling thread (inline runners): called once, on a runner's own thread, to answer the
+/// call `timeout` now. The run then returns `late` when the tool finally gives back.
+class Overrun {
+ public:
+  virtual ~Overrun() = default;
+  virtual void overrun() noexcept = 0;
+};
+
+/// One call, as the host hands it to a runner. The input is valid JSON and matched the
+/// tool's schema.
+struct RunSpec {
+  const Tool& tool;
+  std::string_view input_json;  // NUL-terminated (input_json.data()[size] == '\0')
+  std::int64_t deadline_ms;     // on the steady clock (steady_now_ms)
+  std::int64_t timeout_ms;      // the deadline's length (for messages)
+  CallContext& call;            // output, error and ds_state reads and writes
+  Overrun* overrun;             // never null
+};
+
+struct RunOutcome {
+  enum class Ending {
+    ran,         // the tool ran: `rc` (machina_tool_result) and the CallContext say how
+    timed_out,   // killed at the deadline (`detail` may say more)
+    crashed,     // its process died or broke the protocol (`detail` says how)
+    overloaded,  // refused before running (`detail` says why)
+    closed,      // the runner has been closed
+    late         // returned after Overrun::overrun() answered the call
+  };
+  Ending ending = Ending::ran;
+  int rc = 0;
+  std::string detail;
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  /// Runs one call. Thread-safe; never throws for anything a tool does.
+  virtual RunOutcome run(const RunSpec& spec) = 0;
+  /// Releases what the runner holds (processes); later calls end `closed`.
+  virtual void close() {}
+  /// "inline", "process", ... (for tool listings and messages).
+  virtual std::string_view kind() const = 0;
+};
+
+/// Where runners report notable events (a call overran its deadline, a worker was lost),
+/// one line each; empty: not reported.
+using EventSink = std::function<void(std::string_view)>;
+
+}  // namespace machina
