@@ -399,8 +399,8 @@ SERVE_CASES: list[Case] = [
 
 
 RUN_CASES: list[Case] = [
-    Case("run-empty-stdin", b"", ok_response("{}", RUN_STATE)),
-    Case("run-whitespace-stdin", b" \n\t\r\n ", ok_response("{}", RUN_STATE)),
+    Case("run-empty-stdin", b"", malformed("no request on stdin (--run reads one JSON object)")),
+    Case("run-whitespace-stdin", b" \n\t\r\n ", malformed("no request on stdin (--run reads one JSON object)")),
     Case("run-empty-object", b"{}", ok_response("{}", RUN_STATE)),
     Case("run-input", b'{"input_json":"{\\"q\\":[1,2]}"}', ok_response('{"q":[1,2]}', RUN_STATE)),
     Case("run-body-aid-same", b'{"aid":"AID.ECHO.v1","input_json":"2"}', ok_response("2", RUN_STATE)),

@@ -70,7 +70,8 @@ def test_list_describes_builtin_tools() -> None:
     assert REQUIRED_TOOLS <= tools.keys()
     for t in tools.values():
         assert set(t) == {"aid", "name", "description", "input_schema", "deterministic", "tags",
-                          "side_effects", "replay_inputs", "tier", "timeout_ms", "plugin"}
+                          "side_effects", "replay_inputs", "tier", "timeout_ms", "plugin", "runner"}
+        assert t["runner"] == "inline"
         assert 0 <= t["tier"] <= 3
         # Linked into the static executable, else loaded from the package's plugin pack.
         assert t["plugin"] == "built-in" if STATIC_FRONT else t["plugin"].endswith("machina_builtin_tools.so")
@@ -102,9 +103,12 @@ def test_serve_plugin_form_loads_only_that_plugin(test_plugins: dict[str, str]) 
     assert got[1]["code"] == "tool_not_found"
 
 
-def test_run_with_empty_stdin_means_empty_object() -> None:
-    assert run_json("AID.ECHO.v1", b"")["output_json"] == "{}"
-    assert run_json("AID.ECHO.v1", b"  \n")["output_json"] == "{}"
+def test_run_with_empty_stdin_is_a_malformed_request() -> None:
+    # Not a call with {}: a client that sent nothing has a bug, and the tool must not run.
+    for stdin in (b"", b"  \n"):
+        assert run_json("AID.ECHO.v1", stdin) == {
+            "ok": False, "code": "malformed_request",
+            "error": "malformed request: no request on stdin (--run reads one JSON object)"}
 
 
 def test_run_exit_code_is_zero_for_structured_errors() -> None:

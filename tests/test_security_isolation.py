@@ -194,7 +194,7 @@ def test_an_isolated_plugin_is_never_loaded_into_the_host(test_plugins: dict[str
     assert proc.returncode == 0, proc.stderr
     tools = json.loads(proc.stdout)["tools"]
     assert {t["aid"] for t in tools} >= {"AID.HOSTILE.WIRE.v1", "AID.HOSTILE.EARLY.v1"}
-    assert all(t["plugin"] == test_plugins["hostile_tools"] for t in tools)
+    assert all(t["plugin"] == test_plugins["hostile_tools"] and t["runner"] == "process" for t in tools)
     maps = subprocess.run([TOOLHOST, "--serve", *ISOLATED, "--plugin", test_plugins["hostile_tools"]],
                           input=b'{"aid":"AID.HOSTILE.SIGNAL.v1","input_json":"{}"}\n', capture_output=True,
                           env=base_env(), timeout=30)

@@ -3,6 +3,8 @@
 #include <machina/host.hpp>
 #include <machina/json_text.hpp>
 #include <machina/lease.hpp>
+#include <machina/ndjson_front.hpp>
+#include <machina/tool_list.hpp>
 #include <machina/spin_wait.hpp>
 #include <machina/wire.hpp>
 #include <machina/wire_client.hpp>
@@ -73,15 +75,6 @@ machina::HostOptions make_options(const HostKwargs& k) {
   o.workers.limits = k.limits;
   o.workers.pass_env = k.worker_env;
   return o;
-}
-
-py::dict tool_dict(const machina::Host& h, const machina::ToolInfo& t) {
-  return py::dict("aid"_a = t.aid, "name"_a = t.name, "description"_a = t.description,
-                  "input_schema"_a = t.input_schema.empty() ? py::object(py::none()) : py::object(py::str(t.input_schema)),
-                  "deterministic"_a = t.deterministic, "tags"_a = t.tags, "side_effects"_a = t.side_effects,
-                  "replay_inputs"_a = t.replay_inputs, "tier"_a = t.tier,
-                  "timeout_ms"_a = h.timeout_for(*h.registry().find(t.aid), machina::Request{}),
-                  "plugin"_a = t.plugin_path);
 }
 
 /// Builds result objects of the Python result class (a tuple subclass registered by
@@ -277,14 +270,10 @@ PyObject* python_error() noexcept {
   return nullptr;
 }
 
-/// One in-process call: the request checks every front makes, then the host, with the
-/// GIL released while it runs.
+/// One in-process call: the host (which applies every rule to the request), with the GIL
+/// released while it runs.
 machina::Response handle_in_process(machina::Host& host, machina::Request& req, machina::Session& session,
                                     const std::optional<std::string>& ds_state_json) {
-  if (auto refused = machina::check_request(req, ds_state_json ? ds_state_json->size() : 0,
-                                            host.options().max_request_bytes)) {
-    return std::move(*refused);
-  }
   if (ds_state_json) {
     machina::DsUpdate update;
     std::string why;
@@ -779,16 +768,13 @@ PYBIND11_MODULE(_core, m) {
       .def("load_plugin", &machina::Host::load_plugin, "path"_a,
            "Loads a plugin library; returns the aids it added. Raises HostError naming the file.")
       .def("list_tools",
-           [](const machina::Host& h) {
-             py::list out;
-             for (const auto& t : h.registry().list()) out.append(tool_dict(h, t));
-             return out;
-           })
+           [](const machina::Host& h) { return py::module_::import("json").attr("loads")(machina::tool_list_json(h)); },
+           "The registered tools, as --list shows them (see tool_list.hpp).")
       .def(
           "call_json",
           [](machina::Host& h, const std::string& request, machina::Session& session, const std::string& aid) {
             std::string out;
-            h.handle_json(request, session, out, aid, /*nul_terminated=*/true);
+            machina::ndjson::respond(h, request, session, out, nullptr, aid, /*nul_terminated=*/true);
             out.pop_back();  // the trailing newline belongs to the NDJSON framing
             return out;
           },

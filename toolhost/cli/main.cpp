@@ -1,14 +1,15 @@
 // machina-toolhost: the command-line fronts (--list, --run, --serve) and the
 // operator's `lease issue`. Parses arguments, sets up the host, hands over to a front.
-#include "ndjson_server.hpp"
+#include "codecs/ndjson_codec.hpp"
+#include "serve_kit.hpp"
 
 #include <machina/host.hpp>
 #include <machina/lease.hpp>
 #include <machina/spin_wait.hpp>
+#include <machina/tool_list.hpp>
 #include <machina/isolation/worker.hpp>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -135,24 +136,6 @@ bool parse_positive(const std::string& text, std::int64_t& out) {
   return out > 0;
 }
 
-std::string list_json(const machina::Host& host) {
-  nlohmann::json tools = nlohmann::json::array();
-  for (const auto& t : host.registry().list()) {
-    tools.push_back({{"aid", t.aid},
-                     {"name", t.name},
-                     {"description", t.description},
-                     {"input_schema", t.input_schema.empty() ? nlohmann::json() : nlohmann::json::parse(t.input_schema)},
-                     {"deterministic", t.deterministic},
-                     {"tags", t.tags},
-                     {"side_effects", t.side_effects},
-                     {"replay_inputs", t.replay_inputs},
-                     {"tier", t.tier},
-                     {"timeout_ms", host.timeout_for(*host.registry().find(t.aid), machina::Request{})},
-                     {"plugin", t.plugin_path}});
-  }
-  return nlohmann::json{{"ok", true}, {"tools", tools}}.dump() + "\n";
-}
-
 /// stdout belongs to the protocol: keep the real stdout as the wire and point fd 1 at
 /// stderr, so nothing a plugin prints can reach the stream.
 int take_stdout_for_wire() {
@@ -187,7 +170,9 @@ int execute(Invocation& inv) {
   machina::Host host(inv.options);
   load_tools(host, inv.plugins);
 
-  if (inv.mode == Invocation::Mode::list) return machina::cli::write_all(wire, list_json(host)) ? 0 : 1;
+  if (inv.mode == Invocation::Mode::list) {
+    return machina::cli::write_all(wire, "{\"ok\":true,\"tools\":" + machina::tool_list_json(host) + "}\n") ? 0 : 1;
+  }
   if (inv.mode == Invocation::Mode::run) {
     const int rc = machina::cli::run_once(host, inv.aid, STDIN_FILENO, wire);
     // The one response is written: tearing the host down (registry, schemas, plugins)
@@ -196,7 +181,8 @@ int execute(Invocation& inv) {
     return rc;
   }
   const std::chrono::microseconds spin(machina::may_run_on_two_cpus() ? inv.spin_us : 0);
-  const int rc = machina::cli::serve(host, {STDIN_FILENO, wire, inv.workers, 1024, spin});
+  machina::cli::NdjsonCodec codec;
+  const int rc = machina::cli::serve(host, codec, {STDIN_FILENO, wire, inv.workers, 1024, spin});
   if (const auto stuck = host.stuck_calls(); stuck > 0) {
     // Their threads are still inside plugin code: leave without running destructors
     // under their feet. Every response has been written.

@@ -2,7 +2,6 @@
 #include <machina/call_context.hpp>
 #include <machina/host.hpp>
 #include <machina/json_text.hpp>
-#include <machina/wire.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -149,33 +148,6 @@ Response Host::timeout_response(const Tool& tool, std::int64_t timeout_ms, const
   return Response::failure(ErrorKind::timeout, std::move(message));
 }
 
-Host::Handled Host::handle_json(std::string_view text, Session& session, std::string& out,
-                                std::string_view aid_override, bool nul_terminated, Takeover* takeover) {
-  const Response response = respond_json(text, session, aid_override, nul_terminated, takeover);
-  if (response.abandoned) return {false, true};
-  encode_response(response, out);
-  return {!response.id_json.empty(), false};
-}
-
-Response Host::respond_json(std::string_view text, Session& session, std::string_view aid_override,
-                            bool nul_terminated, Takeover* takeover) {
-  if (text.size() > options_.max_request_bytes) return request_too_large();
-  Request request;
-  Response error;
-  if (!decode_request(text, request, error, nul_terminated)) return error;
-  if (!aid_override.empty()) {
-    if (!request.aid.empty() && request.aid != aid_override) {
-      error = Response::failure(ErrorKind::malformed_request, "malformed request: the body names aid '" +
-                                                                 request.aid + "' but the command line names '" +
-                                                                 std::string(aid_override) + "'");
-      error.id_json = std::move(request.id_json);
-      return error;
-    }
-    request.aid = aid_override;
-  }
-  return handle(request, session, takeover);
-}
-
 Response Host::handle(Request& request, Session& session, Takeover* takeover) {
   // Built where it is returned: a Response is five strings and a state, and moving it
   // twice per call showed in the profile.
@@ -190,8 +162,33 @@ Response Host::handle(Request& request, Session& session, Takeover* takeover) {
   return r;
 }
 
+namespace {
+
+/// What a request weighs, whichever front built it: the size of the fields it carries.
+std::size_t request_bytes(const Request& r) {
+  std::size_t n = r.aid.size() + r.input_json.size() + r.id_json.size() +
+                  (r.idempotency_key ? r.idempotency_key->size() : 0) + (r.lease_token ? r.lease_token->size() : 0);
+  if (r.ds_state) {
+    for (const auto& slot : r.ds_state->changes.slots) {
+      if (slot) n += slot->type.size() + slot->content_json.size() + slot->provenance.size();
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
 Response Host::handle_checked(Request& request, Session& session, Takeover* takeover) {
-  if (request.aid.empty()) return Response::failure(ErrorKind::malformed_request, "malformed request: missing field 'aid'");
+  // The rules on the request itself, applied here so that every front gets them (a front
+  // that reads lines has refused an oversized line before decoding it).
+  if (request_bytes(request) > options_.max_request_bytes) return request_too_large();
+  if (request.aid.empty()) {
+    return Response::failure(ErrorKind::malformed_request, "malformed request: field 'aid' must not be empty");
+  }
+  if (request.timeout_ms &&
+      (*request.timeout_ms < 1 || static_cast<std::uint64_t>(*request.timeout_ms) > kMaxRequestTimeoutMs)) {
+    return Response::failure(ErrorKind::malformed_request, std::string("malformed request: ") + kTimeoutRuleText);
+  }
   // The state a request carries is applied even if the call then fails, so the
   // session stays the mirror of what the caller sent.
   std::shared_ptr<const Slots> base;

@@ -13,8 +13,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kTimeoutRule =
-    "field 'timeout_ms' must be a whole number of milliseconds from 1 to 2147483647";
+constexpr const char* kTimeoutRule = kTimeoutRuleText;
 
 int slot_index(std::string_view name) {
   if (name.size() == 3 && name[0] == 'D' && name[1] == 'S' && name[2] >= '0' && name[2] <= '7')
@@ -179,7 +178,7 @@ class DsStateDecoder {
 /// SAX handler for one request envelope.
 class RequestSax {
  public:
-  explicit RequestSax(Request& req) : req_(req) {}
+  RequestSax(Request& req, bool aid_required) : req_(req), aid_required_(aid_required) {}
 
   // null stands for "absent" in every optional field (clients serialise None so).
   bool null() {
@@ -209,7 +208,10 @@ class RequestSax {
       req_.id_json = std::to_string(v);
       return true;
     }
-    if (depth_ == 1 && field_ == Field::timeout_ms) return fail(kTimeoutRule);
+    if (depth_ == 1 && field_ == Field::timeout_ms) {
+      req_.timeout_ms = static_cast<std::int64_t>(v);  // the host refuses it (a request rule, not a format one)
+      return true;
+    }
     return scalar_other("a number");
   }
   bool number_unsigned(json::number_unsigned_t v) {
@@ -219,8 +221,7 @@ class RequestSax {
       return true;
     }
     if (depth_ == 1 && field_ == Field::timeout_ms) {
-      if (v == 0 || v > kMaxRequestTimeoutMs) return fail(kTimeoutRule);
-      req_.timeout_ms = static_cast<std::int64_t>(v);
+      req_.timeout_ms = static_cast<std::int64_t>(std::min<json::number_unsigned_t>(v, INT64_MAX));
       return true;
     }
     return scalar_other("a number");
@@ -239,10 +240,7 @@ class RequestSax {
     if (in_ds()) return ds_ok(ds_->string(rel(), v));
     if (depth_ != 1) return skip_or_reject("a string");
     switch (field_) {
-      case Field::aid:
-        if (v.empty()) return fail("field 'aid' must not be empty");
-        req_.aid.assign(v);
-        return true;
+      case Field::aid: req_.aid.assign(v); return true;
       case Field::input_json: req_.input_json.assign(v); return true;
       case Field::idempotency_key: req_.idempotency_key.emplace(v); return true;
       case Field::lease_token: req_.lease_token.emplace(v); return true;
@@ -326,6 +324,7 @@ class RequestSax {
 
   bool finish() {
     if (!saw_object_) return fail("expected a JSON object");
+    if (aid_required_ && !(seen_ & (1u << static_cast<unsigned>(Field::aid)))) return fail("missing field 'aid'");
     return true;
   }
 
@@ -400,6 +399,7 @@ class RequestSax {
   }
 
   Request& req_;
+  bool aid_required_;
   int depth_ = 0;
   int ds_base_ = 0;
   bool saw_object_ = false;
@@ -450,13 +450,14 @@ void append_slots(std::string& out, const SlotChanges* changes) {
 
 }  // namespace
 
-bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated) {
+bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated,
+                    bool aid_required) {
   if (std::string bad = reject_raw_bytes(text); !bad.empty()) {
     error = Response::failure(ErrorKind::malformed_request, "malformed request: " + bad);
     return false;
   }
   {
-    RequestSax fast(request);
+    RequestSax fast(request, aid_required);
     const auto outcome = detail::rapid_parse(text, fast, nul_terminated);
     if (outcome == detail::RapidOutcome::accepted && fast.finish()) return true;
     if (outcome != detail::RapidOutcome::undecided) {
@@ -466,15 +467,15 @@ bool decode_request(std::string_view text, Request& request, Response& error, bo
     }
   }
   request = Request{};  // nlohmann decides from scratch and explains
-  return detail::decode_request_reference(text, request, error);
+  return detail::decode_request_reference(text, request, error, aid_required);
 }
 
-bool detail::decode_request_reference(std::string_view text, Request& request, Response& error) {
+bool detail::decode_request_reference(std::string_view text, Request& request, Response& error, bool aid_required) {
   if (std::string bad = reject_raw_bytes(text); !bad.empty()) {
     error = Response::failure(ErrorKind::malformed_request, "malformed request: " + bad);
     return false;
   }
-  RequestSax sax(request);
+  RequestSax sax(request, aid_required);
   const char* begin = text.data();
   if (json::sax_parse(begin, begin + text.size(), &sax) && sax.finish()) return true;
   if (sax.kind() == ErrorKind::none) {
@@ -489,32 +490,13 @@ bool detail::decode_request_reference(std::string_view text, Request& request, R
   return false;
 }
 
-std::optional<Response> check_request(const Request& request, std::size_t extra_bytes, std::size_t max_bytes) {
-  // The fields' own sizes stand for the size of the line a front would have read.
-  const std::size_t size = request.aid.size() + request.input_json.size() + extra_bytes +
-                           (request.idempotency_key ? request.idempotency_key->size() : 0) +
-                           (request.lease_token ? request.lease_token->size() : 0);
-  if (size > max_bytes) {
-    return Response::failure(ErrorKind::request_too_large,
-                             "request exceeds the " + std::to_string(max_bytes) + "-byte cap");
-  }
-  if (request.aid.empty()) {
-    return Response::failure(ErrorKind::malformed_request, "malformed request: field 'aid' must not be empty");
-  }
-  if (request.timeout_ms &&
-      (*request.timeout_ms < 1 || static_cast<std::uint64_t>(*request.timeout_ms) > kMaxRequestTimeoutMs)) {
-    return Response::failure(ErrorKind::malformed_request, std::string("malformed request: ") + kTimeoutRule);
-  }
-  return std::nullopt;
-}
-
 bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why) {
   Request req;
   Response err;
   std::string wrapped;
   wrapped.reserve(text.size() + 16);
   wrapped.append("{\"ds_state\":").append(text).push_back('}');
-  if (!decode_request(wrapped, req, err)) {
+  if (!decode_request(wrapped, req, err, false, /*aid_required=*/false)) {
     why = err.error;
     return false;
   }

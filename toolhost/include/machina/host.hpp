@@ -98,7 +98,10 @@ class Host {
   const ToolRegistry& registry() const { return registry_; }
   const HostOptions& options() const { return options_; }
 
-  /// Runs one decoded request. Never throws; always returns exactly one response.
+  /// Runs one request, applying every rule (see ARCHITECTURE: the request's size, its
+  /// `aid` and `timeout_ms`, then lookup, lease gate, idempotency, breaker, input
+  /// validation, the run with its deadline, output cap, ds_state). Never throws; always
+  /// returns exactly one response.
   ///
   /// Every call has a deadline. In process isolation the worker is killed at the deadline
   /// and the call answers `timeout` on time. Inline, the tool runs on this thread, which
@@ -106,17 +109,6 @@ class Host {
   /// it at the deadline (and later returns an `abandoned` response here); without one,
   /// the `timeout` response is returned here once the tool gives the thread back.
   Response handle(Request& request, Session& session, Takeover* takeover = nullptr);
-
-  /// Decodes one JSON request (`aid_override`: the --run aid), handles it and appends
-  /// the encoded response line to `out` (nothing if the response was abandoned).
-  /// `nul_terminated`: text[size] is readable and '\0', which lets decoding go faster.
-  struct Handled {
-    bool has_id = false;     // the response carries the request's id
-    bool abandoned = false;  // the response went through the takeover instead
-  };
-  Handled handle_json(std::string_view text, Session& session, std::string& out,
-                      std::string_view aid_override = {}, bool nul_terminated = false,
-                      Takeover* takeover = nullptr);
 
   /// The response for a request refused by size before it was decoded.
   Response request_too_large() const;
@@ -137,8 +129,6 @@ class Host {
  private:
   struct Scope;
 
-  Response respond_json(std::string_view text, Session& session, std::string_view aid_override,
-                        bool nul_terminated, Takeover* takeover);
   Response handle_checked(Request& request, Session& session, Takeover* takeover);
   Response execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;

@@ -13,7 +13,11 @@ namespace machina {
 
 /// Largest `timeout_ms` a request may carry (the host's ceiling may be lower).
 inline constexpr std::uint64_t kMaxRequestTimeoutMs = 2'147'483'647;
+inline constexpr const char* kTimeoutRuleText =
+    "field 'timeout_ms' must be a whole number of milliseconds from 1 to 2147483647";
 
+/// A request as every front hands it to Host::handle, which applies every rule to it
+/// (sizes, `aid`, `timeout_ms`): a front only translates its wire format.
 struct Request {
   std::string aid;
   std::string input_json = "{}";

@@ -10,21 +10,20 @@
 
 namespace machina {
 
-/// Decodes one request object. On failure returns a ready error Response in `error`
-/// (kind malformed_request or invalid_ds_state; it echoes the id if the text is valid
-/// JSON) and false. `nul_terminated`: text[size] is readable and '\0' (faster).
-bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated = false);
+/// Decodes one request object: its shape and the types of its fields (the rules on their
+/// values are the host's, see Host::handle). On failure returns a ready error Response in
+/// `error` (kind malformed_request or invalid_ds_state; it echoes the id if the text is
+/// valid JSON) and false. `nul_terminated`: text[size] is readable and '\0' (faster).
+/// `aid_required`: an object without `aid` is malformed (not for --run, whose aid is on
+/// the command line).
+bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated = false,
+                    bool aid_required = true);
 
 namespace detail {
 /// decode_request with the reference parser (nlohmann) alone; for tests that check the
 /// fast path decodes exactly as the reference does.
-bool decode_request_reference(std::string_view text, Request& request, Response& error);
+bool decode_request_reference(std::string_view text, Request& request, Response& error, bool aid_required = true);
 }  // namespace detail
-
-/// For a request built directly rather than decoded (the Python fast path): the size cap
-/// (over the fields' sizes plus `extra_bytes`, e.g. an encoded ds_state) and the field
-/// rules the decoder applies, with the same messages. nullopt if the request is fine.
-std::optional<Response> check_request(const Request& request, std::size_t extra_bytes, std::size_t max_bytes);
 
 /// Decodes a ds_state object on its own (used by _core and the fuzz target).
 bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why);

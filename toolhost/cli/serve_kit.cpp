@@ -1,9 +1,7 @@
-// See ndjson_server.hpp.
-#include "ndjson_server.hpp"
+// See serve_kit.hpp.
+#include "serve_kit.hpp"
 
 #include "line_reader.hpp"
-
-#include <machina/wire.hpp>
 
 #include <signal.h>
 #include <unistd.h>
@@ -116,8 +114,9 @@ class ServingThreads {
 /// new thread that carries on reading; the stuck thread leaves quietly when it returns.
 class InlineServer final : public Takeover {
  public:
-  InlineServer(Host& host, const ServeOptions& o)
-      : host_(host), o_(o), reader_(o.in_fd, host.options().max_request_bytes, o.spin), session_(true) {
+  InlineServer(Host& host, LineCodec& codec, const ServeOptions& o)
+      : host_(host), codec_(codec), o_(o), reader_(o.in_fd, host.options().max_request_bytes, o.spin),
+        session_(true) {
     out_.reserve(2 * kFlushAt);
   }
 
@@ -132,7 +131,7 @@ class InlineServer final : public Takeover {
     // The serving thread is inside the tool and cannot touch the state until this
     // returns; after that it only leaves.
     g_unsent_data.store(nullptr, std::memory_order_relaxed);
-    encode_response(response, out_);
+    codec_.encode(response, out_);
     flush();
     threads_.start([this] { serve(); });  // before lost(): the count never touches 0
     threads_.lost();
@@ -151,11 +150,11 @@ class InlineServer final : public Takeover {
       const auto next = reader_.next(line, before_block);
       if (next == LineReader::Next::eof) break;
       if (next == LineReader::Next::too_large) {
-        encode_response(host_.request_too_large(), out_);
+        codec_.answer_too_large(host_, out_);
       } else if (!is_blank(line)) {
         g_unsent_size.store(out_.size(), std::memory_order_relaxed);
         g_unsent_data.store(out_.data(), std::memory_order_relaxed);
-        const auto handled = host_.handle_json(line, session_, out_, {}, /*nul_terminated=*/true, this);
+        const auto handled = codec_.handle(host_, line, session_, out_, this);
         if (handled.abandoned) {
           threads_.came_back();  // balanced by the decrement when this thread ends
           return;
@@ -171,6 +170,7 @@ class InlineServer final : public Takeover {
   }
 
   Host& host_;
+  LineCodec& codec_;
   const ServeOptions& o_;
   LineReader reader_;
   Session session_;
@@ -179,8 +179,8 @@ class InlineServer final : public Takeover {
   ServingThreads threads_;
 };
 
-int serve_inline(Host& host, const ServeOptions& o) {
-  InlineServer server(host, o);
+int serve_inline(Host& host, LineCodec& codec, const ServeOptions& o) {
+  InlineServer server(host, codec, o);
   return server.run();
 }
 
@@ -287,8 +287,9 @@ class JobQueue {
 /// and is replaced, so N threads keep serving.
 class WorkerServer {
  public:
-  WorkerServer(Host& host, const ServeOptions& o)
-      : host_(host), o_(o), session_(true), writer_(o.out_fd, o.max_in_flight), queue_(o.workers * 4) {}
+  WorkerServer(Host& host, LineCodec& codec, const ServeOptions& o)
+      : host_(host), codec_(codec), o_(o), session_(true), writer_(o.out_fd, o.max_in_flight),
+        queue_(o.workers * 4) {}
 
   int run() {
     for (unsigned i = 0; i < o_.workers; ++i) threads_.start([this] { work(); });
@@ -316,7 +317,7 @@ class WorkerServer {
     JobTakeover(WorkerServer* s, std::uint64_t n) : server(s), seq(n) {}
     void deliver_overrun(Response response) override {
       std::string text;
-      encode_response(response, text);
+      server->codec_.encode(response, text);
       server->writer_.emit(seq, !response.id_json.empty(), std::move(text));
       server->threads_.start([s = server] { s->work(); });  // before lost(): the count never touches 0
       server->threads_.lost();
@@ -327,12 +328,12 @@ class WorkerServer {
     std::string out;
     while (auto job = queue_.pop()) {
       out.clear();
-      Host::Handled handled;
+      LineCodec::Handled handled;
       if (job->too_large) {
-        encode_response(host_.request_too_large(), out);
+        codec_.answer_too_large(host_, out);
       } else {
         JobTakeover takeover(this, job->seq);
-        handled = host_.handle_json(job->line, session_, out, {}, /*nul_terminated=*/true, &takeover);
+        handled = codec_.handle(host_, job->line, session_, out, &takeover);
         if (handled.abandoned) {
           threads_.came_back();  // balanced when this thread ends
           return;
@@ -344,6 +345,7 @@ class WorkerServer {
   }
 
   Host& host_;
+  LineCodec& codec_;
   const ServeOptions& o_;
   Session session_;
   OrderedWriter writer_;
@@ -351,26 +353,10 @@ class WorkerServer {
   ServingThreads threads_;
 };
 
-int serve_workers(Host& host, const ServeOptions& o) {
-  WorkerServer server(host, o);
+int serve_workers(Host& host, LineCodec& codec, const ServeOptions& o) {
+  WorkerServer server(host, codec, o);
   return server.run();
 }
-
-/// --run: the one response goes out at the deadline even if the tool never returns;
-/// the process then ends, since its only job is done.
-class RunTakeover final : public Takeover {
- public:
-  explicit RunTakeover(int out_fd) : out_fd_(out_fd) {}
-  void deliver_overrun(Response response) override {
-    std::string out;
-    encode_response(response, out);
-    write_all(out_fd_, out);
-    _exit(0);
-  }
-
- private:
-  int out_fd_;
-};
 
 }  // namespace
 
@@ -386,23 +372,8 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
-int serve(Host& host, const ServeOptions& options) {
-  return options.workers <= 1 ? serve_inline(host, options) : serve_workers(host, options);
-}
-
-int run_once(Host& host, std::string_view aid, int in_fd, int out_fd) {
-  std::string body;
-  std::string out;
-  if (!read_all_bounded(in_fd, host.options().max_request_bytes, body)) {
-    encode_response(host.request_too_large(), out);
-  } else {
-    Session session(/*respond_with_delta=*/false);
-    RunTakeover takeover(out_fd);
-    host.handle_json(is_blank(body) ? std::string_view("{}") : std::string_view(body), session, out, aid,
-                     /*nul_terminated=*/true, &takeover);
-  }
-  write_all(out_fd, out);
-  return 0;
+int serve(Host& host, LineCodec& codec, const ServeOptions& options) {
+  return options.workers <= 1 ? serve_inline(host, codec, options) : serve_workers(host, codec, options);
 }
 
 }  // namespace machina::cli

@@ -1,0 +1,61 @@
+// See ndjson_codec.hpp.
+#include "ndjson_codec.hpp"
+
+#include "../line_reader.hpp"
+
+#include <machina/ndjson_front.hpp>
+#include <machina/wire.hpp>
+
+#include <unistd.h>
+
+namespace machina::cli {
+namespace {
+
+/// --run: the one response goes out at the deadline even if the tool never returns;
+/// the process then ends, since its only job is done.
+class RunTakeover final : public Takeover {
+ public:
+  explicit RunTakeover(int out_fd) : out_fd_(out_fd) {}
+  void deliver_overrun(Response response) override {
+    std::string out;
+    encode_response(response, out);
+    write_all(out_fd_, out);
+    _exit(0);
+  }
+
+ private:
+  int out_fd_;
+};
+
+}  // namespace
+
+LineCodec::Handled NdjsonCodec::handle(Host& host, std::string_view line, Session& session, std::string& out,
+                                       Takeover* takeover) {
+  const auto handled = ndjson::respond(host, line, session, out, takeover, {}, /*nul_terminated=*/true);
+  return {handled.has_id, handled.abandoned};
+}
+
+void NdjsonCodec::answer_too_large(Host& host, std::string& out) { ndjson::respond_too_large(host, out); }
+
+void NdjsonCodec::encode(const Response& response, std::string& out) { encode_response(response, out); }
+
+int run_once(Host& host, std::string_view aid, int in_fd, int out_fd) {
+  std::string body;
+  std::string out;
+  if (!read_all_bounded(in_fd, host.options().max_request_bytes, body)) {
+    ndjson::respond_too_large(host, out);
+  } else if (body.find_first_not_of(" \t\r\n") == std::string::npos) {
+    // Not a call with {}: a client that sent nothing has a bug worth seeing.
+    encode_response(Response::failure(ErrorKind::malformed_request,
+                                      "malformed request: no request on stdin (--run reads one JSON object)"),
+                    out);
+  } else {
+    Session session(/*respond_with_delta=*/false);
+    RunTakeover takeover(out_fd);
+    ndjson::respond(host, body, session, out, &takeover, aid, /*nul_terminated=*/true);
+  }
+  write_all(out_fd, out);
+  return 0;
+}
+
+}  // namespace machina::cli

@@ -1,0 +1,48 @@
+// The serving kit of the stdio fronts, generic over a line codec: bounded line reading,
+// calls run on one thread or on N worker threads, responses in request order (those with
+// an id may overtake), output batched until the reader would block, and the takeover of
+// a thread stuck in a tool past its deadline. A front is a codec: NDJSON (the seed's
+// wire format) today; a JSON-RPC front is a codec and its method table.
+#pragma once
+
+#include <machina/host.hpp>
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+namespace machina::cli {
+
+/// A wire format spoken one line at a time.
+class LineCodec {
+ public:
+  struct Handled {
+    bool has_id = false;     // the output may overtake earlier lines' (--workers)
+    bool abandoned = false;  // the host answered through the takeover: nothing appended
+  };
+  virtual ~LineCodec() = default;
+  /// Answers one line (appending zero or more output lines to `out`), calling the host
+  /// with `takeover` for the calls it makes. `line.data()[line.size()]` is '\0'.
+  virtual Handled handle(Host& host, std::string_view line, Session& session, std::string& out,
+                         Takeover* takeover) = 0;
+  /// The answer to a line longer than the host's request cap (its content is never read).
+  virtual void answer_too_large(Host& host, std::string& out) = 0;
+  /// Encodes a response the host delivered through a takeover.
+  virtual void encode(const Response& response, std::string& out) = 0;
+};
+
+struct ServeOptions {
+  int in_fd = 0;
+  int out_fd = 1;
+  unsigned workers = 1;
+  std::size_t max_in_flight = 1024;   // bound on requests read but not yet answered
+  std::chrono::microseconds spin{0};  // how long to poll for the next request before sleeping
+};
+
+/// Serves until end of input; returns the process exit code.
+int serve(Host& host, LineCodec& codec, const ServeOptions& options);
+
+/// Writes all of `data`; false if the reader is gone.
+bool write_all(int fd, std::string_view data);
+
+}  // namespace machina::cli

@@ -1,0 +1,42 @@
+// See ndjson_front.hpp.
+#include <machina/ndjson_front.hpp>
+#include <machina/wire.hpp>
+
+namespace machina::ndjson {
+namespace {
+
+Response decode_and_handle(Host& host, std::string_view text, Session& session, Takeover* takeover,
+                           std::string_view run_aid, bool nul_terminated) {
+  Request request;
+  Response error;
+  if (!decode_request(text, request, error, nul_terminated, /*aid_required=*/run_aid.empty())) return error;
+  if (!run_aid.empty()) {
+    if (!request.aid.empty() && request.aid != run_aid) {
+      error = Response::failure(ErrorKind::malformed_request, "malformed request: the body names aid '" +
+                                                                 request.aid + "' but the command line names '" +
+                                                                 std::string(run_aid) + "'");
+      error.id_json = std::move(request.id_json);
+      return error;
+    }
+    request.aid = run_aid;
+  }
+  return host.handle(request, session, takeover);
+}
+
+}  // namespace
+
+Handled respond(Host& host, std::string_view text, Session& session, std::string& out, Takeover* takeover,
+                std::string_view run_aid, bool nul_terminated) {
+  if (text.size() > host.options().max_request_bytes) {
+    respond_too_large(host, out);
+    return {};
+  }
+  const Response response = decode_and_handle(host, text, session, takeover, run_aid, nul_terminated);
+  if (response.abandoned) return {false, true};
+  encode_response(response, out);
+  return {!response.id_json.empty(), false};
+}
+
+void respond_too_large(const Host& host, std::string& out) { encode_response(host.request_too_large(), out); }
+
+}  // namespace machina::ndjson
