@@ -1,5 +1,7 @@
 // The built-in tool pack, loaded when no plugin is named: echo, text statistics,
 // JSON pointer lookup, ds_state slot tools and workspace file tools.
+#include "workspace.hpp"
+
 #include <machina/plugin.hpp>
 
 #include <nlohmann/json.hpp>
@@ -13,8 +15,6 @@
 #include <optional>
 #include <string>
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -122,79 +122,53 @@ Result state_clear(Call& call) {
 }
 
 // Files live under one workspace root: $MACHINA_TOOLHOST_WORKSPACE, else the host's
-// working directory. Absolute paths and ".." components are refused. (POSIX I/O
-// rather than <fstream>/<filesystem> keeps the plugin small and quick to load.)
-std::optional<std::string> workspace_path(const std::string& rel, std::string& why) {
-  if (rel.empty() || rel.front() == '/') {
-    why = "path must be relative to the workspace";
-    return std::nullopt;
-  }
-  std::size_t start = 0;
-  while (start <= rel.size()) {
-    const std::size_t slash = std::min(rel.find('/', start), rel.size());
-    if (rel.compare(start, slash - start, "..") == 0 && slash - start == 2) {
-      why = "path must not contain '..'";
-      return std::nullopt;
-    }
-    start = slash + 1;
-  }
+// working directory; see workspace.hpp for what is refused and why.
+bool open_workspace(machina::workspace::Workspace& ws, const std::string& rel, std::vector<std::string>& parts,
+                    std::string& why) {
+  if (!machina::workspace::split(rel, parts, why)) return false;
   const char* root = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
-  return std::string(root && *root ? root : ".") + "/" + rel;
+  return ws.open(root != nullptr && *root != '\0' ? root : ".", why);
 }
 
-// Creates the missing parent folders of `path`.
-void make_parents(const std::string& path) {
-  for (std::size_t at = path.find('/', 1); at != std::string::npos; at = path.find('/', at + 1)) {
-    mkdir(path.substr(0, at).c_str(), 0755);
-  }
+/// A path as it may be quoted back: at most 200 characters of it.
+std::string quoted(const std::string& rel) {
+  std::string out;
+  for (char c : rel.substr(0, 200)) out.push_back(c == '\0' ? '?' : c);
+  return out + (rel.size() > 200 ? "..." : "");
 }
-
-std::string errno_text() { return std::strerror(errno); }
 
 Result file_write(Call& call) {
   const json in = json::parse(call.input());
-  std::string why;
   const std::string rel = in.at("path").get<std::string>();
-  const auto path = workspace_path(rel, why);
-  if (!path) return call.fail(why);
   const auto& content = in.at("content").get_ref<const std::string&>();
   const bool append = in.value("append", false);
-  make_parents(*path);
-  const int fd = open(path->c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
-  if (fd < 0) return call.fail("cannot open " + rel + ": " + errno_text());
-  std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string err = errno_text();
-      close(fd);
-      return call.fail("write failed: " + err);
-    }
-    done += static_cast<std::size_t>(n);
+  machina::workspace::Workspace ws;
+  std::vector<std::string> parts;
+  std::string why;
+  if (!open_workspace(ws, rel, parts, why) || !ws.write(parts, content, append, why)) {
+    return call.fail("cannot write " + quoted(rel) + ": " + why);
   }
-  if (close(fd) != 0) return call.fail("write failed: " + errno_text());
   return reply(call, {{"path", rel}, {"bytes_written", content.size()}, {"append", append}});
 }
 
 Result file_read(Call& call) {
   const json in = json::parse(call.input());
-  std::string why;
   const std::string rel = in.at("path").get<std::string>();
-  const auto path = workspace_path(rel, why);
-  if (!path) return call.fail(why);
   const std::size_t max_bytes = in.value("max_bytes", std::size_t{65536});
-  const int fd = open(path->c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return call.fail("cannot open " + rel + ": " + errno_text());
+  machina::workspace::Workspace ws;
+  std::vector<std::string> parts;
+  std::string why;
+  machina::workspace::Fd fd;
+  if (open_workspace(ws, rel, parts, why)) fd = ws.open_for_reading(parts, why);
+  if (!fd) return call.fail("cannot read " + quoted(rel) + ": " + why);
   std::string content(max_bytes + 1, '\0');
   std::size_t got = 0;
   while (got < content.size()) {
-    const ssize_t n = read(fd, content.data() + got, content.size() - got);
+    const ssize_t n = read(fd.get(), content.data() + got, content.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += static_cast<std::size_t>(n);
   }
-  close(fd);
   const bool truncated = got > max_bytes;
   content.resize(std::min(got, max_bytes));
   try {
@@ -255,7 +229,9 @@ void fill(Registry& r) {
       .replay_inputs();
   r.tool("AID.FILE.WRITE.v1", file_write)
       .name("file_write")
-      .description("Writes (or appends) text to a file under the workspace ($MACHINA_TOOLHOST_WORKSPACE or the working directory).")
+      .description("Writes (or appends) text to a file under the workspace ($MACHINA_TOOLHOST_WORKSPACE or the "
+                   "working directory), making the folders it needs. Never follows a symbolic link; writes only "
+                   "regular files with a single link.")
       .input_schema(R"({"type":"object","properties":{"path":{"type":"string","minLength":1},)"
                     R"("content":{"type":"string"},"append":{"type":"boolean"}},)"
                     R"("required":["path","content"],"additionalProperties":false})")
@@ -264,7 +240,8 @@ void fill(Registry& r) {
       .tier(MACHINA_TIER_WRITE);
   r.tool("AID.FILE.READ.v1", file_read)
       .name("file_read")
-      .description("Reads a UTF-8 text file under the workspace, up to max_bytes (default 65536).")
+      .description("Reads a UTF-8 text file under the workspace, up to max_bytes (default 65536). Never follows a "
+                   "symbolic link; reads only regular files with a single link.")
       .input_schema(R"({"type":"object","properties":{"path":{"type":"string","minLength":1},)"
                     R"("max_bytes":{"type":"integer","minimum":0,"maximum":1000000}},)"
                     R"("required":["path"],"additionalProperties":false})")
