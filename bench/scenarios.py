@@ -562,7 +562,8 @@ def idempotency(ctx: Ctx) -> Section:
         ("no key", [ctx.host, "--serve"], none),
         ("same key (cache hits)", [ctx.host, "--serve"], same),
         (f"{n:,} unique keys, default cache (1024)", [ctx.host, "--serve"], unique),
-        (f"{n:,} unique keys, cache of {n:,}", [ctx.host, "--serve", "--idempotency-max-entries", str(n)], unique),
+        (f"{n:,} unique keys, cache of {n:,}",
+         [ctx.host, "--serve", "--idempotency-max-entries", str(n), "--idempotency-max-bytes", str(1 << 40)], unique),
     ]
     rows = []
     base = 0.0

@@ -296,4 +296,4 @@ def test_loading_a_plugin_that_fails_in_the_worker_is_a_crash(misbehaving: str, 
 def test_limits_need_process_isolation(flag: list[str]) -> None:
     proc = subprocess.run([TOOLHOST, "--list", *flag], capture_output=True, env=base_env())
     assert proc.returncode == 2
-    assert b"apply to worker processes: add --isolation process" in proc.stderr
+    assert b"apply to isolated tools: add --isolation process" in proc.stderr

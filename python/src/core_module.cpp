@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -30,50 +31,70 @@ using namespace py::literals;
 
 namespace {
 
-/// Keyword options of Host(), with the core's defaults.
-struct HostKwargs {
-  std::size_t max_request_bytes = machina::kMaxRequestBytes;
-  std::size_t max_output_bytes = machina::kMaxOutputBytes;
-  std::int64_t idempotency_ttl_ms = 60'000;
-  std::size_t idempotency_max_entries = 1024;
-  std::uint32_t breaker_threshold = 5;
-  std::int64_t breaker_window_ms = 30'000;
-  std::int64_t breaker_cooldown_ms = 10'000;
-  std::int64_t timeout_ms = 30'000;
-  std::int64_t max_timeout_ms = 600'000;
-  std::map<std::string, std::int64_t, std::less<>> tool_timeouts_ms;
-  std::size_t max_stuck_calls = 16;
-  std::string isolation = "inline";
-  std::string worker_executable;
-  std::size_t isolation_workers = 1;
-  machina::WorkerLimits limits;
-  std::vector<std::string> worker_env;
-};
-
-machina::HostOptions make_options(const HostKwargs& k) {
-  machina::HostOptions o = machina::HostOptions::from_env();
-  o.max_request_bytes = k.max_request_bytes;
-  o.max_output_bytes = k.max_output_bytes;
-  o.idempotency.ttl_ms = k.idempotency_ttl_ms;
-  o.idempotency.max_entries = k.idempotency_max_entries;
-  o.breaker.threshold = k.breaker_threshold;
-  o.breaker.window_ms = k.breaker_window_ms;
-  o.breaker.cooldown_ms = k.breaker_cooldown_ms;
-  o.default_timeout_ms = k.timeout_ms;
-  o.max_timeout_ms = k.max_timeout_ms;
-  o.tool_timeouts_ms = k.tool_timeouts_ms;
-  o.max_stuck_calls = k.max_stuck_calls;
-  if (k.isolation == "process") {
-    o.isolation = machina::Isolation::process;
-  } else if (k.isolation != "inline") {
-    throw machina::HostError("isolation must be 'inline' or 'process', not '" + k.isolation + "'");
-  } else if (k.limits.any()) {
-    throw machina::HostError("OS limits apply to worker processes: use isolation='process'");
+/// The keyword options of Host(): each sets one field of the core's HostOptions, whose
+/// own defaults (HostOptions{}, with the environment's, see HostOptions::from_env) are the
+/// defaults; an option not given is left as it is.
+using OptionSetter = void (*)(machina::HostOptions&, py::handle);
+template <class T>
+T as(py::handle v, const char* name, const char* what) {
+  try {
+    return v.cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string("Host option '") + name + "' must be " + what + ", not " +
+                         std::string(py::str(py::type::of(v).attr("__name__"))));
   }
-  o.workers.executable = k.worker_executable;
-  o.workers.size = k.isolation_workers;
-  o.workers.limits = k.limits;
-  o.workers.pass_env = k.worker_env;
+}
+const std::vector<std::pair<const char*, OptionSetter>>& host_options() {
+  using O = machina::HostOptions;
+  static const std::vector<std::pair<const char*, OptionSetter>> table = {
+      {"max_request_bytes", [](O& o, py::handle v) { o.max_request_bytes = as<std::size_t>(v, "max_request_bytes", "an int"); }},
+      {"max_output_bytes", [](O& o, py::handle v) { o.max_output_bytes = as<std::size_t>(v, "max_output_bytes", "an int"); }},
+      {"idempotency_ttl_ms", [](O& o, py::handle v) { o.idempotency.ttl_ms = as<std::int64_t>(v, "idempotency_ttl_ms", "an int"); }},
+      {"idempotency_max_entries", [](O& o, py::handle v) { o.idempotency.max_entries = as<std::size_t>(v, "idempotency_max_entries", "an int"); }},
+      {"idempotency_max_key_bytes", [](O& o, py::handle v) { o.idempotency.max_key_bytes = as<std::size_t>(v, "idempotency_max_key_bytes", "an int"); }},
+      {"idempotency_max_bytes", [](O& o, py::handle v) { o.idempotency.max_stored_bytes = as<std::size_t>(v, "idempotency_max_bytes", "an int"); }},
+      {"breaker_threshold", [](O& o, py::handle v) { o.breaker.threshold = as<std::uint32_t>(v, "breaker_threshold", "an int"); }},
+      {"breaker_window_ms", [](O& o, py::handle v) { o.breaker.window_ms = as<std::int64_t>(v, "breaker_window_ms", "an int"); }},
+      {"breaker_cooldown_ms", [](O& o, py::handle v) { o.breaker.cooldown_ms = as<std::int64_t>(v, "breaker_cooldown_ms", "an int"); }},
+      {"timeout_ms", [](O& o, py::handle v) { o.default_timeout_ms = as<std::int64_t>(v, "timeout_ms", "an int"); }},
+      {"max_timeout_ms", [](O& o, py::handle v) { o.max_timeout_ms = as<std::int64_t>(v, "max_timeout_ms", "an int"); }},
+      {"tool_timeouts_ms", [](O& o, py::handle v) {
+         for (const auto& [aid, ms] : as<std::map<std::string, std::int64_t>>(v, "tool_timeouts_ms", "a dict of aid to int")) {
+           o.tool_timeouts_ms[aid] = ms;
+         }
+       }},
+      {"max_stuck_calls", [](O& o, py::handle v) { o.max_stuck_calls = as<std::size_t>(v, "max_stuck_calls", "an int"); }},
+      {"isolation", [](O& o, py::handle v) {
+         const auto mode = as<std::string>(v, "isolation", "a str");
+         if (mode == "process") o.isolation = machina::Isolation::process;
+         else if (mode == "inline") o.isolation = machina::Isolation::inline_threads;
+         else throw machina::HostError("isolation must be 'inline' or 'process', not '" + mode + "'");
+       }},
+      {"worker_executable", [](O& o, py::handle v) { o.workers.executable = as<std::string>(v, "worker_executable", "a str"); }},
+      {"isolation_workers", [](O& o, py::handle v) { o.workers.size = as<std::size_t>(v, "isolation_workers", "an int"); }},
+      {"limit_cpu_s", [](O& o, py::handle v) { o.workers.limits.cpu_seconds = as<std::uint64_t>(v, "limit_cpu_s", "an int"); }},
+      {"limit_memory_mb", [](O& o, py::handle v) { o.workers.limits.address_space_mb = as<std::uint64_t>(v, "limit_memory_mb", "an int"); }},
+      {"limit_open_files", [](O& o, py::handle v) { o.workers.limits.open_files = as<std::uint64_t>(v, "limit_open_files", "an int"); }},
+      {"limit_file_size_mb", [](O& o, py::handle v) { o.workers.limits.file_size_mb = as<std::uint64_t>(v, "limit_file_size_mb", "an int"); }},
+      {"no_network", [](O& o, py::handle v) { o.workers.limits.no_network = as<bool>(v, "no_network", "a bool"); }},
+      {"worker_env", [](O& o, py::handle v) { o.workers.pass_env = as<std::vector<std::string>>(v, "worker_env", "a list of str"); }},
+  };
+  return table;
+}
+
+machina::HostOptions make_options(const py::kwargs& kwargs) {
+  machina::HostOptions o = machina::HostOptions::from_env();
+  const auto& table = host_options();
+  for (const auto& [key, value] : kwargs) {
+    const std::string name = py::str(key);
+    auto it = std::find_if(table.begin(), table.end(), [&](const auto& entry) { return name == entry.first; });
+    if (it == table.end()) {
+      std::string known;
+      for (const auto& entry : table) known += std::string(known.empty() ? "" : ", ") + entry.first;
+      throw py::type_error("Host() got an unexpected keyword argument '" + name + "' (options: " + known + ")");
+    }
+    if (!value.is_none()) it->second(o, value);
+  }
   return o;
 }
 
@@ -426,6 +447,14 @@ PYBIND11_MODULE(_core, m) {
   });
 
   m.def(
+      "host_options",
+      [] {
+        py::list names;
+        for (const auto& entry : host_options()) names.append(entry.first);
+        return names;
+      },
+      "The keyword options Host() takes.");
+  m.def(
       "error_kinds",
       [] {
         py::list out;
@@ -737,34 +766,8 @@ PYBIND11_MODULE(_core, m) {
            "The full state as JSON text ({\"slots\": {...}}).");
 
   py::class_<machina::Host>(m, "Host", "The host: load plugins, then call tools. Thread-safe.")
-      .def(py::init([](std::size_t max_request_bytes, std::size_t max_output_bytes, std::int64_t idempotency_ttl_ms,
-                       std::size_t idempotency_max_entries, std::uint32_t breaker_threshold,
-                       std::int64_t breaker_window_ms, std::int64_t breaker_cooldown_ms, std::int64_t timeout_ms,
-                       std::int64_t max_timeout_ms, std::map<std::string, std::int64_t, std::less<>> tool_timeouts_ms,
-                       std::size_t max_stuck_calls, std::string isolation, std::string worker_executable,
-                       std::size_t isolation_workers, std::uint64_t limit_cpu_s, std::uint64_t limit_memory_mb,
-                       std::uint64_t limit_open_files, std::uint64_t limit_file_size_mb, bool no_network,
-                       std::vector<std::string> worker_env) {
-             HostKwargs k{max_request_bytes, max_output_bytes, idempotency_ttl_ms, idempotency_max_entries,
-                          breaker_threshold, breaker_window_ms, breaker_cooldown_ms, timeout_ms, max_timeout_ms,
-                          std::move(tool_timeouts_ms), max_stuck_calls, std::move(isolation),
-                          std::move(worker_executable), isolation_workers,
-                          machina::WorkerLimits{limit_cpu_s, limit_memory_mb, limit_open_files, limit_file_size_mb,
-                                                no_network},
-                          std::move(worker_env)};
-             return std::make_unique<machina::Host>(make_options(k));
-           }),
-           py::kw_only(), "max_request_bytes"_a = machina::kMaxRequestBytes,
-           "max_output_bytes"_a = machina::kMaxOutputBytes, "idempotency_ttl_ms"_a = std::int64_t{60'000},
-           "idempotency_max_entries"_a = std::size_t{1024}, "breaker_threshold"_a = std::uint32_t{5},
-           "breaker_window_ms"_a = std::int64_t{30'000}, "breaker_cooldown_ms"_a = std::int64_t{10'000},
-           "timeout_ms"_a = std::int64_t{30'000}, "max_timeout_ms"_a = std::int64_t{600'000},
-           "tool_timeouts_ms"_a = std::map<std::string, std::int64_t, std::less<>>{},
-           "max_stuck_calls"_a = std::size_t{16}, "isolation"_a = "inline", "worker_executable"_a = "",
-           "isolation_workers"_a = std::size_t{1}, "limit_cpu_s"_a = std::uint64_t{0},
-           "limit_memory_mb"_a = std::uint64_t{0}, "limit_open_files"_a = std::uint64_t{0},
-           "limit_file_size_mb"_a = std::uint64_t{0}, "no_network"_a = false,
-           "worker_env"_a = std::vector<std::string>{})
+      .def(py::init([](const py::kwargs& options) { return std::make_unique<machina::Host>(make_options(options)); }),
+           "Host(**options): the options of machina_dispatch.host_options(), each defaulting to the core's own.")
       .def("load_plugin", &machina::Host::load_plugin, "path"_a,
            "Loads a plugin library; returns the aids it added. Raises HostError naming the file.")
       .def("list_tools",

@@ -162,7 +162,11 @@ void report_events(machina::HostOptions& options) {
 }
 
 int execute(Invocation& inv) {
-  // Before any plugin code runs (loading included), so nothing it prints reaches the wire.
+  // Out of the environment (and /proc/self/environ) before any plugin code runs (loading
+  // included); the host still has it. (After any hand-over to the plugin loader, which
+  // needs it in its environment.)
+  machina::protect_lease_secret(/*unset=*/true);
+  // Before any plugin code runs, so nothing it prints reaches the wire.
   const int wire = take_stdout_for_wire();
   // With isolated tools, no process of this user may open this one's /proc files (its
   // descriptors, its memory) or trace it; the sandbox already hides it from them.
@@ -272,8 +276,17 @@ int main(int argc, char** argv) {
   app.add_option("--idempotency-ttl-ms", options.idempotency.ttl_ms, "How long a result is kept for its key")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}))
       ->capture_default_str();
-  app.add_option("--idempotency-max-entries", options.idempotency.max_entries, "Most results kept")
+  app.add_option("--idempotency-max-entries", options.idempotency.max_entries,
+                 "Most results kept, and calls with a key running at once (beyond them: overloaded)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{10'000'000}))
+      ->capture_default_str();
+  app.add_option("--idempotency-max-key-bytes", options.idempotency.max_key_bytes,
+                 "Longest idempotency_key accepted (a longer one is a malformed request)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--idempotency-max-bytes", options.idempotency.max_stored_bytes,
+                 "Bytes of results kept in all (the oldest go first; a larger result is answered, not kept)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40))
       ->capture_default_str();
   app.add_option("--breaker-threshold", options.breaker.threshold, "Host-side failures in the window that open a tool's breaker")
       ->check(CLI::Range(1u, 1'000'000u))
@@ -363,9 +376,10 @@ int main(int argc, char** argv) {
 
   app.footer(
       "Environment: MACHINA_LEASE_ENFORCE=1 (tools of tier > 0 need a lease), MACHINA_LEASE_SECRET /\n"
-      "MACHINA_LEASE_KEY_FILE (the lease secret), MACHINA_LEASE_LEDGER (directory that makes single use\n"
-      "hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (load the built-in tools from\n"
-      "machina_builtin_tools.so in this directory).\n"
+      "MACHINA_LEASE_KEY_FILE (the lease secret, read once at start: MACHINA_LEASE_SECRET is then taken out of\n"
+      "the environment, and the key file must lie outside the workspace), MACHINA_LEASE_LEDGER (directory that\n"
+      "makes single use hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (load the built-in tools from\n"
+      "machina_builtin_tools.so in this directory), MACHINA_TOOLHOST_WORKSPACE (the file tools' folder).\n"
       "Protocol: docs/protocol.md");
 
   try {
@@ -414,8 +428,6 @@ int main(int argc, char** argv) {
       std::error_code ec;
       options.workers.executable = fs::read_symlink("/proc/self/exe", ec).string();
       options.workers.size = isolation_workers != 0 ? isolation_workers : workers;
-    } else if (limits.any()) {
-      throw machina::HostError("--limit-* and --no-network apply to worker processes: add --isolation process");
     }
     report_events(options);
     if (*issue_cmd) {

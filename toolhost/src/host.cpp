@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <unistd.h>
 
@@ -38,10 +39,10 @@ HostOptions HostOptions::from_env() {
 }
 
 
-/// What handle_checked knows that the rest of a call needs: the idempotency flight to
+/// What handle_checked knows that the rest of a call needs: the idempotency entry to
 /// complete and the front's takeover. It is also the host's side of an inline call that
 /// overruns its deadline (Overrun, called on the inline runner's watchdog thread):
-/// `finished` then says the overrun path already completed the flight and counted the
+/// `finished` then says the overrun path already completed the entry and counted the
 /// failure, so the normal path must not do it again.
 struct Host::Scope final : Overrun {
   Host* host = nullptr;
@@ -50,8 +51,7 @@ struct Host::Scope final : Overrun {
   Session* session = nullptr;
   std::int64_t timeout_ms = 0;
   std::shared_ptr<const Slots> base;  // the state the request set, if it sent one
-  const std::string* key = nullptr;
-  std::shared_ptr<IdempotencyCache::Flight> flight;
+  const IdempotencyCache::Ticket* ticket = nullptr;  // set: complete it
   Takeover* takeover = nullptr;
   bool finished = false;
   Response late;           // the timeout response, when there is no takeover
@@ -65,11 +65,21 @@ Host::Host(HostOptions options)
       idempotency_(options_.idempotency),
       registry_(options_.breaker),
       inline_(options_.max_stuck_calls, options_.on_event) {
-  if (options_.lease_enforce) leases_ = std::make_unique<LeaseAuthority>(load_lease_secret(), options_.lease);
+  // Before any tool of this host can run (its plugins are not loaded yet). machina-toolhost
+  // has already taken the variable out of its environment; an embedding program keeps it.
+  protect_lease_secret(/*unset=*/false);
+  if (options_.lease_enforce) {
+    refuse_key_file_in_workspace();
+    leases_ = std::make_unique<LeaseAuthority>(load_lease_secret(), options_.lease);
+  }
   if (options_.default_timeout_ms < 1 || options_.max_timeout_ms < 1)
     throw HostError("timeouts must be at least 1 ms");
   for (const auto& [aid, ms] : options_.tool_timeouts_ms) {
     if (ms < 1) throw HostError("the timeout for " + aid + " must be at least 1 ms");
+  }
+  if (options_.isolation == Isolation::inline_threads && options_.workers.limits.any()) {
+    throw HostError("OS limits (--limit-*, --no-network; limit_*, no_network from Python) apply to isolated tools: "
+                    "add --isolation process (isolation='process')");
   }
   if (options_.isolation == Isolation::process) {
     options_.workers.max_output_bytes = options_.max_output_bytes;
@@ -83,6 +93,23 @@ Host::Host(HostOptions options)
 }
 
 Host::~Host() = default;
+
+void Host::refuse_key_file_in_workspace() const {
+  // The built-in file tools read anything under their workspace (nothing outside it):
+  // the key file must not be there for them to find.
+  const char* key_file = std::getenv("MACHINA_LEASE_KEY_FILE");
+  if (key_file == nullptr || *key_file == '\0') return;
+  const char* root = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
+  std::error_code ec1, ec2;
+  const auto key = std::filesystem::weakly_canonical(key_file, ec1);
+  const auto workspace = std::filesystem::weakly_canonical(root != nullptr && *root != '\0' ? root : ".", ec2);
+  if (ec1 || ec2) return;  // (a key file that cannot be read is refused when it is read)
+  const auto rel = key.lexically_relative(workspace);
+  if (!rel.empty() && *rel.begin() != "..") {
+    throw HostError("the lease key file " + key.string() + " lies inside the tools' workspace " + workspace.string() +
+                    ": move it out (the file tools would read it)");
+  }
+}
 
 Runner* Host::plugin_runner() {
   if (process_) return process_.get();
@@ -189,6 +216,11 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
       (*request.timeout_ms < 1 || static_cast<std::uint64_t>(*request.timeout_ms) > kMaxRequestTimeoutMs)) {
     return Response::failure(ErrorKind::malformed_request, std::string("malformed request: ") + kTimeoutRuleText);
   }
+  if (request.idempotency_key && request.idempotency_key->size() > options_.idempotency.max_key_bytes) {
+    return Response::failure(ErrorKind::malformed_request,
+                             "malformed request: idempotency_key is longer than " +
+                                 std::to_string(options_.idempotency.max_key_bytes) + " bytes");
+  }
   // The state a request carries is applied even if the call then fails, so the
   // session stays the mirror of what the caller sent.
   std::shared_ptr<const Slots> base;
@@ -216,40 +248,55 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   scope.base = std::move(base);
   const std::int64_t now = steady_now_ms();
   if (!request.idempotency_key) return execute(*tool, request, session, now, scope);
+  return run_keyed(*tool, request, session, now, scope);
+}
 
-  const std::string& key = *request.idempotency_key;
-  const auto fp = IdempotencyCache::fingerprint(request.input_json);
-  auto ticket = idempotency_.begin(tool->info.aid, key, fp, now);
+Response Host::run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope) {
+  Response hit;
+  const auto ticket = idempotency_.begin(tool.info.aid, *request.idempotency_key,
+                                         IdempotencyCache::fingerprint(request.input_json), now, hit);
   switch (ticket.outcome) {
     case IdempotencyCache::Outcome::conflict:
       return Response::failure(ErrorKind::idempotency_conflict,
-                               "idempotency_key was already used with a different input for " + tool->info.aid);
+                               "idempotency_key was already used with a different input for " + tool.info.aid);
+    case IdempotencyCache::Outcome::full:
+      return Response::failure(ErrorKind::overloaded, "overloaded: all " +
+                                                          std::to_string(idempotency_.options().max_entries) +
+                                                          " idempotency entries are calls still running; new keys "
+                                                          "are refused until one finishes");
     case IdempotencyCache::Outcome::wait:
-      ticket.response = IdempotencyCache::wait(ticket.flight);
+      hit = idempotency_.wait(ticket);
       [[fallthrough]];
-    case IdempotencyCache::Outcome::hit: {
-      Response r = std::move(ticket.response);
-      r.idempotent_hit = true;
-      r.ds_state = report(session, nullptr);  // a hit changes no state: an empty delta in serve mode
-      return r;
-    }
-    case IdempotencyCache::Outcome::run: break;
+    case IdempotencyCache::Outcome::hit:
+      hit.idempotent_hit = true;
+      hit.ds_state = report(session, nullptr);  // a hit changes no state: an empty delta in serve mode
+      return hit;
+    case IdempotencyCache::Outcome::run:
+      break;
   }
-  scope.key = &key;
-  scope.flight = ticket.flight;
-  Response r;
-  try {
-    r = execute(*tool, request, session, now, scope);
-  } catch (...) {
-    if (!scope.finished) {
-      idempotency_.complete(tool->info.aid, key, ticket.flight,
-                            Response::failure(ErrorKind::internal_error, "internal error"), false, steady_now_ms());
+  return run_and_complete(tool, request, session, now, scope, ticket);
+}
+
+Response Host::run_and_complete(const Tool& tool, const Request& request, Session& session, std::int64_t now,
+                                Scope& scope, const IdempotencyCache::Ticket& ticket) {
+  scope.ticket = &ticket;
+  // A duplicate waiting for this call gets an answer even if the call throws.
+  struct Completion {
+    IdempotencyCache& cache;
+    const IdempotencyCache::Ticket& ticket;
+    const Scope& scope;
+    bool done = false;
+    ~Completion() {
+      if (!done && !scope.finished) {
+        cache.complete(ticket, Response::failure(ErrorKind::internal_error, "internal error"), false, steady_now_ms());
+      }
     }
-    throw;
-  }
+  } completion{idempotency_, ticket, scope};
+  Response r = execute(tool, request, session, now, scope);  // built in place, returned as is
+  completion.done = true;
   if (!scope.finished) {
     const bool keep = r.ok() || r.kind == ErrorKind::tool_error;
-    idempotency_.complete(tool->info.aid, key, ticket.flight, r, keep, steady_now_ms());
+    idempotency_.complete(ticket, r, keep, steady_now_ms());
   }
   return r;
 }
@@ -362,7 +409,7 @@ void Host::Scope::overrun() noexcept {
   r.ds_state = h.report(*session, nullptr);
   tool->breaker.record_failure(now);
   h.timeouts_.fetch_add(1, std::memory_order_relaxed);
-  if (key != nullptr) h.idempotency_.complete(tool->info.aid, *key, flight, r, false, now);
+  if (ticket != nullptr) h.idempotency_.complete(*ticket, r, false, now);
   finished = true;
   if (takeover != nullptr) {
     r.id_json = request->id_json;

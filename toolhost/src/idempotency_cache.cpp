@@ -1,11 +1,40 @@
 // See idempotency_cache.hpp.
+#include <machina/errors.hpp>
 #include <machina/idempotency_cache.hpp>
 
 #include <nettle/sha2.h>
 
 #include <cstring>
+#include <functional>
 
 namespace machina {
+
+namespace {
+// A freed entry keeps the capacity of its strings for the next key, unless it is large:
+// memory held by entries no longer kept stays small, whatever they once held.
+constexpr std::size_t kKeepCapacity = 4096;
+
+/// What a stored response is made of (a hit answers with these; its id and state are the
+/// request's own). Assigned field by field: the strings reuse their capacity.
+void copy_result(Response& to, const Response& from) {
+  to.kind = from.kind;
+  to.error.assign(from.error);
+  to.output_json.assign(from.output_json);
+  to.lease_tier = from.lease_tier;
+  to.lease_aid.assign(from.lease_aid);
+  to.lease_reason.assign(from.lease_reason);
+}
+}  // namespace
+
+IdempotencyCache::IdempotencyCache(Options options) : options_(options) {
+  if (options_.max_entries < 1 || options_.max_entries > UINT32_MAX / 2) {
+    throw HostError("the idempotency cache needs from 1 to 2147483647 entries");
+  }
+  if (options_.ttl_ms < 1) throw HostError("the idempotency ttl must be at least 1 ms");
+  if (options_.max_key_bytes < 1) throw HostError("idempotency keys must be allowed at least 1 byte");
+  if (options_.max_stored_bytes < 1) throw HostError("the idempotency cache must be allowed at least 1 byte");
+  rehash(64);
+}
 
 IdempotencyCache::Fingerprint IdempotencyCache::fingerprint(std::string_view input_json) {
   Fingerprint fp{};
@@ -23,88 +52,200 @@ IdempotencyCache::Fingerprint IdempotencyCache::fingerprint(std::string_view inp
   return fp;
 }
 
-std::string IdempotencyCache::scope(std::string_view aid, std::string_view key) {
-  std::string s;
-  s.reserve(aid.size() + key.size() + 1);
-  s.append(aid).push_back('\0');  // aids never contain NUL, so scopes cannot collide
-  s.append(key);
-  return s;
+std::size_t IdempotencyCache::hash_of(std::string_view aid, std::string_view key) noexcept {
+  // The key alone, stirred by the aid's length: the same key for two tools shares a chain
+  // (find() compares both), and the aid need not be hashed on every call.
+  return std::hash<std::string_view>{}(key) ^ (aid.size() * 0x9e3779b97f4a7c15ULL);
 }
 
-void IdempotencyCache::erase(List::iterator it) {
-  index_.erase(it->scoped_key);
-  order_.erase(it);
+std::uint32_t IdempotencyCache::find(std::string_view aid, std::string_view key, std::size_t hash) const {
+  for (std::uint32_t s = buckets_[hash & (buckets_.size() - 1)]; s != kNone; s = entries_[s].chain) {
+    const Entry& e = entries_[s];
+    if (e.hash != hash || e.scope.size() != aid.size() + 1 + key.size()) continue;
+    const std::string_view scope(e.scope);
+    // (aids never contain NUL, so the scopes of different (aid, key) pairs never match)
+    if (scope.substr(0, aid.size()) == aid && scope[aid.size()] == '\0' && scope.substr(aid.size() + 1) == key) {
+      return s;
+    }
+  }
+  return kNone;
+}
+
+void IdempotencyCache::rehash(std::size_t buckets) {
+  buckets_.assign(buckets, kNone);
+  for (std::uint32_t s = 0; s < entries_.size(); ++s) {
+    if (entries_[s].state == State::running || entries_[s].state == State::done) link_bucket(s);
+  }
+}
+
+void IdempotencyCache::link_bucket(std::uint32_t slot) {
+  Entry& e = entries_[slot];
+  std::uint32_t& head = buckets_[e.hash & (buckets_.size() - 1)];
+  e.chain = head;
+  head = slot;
+}
+
+void IdempotencyCache::unlink_bucket(std::uint32_t slot) {
+  std::uint32_t* at = &buckets_[entries_[slot].hash & (buckets_.size() - 1)];
+  while (*at != slot) at = &entries_[*at].chain;
+  *at = entries_[slot].chain;
+  entries_[slot].chain = kNone;
+}
+
+void IdempotencyCache::append_kept(std::uint32_t slot) {
+  Entry& e = entries_[slot];
+  e.prev = newest_;
+  e.next = kNone;
+  if (newest_ != kNone) entries_[newest_].next = slot;
+  else oldest_ = slot;
+  newest_ = slot;
+}
+
+void IdempotencyCache::unlink_kept(std::uint32_t slot) {
+  Entry& e = entries_[slot];
+  if (e.prev != kNone) entries_[e.prev].next = e.next;
+  else oldest_ = e.next;
+  if (e.next != kNone) entries_[e.next].prev = e.prev;
+  else newest_ = e.prev;
+  e.prev = e.next = kNone;
+}
+
+std::uint32_t IdempotencyCache::take_slot() {
+  if (free_ != kNone) {
+    const std::uint32_t slot = free_;
+    free_ = entries_[slot].chain;
+    entries_[slot].chain = kNone;
+    return slot;
+  }
+  entries_.emplace_back();
+  if (entries_.size() > buckets_.size()) rehash(buckets_.size() * 2);
+  return static_cast<std::uint32_t>(entries_.size() - 1);
+}
+
+void IdempotencyCache::free_slot(std::uint32_t slot) {
+  Entry& e = entries_[slot];
+  e.state = State::free;
+  ++e.generation;
+  e.handoff.reset();
+  for (std::string* s : {&e.response.output_json, &e.response.error, &e.scope}) {
+    if (s->capacity() > kKeepCapacity) *s = std::string();
+  }
+  e.chain = free_;
+  free_ = slot;
+}
+
+void IdempotencyCache::release(std::uint32_t slot) {
+  unlink_bucket(slot);
+  --in_use_;
+  if (entries_[slot].waiters > 0) entries_[slot].state = State::handed_off;  // the last waiter frees it
+  else free_slot(slot);
+}
+
+bool IdempotencyCache::evict_oldest() {
+  if (oldest_ == kNone) return false;
+  const std::uint32_t slot = oldest_;
+  unlink_kept(slot);
+  stored_bytes_ -= entries_[slot].bytes;
+  --kept_;
+  release(slot);
+  return true;
 }
 
 void IdempotencyCache::prune(std::int64_t now_ms) {
-  while (!order_.empty()) {
-    const Entry& front = order_.front();
-    if (front.flight || front.expires_at > now_ms) break;
-    erase(order_.begin());
-  }
+  while (oldest_ != kNone && entries_[oldest_].expires_at <= now_ms) evict_oldest();
 }
 
-IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::string_view key,
-                                                 const Fingerprint& fp, std::int64_t now_ms) {
-  const std::string scoped = scope(aid, key);
+IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::string_view key, const Fingerprint& fp,
+                                                 std::int64_t now_ms, Response& hit) {
+  const std::size_t hash = hash_of(aid, key);
+  Ticket t;
   std::lock_guard lock(mu_);
-  prune(now_ms);
-  if (auto found = index_.find(scoped); found != index_.end()) {
-    Entry& e = *found->second;
-    if (!e.flight && e.expires_at <= now_ms) {
-      erase(found->second);
-    } else if (e.fp != fp) {
-      return {Outcome::conflict, {}, nullptr};
-    } else if (e.flight) {
-      return {Outcome::wait, {}, e.flight};
+  prune(now_ms);  // kept entries are in expiry order: whatever is found now is unexpired
+  if (const std::uint32_t slot = find(aid, key, hash); slot != kNone) {
+    Entry& e = entries_[slot];
+    if (e.fp != fp) {
+      t.outcome = Outcome::conflict;
+    } else if (e.state == State::running) {
+      ++e.waiters;
+      t.outcome = Outcome::wait;
+      t.slot = slot;
+      t.generation = e.generation;
     } else {
-      return {Outcome::hit, *e.response, nullptr};
+      t.outcome = Outcome::hit;
+      copy_result(hit, e.response);
+    }
+    return t;
+  }
+  if (in_use_ >= options_.max_entries && !evict_oldest()) {
+    t.outcome = Outcome::full;
+    return t;
+  }
+  const std::uint32_t slot = take_slot();
+  Entry& e = entries_[slot];
+  e.scope.assign(aid).push_back('\0');
+  e.scope.append(key);
+  e.hash = hash;
+  e.fp = fp;
+  e.state = State::running;
+  e.waiters = 0;
+  link_bucket(slot);
+  ++in_use_;
+  t.outcome = Outcome::run;
+  t.slot = slot;
+  t.generation = e.generation;
+  return t;
+}
+
+Response IdempotencyCache::wait(const Ticket& ticket) {
+  std::unique_lock lock(mu_);
+  // The entry keeps its slot while it has waiters: no other key can take it meanwhile.
+  done_.wait(lock, [&] { return entries_[ticket.slot].state != State::running; });
+  Entry& e = entries_[ticket.slot];
+  Response r = *e.handoff;
+  if (--e.waiters == 0) {
+    e.handoff.reset();
+    if (e.state == State::handed_off) free_slot(ticket.slot);
+  }
+  return r;
+}
+
+void IdempotencyCache::complete(const Ticket& ticket, const Response& response, bool keep, std::int64_t now_ms) {
+  bool notify = false;
+  {
+    std::lock_guard lock(mu_);
+    Entry& e = entries_[ticket.slot];  // a running entry is never evicted: still this call's
+    if (e.waiters > 0) {
+      e.handoff = std::make_shared<const Response>(response);
+      notify = true;
+    }
+    const std::size_t bytes = sizeof(Entry) + e.scope.size() + response.output_json.size() + response.error.size() +
+                              response.lease_aid.size() + response.lease_reason.size();
+    if (keep && bytes <= options_.max_stored_bytes) {
+      while (stored_bytes_ + bytes > options_.max_stored_bytes && evict_oldest()) {
+      }
+      Entry& kept = entries_[ticket.slot];
+      copy_result(kept.response, response);
+      kept.state = State::done;
+      kept.expires_at = now_ms + options_.ttl_ms;
+      kept.bytes = bytes;
+      stored_bytes_ += bytes;
+      ++kept_;
+      append_kept(ticket.slot);
+    } else {
+      release(ticket.slot);
     }
   }
-  while (order_.size() >= options_.max_entries && !order_.empty()) erase(order_.begin());
-  auto flight = std::make_shared<Flight>();
-  order_.push_back(Entry{scoped, fp, flight, {}, 0});
-  auto it = std::prev(order_.end());
-  index_.emplace(it->scoped_key, it);
-  return {Outcome::run, {}, flight};
-}
-
-Response IdempotencyCache::wait(const std::shared_ptr<Flight>& flight) {
-  std::unique_lock lock(flight->mu);
-  flight->cv.wait(lock, [&] { return flight->done; });
-  return *flight->response;
-}
-
-void IdempotencyCache::complete(std::string_view aid, std::string_view key,
-                                const std::shared_ptr<Flight>& flight, const Response& response,
-                                bool keep, std::int64_t now_ms) {
-  auto shared = std::make_shared<const Response>(response);  // one copy, for waiters and hits
-  {
-    std::lock_guard lock(flight->mu);
-    flight->response = shared;
-    flight->done = true;
-  }
-  flight->cv.notify_all();
-
-  const std::string scoped = scope(aid, key);
-  std::lock_guard lock(mu_);
-  auto found = index_.find(scoped);
-  // The entry may have been evicted at capacity, or replaced after that.
-  if (found == index_.end() || found->second->flight != flight) return;
-  if (!keep) {
-    erase(found->second);
-    return;
-  }
-  Entry& e = *found->second;
-  e.flight.reset();
-  e.response = std::move(shared);
-  e.expires_at = now_ms + options_.ttl_ms;
-  order_.splice(order_.end(), order_, found->second);  // O(1): completed entries stay in expiry order
+  if (notify) done_.notify_all();
 }
 
 std::size_t IdempotencyCache::size() const {
   std::lock_guard lock(mu_);
-  return order_.size();
+  return in_use_;
+}
+
+std::size_t IdempotencyCache::stored_bytes() const {
+  std::lock_guard lock(mu_);
+  return stored_bytes_;
 }
 
 }  // namespace machina

@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -100,10 +102,17 @@ std::int64_t lease_ttl_ms(double seconds, std::int64_t max_ttl_ms) {
   return static_cast<std::int64_t>(ms);
 }
 
-std::string load_lease_secret() {
+namespace {
+
+std::mutex g_secret_mu;
+std::optional<std::string> g_secret;  // taken out of the environment by protect_lease_secret(true)
+
+std::string read_secret() {
   std::string secret;
   if (const char* env = std::getenv("MACHINA_LEASE_SECRET"); env != nullptr && *env != '\0') {
     secret = env;
+  } else if (g_secret) {
+    secret = *g_secret;
   } else if (const char* file = std::getenv("MACHINA_LEASE_KEY_FILE"); file != nullptr && *file != '\0') {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw HostError(std::string("cannot read lease key file ") + file + ": " + std::strerror(errno));
@@ -118,9 +127,63 @@ std::string load_lease_secret() {
   return secret;
 }
 
+/// Overwrites the value of every `name=` string in the environment block this process
+/// started with: its bounds are fields 50 and 51 of /proc/self/stat.
+void wipe_from_initial_environment(std::string_view name) {
+  std::ifstream in("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  std::uintptr_t start = 0, end = 0;
+  for (int i = 3; fields >> field; ++i) {  // field 3 is the first after the command name
+    if (i == 50) start = std::stoull(field);
+    if (i == 51) end = std::stoull(field);
+  }
+  if (start == 0 || end <= start) return;
+  char* p = reinterpret_cast<char*>(start);
+  char* const stop = reinterpret_cast<char*>(end);
+  while (p < stop) {
+    const std::size_t len = strnlen(p, static_cast<std::size_t>(stop - p));
+    if (len > name.size() && std::string_view(p, name.size()) == name && p[name.size()] == '=') {
+      std::memset(p + name.size() + 1, 0, len - name.size() - 1);
+    }
+    p += len + 1;
+  }
+}
+
+void protect_locked(bool unset) {
+  const char* env = std::getenv("MACHINA_LEASE_SECRET");
+  if (env == nullptr) return;
+  if (unset) {
+    g_secret = std::string(env);
+    ::unsetenv("MACHINA_LEASE_SECRET");
+  } else {
+    // The variable stays, as a copy of the C library's own, for the program's children.
+    const std::string value(env);
+    ::setenv("MACHINA_LEASE_SECRET", value.c_str(), 1);
+  }
+  wipe_from_initial_environment("MACHINA_LEASE_SECRET");
+}
+
+}  // namespace
+
+std::string load_lease_secret() {
+  std::lock_guard lock(g_secret_mu);
+  protect_locked(/*unset=*/false);
+  return read_secret();
+}
+
+void protect_lease_secret(bool unset) {
+  std::lock_guard lock(g_secret_mu);
+  protect_locked(unset);
+}
+
 LeaseAuthority::LeaseAuthority(std::string secret, Options options)
     : secret_(std::move(secret)), options_(std::move(options)) {
   if (secret_.size() < 16) throw HostError("the lease secret must be at least 16 bytes long");
+  if (options_.ledger_bucket_ms < 1) throw HostError("the lease ledger's window must be at least 1 ms");
   if (!options_.ledger_dir.empty()) prepare_ledger(options_.ledger_dir);
 }
 
@@ -199,24 +262,62 @@ bool LeaseAuthority::consume(const std::string& nonce, std::int64_t expires_at, 
   return true;
 }
 
+void LeaseAuthority::sweep_ledger(std::int64_t now_ms) {
+  // A window is swept a whole window after it ended: a process that checked a lease's
+  // expiry just before it passed still finds the window there when it writes the file.
+  const std::int64_t window = options_.ledger_bucket_ms;
+  const std::int64_t current = now_ms / window;
+  if (current <= swept_bucket_) return;
+  swept_bucket_ = current;
+  DIR* dir = opendir(options_.ledger_dir.c_str());
+  if (dir == nullptr) return;
+  std::vector<std::string> gone;
+  while (dirent* ent = readdir(dir)) {
+    const char* name = ent->d_name;
+    std::int64_t n = 0;
+    if (name[0] == 'b') {
+      const auto [end, ec] = std::from_chars(name + 1, name + std::strlen(name), n);
+      if (ec == std::errc() && *end == '\0' && (n + 2) * window <= now_ms) gone.emplace_back(name);
+    } else {
+      // A file from before windows ("<expiry>-<nonce>"): removed once expired.
+      const auto [end, ec] = std::from_chars(name, name + std::strlen(name), n);
+      if (ec == std::errc() && *end == '-' && n <= now_ms) unlinkat(dirfd(dir), name, 0);
+    }
+  }
+  for (const auto& name : gone) {
+    const int fd = openat(dirfd(dir), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (DIR* bucket = fdopendir(fd)) {
+      while (dirent* ent = readdir(bucket)) {
+        if (std::strcmp(ent->d_name, ".") != 0 && std::strcmp(ent->d_name, "..") != 0) unlinkat(fd, ent->d_name, 0);
+      }
+      closedir(bucket);
+    } else {
+      close(fd);
+    }
+    unlinkat(dirfd(dir), name.c_str(), AT_REMOVEDIR);
+  }
+  closedir(dir);
+}
+
 std::optional<std::string> LeaseAuthority::consume_in_ledger(const std::string& nonce, std::int64_t expires_at,
                                                              std::int64_t now_ms) {
-  // One file per used lease, named "<expiry>-<nonce>"; O_EXCL makes use-once atomic
-  // across every process sharing the directory. Expired files are swept on the way.
-  if (DIR* dir = opendir(options_.ledger_dir.c_str())) {
-    while (dirent* ent = readdir(dir)) {
-      std::int64_t exp = 0;
-      const char* name = ent->d_name;
-      const auto [end, ec] = std::from_chars(name, name + std::strlen(name), exp);
-      if (ec == std::errc() && *end == '-' && exp <= now_ms) unlinkat(dirfd(dir), name, 0);
+  // One file per used lease, in the folder of its expiry window; O_EXCL makes use-once
+  // atomic across every process sharing the ledger.
+  sweep_ledger(now_ms);
+  const std::string bucket = options_.ledger_dir + "/b" + std::to_string(expires_at / options_.ledger_bucket_ms);
+  const std::string path = bucket + "/" + nonce;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (mkdir(bucket.c_str(), 0700) != 0 && errno != EEXIST) return "ledger_unavailable";  // fail closed
+    const int fd = open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      close(fd);
+      return std::nullopt;
     }
-    closedir(dir);
+    if (errno == EEXIST) return "consumed";
+    if (errno != ENOENT) break;  // (ENOENT: the window was swept meanwhile; made again once)
   }
-  const std::string path = options_.ledger_dir + "/" + std::to_string(expires_at) + "-" + nonce;
-  const int fd = open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-  if (fd < 0) return errno == EEXIST ? "consumed" : "ledger_unavailable";  // fail closed
-  close(fd);
-  return std::nullopt;
+  return "ledger_unavailable";
 }
 
 }  // namespace machina

@@ -131,8 +131,13 @@ class Host {
 
   Response handle_checked(Request& request, Session& session, Takeover* takeover);
   Response execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope);
+  /// A call with an idempotency key: the cache first, then execute().
+  Response run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope);
+  Response run_and_complete(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms,
+                            Scope& scope, const IdempotencyCache::Ticket& ticket);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
+  void refuse_key_file_in_workspace() const;
   /// The runner for native plugin tools (the isolation option chooses).
   Runner* plugin_runner();
   void event(const std::string& line) const;
