@@ -16,9 +16,10 @@ def test_readme_opens_with_the_two_set_up_commands() -> None:
     first_block = re.search(r"```bash\n(.*?)```", README, re.S)
     assert first_block is not None and README.index("```bash") < README.index("\n## ")
     commands = first_block.group(1).strip().splitlines()
+    venv = "python3 -m venv .venv && . .venv/bin/activate"
     assert commands == [
-        "bash scripts/install-system-deps.sh && pip install . && bash scripts/demo.sh",
-        "bash scripts/install-system-deps.sh && pip install '.[test,bench]' && python -m pytest",
+        f"bash scripts/install-system-deps.sh && {venv} && pip install . && bash scripts/demo.sh",
+        f"bash scripts/install-system-deps.sh && {venv} && pip install '.[test,bench]' && python -m pytest",
     ]
     for script in ("scripts/install-system-deps.sh", "scripts/demo.sh"):
         assert (Path(REPO) / script).is_file(), script
