@@ -174,8 +174,17 @@ def status_error(status: str, code: str, error: str, ds_state: Any = None, **ext
     return r
 
 
+# The seed's status each refusal carries (a refusal: no output_json, no ds_state).
+REFUSAL_STATUS = {
+    "request_too_large": "INVALID_PICK", "malformed_request": "INVALID_PICK", "invalid_ds_state": "INVALID_PICK",
+    "tool_not_found": "INVALID_PICK", "lease_required": "TOOL_ERROR", "lease_rejected": "TOOL_ERROR",
+    "idempotency_conflict": "TOOL_ERROR", "overloaded": "TOOL_ERROR", "internal_error": "TOOL_ERROR",
+}
+
+
 def plain_error(code: str, error: str, **extra: Any) -> dict[str, Any]:
-    r: dict[str, Any] = {"ok": False, "error": error, "code": code}
+    """A refusal: the request never reached the tool's own rules."""
+    r: dict[str, Any] = {"ok": False, "status": REFUSAL_STATUS[code], "error": error, "code": code}
     r.update(extra)
     return r
 

@@ -312,9 +312,9 @@ SERVE_CASES: list[Case] = [
          ok_response('{"found":false}')),
     # ds_state shapes.
     Case("ds-unknown-slot", with_ds({"slots": {"DS8": artifact()}}),
-         bad_ds("unknown slot 'DS8' (slots are DS0..DS7)", id=1)),
+         bad_ds("unknown slot 'DS8' (slots are DS0..DS7, or 0..7)", id=1)),
     Case("ds-slot-lowercase", with_ds({"slots": {"ds0": artifact()}}),
-         bad_ds("unknown slot 'ds0' (slots are DS0..DS7)", id=1)),
+         bad_ds("unknown slot 'ds0' (slots are DS0..DS7, or 0..7)", id=1)),
     Case("ds-slot-number", with_ds({"slots": {"DS0": 5}}),
          bad_ds("slot DS0 must be an artifact object", id=1)),
     Case("ds-slot-null", with_ds({"slots": {"DS0": None}}),
@@ -347,11 +347,11 @@ SERVE_CASES: list[Case] = [
     Case("ds-removed_slots-delta-false", with_ds({"delta": False, "removed_slots": ["DS0"]}),
          bad_ds("'removed_slots' needs \"delta\": true", id=1)),
     Case("ds-removed_slots-unknown-slot", with_ds({"delta": True, "removed_slots": ["DS9"]}),
-         bad_ds("unknown slot 'DS9' in removed_slots (slots are DS0..DS7)", id=1)),
+         bad_ds("unknown slot 'DS9' in removed_slots (slots are DS0..DS7, or 0..7)", id=1)),
     Case("ds-removed_slots-not-array", with_ds({"delta": True, "removed_slots": "DS0"}),
-         bad_ds("'removed_slots' must be an array of slot names", id=1)),
-    Case("ds-removed_slots-number", with_ds({"delta": True, "removed_slots": [0]}),
-         bad_ds("'removed_slots' must be an array of slot names", id=1)),
+         bad_ds("'removed_slots' must be an array of slot names (DS0..DS7) or numbers (0..7)", id=1)),
+    Case("ds-removed_slots-fraction", with_ds({"delta": True, "removed_slots": [0.5]}),
+         bad_ds("'removed_slots' must be an array of slot names (DS0..DS7) or numbers (0..7)", id=1)),
     Case("ds-set-and-removed",
          with_ds({"delta": True, "slots": {"DS0": artifact()}, "removed_slots": ["DS0"]}),
          bad_ds("a slot is both set and removed", id=1)),
@@ -427,7 +427,7 @@ RUN_CASES: list[Case] = [
     Case("run-deep-nesting", b'{"x":' + nested(100_000).encode() + b"}",
          malformed("nesting deeper than 512")),
     Case("run-bad-ds_state", b'{"id":"d","ds_state":{"slots":{"DS8":{}}}}',
-         bad_ds("unknown slot 'DS8' (slots are DS0..DS7)", id="d")),
+         bad_ds("unknown slot 'DS8' (slots are DS0..DS7, or 0..7)", id="d")),
     Case("run-full-ds_state-echoed",
          b'{"ds_state":{"slots":{"DS1":{"type":"t","content_json":"2"}}}}',
          ok_response("{}", {"slots": {"DS1": {"type": "t", "content_json": "2",
@@ -559,3 +559,21 @@ def test_request_cap_is_inclusive(cap: int) -> None:
         done = run(ECHO, body, "--max-request-bytes", str(cap))
         assert done.returncode == 0, done.stderr
         assert parse_response_lines(done.stdout) == [want]
+
+
+def test_error_messages_quote_at_most_200_characters_of_client_text() -> None:
+    # A 1 MB aid, field name or slot name comes back cut to its first 200 characters
+    # (code points, never a split UTF-8 sequence) and its size; short ones come back whole.
+    huge_aid = "é" * 500_000
+    lines = [
+        json.dumps({"id": 1, "aid": huge_aid}),
+        json.dumps({"id": 2, "aid": "AID.ECHO.v1", "ds_state": {"slots": {"x" * 300: {}}}}),
+        json.dumps({"id": 3, "aid": "AID.ECHO.v1", "ds_state": {"q" * 1000: 1}}),
+        json.dumps({"id": 4, "aid": "AID." + "n" * 196}),
+    ]
+    out = {r["id"]: r for r in parse_response_lines(serve_raw("\n".join(lines).encode() + b"\n").stdout)}
+    assert out[1] == plain_error("tool_not_found", "tool not found: " + "é" * 200 + "… (1000000 bytes)", id=1)
+    assert out[2]["error"] == ("invalid ds_state: unknown slot '" + "x" * 200 + "… (300 bytes)' "
+                               "(slots are DS0..DS7, or 0..7)")
+    assert out[3]["error"] == "invalid ds_state: unknown field '" + "q" * 200 + "… (1000 bytes)'"
+    assert out[4]["error"] == "tool not found: AID." + "n" * 196  # 200 characters: whole

@@ -107,13 +107,14 @@ def test_run_with_empty_stdin_is_a_malformed_request() -> None:
     # Not a call with {}: a client that sent nothing has a bug, and the tool must not run.
     for stdin in (b"", b"  \n"):
         assert run_json("AID.ECHO.v1", stdin) == {
-            "ok": False, "code": "malformed_request",
+            "ok": False, "status": "INVALID_PICK", "code": "malformed_request",
             "error": "malformed request: no request on stdin (--run reads one JSON object)"}
 
 
 def test_run_exit_code_is_zero_for_structured_errors() -> None:
     resp = run_json("AID.NOPE.v1", {})
-    assert resp == {"ok": False, "error": "tool not found: AID.NOPE.v1", "code": "tool_not_found"}
+    assert resp == {"ok": False, "status": "INVALID_PICK", "error": "tool not found: AID.NOPE.v1",
+                    "code": "tool_not_found"}
 
 
 def test_lease_issue_prints_a_token() -> None:

@@ -86,7 +86,7 @@ def test_bad_timeout_ms_is_refused(bad: str) -> None:
     line = b'{"id":1,"aid":"AID.ECHO.v1","timeout_ms":' + bad.encode() + b"}\n"
     proc = serve_raw(line + b'{"id":2,"aid":"AID.ECHO.v1","timeout_ms":null}\n')
     first, second = (json.loads(x) for x in proc.stdout.splitlines())
-    assert first == {"id": 1, "ok": False, "code": "malformed_request",
+    assert first == {"id": 1, "ok": False, "status": "INVALID_PICK", "code": "malformed_request",
                      "error": "malformed request: field 'timeout_ms' must be a whole number of milliseconds "
                               "from 1 to 2147483647"}
     assert second["ok"] is True  # null means absent
@@ -128,7 +128,7 @@ def test_stuck_threads_are_bounded(misbehaving: str) -> None:
                 "--plugin", misbehaving, "--plugin", str(_builtin()), "--max-stuck-calls", "2",
                 "--breaker-threshold", "100")
     assert [r["code"] for r in out[:2]] == ["timeout", "timeout"]
-    overloaded = {"ok": False, "code": "overloaded",
+    overloaded = {"ok": False, "status": "TOOL_ERROR", "code": "overloaded",
                   "error": "overloaded: 2 calls are stuck in tools past their deadline; new calls are refused "
                            "until some return"}
     for r, rid in zip(out[2:], (3, 4, 5), strict=True):

@@ -61,7 +61,7 @@ def test_raising_carries_the_result() -> None:
 def test_to_dict_is_the_seed_shape() -> None:
     r = md.ToolResult.failure("AID.X.v1", "crash", "exited with status 3", exit_status=3)
     assert r.to_dict() == {"error": True, "aid": "AID.X.v1", "type": "crash", "detail": "exited with status 3",
-                           "exit_status": 3}
+                           "status": "TOOL_ERROR", "exit_status": 3}
     t = md.InProcess()
     ok = t.call("AID.ECHO.v1", {"a": 1})
     assert ok.to_dict() == {"ok": True, "status": "OK", "output_json": '{"a":1}', "error": "",
@@ -115,21 +115,21 @@ def test_native_codec_round_trip() -> None:
     assert [json.loads(x) for x in batch.splitlines()] == [
         {"id": 1, "aid": "A", "input_json": "1"}, {"id": 2, "aid": "B", "input_json": "2", "_lease_token": "tok"}]
     responses = (b'{"id":2,"ok":true,"status":"OK","output_json":"[2]","error":"","ds_state":{"delta":true,'
-                 b'"slots":{},"removed_slots":[]}}\n{"id":1,"ok":false,"error":"lease_required","code":'
+                 b'"slots":{},"removed_slots":[]}}\n{"id":1,"ok":false,"status":"TOOL_ERROR","error":"lease_required","code":'
                  b'"lease_required","tier":2,"aid":"A"}\n{"id":3')
     done, used = _core.decode_responses(responses, 0, {1: "A", 2: "B", 3: "C"})
     assert used == responses.rindex(b"\n") + 1
     (i2, r2), (i1, r1) = done
     assert (i2, r2.aid, r2.output_json, r2.ds_state_json) == (2, "B", "[2]", "")
-    assert (i1, r1.code, r1.kind, r1.status, r1.details) == (1, "lease_required", "lease_required", None,
+    assert (i1, r1.code, r1.kind, r1.status, r1.details) == (1, "lease_required", "lease_required", "TOOL_ERROR",
                                                             {"tier": 2, "aid": "A"})
     with pytest.raises(ValueError, match="unknown id"):
         _core.decode_responses(b'{"id":9,"ok":true}\n', 0, {1: "A"})
     with pytest.raises(ValueError, match="unreadable"):
         _core.decode_responses(b'not json\n', 0, {1: "A"})
     # An answer without an id (a line over the size cap) goes to the oldest open request.
-    done, _ = _core.decode_responses(b'{"ok":false,"error":"request exceeds the 10-byte cap","code":'
-                                     b'"request_too_large"}\n', 0, {4: "D", 5: "E"})
+    done, _ = _core.decode_responses(b'{"ok":false,"status":"INVALID_PICK","error":"request exceeds the 10-byte cap",'
+                                     b'"code":"request_too_large"}\n', 0, {4: "D", 5: "E"})
     assert done[0][0] == 4 and done[0][1].code == "request_too_large"
 
 

@@ -167,7 +167,9 @@ def test_the_suite_covers_every_status_and_error(outcomes: dict[tuple[str, str],
             if isinstance(r, md.ToolResult):
                 seen_status.add(r.status)
                 seen_codes.add(r.code)
-    assert {"OK", "INVALID_PICK", "TOOL_ERROR", "BREAKER_TRIP", None} <= seen_status
+                # A client that reads only `status` (the original one) sees every failure.
+                assert (r.status == "OK") == r.ok, r
+    assert {"OK", "INVALID_PICK", "TOOL_ERROR", "BREAKER_TRIP"} == seen_status
     expected = {code for code, _, _ in md._core.error_kinds()} - {"overloaded", "internal_error", "tool_crashed",
                                                                   "invalid_ds_state"}
     assert expected <= seen_codes, expected - seen_codes
@@ -187,7 +189,8 @@ def test_expected_values(outcomes: dict[tuple[str, str], Any]) -> None:
     assert bad_utf8.error == "bad \ufffd byte"
     nope, empty_aid = outcomes[("plain_errors", "inprocess")]
     assert nope.to_dict() == {"error": True, "aid": "AID.NOPE.v1", "type": "tool_not_found",
-                              "detail": "tool not found: AID.NOPE.v1", "code": "tool_not_found"}
+                              "detail": "tool not found: AID.NOPE.v1", "code": "tool_not_found",
+                              "status": "INVALID_PICK"}
     assert empty_aid.code == "malformed_request" and empty_aid.error.endswith("field 'aid' must not be empty")
     huge, fine, too_big = outcomes[("caps", "inprocess")]
     assert huge.code == "output_too_large" and fine.ok and too_big.code == "request_too_large"

@@ -27,7 +27,7 @@ def plugins(misbehaving: str) -> list[str]:
     return [misbehaving, str(md.builtin_plugin_path())]
 
 
-def run(aid: str, inputs: Any = None, **kw: Any) -> dict[str, Any]:
+def run(aid: str, inputs: Any = None, **kw: Any) -> Any:
     kw.setdefault("executable", TOOLHOST)
     return md.run_machina_toolhost(aid, inputs, **kw)
 
@@ -41,9 +41,8 @@ def run(aid: str, inputs: Any = None, **kw: Any) -> dict[str, Any]:
     (b'{"b": 1}', '{"b": 1}'),
 ])
 def test_inputs_are_normalised(inputs: Any, input_json: str) -> None:
-    out = run("AID.ECHO.v1", inputs)
-    assert out == {"ok": True, "status": "OK", "output_json": input_json, "error": "",
-                   "ds_state": {"delta": True, "slots": {}, "removed_slots": []}}
+    # As the original client: the output string on success.
+    assert run("AID.ECHO.v1", inputs) == input_json
 
 
 def test_not_json_encodable_inputs_are_an_exception() -> None:
@@ -56,7 +55,8 @@ def test_not_json_encodable_inputs_are_an_exception() -> None:
 
 def test_host_errors_keep_their_code() -> None:
     assert run("AID.NOPE.v1") == {"error": True, "aid": "AID.NOPE.v1", "type": "tool_not_found",
-                                  "detail": "tool not found: AID.NOPE.v1", "code": "tool_not_found"}
+                                  "detail": "tool not found: AID.NOPE.v1", "code": "tool_not_found",
+                                  "status": "INVALID_PICK"}
     bad = run("AID.TEXT.STATS.v1", {"text": 1})
     assert (bad["type"], bad["code"], bad["status"]) == ("schema_violation", "schema_violation", "INVALID_PICK")
 
@@ -221,7 +221,7 @@ def test_the_host_starts_clean(tmp_path: Path) -> None:
     with patched_environ({"MACHINA_SPAWN_PROBE": "inherited"}):
         out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake)
         given = md.Spawn(fake, env={"MACHINA_SPAWN_PROBE": "given"}).call("AID.ECHO.v1")
-    ign, blk, pgid, pid, probe = json.loads(out["output_json"])
+    ign, blk, pgid, pid, probe = json.loads(out)
     assert int(ign, 16) & (1 << (13 - 1) | 1 << (25 - 1)) == 0  # SIGPIPE, SIGXFSZ
     assert int(blk, 16) == 0
     assert pgid == pid
@@ -243,24 +243,25 @@ def test_works_with_standard_streams_closed(tmp_path: Path) -> None:
     """)
     proc = subprocess.run([sys.executable, "-c", script], timeout=60)
     assert proc.returncode == 0
-    assert json.loads(result.read_text())["output_json"] == '{"a":1}'
+    assert json.loads(result.read_text()) == '{"a":1}'
 
 
 def test_state_round_trip(plugins: list[str]) -> None:
     state = md.DsState()
     out = run("AID.STATE.PUT.v1", {"slot": 4, "type": "t", "content": {"v": 1}}, ds_state=state, plugins=plugins)
-    assert out["ok"] is True and state["DS4"].content == {"v": 1}
+    assert json.loads(out) == {"size_bytes": 7, "slot": "DS4"} and state["DS4"].content == {"v": 1}
     out = run("AID.STATE.GET.v1", {"slot": 4}, ds_state=state, plugins=plugins)
-    assert json.loads(out["output_json"])["content"] == {"v": 1}
-    # A wire dict works too (the seed's form).
-    out = run("AID.STATE.GET.v1", {"slot": 0}, plugins=plugins,
-              ds_state={"slots": {"DS0": {"type": "t", "content_json": "[1]"}}})
-    assert json.loads(out["output_json"])["content"] == [1]
+    assert json.loads(out)["content"] == {"v": 1}
+    # A wire dict works too, in either naming of the slots (the original client's "0".."7").
+    for name in ("DS0", "0"):
+        out = run("AID.STATE.GET.v1", {"slot": 0}, plugins=plugins,
+                  ds_state={"slots": {name: {"type": "t", "content_json": "[1]"}}})
+        assert json.loads(out)["content"] == [1]
 
 
 def test_any_transport_through_the_seed_function(plugins: list[str]) -> None:
     with md.Toolhost(1, executable=TOOLHOST, plugins=plugins) as pool:
-        assert md.run_machina_toolhost("AID.ECHO.v1", [5], transport=pool)["output_json"] == "[5]"
+        assert md.run_machina_toolhost("AID.ECHO.v1", [5], transport=pool) == "[5]"
         assert md.run_machina_toolhost("AID.NOPE.v1", transport=pool)["type"] == "tool_not_found"
 
 

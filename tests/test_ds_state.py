@@ -98,6 +98,6 @@ def test_in_process_sessions_match_serve() -> None:
 def test_invalid_state_is_refused_before_anything_runs(misbehaving: str) -> None:
     r = serve([{"aid": "AID.TEST.COUNTER.v1", "ds_state": {"slots": {"DS8": art(1)}}},
                {"aid": "AID.TEST.COUNTER.v1"}], "--plugin", misbehaving)
-    assert r[0] == {"ok": False, "code": "invalid_ds_state",
-                    "error": "invalid ds_state: unknown slot 'DS8' (slots are DS0..DS7)"}
+    assert r[0] == {"ok": False, "status": "INVALID_PICK", "code": "invalid_ds_state",
+                    "error": "invalid ds_state: unknown slot 'DS8' (slots are DS0..DS7, or 0..7)"}
     assert r[1] == ok_response('{"calls":1}')

@@ -36,7 +36,7 @@ def test_same_key_same_input_is_a_hit(misbehaving: str) -> None:
 
 def test_same_key_other_input_is_a_conflict(misbehaving: str) -> None:
     r = serve([counter("k", '{"a":1}'), counter("k", '{"a":2}'), counter()], "--plugin", misbehaving)
-    assert r[1] == {"ok": False, "code": "idempotency_conflict",
+    assert r[1] == {"ok": False, "status": "TOOL_ERROR", "code": "idempotency_conflict",
                     "error": "idempotency_key was already used with a different input for AID.TEST.COUNTER.v1"}
     assert calls(r[2]) == 2
 
@@ -44,7 +44,7 @@ def test_same_key_other_input_is_a_conflict(misbehaving: str) -> None:
 def test_input_binding_is_exact_for_short_and_hashed_inputs(misbehaving: str) -> None:
     """Inputs up to 32 bytes are compared verbatim, longer ones by SHA-256: both bind the
     key to exactly one input, including at the boundary and across it."""
-    conflict = {"ok": False, "code": "idempotency_conflict",
+    conflict = {"ok": False, "status": "TOOL_ERROR", "code": "idempotency_conflict",
                 "error": "idempotency_key was already used with a different input for AID.TEST.COUNTER.v1"}
     short = '{"s":"' + "x" * 24 + '"}'  # 32 bytes
     long_a = '{"s":"' + "x" * 25 + '"}'  # 33 bytes
@@ -188,7 +188,7 @@ def test_checked_after_the_lease_gate() -> None:
         r = serve([dict(write, _lease_token=token), write], env=env)
     assert r[0]["ok"] is True
     # A cached result is no way around the lease: the second call has none.
-    assert r[1] == {"ok": False, "error": "lease_required", "code": "lease_required", "tier": 1,
+    assert r[1] == {"ok": False, "status": "TOOL_ERROR", "error": "lease_required", "code": "lease_required", "tier": 1,
                     "aid": "AID.FILE.WRITE.v1"}
 
 

@@ -38,10 +38,11 @@ def issue(aid: str = WRITE, ttl: float = 30, secret: str = LEASE_SECRET) -> str:
 
 
 def rejected(reason: str) -> dict[str, Any]:
-    return {"ok": False, "error": "lease_rejected", "code": "lease_rejected", "reason": reason}
+    return {"ok": False, "status": "TOOL_ERROR", "error": "lease_rejected", "code": "lease_rejected", "reason": reason}
 
 
-REQUIRED = {"ok": False, "error": "lease_required", "code": "lease_required", "tier": 1, "aid": WRITE}
+REQUIRED = {"ok": False, "status": "TOOL_ERROR", "error": "lease_required", "code": "lease_required", "tier": 1,
+            "aid": WRITE}
 
 
 def test_off_by_default(tmp_path: Path) -> None:
@@ -69,7 +70,7 @@ def test_lease_is_bound_to_its_tool(env: dict[str, str], misbehaving: str) -> No
     r = serve([write_req(token), {"aid": "AID.TEST.TIER2.v1"}, {"aid": "AID.TEST.TIER2.v1", "_lease_token": token}],
               "--plugin", str(machina_dispatch.builtin_plugin_path()), "--plugin", misbehaving, env=env)
     assert r[0] == rejected("wrong_tool")
-    assert r[1] == {"ok": False, "error": "lease_required", "code": "lease_required", "tier": 2,
+    assert r[1] == {"ok": False, "status": "TOOL_ERROR", "error": "lease_required", "code": "lease_required", "tier": 2,
                     "aid": "AID.TEST.TIER2.v1"}
     assert r[2] == ok_response('{"system":true}')  # wrong_tool did not use the lease up
 

@@ -23,10 +23,10 @@ def echo(key: str, text: str, rid: Any = None) -> dict[str, Any]:
 def test_a_key_longer_than_the_cap_is_refused() -> None:
     first, again, too_long = serve([echo("k" * 1024, "a"), echo("k" * 1024, "a"), echo("k" * 1025, "a")])
     assert first["ok"] is True and again.get("idempotent_hit") is True  # 1024 bytes: the default cap
-    assert too_long == {"ok": False, "code": "malformed_request",
+    assert too_long == {"ok": False, "status": "INVALID_PICK", "code": "malformed_request",
                         "error": "malformed request: idempotency_key is longer than 1024 bytes"}
     [capped] = serve([echo("k" * 17, "a")], "--idempotency-max-key-bytes", "16")
-    assert capped == {"ok": False, "code": "malformed_request",
+    assert capped == {"ok": False, "status": "INVALID_PICK", "code": "malformed_request",
                       "error": "malformed request: idempotency_key is longer than 16 bytes"}
 
 
@@ -78,7 +78,7 @@ def test_a_running_entry_is_never_evicted(misbehaving: str) -> None:
     send({"id": 3, "aid": "AID.TEST.SLOW.v1", "input_json": '{"ms": 700}', "idempotency_key": "running"})
     out, _ = host.communicate(timeout=30)
     by_id = {r["id"]: r for r in map(json.loads, out.splitlines())}
-    assert by_id[2] == {"id": 2, "ok": False, "code": "overloaded",
+    assert by_id[2] == {"id": 2, "ok": False, "status": "TOOL_ERROR", "code": "overloaded",
                         "error": "overloaded: all 1 idempotency entries are calls still running; new keys are "
                                  "refused until one finishes"}
     assert json.loads(by_id[1]["output_json"]) == {"slept_ms": 700, "calls": 1}

@@ -22,8 +22,9 @@ class ToolResult(NamedTuple):
     Attributes:
         aid: the tool called.
         ok: the call succeeded.
-        status: ``"OK"``, ``"INVALID_PICK"``, ``"TOOL_ERROR"``, ``"BREAKER_TRIP"``, or
-            ``None`` when the host refused the request before that stage (or never answered).
+        status: ``"OK"``, ``"INVALID_PICK"``, ``"TOOL_ERROR"`` or ``"BREAKER_TRIP"``: every
+            failure has one (``TOOL_ERROR`` when the host never answered), so code that reads
+            only ``status`` sees every failure.
         output_json: the tool's output (JSON text); ``""`` unless ``ok``.
         error: what went wrong; ``""`` when ``ok``.
         code: the host's wire ``code``; ``None`` when ``ok`` or when the host gave no answer.
@@ -37,7 +38,7 @@ class ToolResult(NamedTuple):
 
     aid: str
     ok: bool
-    status: str | None
+    status: str
     output_json: str
     error: str
     code: str | None
@@ -84,16 +85,15 @@ class ToolResult(NamedTuple):
         err: dict[str, Any] = {"error": True, "aid": self.aid, "type": self.kind, "detail": self.error}
         if self.code is not None:
             err["code"] = self.code
-        if self.status is not None:
-            err["status"] = self.status
+        err["status"] = self.status
         if self.details:
             err.update(self.details)
         return err
 
     @classmethod
     def failure(cls, aid: str, kind: str, detail: str, **details: Any) -> ToolResult:
-        """A failure found around the host (no answer from it)."""
-        return cls(aid, False, None, "", detail, None, kind, False, None, details or None)
+        """A failure found around the host (no answer from it): status ``TOOL_ERROR``."""
+        return cls(aid, False, "TOOL_ERROR", "", detail, None, kind, False, None, details or None)
 
 
 def _delta_wire(text: str) -> dict[str, Any]:

@@ -20,12 +20,13 @@ SLOTS: tuple[str, ...] = tuple(f"DS{i}" for i in range(8))
 
 
 def slot_name(slot: int | str) -> str:
-    """``3`` or ``"DS3"`` -> ``"DS3"``.
+    """``3``, ``"3"`` (the original client's form) or ``"DS3"`` -> ``"DS3"``.
 
     Raises:
         KeyError: not a slot of DS0..DS7.
     """
-    name = f"DS{slot}" if isinstance(slot, int) and not isinstance(slot, bool) else slot
+    numbered = (isinstance(slot, int) and not isinstance(slot, bool)) or (isinstance(slot, str) and len(slot) == 1)
+    name = f"DS{slot}" if numbered else slot
     if name not in SLOTS:
         raise KeyError(f"not a ds_state slot (DS0..DS7): {slot!r}")
     return str(name)
@@ -79,8 +80,8 @@ class DsDelta:
         if not text:
             return EMPTY_DELTA
         wire = json.loads(text)
-        return cls({name: Artifact.from_wire(a) for name, a in wire.get("slots", {}).items()},
-                   tuple(wire.get("removed_slots", ())))
+        return cls({slot_name(name): Artifact.from_wire(a) for name, a in wire.get("slots", {}).items()},
+                   tuple(slot_name(name) for name in wire.get("removed_slots", ())))
 
 
 EMPTY_DELTA = DsDelta()
@@ -136,5 +137,5 @@ class DsState(MutableMapping[str, Artifact]):
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> DsState:
-        """From a full-state wire object (``{"slots": {...}}``)."""
+        """From a full-state wire object (``{"slots": {...}}``; slots named ``"DS0"`` or ``"0"``)."""
         return cls({name: Artifact.from_wire(a) for name, a in wire.get("slots", {}).items()})

@@ -302,14 +302,14 @@ def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None 
                          ds_state: DsState | dict[str, Any] | None = None, idempotency_key: str | None = None,
                          lease_token: str | None = None, executable: str | os.PathLike[str] | None = None,
                          plugins: list[str | os.PathLike[str]] | None = None,
-                         transport: Transport | None = None) -> dict[str, Any]:
-    """The seed's dispatch function: runs one call and returns a dict, never raises.
+                         transport: Transport | None = None) -> str | dict[str, Any]:
+    """The seed's dispatch function, a drop-in for the original: runs one call, never raises.
 
-    On success, the host's response (``ok``, ``status``, ``output_json``, ``error``,
-    ``ds_state``…); on failure ``{"error": True, "aid", "type", "detail"}`` (plus ``code``,
-    ``status`` and details when the host answered). ``type`` is one of the seed's
-    ``timeout``, ``crash``, ``parse_error``, ``not_found``, ``exception``, or the host's
-    error code (see docs/python.md).
+    On success, the tool's ``output_json`` string, as the original returns it; on failure
+    the seed's dict ``{"error": True, "aid", "type", "detail"}`` (plus ``code``, ``status``
+    and details when the host answered). ``type`` is one of the seed's ``timeout``,
+    ``crash``, ``parse_error``, ``not_found``, ``exception``, or the host's error code
+    (see docs/python.md). The rich result is :meth:`Spawn.call`'s.
 
     Args:
         aid: the tool.
@@ -328,4 +328,4 @@ def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None 
                    timeout=timeout, check=False)
     except Exception as e:
         r = ToolResult.failure(aid, "exception", f"{type(e).__name__}: {e}")
-    return r.to_dict()
+    return r.output_json if r.ok else r.to_dict()

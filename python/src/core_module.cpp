@@ -112,9 +112,7 @@ class ResultFactory {
       codes_[index(info.kind)] = py::str(code);
       kinds_[index(info.kind)] = kinds.contains(code) ? py::reinterpret_borrow<py::object>(kinds[code.c_str()])
                                                       : py::object(py::str(code));
-      statuses_[index(info.kind)] = info.status == machina::Status::NONE
-                                        ? py::object(py::none())
-                                        : py::object(py::str(std::string(machina::status_name(info.status))));
+      statuses_[index(info.kind)] = py::str(std::string(machina::status_name(info.status)));
     }
     statuses_[0] = py::str("OK");
     empty_ = py::str("");
@@ -138,7 +136,7 @@ class ResultFactory {
     }
     set(obj, 0, aid);
     set(obj, 1, py::bool_(f.ok));
-    set(obj, 2, f.status ? (k == 0 || statuses_[k].is_none() ? py::object(py::str(*f.status)) : statuses_[k])
+    set(obj, 2, f.status ? (k == 0 ? py::object(py::str(*f.status)) : statuses_[k])
                          : py::object(py::none()));
     set(obj, 3, f.output_json.empty() ? empty_ : py::object(py::str(f.output_json)));
     set(obj, 4, f.error.empty() ? empty_ : py::object(py::str(f.error)));
@@ -163,7 +161,7 @@ class ResultFactory {
     PyObject* obj = alloc();
     py::object result = py::reinterpret_steal<py::object>(obj);
     const std::size_t k = index(r.kind);
-    const bool has_status = r.ok() || machina::error_info(r.kind).status != machina::Status::NONE;
+    const bool call_response = machina::error_info(r.kind).call_response;
     set(obj, 0, aid);
     set(obj, 1, py::bool_(r.ok()));
     set(obj, 2, statuses_[k]);
@@ -172,7 +170,7 @@ class ResultFactory {
     set(obj, 5, r.ok() ? py::object(py::none()) : codes_[k]);
     set(obj, 6, r.ok() ? py::object(py::none()) : kinds_[k]);
     set(obj, 7, py::bool_(r.idempotent_hit));
-    if (!has_status) {
+    if (!call_response) {
       set(obj, 8, py::none());
     } else if (r.ds_state.mode == machina::DsReport::Mode::delta && (!r.ds_state.changes || r.ds_state.changes->empty())) {
       set(obj, 8, empty_);  // the common case: no change
@@ -464,7 +462,7 @@ PYBIND11_MODULE(_core, m) {
         }
         return out;
       },
-      "Every error kind as (code, status or '', counts_for_breaker), in the core's order.");
+      "Every error kind as (code, status, counts_for_breaker), in the core's order.");
 
   m.def(
       "spawn",
@@ -807,7 +805,7 @@ PYBIND11_MODULE(_core, m) {
                             "stuck_now"_a = s.stuck_now, "stuck_peak"_a = s.stuck_peak,
                             "workers_started"_a = s.workers.started, "workers_crashed"_a = s.workers.crashed,
                             "workers_timed_out"_a = s.workers.timed_out, "workers_live"_a = s.workers.live,
-                            "worker_calls"_a = s.workers.calls);
+                            "workers_lost_idle"_a = s.workers.lost_idle, "worker_calls"_a = s.workers.calls);
           },
           "The host's counters (calls, timeouts, crashes, stuck inline calls, isolated workers).")
       .def("close", &machina::Host::close, py::call_guard<py::gil_scoped_release>(),

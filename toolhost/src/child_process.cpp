@@ -154,6 +154,13 @@ void ChildProcess::keep(const char* data, std::size_t n) {
   if (tail_.size() > 2 * tail_bytes_) tail_.erase(0, tail_.size() - tail_bytes_);
 }
 
+bool ChildProcess::exited() const {
+  if (pid_ < 0) return true;
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return errno == ECHILD;
+  return info.si_pid != 0;
+}
+
 bool ChildProcess::read_output() {
   if (out_ < 0) return false;
   char chunk[4096];

@@ -9,7 +9,6 @@ std::string_view status_name(Status s) noexcept {
     case Status::INVALID_PICK: return "INVALID_PICK";
     case Status::TOOL_ERROR: return "TOOL_ERROR";
     case Status::BREAKER_TRIP: return "BREAKER_TRIP";
-    case Status::NONE: break;
   }
   return "";
 }
@@ -17,12 +16,12 @@ std::string_view status_name(Status s) noexcept {
 namespace {
 using KindTable = std::remove_cvref_t<decltype(all_error_kinds())>;
 constexpr KindTable kKinds{{
-#define MACHINA_ERROR_KIND(name, code, status, breaker) \
-  ErrorKindInfo{ErrorKind::name, code, Status::status, breaker},
+#define MACHINA_ERROR_KIND(name, code, status, call, breaker) \
+  ErrorKindInfo{ErrorKind::name, code, Status::status, call, breaker},
 #include <machina/error_kinds.def>
 #undef MACHINA_ERROR_KIND
 }};
-constexpr ErrorKindInfo kNone{ErrorKind::none, "", Status::OK, false};
+constexpr ErrorKindInfo kNone{ErrorKind::none, "", Status::OK, true, false};
 }  // namespace
 
 const KindTable& all_error_kinds() noexcept { return kKinds; }

@@ -186,6 +186,7 @@ Response Host::handle(Request& request, Session& session, Takeover* takeover) {
     }
   }();
   r.id_json = std::move(request.id_json);
+  if (request.ds_state && request.ds_state->numbered) r.ds_state.numbered = true;  // answered as asked
   return r;
 }
 
@@ -227,7 +228,7 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   if (request.ds_state) base = session.apply(*request.ds_state);
 
   const Tool* tool = registry_.find(request.aid);
-  if (tool == nullptr) return Response::failure(ErrorKind::tool_not_found, "tool not found: " + request.aid);
+  if (tool == nullptr) return Response::failure(ErrorKind::tool_not_found, "tool not found: " + excerpt(request.aid));
 
   if (leases_ && tool->info.tier > 0) {
     if (!request.lease_token) {

@@ -304,4 +304,15 @@ void append_json_string(std::string& out, std::string_view s) {
   out.resize(static_cast<std::size_t>(d - out.data()));
 }
 
+std::string excerpt(std::string_view s) {
+  std::size_t chars = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) continue;  // a continuation byte
+    if (chars++ == kMaxEchoChars) {
+      return std::string(s.substr(0, i)) + "\u2026 (" + std::to_string(s.size()) + " bytes)";
+    }
+  }
+  return std::string(s);
+}
+
 }  // namespace machina

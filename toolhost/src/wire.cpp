@@ -15,9 +15,16 @@ using json = nlohmann::json;
 
 constexpr const char* kTimeoutRule = kTimeoutRuleText;
 
-int slot_index(std::string_view name) {
-  if (name.size() == 3 && name[0] == 'D' && name[1] == 'S' && name[2] >= '0' && name[2] <= '7')
+/// The slot a name stands for: "DS0".."DS7", or "0".."7" (`numbered` says which form).
+int slot_index(std::string_view name, bool& numbered) {
+  if (name.size() == 3 && name[0] == 'D' && name[1] == 'S' && name[2] >= '0' && name[2] <= '7') {
+    numbered = false;
     return name[2] - '0';
+  }
+  if (name.size() == 1 && name[0] >= '0' && name[0] <= '7') {
+    numbered = true;
+    return name[0] - '0';
+  }
   return -1;
 }
 
@@ -33,15 +40,17 @@ class DsStateDecoder {
       if (k == "delta") field_ = Field::delta;
       else if (k == "slots") field_ = Field::slots;
       else if (k == "removed_slots") field_ = Field::removed_slots;
-      else return fail("unknown field '" + std::string(k) + "'");
+      else return fail("unknown field '" + excerpt(k) + "'");
       const auto bit = 1u << static_cast<unsigned>(field_);
       if (seen_ & bit) return fail("duplicate field '" + std::string(k) + "'");
       seen_ |= bit;
       return true;
     }
     if (depth == 2) {  // slot name inside "slots"
-      slot_ = slot_index(k);
-      if (slot_ < 0) return fail("unknown slot '" + std::string(k) + "' (slots are DS0..DS7)");
+      bool numbered = false;
+      slot_ = slot_index(k, numbered);
+      if (slot_ < 0) return fail("unknown slot '" + excerpt(k) + "' (slots are DS0..DS7, or 0..7)");
+      if (!same_form(numbered)) return false;
       if (out_.changes.set & (1u << slot_)) return fail("duplicate slot " + std::string(k));
       artifact_ = Artifact{};
       artifact_seen_ = 0;
@@ -52,7 +61,7 @@ class DsStateDecoder {
     else if (k == "content_json") afield_ = AField::content_json;
     else if (k == "provenance") afield_ = AField::provenance;
     else if (k == "size_bytes") afield_ = AField::size_bytes;
-    else return fail(slot_name() + ": unknown field '" + std::string(k) + "'");
+    else return fail(slot_name() + ": unknown field '" + excerpt(k) + "'");
     const auto bit = 1u << static_cast<unsigned>(afield_);
     if (artifact_seen_ & bit) return fail(slot_name() + ": duplicate field '" + std::string(k) + "'");
     artifact_seen_ |= bit;
@@ -73,10 +82,10 @@ class DsStateDecoder {
 
   bool string(int depth, std::string_view v) {
     if (depth == 2 && field_ == Field::removed_slots) {
-      const int i = slot_index(v);
-      if (i < 0) return fail("unknown slot '" + std::string(v) + "' in removed_slots (slots are DS0..DS7)");
-      out_.changes.removed |= static_cast<std::uint8_t>(1u << i);
-      return true;
+      bool numbered = false;
+      const int i = slot_index(v, numbered);
+      if (i < 0) return fail("unknown slot '" + excerpt(v) + "' in removed_slots (slots are DS0..DS7, or 0..7)");
+      return same_form(numbered) && remove(i);
     }
     if (depth == 3) {
       switch (afield_) {
@@ -102,6 +111,10 @@ class DsStateDecoder {
       artifact_.size_bytes = v;
       return true;
     }
+    if (depth == 2 && field_ == Field::removed_slots) {  // the original client's integers
+      if (v >= kDsSlots) return fail("unknown slot " + std::to_string(v) + " in removed_slots (slots are 0..7)");
+      return same_form(true) && remove(static_cast<int>(v));
+    }
     return wrong_type(depth);
   }
 
@@ -121,6 +134,20 @@ class DsStateDecoder {
   enum class AField { type, content_json, provenance, size_bytes };
 
   std::string slot_name() const { return "slot DS" + std::to_string(slot_); }
+
+  /// One request names its slots one way: "DS0".."DS7" or "0".."7" (its answer uses it).
+  bool same_form(bool numbered) {
+    if (form_seen_ && out_.numbered != numbered)
+      return fail("slots are named both as DS0..DS7 and as 0..7: use one form");
+    form_seen_ = true;
+    out_.numbered = numbered;
+    return true;
+  }
+
+  bool remove(int slot) {
+    out_.changes.removed |= static_cast<std::uint8_t>(1u << slot);
+    return true;
+  }
 
   bool finish_artifact() {
     constexpr unsigned need = (1u << static_cast<unsigned>(AField::type)) |
@@ -144,11 +171,11 @@ class DsStateDecoder {
       switch (field_) {
         case Field::delta: return fail("'delta' must be a boolean");
         case Field::slots: return fail("'slots' must be an object mapping slot names to artifacts");
-        case Field::removed_slots: return fail("'removed_slots' must be an array of slot names");
+        case Field::removed_slots: return fail("'removed_slots' must be an array of slot names (DS0..DS7) or numbers (0..7)");
       }
     }
     if (depth == 2) {
-      if (field_ == Field::removed_slots) return fail("'removed_slots' must be an array of slot names");
+      if (field_ == Field::removed_slots) return fail("'removed_slots' must be an array of slot names (DS0..DS7) or numbers (0..7)");
       return fail(slot_name() + " must be an artifact object");
     }
     switch (afield_) {
@@ -172,6 +199,7 @@ class DsStateDecoder {
   Artifact artifact_;
   AField afield_ = AField::type;
   unsigned artifact_seen_ = 0;
+  bool form_seen_ = false;
   std::string error_;
 };
 
@@ -433,14 +461,15 @@ void append_artifact(std::string& out, const Artifact& a) {
   out.push_back('}');
 }
 
-void append_slots(std::string& out, const SlotChanges* changes) {
+void append_slots(std::string& out, const SlotChanges* changes, bool numbered) {
   out.push_back('{');
   bool first = true;
   for (std::size_t i = 0; changes != nullptr && i < kDsSlots; ++i) {
     if (!(changes->set & (1u << i)) || !changes->slots[i]) continue;
     if (!first) out.push_back(',');
     first = false;
-    put(out, "\"DS");
+    if (numbered) out.push_back('"');
+    else put(out, "\"DS");
     out.push_back(static_cast<char>('0' + i));
     put(out, "\":");
     append_artifact(out, *changes->slots[i]);
@@ -507,7 +536,7 @@ bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why) 
 void encode_ds_state(const DsReport& report, std::string& out) {
   if (report.mode == DsReport::Mode::full) {
     put(out, "{\"slots\":");
-    append_slots(out, report.changes.get());
+    append_slots(out, report.changes.get(), report.numbered);
     out.push_back('}');
     return;
   }
@@ -516,7 +545,7 @@ void encode_ds_state(const DsReport& report, std::string& out) {
     return;
   }
   put(out, "{\"delta\":true,\"slots\":");
-  append_slots(out, report.changes.get());
+  append_slots(out, report.changes.get(), report.numbered);
   put(out, ",\"removed_slots\":[");
   bool first = true;
   const std::uint8_t removed = report.changes ? report.changes->removed : 0;
@@ -524,6 +553,10 @@ void encode_ds_state(const DsReport& report, std::string& out) {
     if (!(removed & (1u << i))) continue;
     if (!first) out.push_back(',');
     first = false;
+    if (report.numbered) {
+      out.push_back(static_cast<char>('0' + i));
+      continue;
+    }
     put(out, "\"DS");
     out.push_back(static_cast<char>('0' + i));
     out.push_back('"');
@@ -541,10 +574,11 @@ void encode_response(const Response& r, std::string& out) {
   if (r.ok()) put(out, "\"ok\":true");
   else put(out, "\"ok\":false");
   const ErrorKindInfo& info = error_info(r.kind);
-  if (info.status != Status::NONE) {
-    put(out, ",\"status\":\"");
-    out.append(status_name(info.status));
-    put(out, "\",\"output_json\":");
+  put(out, ",\"status\":\"");
+  out.append(status_name(info.status));
+  out.push_back('"');
+  if (info.call_response) {
+    put(out, ",\"output_json\":");
     append_json_string(out, r.output_json);
   }
   put(out, ",\"error\":");
@@ -563,7 +597,7 @@ void encode_response(const Response& r, std::string& out) {
     put(out, ",\"reason\":");
     append_json_string(out, r.lease_reason);
   }
-  if (info.status != Status::NONE) {
+  if (info.call_response) {
     put(out, ",\"ds_state\":");
     encode_ds_state(r.ds_state, out);
   }

@@ -75,6 +75,9 @@ class ChildProcess {
   /// "exited with status 3"). Later calls return the same words.
   const std::string& end(int drain_ms = 200);
   bool ended() const { return pid_ < 0; }
+  /// Whether the child has exited (a zombie not yet reaped by end() counts), without
+  /// reaping it.
+  bool exited() const;
 
  private:
   void keep(const char* data, std::size_t n);

@@ -35,6 +35,9 @@ struct SlotChanges {
 struct DsUpdate {
   bool delta = false;
   SlotChanges changes;  // full: `set` marks every present slot, the rest are emptied
+  /// The request named its slots "0".."7" (removed_slots as integers), as the original
+  /// client does, rather than "DS0".."DS7": its response is written the same way.
+  bool numbered = false;
 };
 
 /// The ds_state a response carries. `changes` is shared (a response is copied into
@@ -43,6 +46,7 @@ struct DsReport {
   enum class Mode { none, delta, full };
   Mode mode = Mode::none;
   std::shared_ptr<const SlotChanges> changes;  // delta: what the tool changed; full: the state
+  bool numbered = false;                       // slots "0".."7", removed_slots as integers
 };
 
 /// One caller's state. Serve mode keeps one per stream and answers with deltas;

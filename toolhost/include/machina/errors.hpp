@@ -9,14 +9,14 @@
 
 namespace machina {
 
-/// The seed's step statuses. NONE marks errors that carry no status block.
-enum class Status { NONE, OK, INVALID_PICK, TOOL_ERROR, BREAKER_TRIP };
+/// The seed's step statuses.
+enum class Status { OK, INVALID_PICK, TOOL_ERROR, BREAKER_TRIP };
 
 std::string_view status_name(Status s) noexcept;
 
 enum class ErrorKind {
   none,
-#define MACHINA_ERROR_KIND(name, code, status, breaker) name,
+#define MACHINA_ERROR_KIND(name, code, status, call, breaker) name,
 #include <machina/error_kinds.def>
 #undef MACHINA_ERROR_KIND
 };
@@ -25,12 +25,13 @@ struct ErrorKindInfo {
   ErrorKind kind;
   std::string_view code;
   Status status;
+  bool call_response;  // carries output_json and ds_state
   bool counts_for_breaker;
 };
 
 /// Every kind but `none`, in declaration order.
 const std::array<ErrorKindInfo,
-#define MACHINA_ERROR_KIND(name, code, status, breaker) +1
+#define MACHINA_ERROR_KIND(name, code, status, call, breaker) +1
                  0
 #include <machina/error_kinds.def>
 #undef MACHINA_ERROR_KIND

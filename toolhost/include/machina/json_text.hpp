@@ -44,6 +44,14 @@ bool is_valid_utf8(std::string_view s) noexcept;
 /// from a tool and goes into a response.
 std::string to_valid_utf8(std::string_view s);
 
+/// At most this many characters of a client's own text go back in an error message.
+inline constexpr std::size_t kMaxEchoChars = 200;
+
+/// `s` as an error message may quote it: whole if it has at most kMaxEchoChars characters
+/// (code points), else its first kMaxEchoChars followed by "… (N bytes)". `s` is valid
+/// UTF-8 (decoded JSON text); the cut falls between characters.
+std::string excerpt(std::string_view s);
+
 /// Appends `s` as a JSON string literal (with quotes) to `out`.
 void append_json_string(std::string& out, std::string_view s);
 

@@ -15,7 +15,6 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -207,6 +206,15 @@ Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, st
   }
   w.cbuf.append(data, static_cast<std::size_t>(got));
   return handle_control(w, expected, why) ? Pump::more : Pump::lost;
+}
+
+/// Whether the worker has ended: its process exited (its sandbox follows it), or the
+/// sandbox's end of the control socket is closed. Data still queued on the socket
+/// (descriptors of ready call processes) is no sign of life.
+bool ended_while_idle(const ProcessRunner::Worker& w) {
+  if (w.process->exited()) return true;
+  pollfd fd{w.control, POLLIN | POLLRDHUP, 0};
+  return ::poll(&fd, 1, 0) == 1 && (fd.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
 }
 
 }  // namespace
@@ -420,6 +428,17 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
   std::string why;
   bool queue_timeout = false;
   std::unique_ptr<Worker> w = acquire(deadline_ms, why, queue_timeout);
+  // A worker that ended while idle (killed from outside, say) costs no call: nothing was
+  // sent to it yet, so the call goes to a fresh one. The call processes it had made ready
+  // die with it (they are its children, with PDEATHSIG).
+  for (std::size_t tries = 0; w && tries <= options_.size && ended_while_idle(*w); ++tries) {
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.lost_idle;
+    }
+    retire(std::move(w));
+    w = acquire(deadline_ms, why, queue_timeout);
+  }
   auto closing = [&] {
     std::lock_guard lock(mu_);
     return closing_;

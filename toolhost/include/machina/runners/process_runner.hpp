@@ -49,6 +49,7 @@ class ProcessRunner final : public Runner {
     std::uint64_t calls = 0;       // call processes used, one per call
     std::uint64_t crashed = 0;     // calls whose process crashed or exited
     std::uint64_t timed_out = 0;   // calls killed at their deadline
+    std::uint64_t lost_idle = 0;   // workers found ended while idle, replaced before a call
     std::size_t live = 0;          // workers now running
   };
   struct Worker;  // one sandboxed worker, as the host sees it (process_runner.cpp)
