@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build needs (CLI11 and RapidJSON headers, Nettle,
-# libseccomp, and python3-venv where Python cannot make a virtual environment) if they
-# are missing. Uses sudo when not run as root.
+# libseccomp, doctest for the C++ unit tests, and python3-venv where Python cannot make a
+# virtual environment) if they are missing. Uses sudo when not run as root.
 # With --clang, also clang and its sanitizer/fuzzer runtimes (scripts/sanitize-tests.sh,
 # scripts/fuzz.sh).
 set -euo pipefail
@@ -17,6 +17,8 @@ fi
 [ -f /usr/include/rapidjson/reader.h ] || need+=(rapidjson-dev)
 [ -f /usr/include/nettle/hmac.h ] || need+=(nettle-dev)
 [ -f /usr/include/seccomp.h ] || need+=(libseccomp-dev)
+# The C++ unit tests (tests/unit), built by the test suite.
+[ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)
 # The README's commands make a virtual environment (a system pip may refuse to install).
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -eq 0 ]; then

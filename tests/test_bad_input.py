@@ -28,7 +28,7 @@ ECHO = "AID.ECHO.v1"
 STATS = "AID.TEXT.STATS.v1"
 POINTER = "AID.JSON.POINTER.v1"
 WRITE = "AID.FILE.WRITE.v1"
-CAP = 10 * 1024 * 1024  # seed: MAX_STDIN_BYTES
+CAP = 10 * 1024 * 1024  # the default --max-request-bytes
 BIG = 12 * 1024 * 1024
 RUN_STATE = {"slots": {}}  # --run answers with the full (here empty) state
 

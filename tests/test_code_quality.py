@@ -1,6 +1,6 @@
 """Developer checks that must hold on every commit: the C++ builds warning-free with
--Wall -Wextra (-Wpedantic -Wshadow, as errors), the Python package is ruff- and
-mypy --strict clean."""
+-Wall -Wextra (-Wpedantic -Wshadow, as errors), its unit tests (tests/unit) pass under
+ctest, the Python package is ruff- and mypy --strict clean."""
 
 from __future__ import annotations
 
@@ -13,24 +13,45 @@ import pytest
 from conftest import REPO, not_sanitized
 
 
-@not_sanitized
-@pytest.mark.timeout(900)  # a full build of the project
-def test_cpp_builds_without_warnings(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def strict_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A whole build of the project with warnings as errors, the C++ unit tests included."""
     cmake = shutil.which("cmake")
     assert cmake is not None, "cmake comes with the test extras: pip install '.[test]'"
     import pybind11
 
+    out = tmp_path_factory.mktemp("strict-build")
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     configure = subprocess.run(
-        [cmake, "-S", str(REPO), "-B", str(tmp_path), *gen, "-DMACHINA_WARNINGS_AS_ERRORS=ON",
+        [cmake, "-S", str(REPO), "-B", str(out), *gen, "-DMACHINA_WARNINGS_AS_ERRORS=ON", "-DMACHINA_BUILD_TESTS=ON",
          "-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}",
          f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"],
         capture_output=True, text=True,
     )
     assert configure.returncode == 0, configure.stdout + configure.stderr
-    build = subprocess.run([cmake, "--build", str(tmp_path), "-j2"], capture_output=True, text=True)
+    return out, subprocess.run([cmake, "--build", str(out), "-j2"], capture_output=True, text=True)
+
+
+@not_sanitized
+@pytest.mark.timeout(900)  # a full build of the project
+def test_cpp_builds_without_warnings(strict_build: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    _, build = strict_build
     assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
     assert "warning:" not in build.stdout + build.stderr
+
+
+@not_sanitized
+@pytest.mark.timeout(900)
+def test_cpp_unit_tests_pass(strict_build: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """tests/unit (a file per core component), run by ctest as a developer would."""
+    out, build = strict_build
+    assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
+    ctest = shutil.which("ctest")
+    assert ctest is not None, "ctest comes with cmake"
+    proc = subprocess.run([ctest, "--test-dir", str(out), "--output-on-failure", "-j2"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-2000:]
+    assert "100% tests passed" in proc.stdout and " 0 tests" not in proc.stdout, proc.stdout[-2000:]
 
 
 def test_ruff_clean() -> None:

@@ -1,4 +1,4 @@
-"""Idempotency (ARCHITECTURE step 5): scoped to the aid, bound to the input, single
+"""Idempotency (docs/protocol.md, the order of rules): scoped to the aid, bound to the input, single
 flight, TTL and size bounds, checked after the lease gate."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Turns what a caller passes as a tool's input into the ``input_json`` text the host
-expects (seed §3c: Python callers pass ``inputs``, the host reads ``input_json``)."""
+expects (Python callers pass ``inputs``, the host reads ``input_json``)."""
 
 from __future__ import annotations
 

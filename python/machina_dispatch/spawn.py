@@ -1,4 +1,4 @@
-"""The spawn transport: one ``machina-toolhost --run`` process per call (seed §3c/§5).
+"""The spawn transport: one ``machina-toolhost --run`` process per call (docs/python.md).
 
 The process is started by ``_core.spawn`` (``posix_spawn``, a fraction of what
 ``subprocess.Popen`` costs in Python) in a process group of its own;
@@ -29,7 +29,7 @@ from .ds_state import DsState
 
 __all__ = ["MAX_OUTPUT_BYTES", "Spawn", "run_machina_toolhost"]
 
-MAX_OUTPUT_BYTES = 1024 * 1024  # seed: _TOOLHOST_MAX_OUTPUT
+MAX_OUTPUT_BYTES = 1024 * 1024  # as the original client
 STDERR_TAIL_BYTES = 4096
 GRACE_S = 1.0  # after the deadline the host answers itself; this long more, and it is killed
 

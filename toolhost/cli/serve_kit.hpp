@@ -1,7 +1,7 @@
 // The serving kit of the stdio fronts, generic over a line codec: bounded line reading,
 // calls run on one thread or on N worker threads, responses in request order (those with
 // an id may overtake), output batched until the reader would block, and the takeover of
-// a thread stuck in a tool past its deadline. A front is a codec: NDJSON (the seed's
+// a thread stuck in a tool past its deadline. A front is a codec: NDJSON (the original
 // wire format) today; a JSON-RPC front is a codec and its method table.
 #pragma once
 

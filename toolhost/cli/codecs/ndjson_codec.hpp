@@ -1,4 +1,4 @@
-// The seed's wire format on stdio: --serve's lines (a LineCodec for the serving kit) and
+// The original wire format (docs/protocol.md) on stdio: --serve's lines (a LineCodec for the serving kit) and
 // --run's one request on stdin.
 #pragma once
 

@@ -9,7 +9,7 @@
 
 namespace machina {
 
-/// The seed's step statuses.
+/// The original host's step statuses (docs/protocol.md).
 enum class Status { OK, INVALID_PICK, TOOL_ERROR, BREAKER_TRIP };
 
 std::string_view status_name(Status s) noexcept;

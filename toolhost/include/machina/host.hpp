@@ -21,8 +21,8 @@
 
 namespace machina {
 
-inline constexpr std::size_t kMaxRequestBytes = 10u * 1024 * 1024;  // seed: MAX_STDIN_BYTES
-inline constexpr std::size_t kMaxOutputBytes = 1024u * 1024;        // seed: _TOOLHOST_MAX_OUTPUT
+inline constexpr std::size_t kMaxRequestBytes = 10u * 1024 * 1024;  // as the original host
+inline constexpr std::size_t kMaxOutputBytes = 1024u * 1024;        // as the original client
 inline constexpr std::string_view kBuiltinPluginFile = "machina_builtin_tools.so";
 
 /// Where native plugin tools run: on the calling thread (the inline runner, fastest), or
@@ -98,7 +98,7 @@ class Host {
   const ToolRegistry& registry() const { return registry_; }
   const HostOptions& options() const { return options_; }
 
-  /// Runs one request, applying every rule (see ARCHITECTURE: the request's size, its
+  /// Runs one request, applying every rule (see docs/protocol.md, the order of rules: the request's size, its
   /// `aid` and `timeout_ms`, then lookup, lease gate, idempotency, breaker, input
   /// validation, the run with its deadline, output cap, ds_state). Never throws; always
   /// returns exactly one response.

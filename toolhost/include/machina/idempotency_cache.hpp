@@ -22,8 +22,8 @@ namespace machina {
 class IdempotencyCache {
  public:
   struct Options {
-    std::size_t max_entries = 1024;           // seed: IDEMP_MAX_ENTRIES
-    std::int64_t ttl_ms = 60'000;             // seed: IDEMP_DEFAULT_TTL_MS
+    std::size_t max_entries = 1024;           // as the original host (docs/protocol.md)
+    std::int64_t ttl_ms = 60'000;             // as the original host
     std::size_t max_key_bytes = 1024;         // longest idempotency_key accepted
     std::size_t max_stored_bytes = 64u << 20; // responses kept, in all (a larger one is not kept)
   };

@@ -34,7 +34,7 @@ struct Response {
   std::string output_json;  // the tool's output when ok
   bool idempotent_hit = false;
   DsReport ds_state;
-  // lease_required / lease_rejected details (seed 4c)
+  // lease_required / lease_rejected details (docs/protocol.md, lease errors)
   int lease_tier = -1;
   std::string lease_aid;
   std::string lease_reason;

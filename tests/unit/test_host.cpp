@@ -1,0 +1,57 @@
+// Host::handle: the request's own rules hold for every front, including one that builds
+// a Request itself (no decoder ran), and the response keeps the request's ds_state form.
+#include <machina/host.hpp>
+#include <machina/json_text.hpp>
+
+#include <doctest/doctest.h>
+
+using namespace machina;
+
+namespace {
+Response handle(Host& host, Request req) {
+  Session session(true);
+  return host.handle(req, session);
+}
+Request to(std::string aid) {
+  Request r;
+  r.aid = std::move(aid);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("request rules apply to a request no decoder has seen") {
+  HostOptions options;
+  options.max_request_bytes = 1000;
+  Host host(options);
+  Request big = to("AID.X");
+  big.input_json = std::string(2000, ' ');
+  CHECK(handle(host, big).kind == ErrorKind::request_too_large);
+  CHECK(handle(host, to("")).error == "malformed request: field 'aid' must not be empty");
+  Request late = to("AID.X");
+  late.timeout_ms = 0;
+  CHECK(handle(host, late).kind == ErrorKind::malformed_request);
+  Host defaults;
+  Request keyed = to("AID.X");
+  keyed.idempotency_key = std::string(1025, 'k');
+  CHECK(handle(defaults, keyed).error == "malformed request: idempotency_key is longer than 1024 bytes");
+}
+
+TEST_CASE("an unknown tool is named, at most 200 characters of it") {
+  Host host;
+  CHECK(handle(host, to("AID.NOPE.v1")).error == "tool not found: AID.NOPE.v1");
+  const Response r = handle(host, to(std::string(1 << 20, 'a')));
+  CHECK(r.kind == ErrorKind::tool_not_found);
+  CHECK(r.error == "tool not found: " + std::string(kMaxEchoChars, 'a') + "\u2026 (1048576 bytes)");
+  CHECK(r.status() == Status::INVALID_PICK);
+}
+
+TEST_CASE("the id is echoed and the ds_state form of the request is kept") {
+  Host host;
+  Request r = to("AID.NOPE.v1");
+  r.id_json = "7";
+  r.ds_state = DsUpdate{};
+  r.ds_state->numbered = true;
+  const Response out = handle(host, r);
+  CHECK(out.id_json == "7");
+  CHECK(out.ds_state.numbered);
+}

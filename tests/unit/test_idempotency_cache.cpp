@@ -1,0 +1,93 @@
+// IdempotencyCache: single flight, conflicts, TTL, and its bounds (entries, key bytes,
+// stored bytes), with running entries never evicted.
+#include <machina/idempotency_cache.hpp>
+
+#include <doctest/doctest.h>
+
+#include <thread>
+
+using namespace machina;
+using Outcome = IdempotencyCache::Outcome;
+
+namespace {
+Response answer(std::string output) {
+  Response r;
+  r.output_json = std::move(output);
+  return r;
+}
+const auto kFp = IdempotencyCache::fingerprint("{}");
+}  // namespace
+
+TEST_CASE("a key runs once; a repeat with the same input is a hit, with another a conflict") {
+  IdempotencyCache cache({});
+  Response hit;
+  const auto first = cache.begin("AID.A", "k", kFp, 0, hit);
+  REQUIRE(first.outcome == Outcome::run);
+  cache.complete(first, answer("[1]"), true, 0);
+  CHECK(cache.begin("AID.A", "k", kFp, 10, hit).outcome == Outcome::hit);
+  CHECK(hit.output_json == "[1]");
+  CHECK(cache.begin("AID.A", "k", IdempotencyCache::fingerprint("{\"x\":1}"), 10, hit).outcome == Outcome::conflict);
+  CHECK(cache.begin("AID.B", "k", kFp, 10, hit).outcome == Outcome::run);  // keys are per tool
+}
+
+TEST_CASE("fingerprints are exact: short inputs kept as they are, long ones hashed") {
+  CHECK(IdempotencyCache::fingerprint("{}") != IdempotencyCache::fingerprint("{ }"));
+  const std::string long_a(100, 'a');
+  std::string long_b = long_a;
+  long_b[99] = 'b';
+  CHECK(IdempotencyCache::fingerprint(long_a) != IdempotencyCache::fingerprint(long_b));
+  CHECK(IdempotencyCache::fingerprint(long_a) == IdempotencyCache::fingerprint(std::string(100, 'a')));
+}
+
+TEST_CASE("a duplicate in flight waits for the first call's answer") {
+  IdempotencyCache cache({});
+  Response hit;
+  const auto first = cache.begin("AID.A", "k", kFp, 0, hit);
+  const auto second = cache.begin("AID.A", "k", kFp, 0, hit);
+  REQUIRE(second.outcome == Outcome::wait);
+  std::thread finisher([&] { cache.complete(first, answer("\"done\""), true, 1); });
+  const Response waited = cache.wait(second);
+  finisher.join();
+  CHECK(waited.output_json == "\"done\"");
+}
+
+TEST_CASE("entries expire after the TTL") {
+  IdempotencyCache cache({.max_entries = 8, .ttl_ms = 100});
+  Response hit;
+  const auto t = cache.begin("AID.A", "k", kFp, 0, hit);
+  cache.complete(t, answer("1"), true, 0);
+  CHECK(cache.begin("AID.A", "k", kFp, 99, hit).outcome == Outcome::hit);
+  CHECK(cache.begin("AID.A", "k", kFp, 101, hit).outcome == Outcome::run);
+}
+
+TEST_CASE("the oldest finished entry is evicted; running entries never are") {
+  IdempotencyCache cache({.max_entries = 2});
+  Response hit;
+  const auto a = cache.begin("AID.A", "a", kFp, 0, hit);
+  cache.complete(a, answer("1"), true, 0);
+  const auto b = cache.begin("AID.A", "b", kFp, 1, hit);  // running
+  REQUIRE(b.outcome == Outcome::run);
+  const auto c = cache.begin("AID.A", "c", kFp, 2, hit);  // evicts a (finished), not b
+  REQUIRE(c.outcome == Outcome::run);
+  CHECK(cache.size() == 2);
+  CHECK(cache.begin("AID.A", "d", kFp, 3, hit).outcome == Outcome::full);  // b and c both running
+  CHECK(cache.begin("AID.A", "b", kFp, 3, hit).outcome == Outcome::wait);  // b is still there
+  cache.complete(b, answer("2"), true, 4);
+  cache.complete(c, answer("3"), true, 4);
+  CHECK(cache.begin("AID.A", "d", kFp, 5, hit).outcome == Outcome::run);
+}
+
+TEST_CASE("stored responses stay within the byte budget") {
+  IdempotencyCache cache({.max_entries = 8, .ttl_ms = 60'000, .max_key_bytes = 1024, .max_stored_bytes = 100});
+  Response hit;
+  const auto big = cache.begin("AID.A", "big", kFp, 0, hit);
+  cache.complete(big, answer(std::string(200, '1')), true, 0);
+  CHECK(cache.stored_bytes() <= 100);
+  CHECK(cache.begin("AID.A", "big", kFp, 1, hit).outcome == Outcome::run);  // not kept: runs again
+  for (int i = 0; i < 8; ++i) {
+    const std::string key(1, static_cast<char>('a' + i));
+    const auto t = cache.begin("AID.A", key, kFp, 2, hit);
+    cache.complete(t, answer(std::string(30, '2')), true, 2);
+    CHECK(cache.stored_bytes() <= 100);
+  }
+}
