@@ -16,7 +16,7 @@ import asyncio
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ._result import ToolResult
@@ -117,19 +117,22 @@ class Transport(ABC):
             ToolhostError: with ``check``, the subclass for the failure's kind.
         """
 
-    async def acall(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
-                    idempotency_key: str | None = None, lease_token: str | None = None,
-                    timeout: float | None = None, check: bool = True) -> ToolResult:
-        """:meth:`call` for asyncio (runs in the default executor unless the transport
-        has a native asyncio path).
+    def acall(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+              idempotency_key: str | None = None, lease_token: str | None = None,
+              timeout: float | None = None, check: bool = True) -> Awaitable[ToolResult]:
+        """:meth:`call` for asyncio: returns an awaitable (a coroutine, or a future on
+        transports with a native asyncio path). The call runs in the default executor unless
+        the transport has such a path, so the event loop never waits for a tool.
 
         Raises:
-            ToolhostError: with ``check``, the subclass for the failure's kind.
+            ToolhostError: (from the await) with ``check``, the subclass for the failure's kind.
         """
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            None, lambda: self.call(aid, inputs, state=state, idempotency_key=idempotency_key,
-                                    lease_token=lease_token, timeout=timeout, check=check))
+        async def run() -> ToolResult:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                None, lambda: self.call(aid, inputs, state=state, idempotency_key=idempotency_key,
+                                        lease_token=lease_token, timeout=timeout, check=check))
+        return run()
 
     def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = False) -> list[ToolResult]:
         """Runs many calls; results in the same order. Transports that can pipeline do.

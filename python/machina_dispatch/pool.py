@@ -22,6 +22,7 @@ import asyncio
 import atexit
 import collections
 import functools
+import heapq
 import itertools
 import os
 import select
@@ -577,66 +578,266 @@ class _SyncProcess:
         return len(self.pending)
 
 
+class _Batch:
+    """The calls of one ``acall_many`` on one process: sent as the window allows, in
+    order, answered through one future."""
+
+    __slots__ = ("items", "deadlines", "sent", "results", "left", "done")
+
+    def __init__(self, items: list[tuple[str, str, str | None, str | None, int, str | None]], deadlines: list[float],
+                 done: asyncio.Future[list[ToolResult]]) -> None:
+        self.items = items
+        self.deadlines = deadlines
+        self.sent = 0  # items before it were sent (or failed unsent)
+        self.results: list[ToolResult | None] = [None] * len(items)
+        self.left = len(items)
+        self.done = done
+
+    def give(self, i: int, result: ToolResult) -> None:
+        if self.results[i] is None:
+            self.results[i] = result
+            self.left -= 1
+            if self.left == 0 and not self.done.done():
+                self.done.set_result(self.results)  # type: ignore[arg-type]  # all set by now
+
+
+class _Queued:
+    """One call waiting for room in the request window, its line already encoded."""
+
+    __slots__ = ("rid", "aid", "line", "fut", "state", "check", "deadline", "waiting")
+
+    def __init__(self, rid: int, aid: str, line: bytes, fut: asyncio.Future[ToolResult], state: DsState | None,
+                 check: bool, deadline: float) -> None:
+        self.rid, self.aid, self.line, self.fut = rid, aid, line, fut
+        self.state, self.check, self.deadline = state, check, deadline
+        self.waiting = True
+
+
+def _settle(fut: asyncio.Future[ToolResult], result: ToolResult, state: DsState | None, check: bool) -> None:
+    """Completes a call's future as ``acall`` promises: state applied, error raised with check."""
+    if fut.done():  # cancelled by its caller
+        return
+    apply_state(state, result)
+    if check and not result.ok:
+        try:
+            result.raise_for_error()
+        except Exception as e:  # the ToolhostError subclass for its kind
+            fut.set_exception(e)
+            return
+    fut.set_result(result)
+
+
 class _AsyncProcess:
-    """A host process read by one asyncio event loop."""
+    """A host process read by one asyncio event loop.
+
+    A call is a future, not a task: ``acall`` encodes the request, appends it to the output
+    buffer and returns the future, which the reader completes. Requests are written once per
+    loop iteration however many calls queued them, and responses decoded a read at a time.
+    Calls beyond the request window wait, encoded, in a queue sent in order as answers free
+    room. One timer watches the earliest deadline: a call still queued at its deadline fails
+    with ``timeout``; a call unanswered ``grace`` seconds past it means the host is wedged,
+    and it is killed.
+    """
 
     def __init__(self, argv: list[str], env: dict[str, str] | None, max_in_flight: int, grace: float,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.host = _HostProcess(argv, env)
         self.loop = loop
         self.grace = grace
-        self.room = asyncio.Semaphore(max_in_flight)
-        self.pending: dict[int, tuple[asyncio.Future[ToolResult], str]] = {}
+        self.window = max_in_flight
+        # rid -> (future, state, check) for one call, (batch, index, None) for a batch's call.
+        self.pending: dict[int, tuple[Any, Any, Any]] = {}
         self.aids: dict[int, str] = {}
         self.ids = itertools.count(1)
         self.dead: str | None = None
         self.buf = b""
         self.out = bytearray()
+        self.flushing = False  # a flush is scheduled, or the loop waits to write
+        self.queue: collections.deque[_Queued | _Batch] = collections.deque()
+        # (when, seq, rid, what): rid sent and due by `when` (what None); or a queued call or
+        # batch that must be sent by `when`. Entries that come in order of `when` (calls with
+        # the same timeout) go in `fifo`; the others in the heap `watch`.
+        self.fifo: collections.deque[tuple[float, int, int, _Queued | _Batch | None]] = collections.deque()
+        self.watch: list[tuple[float, int, int, _Queued | _Batch | None]] = []
+        self.seq = itertools.count()
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = float("inf")
         loop.add_reader(self.host.fd_out, self._on_readable)
 
-    async def call(self, aid: str, input_json: str, key: str | None, token: str | None, ms: int,
-                   state_json: str | None, deadline: float) -> ToolResult:
-        if self.room.locked():
-            try:
-                await asyncio.wait_for(self.room.acquire(), max(deadline - time.monotonic(), 0))
-            except asyncio.TimeoutError:
-                return _failure(aid, "timeout", "no room in the host's request window before the deadline")
-        else:
-            await self.room.acquire()
-        try:
-            if self.dead is not None:
-                return _failure(aid, "crash", self.dead)
-            rid = next(self.ids)
-            fut: asyncio.Future[ToolResult] = self.loop.create_future()
-            self.pending[rid] = (fut, aid)
-            self.aids[rid] = aid
-            self._write(_core.encode_request(rid, aid, input_json, key, token, ms, state_json))
-            try:
-                return await asyncio.wait_for(asyncio.shield(fut), max(deadline + self.grace - time.monotonic(), 0))
-            except asyncio.TimeoutError:
-                if not fut.done():
-                    fut.set_result(_failure(aid, "timeout", f"no answer to a call to {aid} within {self.grace:g} s "
-                                                            "after its deadline; the host process was killed"))
-                    self.fail_all(f"the host process was killed: a call to {aid} got no answer after its deadline",
-                                  kill=True)
-                return fut.result()
-        finally:
-            self.room.release()
+    def load(self) -> int:
+        return len(self.pending) + len(self.queue)
 
-    def _write(self, data: bytes) -> None:
-        if self.out:
-            self.out += data
+    # --- calls ---------------------------------------------------------------------------
+
+    def start(self, aid: str, input_json: str, key: str | None, token: str | None, ms: int, state_json: str | None,
+              deadline: float, state: DsState | None, check: bool) -> asyncio.Future[ToolResult]:
+        fut: asyncio.Future[ToolResult] = self.loop.create_future()
+        if self.dead is not None:
+            _settle(fut, _failure(aid, "crash", self.dead), state, check)
+            return fut
+        rid = next(self.ids)
+        line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json)
+        if self.queue or len(self.pending) >= self.window:
+            q = _Queued(rid, aid, line, fut, state, check, deadline)
+            self.queue.append(q)
+            self._watch(deadline, rid, q)
+            return fut
+        self.pending[rid] = (fut, state, check)
+        self.aids[rid] = aid
+        self._send(line)
+        self._watch(deadline + self.grace, rid, None)
+        return fut
+
+    def start_many(self, items: list[tuple[str, str, str | None, str | None, int, str | None]],
+                   deadlines: list[float]) -> asyncio.Future[list[ToolResult]]:
+        batch = _Batch(items, deadlines, self.loop.create_future())
+        if self.dead is not None:
+            self._fail_unsent(batch, "crash", self.dead)
+            return batch.done
+        self.queue.append(batch)
+        self._send_queued()
+        if batch.sent < len(items):
+            self._watch(deadlines[batch.sent], 0, batch)
+        return batch.done
+
+    def _send(self, data: bytes) -> None:
+        self.out += data
+        if not self.flushing:
+            self.flushing = True
+            self.loop.call_soon(self._flush)
+
+    def _send_queued(self) -> None:
+        """Sends what waits in the queue, in order, while the window has room."""
+        queue, pending = self.queue, self.pending
+        while queue and len(pending) < self.window:
+            head = queue[0]
+            if isinstance(head, _Queued):
+                queue.popleft()
+                if not head.waiting or head.fut.done():  # timed out, or cancelled by its caller
+                    continue
+                head.waiting = False
+                pending[head.rid] = (head.fut, head.state, head.check)
+                self.aids[head.rid] = head.aid
+                self._send(head.line)
+                self._watch(head.deadline + self.grace, head.rid, None)
+                continue
+            if head.done.done():  # cancelled by its caller
+                queue.popleft()
+                continue
+            room = self.window - len(pending)
+            first = head.sent
+            last = min(first + room, len(head.items))
+            chunk = []
+            for i in range(first, last):
+                aid, input_json, key, token, ms, state_json = head.items[i]
+                rid = next(self.ids)
+                pending[rid] = (head, i, None)
+                self.aids[rid] = aid
+                chunk.append((rid, aid, input_json, key, token, ms, state_json))
+                self._watch(head.deadlines[i] + self.grace, rid, None)
+            head.sent = last
+            self._send(_core.encode_requests(chunk))
+            if last == len(head.items):
+                queue.popleft()
+
+    def _fail_unsent(self, batch: _Batch, kind: str, why: str, until: float | None = None) -> None:
+        """Fails the batch's calls not sent yet (those due by `until`, or all)."""
+        while batch.sent < len(batch.items) and (until is None or batch.deadlines[batch.sent] <= until):
+            batch.give(batch.sent, _failure(batch.items[batch.sent][0], kind, why))
+            batch.sent += 1
+
+    def _deliver(self, rid: int, result: ToolResult) -> None:
+        target, a, b = self.pending.pop(rid)
+        del self.aids[rid]
+        if type(target) is _Batch:
+            target.give(a, result)
+        else:
+            _settle(target, result, a, b)
+
+    # --- deadlines -----------------------------------------------------------------------
+
+    def _watch(self, when: float, rid: int, what: _Queued | _Batch | None) -> None:
+        fifo = self.fifo
+        if not fifo or when >= fifo[-1][0]:
+            fifo.append((when, 0, rid, what))
+        else:
+            heapq.heappush(self.watch, (when, next(self.seq), rid, what))
+        if when < self.timer_at:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer_at = when
+            self.timer = self.loop.call_later(max(when - time.monotonic(), 0.0), self._on_timer)
+        elif len(fifo) + len(self.watch) > 4 * (len(self.pending) + len(self.queue)) + 4096:
+            # Mostly entries of calls long answered: keep them the size of what is open.
+            self.fifo = collections.deque(w for w in fifo if self._open(w[2], w[3]))
+            self.watch = [w for w in self.watch if self._open(w[2], w[3])]
+            heapq.heapify(self.watch)
+
+    def _open(self, rid: int, what: _Queued | _Batch | None) -> bool:
+        if what is None:
+            return rid in self.pending
+        if isinstance(what, _Queued):
+            return what.waiting
+        return what.sent < len(what.items)
+
+    def _next_due(self) -> tuple[float, int, int, _Queued | _Batch | None] | None:
+        """Takes the entry due first out of the fifo and the heap (None when both are empty)."""
+        fifo, heap = self.fifo, self.watch
+        if fifo and (not heap or fifo[0][0] <= heap[0][0]):
+            return fifo.popleft()
+        return heapq.heappop(heap) if heap else None
+
+    def _first_due(self) -> float:
+        first = self.fifo[0][0] if self.fifo else float("inf")
+        return min(first, self.watch[0][0]) if self.watch else first
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        self.timer_at = float("inf")
+        now = time.monotonic()
+        while self._first_due() <= now and self.dead is None:
+            entry = self._next_due()
+            assert entry is not None
+            _, _, rid, what = entry
+            if isinstance(what, _Queued):
+                if what.waiting:
+                    what.waiting = False
+                    _settle(what.fut, _failure(what.aid, "timeout", "no room in the host's request window before "
+                                                                    "the deadline"), what.state, what.check)
+            elif isinstance(what, _Batch):
+                self._fail_unsent(what, "timeout", "no room in the host's request window before the deadline", now)
+                if what.sent < len(what.items):
+                    heapq.heappush(self.watch, (what.deadlines[what.sent], next(self.seq), 0, what))
+            elif rid in self.pending:
+                aid = self.aids[rid]
+                self._deliver(rid, _failure(aid, "timeout", f"no answer to a call to {aid} within {self.grace:g} s "
+                                                            "after its deadline; the host process was killed"))
+                self.fail_all(f"the host process was killed: a call to {aid} got no answer after its deadline",
+                              kill=True)
+        due = self._first_due()
+        if due != float("inf") and self.dead is None:
+            self.timer_at = due
+            self.timer = self.loop.call_later(max(due - now, 0.0), self._on_timer)
+
+    # --- the pipes -----------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        if self.dead is not None:
+            self.flushing = False
             return
         try:
-            n = os.write(self.host.fd_in, data)
+            n = os.write(self.host.fd_in, self.out)
         except BlockingIOError:
             n = 0
         except OSError:
+            self.flushing = False
             self.fail_all("the host stopped reading requests")
             return
-        if n < len(data):
-            self.out += data[n:]
-            self.loop.add_writer(self.host.fd_in, self._on_writable)
+        del self.out[:n]
+        if self.out:
+            self.loop.add_writer(self.host.fd_in, self._on_writable)  # `flushing` stays set
+        else:
+            self.flushing = False
 
     def _on_writable(self) -> None:
         try:
@@ -649,6 +850,7 @@ class _AsyncProcess:
         del self.out[:n]
         if not self.out:
             self.loop.remove_writer(self.host.fd_in)
+            self.flushing = False
 
     def _on_readable(self) -> None:
         try:
@@ -672,10 +874,9 @@ class _AsyncProcess:
                           kill=True)
             return
         for rid, result in done:
-            fut, _ = self.pending.pop(rid)
-            del self.aids[rid]
-            if not fut.done():
-                fut.set_result(result)
+            self._deliver(rid, result)
+        if self.queue:
+            self._send_queued()
 
     def fail_all(self, why: str | None, kind: str = "crash", kill: bool = False) -> None:
         if self.dead is not None:
@@ -690,11 +891,21 @@ class _AsyncProcess:
             self.host.kill()
         how = self.host.end(0.5 if not kill else 0.0)
         self.dead = f"{why}; {how}" if why else how
-        for fut, aid in self.pending.values():
-            if not fut.done():
-                fut.set_result(_failure(aid, kind, self.dead))
-        self.pending.clear()
-        self.aids.clear()
+        for rid in list(self.pending):
+            self._deliver(rid, _failure(self.aids[rid], kind, self.dead))
+        while self.queue:  # never sent
+            q = self.queue.popleft()
+            if isinstance(q, _Batch):
+                self._fail_unsent(q, kind, self.dead)
+            elif q.waiting:
+                q.waiting = False
+                _settle(q.fut, _failure(q.aid, kind, self.dead), q.state, q.check)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.watch.clear()
+        self.fifo.clear()
+        self.out.clear()
 
     def close(self) -> None:
         """From any thread: ends the host now; its pending calls fail with crash, on their
@@ -714,9 +925,6 @@ class _AsyncProcess:
             except RuntimeError:  # that loop is closed: nobody awaits these futures
                 pass
         self.fail_all("the pool was closed", "crash", True)
-
-    def load(self) -> int:
-        return len(self.pending)
 
 
 class Toolhost(Transport):
@@ -771,6 +979,7 @@ class Toolhost(Transport):
         self._default_ms = timeout_ms(self.timeout)
         self._lock = threading.Lock()
         self._sync: list[_SyncProcess | None] = [None] * processes
+        self._solo: _AsyncProcess | None = None  # the last loop's process, with processes=1
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_AsyncProcess | None]] = (
             weakref.WeakKeyDictionary())
         self._closed = False
@@ -801,8 +1010,19 @@ class Toolhost(Transport):
     def _new_sync_process(self) -> _SyncProcess:
         return _SyncProcess(self.argv, self.env, self.max_in_flight, self.grace, self.spin_us)
 
+    def _async_processes(self, n: int) -> list[_AsyncProcess]:
+        """The `n` least loaded live processes of this loop (started where needed)."""
+        self._async_process()  # replaces dead ones
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            procs = [p for p in self._async.get(loop, []) if p is not None]
+        return sorted(procs, key=_AsyncProcess.load)[:n]
+
     def _async_process(self) -> _AsyncProcess:
         loop = asyncio.get_running_loop()
+        solo = self._solo  # one process: no choice to make, no lock to take
+        if solo is not None and solo.loop is loop and solo.dead is None and not self._closed:
+            return solo
         with self._lock:
             if self._closed:
                 raise RuntimeError("the Toolhost pool is closed")
@@ -814,6 +1034,8 @@ class Toolhost(Transport):
                 if best is None or p.load() < best.load():
                     best = p
             assert best is not None
+            if self.processes == 1:
+                self._solo = best
             return best
 
     # --- calls ---------------------------------------------------------------------------
@@ -842,20 +1064,23 @@ class Toolhost(Transport):
             r.raise_for_error()
         return r
 
-    async def acall(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
-                    idempotency_key: str | None = None, lease_token: str | None = None,
-                    timeout: float | None = None, check: bool = True) -> ToolResult:
-        """See :meth:`Transport.acall`; read by the running event loop, no threads.
+    def acall(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+              idempotency_key: str | None = None, lease_token: str | None = None,
+              timeout: float | None = None, check: bool = True) -> asyncio.Future[ToolResult]:
+        """See :meth:`Transport.acall`; read by the running event loop, no threads. Returns
+        a future (await it, or hand it to ``asyncio.gather``): a call costs no task.
 
         Raises:
-            ToolhostError: with ``check``, the subclass for the failure's kind.
+            ToolhostError: (from the await) with ``check``, the subclass for the failure's kind.
         """
-        input_json, ms, state_json, deadline = self._prepare(inputs, state, timeout)
-        r = await self._async_process().call(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline)
-        apply_state(state, r)
-        if check and not r.ok:
-            r.raise_for_error()
-        return r
+        try:
+            input_json, ms, state_json, deadline = self._prepare(inputs, state, timeout)
+            proc = self._async_process()
+        except Exception as e:  # raised where it is awaited, as from a coroutine
+            fut: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+            fut.set_exception(e)
+            return fut
+        return proc.start(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline, state, check)
 
     def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = False) -> list[ToolResult]:
         """Pipelines the calls over the pool's processes (one writer-reader per process);
@@ -902,6 +1127,38 @@ class Toolhost(Transport):
             for t in threads:
                 t.join()
             results = [parts[i % chunks][i // chunks] for i in range(len(prepared))]
+        for i, state in states:
+            apply_state(state, results[i])
+        return check_all(results) if check else results
+
+    async def acall_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *,
+                         check: bool = False) -> list[ToolResult]:
+        """:meth:`call_many` for asyncio: the calls are shared out between this loop's
+        processes and pipelined, one future per process for its share.
+
+        Raises:
+            ToolhostError: with ``check``, for the first failed call (all calls still ran).
+        """
+        prepared: list[tuple[str, str, str | None, str | None, int, str | None]] = []
+        deadlines: list[float] = []
+        states: list[tuple[int, DsState]] = []
+        now = time.monotonic()
+        for c in calls:
+            aid, inputs, key, token, timeout, state = call_fields(c)
+            if state is not None:
+                states.append((len(prepared), state))
+            input_json, ms, state_json, d = self._prepare(inputs, state, timeout, now)
+            prepared.append((aid, input_json, key, token, ms, state_json))
+            deadlines.append(d)
+        if not prepared:
+            return []
+        procs = self._async_processes(min(self.processes, len(prepared)))
+        if len(procs) == 1:
+            results = await procs[0].start_many(prepared, deadlines)
+        else:
+            n = len(procs)
+            parts = await asyncio.gather(*(p.start_many(prepared[k::n], deadlines[k::n]) for k, p in enumerate(procs)))
+            results = [parts[i % n][i // n] for i in range(len(prepared))]
         for i, state in states:
             apply_state(state, results[i])
         return check_all(results) if check else results

@@ -1,0 +1,146 @@
+"""asyncio at full speed, with every guarantee kept: the pool's acall is a future (no task
+per call) whose requests are written once per loop iteration, the request window holds
+with calls queued in order, a queued call still times out at its deadline, a cancelled one
+is never sent, and InProcess.acall never blocks the event loop while a tool runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import machina_dispatch as md
+import pytest
+from conftest import TOOLHOST, base_env
+from dispatch_support import orphans_since, toolhost_processes
+
+
+@pytest.fixture
+def plugins(misbehaving: str) -> list[str]:
+    return [misbehaving, str(md.builtin_plugin_path())]
+
+
+@pytest.fixture
+def no_orphans() -> Iterator[None]:
+    before = toolhost_processes()
+    yield
+    assert not orphans_since(before)
+
+
+def pool(plugins: list[str], **kw: object) -> md.Toolhost:
+    return md.Toolhost(executable=TOOLHOST, plugins=plugins, env=base_env(), **kw)  # type: ignore[arg-type]
+
+
+def test_gather_and_acall_many_answer_every_call_in_order(plugins: list[str], no_orphans: None) -> None:
+    async def main() -> None:
+        async with pool(plugins, processes=2, max_in_flight=64) as p:
+            futures = [p.acall("AID.ECHO.v1", {"i": i}) for i in range(3000)]
+            assert all(isinstance(f, asyncio.Future) for f in futures)  # no task per call
+            got = await asyncio.gather(*futures)
+            assert [r.output for r in got] == [{"i": i} for i in range(3000)]
+            many = await p.acall_many(("AID.ECHO.v1", i) for i in range(3000))
+            assert [r.output for r in many] == list(range(3000))
+            # Mixed: a batch and single calls at once, through the same window.
+            batch = p.acall_many(("AID.ECHO.v1", i) for i in range(500))
+            singles = [p.acall("AID.ECHO.v1", -i) for i in range(500)]
+            done = await asyncio.gather(batch, *singles)
+            assert [r.output for r in done[0]] == list(range(500))
+            assert [r.output for r in done[1:]] == [-i for i in range(500)]
+    asyncio.run(main())
+
+
+def test_check_raises_from_the_await_and_state_is_applied(plugins: list[str], no_orphans: None) -> None:
+    async def main() -> None:
+        async with pool(plugins) as p:
+            with pytest.raises(md.ToolNotFound):
+                await p.acall("AID.NOPE.v1")
+            r = await p.acall("AID.NOPE.v1", check=False)
+            assert r.kind == "tool_not_found" and r.status == "INVALID_PICK"
+            with pytest.raises(TypeError):  # not JSON: raised where awaited
+                await p.acall("AID.ECHO.v1", {1, 2})
+            state = md.DsState()
+            await p.acall("AID.STATE.PUT.v1", {"slot": 1, "type": "t", "content": 5}, state=state)
+            assert state["DS1"].content == 5
+            many = await p.acall_many([md.Call("AID.STATE.PUT.v1", {"slot": 2, "type": "t", "content": 6},
+                                               state=state)])
+            assert many[0].ok and state["DS2"].content == 6
+    asyncio.run(main())
+
+
+def test_the_window_holds_and_queued_calls_go_in_order(plugins: list[str], no_orphans: None) -> None:
+    async def main() -> None:
+        async with pool(plugins, workers=4, max_in_flight=2) as p:
+            await p.acall("AID.ECHO.v1", 0)
+            proc = p._solo
+            assert proc is not None
+            peak = 0
+
+            async def watch() -> None:
+                nonlocal peak
+                while True:
+                    peak = max(peak, len(proc.pending))
+                    await asyncio.sleep(0.002)
+
+            watcher = asyncio.ensure_future(watch())
+            started = time.monotonic()
+            slow = await asyncio.gather(*(p.acall("AID.TEST.SLOW.v1", {"ms": 100}) for _ in range(6)))
+            elapsed = time.monotonic() - started
+            watcher.cancel()
+            assert all(r.ok for r in slow)
+            assert peak == 2
+            assert elapsed >= 0.29  # three rounds of two, though the host has four workers
+    asyncio.run(main())
+
+
+def test_a_queued_call_times_out_at_its_deadline(plugins: list[str], no_orphans: None) -> None:
+    async def main() -> None:
+        async with pool(plugins, max_in_flight=1) as p:
+            blocker = p.acall("AID.TEST.SLOW.v1", {"ms": 800})
+            await asyncio.sleep(0.1)
+            started = time.monotonic()
+            one = await p.acall("AID.ECHO.v1", 1, timeout=0.2, check=False)
+            batch = await p.acall_many([md.Call("AID.ECHO.v1", i, timeout=0.2) for i in range(3)])
+            waited = time.monotonic() - started
+            assert one.kind == "timeout" and "no room in the host's request window" in one.error
+            assert [r.kind for r in batch] == ["timeout"] * 3
+            assert waited < 0.7, waited  # at their deadlines, not when the blocker ends
+            assert (await blocker).ok
+            assert (await p.acall("AID.ECHO.v1", 2)).output == 2
+    asyncio.run(main())
+
+
+def test_a_cancelled_queued_call_is_never_sent(plugins: list[str], no_orphans: None) -> None:
+    async def main() -> None:
+        async with pool(plugins, max_in_flight=1) as p:
+            blocker = p.acall("AID.TEST.SLOW.v1", {"ms": 300})
+            queued = p.acall("AID.TEST.SLOW.v1", {"ms": 2000})
+            await asyncio.sleep(0.05)
+            queued.cancel()
+            started = time.monotonic()
+            assert (await blocker).ok
+            # Had it been sent, this call would wait behind its 2 s in the window of one.
+            assert (await p.acall("AID.ECHO.v1", 1)).output == 1
+            assert time.monotonic() - started < 1.0
+    asyncio.run(main())
+
+
+def test_inprocess_acall_leaves_the_loop_free(plugins: list[str]) -> None:
+    async def main() -> None:
+        host = md.InProcess(plugins=plugins)
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.ensure_future(tick())
+        started = time.monotonic()
+        results = await asyncio.gather(*(host.acall("AID.TEST.SLOW.v1", {"ms": 100}) for _ in range(20)))
+        elapsed = time.monotonic() - started
+        ticker.cancel()
+        assert all(r.ok for r in results)
+        assert elapsed < 2.0, elapsed  # 20 × 100 ms would be 2 s on the loop's thread
+        assert ticks >= elapsed / 0.01 * 0.5, (ticks, elapsed)  # the loop kept running meanwhile
+    asyncio.run(main())
