@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,23 @@ def test_plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def misbehaving(test_plugins: dict[str, str]) -> str:
     return test_plugins["misbehaving_tools"]
+
+
+@pytest.fixture
+def plugins(misbehaving: str) -> list[str]:
+    """The misbehaving test tools and the built-in pack (modules may define their own)."""
+    return [misbehaving, str(machina_dispatch.builtin_plugin_path())]
+
+
+@pytest.fixture
+def no_orphans() -> Iterator[None]:
+    """Fails the test if it leaves a machina-toolhost process of its own behind."""
+    from dispatch_support import orphans_since, toolhost_processes
+
+    before = toolhost_processes()
+    yield
+    left = orphans_since(before)
+    assert not left, f"machina-toolhost processes left behind: {left}"
 
 
 # scripts/sanitize-tests.sh runs the suite against an ASan+UBSan build. The Python

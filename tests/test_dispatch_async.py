@@ -7,24 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import machina_dispatch as md
 import pytest
 from conftest import TOOLHOST, base_env
-from dispatch_support import orphans_since, toolhost_processes
-
-
-@pytest.fixture
-def plugins(misbehaving: str) -> list[str]:
-    return [misbehaving, str(md.builtin_plugin_path())]
-
-
-@pytest.fixture
-def no_orphans() -> Iterator[None]:
-    before = toolhost_processes()
-    yield
-    assert not orphans_since(before)
 
 
 def pool(plugins: list[str], **kw: object) -> md.Toolhost:

@@ -14,26 +14,13 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import machina_dispatch as md
 import pytest
 from conftest import TOOLHOST, base_env
-from dispatch_support import TRANSPORTS, make_transport, orphans_since, toolhost_processes
-
-
-@pytest.fixture
-def plugins(misbehaving: str) -> list[str]:
-    return [misbehaving, str(md.builtin_plugin_path())]
-
-
-@pytest.fixture
-def no_orphans() -> Iterator[None]:
-    before = toolhost_processes()
-    yield
-    left = orphans_since(before)
-    assert not left, f"machina-toolhost processes left behind: {left}"
+from dispatch_support import TRANSPORTS, make_transport, toolhost_processes
 
 
 @pytest.mark.parametrize("name", TRANSPORTS)

@@ -1049,6 +1049,22 @@ class Toolhost(Transport):
         state_json = state.to_json() if state is not None else EMPTY_STATE_JSON
         return input_json, ms, state_json, (time.monotonic() if now is None else now) + ms / 1000.0
 
+    def _prepare_batch(self, calls: Iterable[Call | tuple[Any, ...] | str]) -> tuple[
+            list[tuple[str, str, str | None, str | None, int, str | None]], list[float], list[tuple[int, DsState]]]:
+        """A batch's requests, their deadlines, and the calls that carry a state (by index)."""
+        prepared: list[tuple[str, str, str | None, str | None, int, str | None]] = []
+        deadlines: list[float] = []
+        states: list[tuple[int, DsState]] = []
+        now = time.monotonic()  # one clock read for the batch
+        for c in calls:
+            aid, inputs, key, token, timeout, state = call_fields(c)
+            if state is not None:
+                states.append((len(prepared), state))
+            input_json, ms, state_json, d = self._prepare(inputs, state, timeout, now)
+            prepared.append((aid, input_json, key, token, ms, state_json))
+            deadlines.append(d)
+        return prepared, deadlines, states
+
     def call(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
              timeout: float | None = None, check: bool = True) -> ToolResult:
@@ -1089,20 +1105,10 @@ class Toolhost(Transport):
         Raises:
             ToolhostError: with ``check``, for the first failed call (all calls still ran).
         """
-        prepared: list[tuple[str, str, str | None, str | None, int, str | None]] = []
-        states: list[tuple[int, DsState]] = []  # the calls that carry a state
-        deadline = 0.0
-        now = time.monotonic()  # one clock read for the batch
-        for c in calls:
-            aid, inputs, key, token, timeout, state = call_fields(c)
-            if state is not None:
-                states.append((len(prepared), state))
-            input_json, ms, state_json, d = self._prepare(inputs, state, timeout, now)
-            prepared.append((aid, input_json, key, token, ms, state_json))
-            if d > deadline:
-                deadline = d
+        prepared, deadlines, states = self._prepare_batch(calls)
         if not prepared:
             return []
+        deadline = max(deadlines)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the Toolhost pool is closed")
@@ -1139,17 +1145,7 @@ class Toolhost(Transport):
         Raises:
             ToolhostError: with ``check``, for the first failed call (all calls still ran).
         """
-        prepared: list[tuple[str, str, str | None, str | None, int, str | None]] = []
-        deadlines: list[float] = []
-        states: list[tuple[int, DsState]] = []
-        now = time.monotonic()
-        for c in calls:
-            aid, inputs, key, token, timeout, state = call_fields(c)
-            if state is not None:
-                states.append((len(prepared), state))
-            input_json, ms, state_json, d = self._prepare(inputs, state, timeout, now)
-            prepared.append((aid, input_json, key, token, ms, state_json))
-            deadlines.append(d)
+        prepared, deadlines, states = self._prepare_batch(calls)
         if not prepared:
             return []
         procs = self._async_processes(min(self.processes, len(prepared)))

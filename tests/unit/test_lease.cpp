@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "temp_dir.hpp"
+
 #include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -19,15 +21,6 @@ namespace fs = std::filesystem;
 namespace {
 constexpr std::int64_t kT = 1'700'000'000'000;  // a wall-clock time, ms
 const std::string kSecret = "0123456789abcdef-unit-test-secret";
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "machina-unit-XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 std::set<std::string> entries(const fs::path& dir) {
   std::set<std::string> names;

@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include "temp_dir.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -19,15 +21,6 @@ using namespace machina::workspace;
 namespace fs = std::filesystem;
 
 namespace {
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "machina-unit-XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 std::vector<std::string> parts_of(std::string_view path) {
   std::vector<std::string> parts;
   std::string why;
