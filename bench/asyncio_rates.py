@@ -16,7 +16,7 @@ N = 20_000
 
 async def rates(processes: int, rounds: int = 3) -> tuple[float, float]:
     best_gather = best_many = 0.0
-    async with md.Toolhost(processes) as pool:
+    async with md.Pool(processes) as pool:
         await pool.acall_many(("AID.ECHO.v1", i) for i in range(1000))  # the processes are up
         for _ in range(rounds):
             start = time.perf_counter()

@@ -294,7 +294,7 @@ def python_client(ctx: Ctx) -> Section:
     import machina_dispatch as md
 
     s = Section("python", "From Python: pooled dispatch, lock-step and pipelined",
-                "What an agent written in Python sees. `Toolhost` keeps `machina-toolhost --serve` "
+                "What an agent written in Python sees. `Pool` keeps `machina-toolhost --serve` "
                 "processes and pipelines requests over them (`call_many`); lock-step is one `call` at "
                 "a time. Baselines in the same run: the official MCP Python SDK (its own client, "
                 "`ClientSession.call_tool`, over its stdio server with one echo tool) and a new "
@@ -304,7 +304,7 @@ def python_client(ctx: Ctx) -> Section:
     n_pipe = ctx.n(20_000, 200_000)
     inp = {"msg": "hello", "n": 1}
     rows = []
-    with md.Toolhost(1, executable=ctx.host) as pool:
+    with md.Pool(1, executable=ctx.host) as pool:
         ctx.status("pool lock-step")
         for _ in range(2000):
             pool.call("AID.ECHO.v1", inp)
@@ -326,13 +326,13 @@ def python_client(ctx: Ctx) -> Section:
         r = md.run_machina_toolhost("AID.ECHO.v1", inp, executable=ctx.host)
         assert isinstance(r, str), r  # the output string; a failure is a dict
     spawn_rate = n_spawn / (time.perf_counter() - start)
-    rows.append(["Toolhost.call, lock-step", rate(lock_rate) + "/s", us(lock.p(50)), us(lock.p(99)), "1.00×"])
+    rows.append(["Pool.call, lock-step", rate(lock_rate) + "/s", us(lock.p(50)), us(lock.p(99)), "1.00×"])
     rows.append(["MCP SDK ClientSession.call_tool, lock-step", rate(mcp_rate) + "/s", us(mcp_lat.p(50)),
                  us(mcp_lat.p(99)), ratio(lock_rate, mcp_rate)])
     rows.append(["run_machina_toolhost (a process per call)", rate(spawn_rate) + "/s", "–", "–",
                  ratio(lock_rate, spawn_rate)])
-    s.tables.append(Table("Lock-step from Python (unpinned); last column: Toolhost lock-step calls/s ÷ this row's",
-                          ["client", "calls/s", "p50 µs", "p99 µs", "Toolhost ÷ this"], rows))
+    s.tables.append(Table("Lock-step from Python (unpinned); last column: Pool lock-step calls/s ÷ this row's",
+                          ["client", "calls/s", "p50 µs", "p99 µs", "Pool ÷ this"], rows))
     s.headline["pool_lockstep_p50_us"] = lock.p(50) / 1e3
     s.headline["mcp_sdk_ratio"] = lock_rate / mcp_rate
 
@@ -341,7 +341,7 @@ def python_client(ctx: Ctx) -> Section:
     medians = []
     forms = [("JSON text", json.dumps(inp)), ("dict (encoded by machina_dispatch, orjson)", inp)]
     for p in procs:
-        with md.Toolhost(p, executable=ctx.host) as pool:
+        with md.Pool(p, executable=ctx.host) as pool:
             for form, value in forms:
                 ctx.status(f"pool pipelined, {p} processes, {form}")
                 calls = [("AID.ECHO.v1", value)] * n_pipe
@@ -359,11 +359,11 @@ def python_client(ctx: Ctx) -> Section:
                     medians.append(sp.median)
                 pipe_rows.append([str(p), form, spread_rate(sp), ratio(sp.median, spawn_rate),
                                   ratio(sp.median, mcp_rate)])
-    s.tables.append(Table(f"Pipelined from one Python thread: Toolhost.call_many of {n_pipe:,} echo calls, "
+    s.tables.append(Table(f"Pipelined from one Python thread: Pool.call_many of {n_pipe:,} echo calls, "
                           f"{ctx.reps} runs", ["host processes", "inputs given as", "calls/s (min–max)",
                                                "÷ process per call", "÷ MCP SDK lock-step"], pipe_rows))
     s.headline["pool_pipelined_cps"] = max(medians)
-    ctx.lines_plot(s, "pool_pipelined.png", "Toolhost.call_many throughput", "host processes",
+    ctx.lines_plot(s, "pool_pipelined.png", "Pool.call_many throughput", "host processes",
                    "thousand calls / s", {"JSON-text inputs": ([float(p) for p in procs], [m / 1e3 for m in medians])},
                    zero=True, xticks=[float(p) for p in procs])
     return s
@@ -422,7 +422,7 @@ def spawn(ctx: Ctx) -> Section:
 
 def inprocess(ctx: Ctx) -> Section:
     import machina_dispatch as md
-    from machina_dispatch import _core
+    from machina_dispatch import _core, _testing
 
     s = Section("inprocess", "In-process calls (pybind11 `_core`)",
                 "Echo calls on the C++ host inside this Python process. `core only` is the host's own "
@@ -433,10 +433,9 @@ def inprocess(ctx: Ctx) -> Section:
     n = ctx.n(100_000, 1_000_000)
     t = md.InProcess()
     host = t.host
-    session = _core.Session(True)
     arg = '{"msg":"hello","n":1}'
     ctx.status("in-process core")
-    core_ns = statistics.median(host._time_handle("AID.ECHO.v1", arg, session, n // 4) * 1e9
+    core_ns = statistics.median(_testing.time_handle(str(md.builtin_plugin_path()), "AID.ECHO.v1", arg, n // 4) * 1e9
                                 for _ in range(ctx.reps))
 
     def raw(count: int) -> None:

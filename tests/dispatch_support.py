@@ -45,7 +45,7 @@ def make_transport(name: str, plugins: list[str], env: Mapping[str, str] | None 
             stack.enter_context(patched_environ(dict(env or {})))
             transport = md.InProcess(plugins, executable=TOOLHOST, **options)  # type: ignore[arg-type]
         elif name == "pool":
-            transport = md.Toolhost(1, executable=TOOLHOST, plugins=plugins, args=args, env=env_full)
+            transport = md.Pool(1, executable=TOOLHOST, plugins=plugins, args=args, env=env_full)
         elif name == "spawn":
             transport = md.Spawn(TOOLHOST, plugins=plugins, args=args, env=env_full)
         else:

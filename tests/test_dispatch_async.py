@@ -13,8 +13,8 @@ import pytest
 from conftest import TOOLHOST, base_env
 
 
-def pool(plugins: list[str], **kw: object) -> md.Toolhost:
-    return md.Toolhost(executable=TOOLHOST, plugins=plugins, env=base_env(), **kw)  # type: ignore[arg-type]
+def pool(plugins: list[str], **kw: object) -> md.Pool:
+    return md.Pool(executable=TOOLHOST, plugins=plugins, env=base_env(), **kw)  # type: ignore[arg-type]
 
 
 def test_gather_and_acall_many_answer_every_call_in_order(plugins: list[str], no_orphans: None) -> None:
@@ -42,8 +42,10 @@ def test_check_raises_from_the_await_and_state_is_applied(plugins: list[str], no
                 await p.acall("AID.NOPE.v1")
             r = await p.acall("AID.NOPE.v1", check=False)
             assert r.kind == "tool_not_found" and r.status == "INVALID_PICK"
-            with pytest.raises(TypeError):  # not JSON: raised where awaited
+            with pytest.raises(md.InvalidInput):  # not JSON: refused, raised where awaited
                 await p.acall("AID.ECHO.v1", {1, 2})
+            refused = await p.acall("AID.ECHO.v1", {1, 2}, check=False)
+            assert refused.kind == "invalid_input" and refused.status == "INVALID_PICK"
             state = md.DsState()
             await p.acall("AID.STATE.PUT.v1", {"slot": 1, "type": "t", "content": 5}, state=state)
             assert state["DS1"].content == 5
@@ -85,7 +87,7 @@ def test_a_queued_call_times_out_at_its_deadline(plugins: list[str], no_orphans:
             await asyncio.sleep(0.1)
             started = time.monotonic()
             one = await p.acall("AID.ECHO.v1", 1, timeout=0.2, check=False)
-            batch = await p.acall_many([md.Call("AID.ECHO.v1", i, timeout=0.2) for i in range(3)])
+            batch = await p.acall_many([md.Call("AID.ECHO.v1", i, timeout=0.2) for i in range(3)], check=False)
             waited = time.monotonic() - started
             assert one.kind == "timeout" and "no room in the host's request window" in one.error
             assert [r.kind for r in batch] == ["timeout"] * 3

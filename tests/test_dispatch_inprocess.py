@@ -123,15 +123,18 @@ def test_asyncio_in_process(plugins: list[str]) -> None:
     assert all(r.ok for r in results) and time.monotonic() - started < 0.7
 
 
-def test_compiled_call_matches_the_reference_method(plugins: list[str]) -> None:
-    # InProcess.call is compiled for calls without a state or timeout and hands those to
-    # InProcess._call_py: both must answer every call alike.
+def test_the_one_compiled_call_answers_as_the_pool_does(plugins: list[str]) -> None:
+    # InProcess.call is compiled in _core, with no Python twin: every option goes through it
+    # and it answers as another transport does.
     assert type(md.InProcess.__dict__["call"]).__name__ == "instancemethod"
+    assert not hasattr(md.InProcess, "_call_py")
 
     def run(call: Any) -> list[Any]:
+        state = md.DsState()
         out: list[Any] = [
             call("AID.ECHO.v1", '{"a":1}'),
             call("AID.ECHO.v1"),
+            call(aid="AID.ECHO.v1", inputs={"kw": True}),
             call("AID.ECHO.v1", None, check=False),
             call("AID.ECHO.v1", "{bad", check=False),
             call("AID.NOPE.v1", "{}", check=False),
@@ -142,25 +145,33 @@ def test_compiled_call_matches_the_reference_method(plugins: list[str]) -> None:
             call("AID.ECHO.v1", '{"t":1}', lease_token="junk"),
             call("AID.STATE.PUT.v1", '{"slot":1,"type":"t","content":[1]}'),
             call("AID.STATE.GET.v1", '{"slot":1}', check=False),  # the state written above is gone
+            call("AID.STATE.PUT.v1", {"slot": 2, "type": "t", "content": 2}, state=state),
+            call("AID.STATE.GET.v1", {"slot": 2}, state=state),
+            call("AID.STATE.GET.v1", {"slot": 2}),  # ... and so is the state sent above
+            dict(state),
             call("AID.ECHO.v1", '{"x":1}', state=None, timeout=None),
             call("AID.ECHO.v1", {"d": 1}),
             call("AID.ECHO.v1", '{"x":1}', timeout=5),
+            call("AID.ECHO.v1", [float("nan")], check=False),
         ]
         for args, kwargs, error in [(("AID.NOPE.v1", "{}"), {}, md.ToolNotFound),
                                     (("AID.TEST.FAIL.v1",), {"check": True}, md.ToolFailed),
+                                    (("AID.ECHO.v1", [float("nan")]), {}, md.InvalidInput),
+                                    (("AID.ECHO.v1", {1, 2}), {}, md.InvalidInput),
+                                    (("AID.ECHO.v1", "{}"), {"timeout": -1}, ValueError),
                                     (("AID.ECHO.v1", "{}"), {"bogus": 1}, TypeError),
                                     (("AID.ECHO.v1", "{}"), {"idempotency_key": 5}, TypeError),
-                                    (("AID.ECHO.v1", [float("nan")]), {}, TypeError),
-                                    (("AID.ECHO.v1", {1, 2}), {}, TypeError),
+                                    (("AID.ECHO.v1", "{}", None), {}, TypeError),
+                                    (("AID.ECHO.v1",), {"aid": "AID.ECHO.v1"}, TypeError),
                                     ((), {}, TypeError)]:
             with pytest.raises(error) as caught:
                 call(*args, **kwargs)
-            out.append((type(caught.value), str(caught.value)))
+            out.append(type(caught.value) if error in (TypeError, ValueError) else str(caught.value))
         return out
 
-    compiled, reference = md.InProcess(plugins), md.InProcess(plugins)
-    assert run(compiled.call) == run(reference._call_py)
+    compiled = md.InProcess(plugins)
+    with md.Pool(1, plugins=plugins) as pool:
+        assert run(compiled.call) == run(pool.call)
     compiled.close()
-    reference.close()
     with pytest.raises(RuntimeError, match="closed"):
         compiled.call("AID.ECHO.v1", "{}")

@@ -119,6 +119,32 @@ def breaker(t: md.Transport) -> list[Any]:
     return [t.call("AID.TEST.THROW.v1", check=False) for _ in range(6)]
 
 
+@scenario()
+def refused_before_sending(t: md.Transport) -> list[Any]:
+    """What cannot be sent is refused alike by every transport, before anything is sent."""
+    wire = {"slots": {"3": {"type": "t", "content_json": "[3]"}}}  # the original client's slot names
+    out: list[Any] = calls(t,
+                           ("AID.ECHO.v1", {1, 2}),                 # no JSON form
+                           ("AID.ECHO.v1", [float("nan")]),
+                           ("AID.ECHO.v1", b"\xff"),               # not UTF-8
+                           ("AID.ECHO.v1", object()))
+    out += [t.call("AID.ECHO.v1", {}, state={"slots": {"DS9": {"type": "t", "content_json": "1"}}}, check=False),
+            t.call("AID.ECHO.v1", {}, state={"slots": {"DS1": {"content_json": "1"}}}, check=False),
+            t.call("AID.ECHO.v1", {}, state=[1], check=False)]  # type: ignore[arg-type]
+    # A wire dict is as good as a DsState, and is updated in place in its own naming.
+    out.append(t.call("AID.STATE.PUT.v1", {"slot": 1, "type": "t", "content": [1]}, state=wire, check=False))
+    out.append(t.call("AID.STATE.GET.v1", {"slot": 3}, state=wire, check=False))
+    out.append(wire)
+    for bad in ({1, 2}, {"slots": {"DS9": {}}}):
+        with pytest.raises(md.ToolhostError) as raised:
+            if isinstance(bad, set):
+                t.call("AID.ECHO.v1", bad)
+            else:
+                t.call("AID.ECHO.v1", {}, state=bad)
+        out.append((type(raised.value), raised.value.kind, str(raised.value)))
+    return out
+
+
 LEASE_ENV = {"MACHINA_LEASE_ENFORCE": "1", "MACHINA_LEASE_SECRET": LEASE_SECRET}
 
 
@@ -213,6 +239,17 @@ def test_expected_values(outcomes: dict[tuple[str, str], Any]) -> None:
     assert hit.idempotent_hit and hit.output_json == first.output_json == '{"calls_since_base": 1}'
     assert conflict.code == "idempotency_conflict"
     assert fail2.idempotent_hit and fail2.error == fail1.error  # a tool_error is kept too
+    *unsendable, bad_slot, no_type, not_state, put_wire, get_wire, wire, raised_input, raised_state = \
+        outcomes[("refused_before_sending", "inprocess")]
+    for r in unsendable + [bad_slot, no_type, not_state]:
+        assert not r.ok and r.status == "INVALID_PICK" and r.code is None, r
+    assert [r.kind for r in unsendable] == ["invalid_input"] * 4
+    assert [r.kind for r in (bad_slot, no_type, not_state)] == ["invalid_ds_state"] * 3
+    assert "DS9" in bad_slot.error and "'type'" in no_type.error and "list" in not_state.error
+    assert put_wire.ok and get_wire.output["content"] == [3]
+    assert wire["slots"]["1"]["content_json"] == "[1]" and set(wire["slots"]) == {"1", "3"}
+    assert raised_input[:2] == (md.InvalidInput, "invalid_input")
+    assert raised_state[:2] == (md.RequestRejected, "invalid_ds_state")
     tripped = outcomes[("breaker", "inprocess")]
     assert [r.code for r in tripped] == ["tool_fault"] * 5 + ["breaker_open"]
     assert tripped[-1].status == "BREAKER_TRIP"

@@ -1,4 +1,4 @@
-"""The serve-pool transport (machina_dispatch.Toolhost): pipelining by id from many
+"""The serve-pool transport (machina_dispatch.Pool): pipelining by id from many
 threads, asyncio and batch calls, per-call deadlines, the bounded request window,
 restarts after crashes, wedged hosts, large responses, and closing without orphans
 (explicitly, at interpreter exit and on SIGTERM)."""
@@ -28,15 +28,15 @@ def plugins(misbehaving: str) -> list[str]:
 
 
 @pytest.fixture
-def pool(plugins: list[str]) -> Iterator[md.Toolhost]:
+def pool(plugins: list[str]) -> Iterator[md.Pool]:
     before = toolhost_processes()
-    p = md.Toolhost(2, executable=TOOLHOST, plugins=plugins, env=base_env())
+    p = md.Pool(2, executable=TOOLHOST, plugins=plugins, env=base_env())
     yield p
     p.close()
     assert not orphans_since(before)
 
 
-def test_many_threads_share_the_pool(pool: md.Toolhost) -> None:
+def test_many_threads_share_the_pool(pool: md.Pool) -> None:
     results: dict[int, list[int]] = {}
 
     def worker(k: int) -> None:
@@ -51,11 +51,11 @@ def test_many_threads_share_the_pool(pool: md.Toolhost) -> None:
     assert len(pool.pids()) <= 2
 
 
-def test_batch_keeps_order_and_pipelines(pool: md.Toolhost) -> None:
+def test_batch_keeps_order_and_pipelines(pool: md.Pool) -> None:
     calls = [md.Call("AID.ECHO.v1", {"n": i}) for i in range(20_000)]
     results = pool.call_many(calls)
     assert [r.output["n"] for r in results] == list(range(20_000))
-    mixed = pool.call_many(["AID.NOPE.v1", ("AID.ECHO.v1", [1]), md.Call("AID.TEST.FAIL.v1")])
+    mixed = pool.call_many(["AID.NOPE.v1", ("AID.ECHO.v1", [1]), md.Call("AID.TEST.FAIL.v1")], check=False)
     assert [r.code for r in mixed] == ["tool_not_found", None, "tool_error"]
     with pytest.raises(md.ToolNotFound):
         pool.call_many(["AID.NOPE.v1"], check=True)
@@ -64,7 +64,7 @@ def test_batch_keeps_order_and_pipelines(pool: md.Toolhost) -> None:
 def test_batch_and_single_calls_share_one_process(plugins: list[str]) -> None:
     # A batch reads for itself while other threads' calls are pending on the same process:
     # each answer reaches its own caller.
-    with md.Toolhost(1, executable=TOOLHOST, plugins=plugins, env=base_env(), max_in_flight=64) as pool:
+    with md.Pool(1, executable=TOOLHOST, plugins=plugins, env=base_env(), max_in_flight=64) as pool:
         singles: dict[int, list[int]] = {}
 
         def single(k: int) -> None:
@@ -84,7 +84,7 @@ def test_batch_and_single_calls_share_one_process(plugins: list[str]) -> None:
 def test_long_requests_from_many_threads_do_not_interleave(plugins: list[str]) -> None:
     # A 100 KB line goes into the pipe in pieces (writes are atomic only up to 4 KiB):
     # another thread's line must not land between them.
-    with md.Toolhost(1, executable=TOOLHOST, plugins=plugins, env=base_env()) as pool:
+    with md.Pool(1, executable=TOOLHOST, plugins=plugins, env=base_env()) as pool:
         bad: list[tuple[int, int, str | None]] = []
 
         def single(k: int) -> None:
@@ -104,7 +104,7 @@ def test_long_requests_from_many_threads_do_not_interleave(plugins: list[str]) -
         assert [r.output["n"] for r in batch] == list(range(40))
 
 
-def test_asyncio_calls(pool: md.Toolhost) -> None:
+def test_asyncio_calls(pool: md.Pool) -> None:
     async def main() -> list[md.ToolResult]:
         gathered = await asyncio.gather(*(pool.acall("AID.ECHO.v1", {"i": i}) for i in range(500)))
         batch = await pool.acall_many([md.Call("AID.ECHO.v1", i) for i in range(100)])
@@ -121,9 +121,9 @@ def test_large_responses_need_no_line_limit(plugins: list[str]) -> None:
     """A 9 MiB answer through the asyncio path (asyncio streams would stop at 64 KiB
     lines) and the sync path."""
     size = 9 * 1024 * 1024
-    with md.Toolhost(1, executable=TOOLHOST, plugins=plugins, args=["--max-output-bytes", str(10 * 1024 * 1024)],
+    with md.Pool(1, executable=TOOLHOST, plugins=plugins, args=["--max-output-bytes", str(10 * 1024 * 1024)],
                      env=base_env()) as p:
-        assert isinstance(p, md.Toolhost)
+        assert isinstance(p, md.Pool)
 
         async def main() -> md.ToolResult:
             return await p.acall("AID.TEST.HUGE.v1", {"bytes": size})
@@ -133,7 +133,7 @@ def test_large_responses_need_no_line_limit(plugins: list[str]) -> None:
         assert len(p.call("AID.TEST.HUGE.v1", {"bytes": size}).output) == size
 
 
-def test_deadline_is_answered_on_time(pool: md.Toolhost) -> None:
+def test_deadline_is_answered_on_time(pool: md.Pool) -> None:
     started = time.monotonic()
     r = pool.call("AID.TEST.SLOW.v1", {"ms": 2000}, timeout=0.2, check=False)
     assert r.code == "timeout" and time.monotonic() - started < 1.5
@@ -151,7 +151,7 @@ def wait_until_stopped(pid: int) -> None:
     raise AssertionError(f"process {pid} did not stop")
 
 
-def test_wedged_host_is_killed_and_replaced(pool: md.Toolhost) -> None:
+def test_wedged_host_is_killed_and_replaced(pool: md.Pool) -> None:
     pool.call("AID.ECHO.v1", 0)
     [pid] = pool.pids()
     os.kill(pid, signal.SIGSTOP)  # answers nothing, not even its own timeouts
@@ -171,7 +171,7 @@ def test_wedged_host_is_killed_and_replaced(pool: md.Toolhost) -> None:
     assert pid not in pool.pids()
 
 
-def test_crashed_process_is_restarted(pool: md.Toolhost) -> None:
+def test_crashed_process_is_restarted(pool: md.Pool) -> None:
     pool.call("AID.ECHO.v1", 0)
     first = set(pool.pids())
     r = pool.call("AID.TEST.ABORT.v1", check=False)
@@ -183,8 +183,8 @@ def test_crashed_process_is_restarted(pool: md.Toolhost) -> None:
 def test_request_window_is_bounded(plugins: list[str]) -> None:
     """With max_in_flight=2, six concurrent slow calls never have more than two
     requests outstanding on the process; the others wait their turn."""
-    with md.Toolhost(1, workers=4, max_in_flight=2, executable=TOOLHOST, plugins=plugins, env=base_env()) as p:
-        assert isinstance(p, md.Toolhost)
+    with md.Pool(1, workers=4, max_in_flight=2, executable=TOOLHOST, plugins=plugins, env=base_env()) as p:
+        assert isinstance(p, md.Pool)
         p.call("AID.ECHO.v1", 0)
         proc = p._sync[0]
         assert proc is not None
@@ -212,8 +212,8 @@ def test_request_window_is_bounded(plugins: list[str]) -> None:
 
 
 def test_window_full_until_the_deadline_is_a_timeout(plugins: list[str]) -> None:
-    with md.Toolhost(1, max_in_flight=1, executable=TOOLHOST, plugins=plugins, env=base_env()) as p:
-        assert isinstance(p, md.Toolhost)
+    with md.Pool(1, max_in_flight=1, executable=TOOLHOST, plugins=plugins, env=base_env()) as p:
+        assert isinstance(p, md.Pool)
         blocker = threading.Thread(target=p.call, args=("AID.TEST.SLOW.v1", {"ms": 800}))
         blocker.start()
         time.sleep(0.2)
@@ -224,7 +224,7 @@ def test_window_full_until_the_deadline_is_a_timeout(plugins: list[str]) -> None
 
 def test_close_fails_nothing_that_was_answered_and_leaves_no_process(plugins: list[str]) -> None:
     before = toolhost_processes()
-    p = md.Toolhost(2, executable=TOOLHOST, plugins=plugins, env=base_env())
+    p = md.Pool(2, executable=TOOLHOST, plugins=plugins, env=base_env())
     assert p.call("AID.ECHO.v1", 1).output == 1
     p.close()
     p.close()  # twice is fine
@@ -235,7 +235,7 @@ def test_close_fails_nothing_that_was_answered_and_leaves_no_process(plugins: li
 
 SCRIPT = textwrap.dedent("""
     import sys, time, machina_dispatch as md
-    pool = md.Toolhost(2, executable=sys.argv[1], plugins=sys.argv[2:])
+    pool = md.Pool(2, executable=sys.argv[1], plugins=sys.argv[2:])
     pool.call("AID.ECHO.v1", 1)
     pool.call_many([("AID.ECHO.v1", 2), ("AID.ECHO.v1", 3)])
     print(" ".join(map(str, pool.pids())), flush=True)
@@ -293,7 +293,7 @@ def test_killed_interpreter_leaves_no_host(plugins: list[str]) -> None:
     assert _gone(pids)
 
 
-def test_state_is_private_to_each_call(pool: md.Toolhost) -> None:
+def test_state_is_private_to_each_call(pool: md.Pool) -> None:
     """A state written by one caller never shows up in another caller's call, even on
     the same host process, pipelined."""
     mine = md.DsState()
@@ -319,8 +319,8 @@ def test_requests_carry_the_deadline(plugins: list[str], tmp_path: object) -> No
     with open(fake, "w") as f:
         f.write(f"#!{sys.executable}\n{recorder}")
     os.chmod(fake, 0o755)
-    with md.Toolhost(1, executable=fake, env=base_env()) as p:
+    with md.Pool(1, executable=fake, env=base_env()) as p:
         sent = p.call("AID.X.v1", {"a": 1}, timeout=2.5, idempotency_key="k", lease_token="t").output
     assert sent == {"id": 1, "aid": "AID.X.v1", "input_json": '{"a":1}', "idempotency_key": "k",
-                    "_lease_token": "t", "timeout_ms": 2500, "ds_state": {"slots": {}}}
+                    "_lease_token": "t", "timeout_ms": 2500}  # no state: none sent (--state-per-call)
     assert json.loads(json.dumps(sent))  # plain JSON

@@ -25,8 +25,8 @@ def plugins(misbehaving: str) -> list[str]:
     return [misbehaving, str(md.builtin_plugin_path())]
 
 
-def make_pool(plugins: list[str], **options: Any) -> md.Toolhost:
-    return md.Toolhost(1, executable=TOOLHOST, plugins=plugins, env=base_env(), **options)
+def make_pool(plugins: list[str], **options: Any) -> md.Pool:
+    return md.Pool(1, executable=TOOLHOST, plugins=plugins, env=base_env(), **options)
 
 
 def test_a_batch_waits_for_room_without_holding_the_reader(plugins: list[str]) -> None:
@@ -129,7 +129,7 @@ def test_a_request_never_reaches_the_replacement_host(plugins: list[str], monkey
         out: dict[str, Any] = {}
 
         def batch() -> None:
-            out["batch"] = pool.call_many([("AID.TEST.SLOW.v1", {"ms": 1, "from": "batch"})])
+            out["batch"] = pool.call_many([("AID.TEST.SLOW.v1", {"ms": 1, "from": "batch"})], check=False)
 
         tb = threading.Thread(target=batch)
         tb.start()
@@ -225,7 +225,7 @@ def test_an_error_code_this_build_does_not_know(transport: str, tmp_path: Any) -
             sys.stdout.flush()
     """))
     host.chmod(0o755)
-    t: md.Transport = (md.Toolhost(executable=str(host), timeout=5, grace=0.5) if transport == "pool"
+    t: md.Transport = (md.Pool(executable=str(host), timeout=5, grace=0.5) if transport == "pool"
                        else md.Spawn(str(host), timeout=5))
     with t:
         r = t.call("AID.ECHO.v1", '"new"', check=False)  # (a str is JSON text already)

@@ -260,7 +260,7 @@ def test_state_round_trip(plugins: list[str]) -> None:
 
 
 def test_any_transport_through_the_seed_function(plugins: list[str]) -> None:
-    with md.Toolhost(1, executable=TOOLHOST, plugins=plugins) as pool:
+    with md.Pool(1, executable=TOOLHOST, plugins=plugins) as pool:
         assert md.run_machina_toolhost("AID.ECHO.v1", [5], transport=pool) == "[5]"
         assert md.run_machina_toolhost("AID.NOPE.v1", transport=pool)["type"] == "tool_not_found"
 

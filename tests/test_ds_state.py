@@ -56,6 +56,21 @@ def test_delta_request_patches_the_session_state() -> None:
     assert got(r[4]) == 3
 
 
+def test_state_per_call_keeps_nothing_between_requests() -> None:
+    # --state-per-call (the pool's mode): each request runs with the state it carries, or
+    # none; deltas are against what it carried; nothing reaches the next request.
+    for workers in ("1", "2"):
+        r = serve([put(0, "a"), get(0), get(1, ds_state={"slots": {"DS1": art("sent")}}), get(1),
+                   put(2, "b", ds_state={"delta": True, "slots": {"DS3": art(3)}, "removed_slots": []}), get(3)],
+                  "--state-per-call", "--workers", workers)
+        assert r[0]["ds_state"] == {"delta": True, "slots": {"DS0": art("a")}, "removed_slots": []}
+        assert got(r[1]) is None and r[1]["ds_state"] == EMPTY_DELTA
+        assert got(r[2]) == "sent" and r[2]["ds_state"] == EMPTY_DELTA
+        assert got(r[3]) is None
+        assert r[4]["ds_state"]["slots"].keys() == {"DS2"}  # a delta request patches an empty state
+        assert got(r[5]) is None
+
+
 def test_sessions_are_per_serve_process() -> None:
     assert got(serve([put(4, "mine")])[0] and serve([get(4)])[0]) is None
 

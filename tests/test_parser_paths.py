@@ -15,7 +15,7 @@ import pytest
 from conftest import TRANSCRIPTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from machina_dispatch import _core
+from machina_dispatch import _core, _testing
 from test_bad_input import RUN_CASES, SERVE_CASES
 
 CAP = 1024 * 1024  # larger corpus entries (the 12 MB line) are left to test_bad_input
@@ -40,8 +40,8 @@ CORPUS = corpus()
 
 
 def agree(text: bytes) -> None:
-    assert _core._check_json(text, False) == _core._check_json(text, True), text[:200]
-    assert _core._decode_request(text, False) == _core._decode_request(text, True), text[:200]
+    assert _testing.check_json(text, False) == _testing.check_json(text, True), text[:200]
+    assert _testing.decode_request(text, False) == _testing.decode_request(text, True), text[:200]
 
 
 def test_corpus_is_substantial() -> None:
@@ -58,12 +58,12 @@ def test_the_fast_path_really_decodes() -> None:
     text = (b'{"id":7,"aid":"AID.ECHO.v1","input_json":"[1]","idempotency_key":"k",'
             b'"ds_state":{"delta":true,"slots":{"DS2":{"type":"t","content_json":"3"}},'
             b'"removed_slots":["DS1"]}}')
-    fast = _core._decode_request(text, False)
-    assert fast == _core._decode_request(text, True)
+    fast = _testing.decode_request(text, False)
+    assert fast == _testing.decode_request(text, True)
     assert fast[:6] == (True, "AID.ECHO.v1", "[1]", "7", "k", None)
     assert fast[6].startswith("delta:") and '"DS2"' in fast[6] and '"DS1"' in fast[6]
-    assert _core._check_json(b"[1, {\"a\": null}]", False) is None
-    assert _core._check_json(b"[1,", False) is not None
+    assert _testing.check_json(b"[1, {\"a\": null}]", False) is None
+    assert _testing.check_json(b"[1,", False) is not None
 
 
 json_values = st.recursive(
@@ -78,7 +78,7 @@ json_values = st.recursive(
 @given(json_values)
 def test_paths_agree_on_generated_documents(value: object) -> None:
     text = json.dumps(value).encode()
-    assert _core._check_json(text, False) is None
+    assert _testing.check_json(text, False) is None
     agree(text)
     agree(json.dumps({"aid": "AID.ECHO.v1", "input_json": text.decode(), "x": value}).encode())
 

@@ -1,4 +1,4 @@
-"""Spinning for quick answers (--spin-us, Toolhost(spin_us=...)): a serve host polls for
+"""Spinning for quick answers (--spin-us, Pool(spin_us=...)): a serve host polls for
 its next request, and a lone pool caller for its answer, for a bounded time before they
 sleep; neither spins when it may use only one CPU."""
 
@@ -78,18 +78,18 @@ def test_a_host_allowed_one_cpu_does_not_spin() -> None:
 
 
 def test_pool_passes_its_spin_to_its_hosts_and_checks_it() -> None:
-    with md.Toolhost(executable=TOOLHOST, env=base_env(), spin_us=123) as pool:
+    with md.Pool(executable=TOOLHOST, env=base_env(), spin_us=123) as pool:
         assert pool.call("AID.ECHO.v1", [1]).output == [1]
         (pid,) = pool.pids()
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
         assert argv[argv.index(b"--spin-us") + 1] == b"123"
     # The host's own option in args comes last and wins there.
-    with md.Toolhost(executable=TOOLHOST, env=base_env(), args=["--spin-us", "0"]) as pool:
+    with md.Pool(executable=TOOLHOST, env=base_env(), args=["--spin-us", "0"]) as pool:
         assert pool.call("AID.ECHO.v1", [2]).output == [2]
     for bad in (-1, 10_001, 12.5):
         with pytest.raises(ValueError, match="spin_us must be a whole number from 0 to 10000"):
-            md.Toolhost(executable=TOOLHOST, spin_us=bad)
+            md.Pool(executable=TOOLHOST, spin_us=bad)
 
 
 @needs_two_cpus
@@ -97,14 +97,14 @@ def test_a_lone_caller_spins_at_most_its_limit(misbehaving: str) -> None:
     # A 10 ms spin, then sleep: waiting 20 times for a 30 ms tool costs this process
     # about 0.2 s of CPU, not the 0.6 s of waiting on the CPU throughout.
     plugins = [misbehaving]
-    with md.Toolhost(executable=TOOLHOST, plugins=plugins, env=base_env(), spin_us=10_000) as pool:
+    with md.Pool(executable=TOOLHOST, plugins=plugins, env=base_env(), spin_us=10_000) as pool:
         pool.call("AID.TEST.SLOW.v1", {"ms": 1})
         before = time.process_time()
         for _ in range(20):
             assert pool.call("AID.TEST.SLOW.v1", {"ms": 30}).ok
         used = time.process_time() - before
     assert 0.1 <= used <= 0.4
-    with md.Toolhost(executable=TOOLHOST, plugins=plugins, env=base_env(), spin_us=0) as pool:
+    with md.Pool(executable=TOOLHOST, plugins=plugins, env=base_env(), spin_us=0) as pool:
         pool.call("AID.TEST.SLOW.v1", {"ms": 1})
         before = time.process_time()
         for _ in range(20):

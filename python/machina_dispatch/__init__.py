@@ -4,7 +4,8 @@ Three transports, one API (``call``, ``acall``, ``call_many``, ``acall_many``), 
 result type (:class:`ToolResult`) and one exception hierarchy (:class:`ToolhostError`):
 
 - :class:`InProcess` — the C++ host in this process (fastest);
-- :class:`Toolhost` — a pool of ``machina-toolhost --serve`` processes, pipelined;
+- :class:`Pool` — a pool of ``machina-toolhost --serve`` processes, pipelined (``Toolhost``
+  is its earlier name);
 - :class:`Spawn` — one ``machina-toolhost --run`` process per call
   (and :func:`run_machina_toolhost`, the seed's dispatch function, which returns dicts).
 
@@ -17,11 +18,12 @@ import os
 from pathlib import Path
 
 from . import _core
-from ._core import HostError, Session, issue_lease
+from ._core import Session, issue_lease
 from ._errors import (
     BreakerOpen,
     DispatchError,
     ExecutableNotFound,
+    HostError,
     IdempotencyConflict,
     InternalError,
     InvalidInput,
@@ -44,7 +46,7 @@ from ._result import ToolResult
 from ._transport import Call, Transport
 from .ds_state import Artifact, DsDelta, DsState
 from .inprocess import InProcess, builtin_plugin_path
-from .pool import Toolhost
+from .pool import Pool, Toolhost
 from .spawn import Spawn, run_machina_toolhost
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "LeaseRejected",
     "LeaseRequired",
     "Overloaded",
+    "Pool",
     "ProtocolError",
     "RequestRejected",
     "Session",

@@ -21,6 +21,7 @@ __all__ = [
     "BreakerOpen",
     "DispatchError",
     "ExecutableNotFound",
+    "HostError",
     "IdempotencyConflict",
     "InternalError",
     "InvalidInput",
@@ -61,12 +62,29 @@ class ToolhostError(Exception):
         self.aid = result.aid
         self.detail = result.error
         self.code = result.code
+        if result.kind:
+            self.kind = result.kind  # the exact kind (the class may stand for several)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.result,))
 
 
 # --- failures around the host (the seed's dispatch types) ---------------------------
+
+
+class HostError(ToolhostError, RuntimeError):
+    """The host cannot be set up: an invalid option or flag, a plugin that cannot be loaded,
+    lease enforcement without a usable secret. Raised when a transport (or ``Host``) is
+    made — never by a call — by every transport alike."""
+
+    kind = "host_error"
+
+    def __init__(self, problem: str | ToolResult) -> None:
+        if isinstance(problem, str):
+            from ._result import ToolResult
+
+            problem = ToolResult.failure("", "host_error", problem)
+        super().__init__(problem)
 
 
 class ToolTimeout(ToolhostError, TimeoutError):
@@ -187,6 +205,7 @@ _CLASS_OF_KIND: dict[str, type[ToolhostError]] = {
     "parse_error": ProtocolError,
     "not_found": ExecutableNotFound,
     "exception": DispatchError,
+    "host_error": HostError,
     "request_too_large": RequestRejected,
     "malformed_request": RequestRejected,
     "invalid_ds_state": RequestRejected,

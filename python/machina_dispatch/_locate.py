@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sysconfig
+import threading
 from pathlib import Path
 
-__all__ = ["find_executable"]
+__all__ = ["NOT_FOUND", "check_setup", "find_executable"]
+
+NOT_FOUND = "machina-toolhost executable not found (pip install machina-toolhost, or set MACHINA_TOOLHOST_BIN)"
+
+_checked: set[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...] | None]] = set()
+_checked_lock = threading.Lock()
+SETUP_CHECK_TIMEOUT_S = 30.0
 
 
 def find_executable(explicit: str | os.PathLike[str] | None = None, *, loads_plugins: bool = False) -> str | None:
@@ -37,3 +45,30 @@ def find_executable(explicit: str | os.PathLike[str] | None = None, *, loads_plu
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)
     return shutil.which("machina-toolhost")
+
+
+def check_setup(executable: str, args: list[str], env: dict[str, str] | None) -> None:
+    """Makes sure a host started as ``executable *args`` can start at all — its flags are
+    known, its plugins load, lease enforcement has a secret — by having it list its tools
+    (``--list`` with the same options), so that a transport with a bad set-up fails where
+    it is made, not at its first call. Each set-up is checked once per process.
+
+    Raises:
+        HostError: the host refused the set-up (its own message).
+    """
+    key = (executable, tuple(args), None if env is None else tuple(sorted(env.items())))
+    with _checked_lock:
+        if key in _checked:
+            return
+    from ._errors import HostError
+
+    try:
+        run = subprocess.run([executable, *args, "--list"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=env, timeout=SETUP_CHECK_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HostError(f"machina-toolhost cannot be started as configured: {e}") from e
+    if run.returncode != 0:
+        said = run.stderr.decode("utf-8", "replace").strip()[-2000:]
+        raise HostError(f"machina-toolhost refused its set-up (exit status {run.returncode}): {said}")
+    with _checked_lock:
+        _checked.add(key)

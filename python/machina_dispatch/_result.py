@@ -91,9 +91,11 @@ class ToolResult(NamedTuple):
         return err
 
     @classmethod
-    def failure(cls, aid: str, kind: str, detail: str, **details: Any) -> ToolResult:
-        """A failure found around the host (no answer from it): status ``TOOL_ERROR``."""
-        return cls(aid, False, "TOOL_ERROR", "", detail, None, kind, False, None, details or None)
+    def failure(cls, aid: str, kind: str, detail: str, *, status: str = "TOOL_ERROR", **details: Any) -> ToolResult:
+        """A failure found around the host (no answer from it): status ``TOOL_ERROR``, or
+        ``INVALID_PICK`` for a call refused before it was sent (inputs or state that cannot
+        be sent), as the host says of input it cannot read."""
+        return cls(aid, False, status, "", detail, None, kind, False, None, details or None)
 
 
 def _delta_wire(text: str) -> dict[str, Any]:
@@ -104,3 +106,4 @@ def _delta_wire(text: str) -> dict[str, Any]:
 
 
 _core._configure_results(ToolResult, _errors.kind_table())
+_core._configure_errors(_errors.HostError)

@@ -6,8 +6,14 @@ default, else ``$MACHINA_TOOLHOST_TIMEOUT``, else 30 s). It is sent to the host 
 request's ``timeout_ms``, so the host answers ``timeout`` on time; a transport that gets
 no answer a grace period later treats the host as wedged.
 
-ds_state: a call given ``state=`` (a :class:`DsState`) sends it whole and applies the
-tool's changes to it when the call succeeds; a call given none runs with an empty state.
+ds_state: a call given ``state=`` (a :class:`DsState`, or a full-state wire dict as
+:func:`run_machina_toolhost` takes it) sends it whole and applies the tool's changes to it
+in place when the call succeeds; a call given none runs with an empty state.
+
+What cannot be sent — inputs with no JSON form (a set, NaN), bytes that are not UTF-8, a
+state that is not one — is refused before anything is sent, alike on every transport: a
+failed result of kind ``invalid_input`` or ``invalid_ds_state`` (status ``INVALID_PICK``),
+raised as :class:`InvalidInput` / :class:`RequestRejected` with ``check``.
 """
 
 from __future__ import annotations
@@ -16,16 +22,52 @@ import asyncio
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Iterable, Mapping, MutableMapping, Sequence
+from typing import Any, NamedTuple, cast
 
+from ._inputs import to_input_json
 from ._result import ToolResult
 from .ds_state import DsDelta, DsState
+
+State = DsState | MutableMapping[str, Any]
 
 __all__ = ["DEFAULT_TIMEOUT_S", "Call", "Transport", "default_timeout"]
 
 DEFAULT_TIMEOUT_S = 30.0
 EMPTY_STATE_JSON = '{"slots":{}}'
+
+
+def input_text(aid: str, inputs: Any) -> str | ToolResult:
+    """The call's ``input_json``, or the failure that refuses a call whose inputs cannot be
+    sent (see the module docstring)."""
+    try:
+        return to_input_json(inputs)
+    except (TypeError, ValueError) as e:  # (UnicodeDecodeError is a ValueError)
+        return ToolResult.failure(aid, "invalid_input", f"inputs cannot be sent as JSON: {e}", status="INVALID_PICK")
+
+
+def state_text(aid: str, state: State | None) -> str | ToolResult | None:
+    """The call's ``ds_state`` (full state) as JSON text, ``None`` for no state, or the
+    failure that refuses a call whose state is not one."""
+    if state is None:
+        return None
+    if isinstance(state, DsState):
+        return state.to_json()
+    try:
+        if not isinstance(state, Mapping):
+            raise TypeError("state must be a DsState or a wire dict ({'slots': {...}}), "
+                            f"not {type(state).__name__}")
+        return DsState.from_wire(state).to_json()
+    except KeyError as e:
+        return ToolResult.failure(aid, "invalid_ds_state", f"invalid ds_state: an artifact lacks its field {e}",
+                                  status="INVALID_PICK")
+    except (TypeError, ValueError, AttributeError) as e:
+        return ToolResult.failure(aid, "invalid_ds_state", f"invalid ds_state: {e}", status="INVALID_PICK")
+
+
+def refuse(result: ToolResult, check: bool) -> ToolResult:
+    """A call refused before it was sent: returned, or raised with ``check``."""
+    return result.raise_for_error() if check else result
 
 
 def default_timeout() -> float:
@@ -62,7 +104,7 @@ class Call(NamedTuple):
     idempotency_key: str | None = None
     lease_token: str | None = None
     timeout: float | None = None
-    state: DsState | None = None
+    state: State | None = None
 
 
 def as_call(item: Call | tuple[Any, ...] | str) -> Call:
@@ -84,9 +126,25 @@ def call_fields(item: Call | tuple[Any, ...] | str) -> tuple[Any, ...]:
     return as_call(item)
 
 
-def apply_state(state: DsState | None, result: ToolResult) -> None:
-    if state is not None and result.ok and result.ds_state_json:
-        state.apply(DsDelta.from_json(result.ds_state_json))
+def apply_state(state: State | None, result: ToolResult) -> None:
+    """A successful call's changes, applied to the state it was given (in place)."""
+    if state is None or not result.ok or not result.ds_state_json:
+        return
+    delta = DsDelta.from_json(result.ds_state_json)
+    if isinstance(state, DsState):
+        state.apply(delta)
+        return
+    # A wire dict: its slots keep the naming they came with ("DS3", or "3" as the original
+    # client names them).
+    wire = cast(dict[str, Any], state)
+    slots: dict[str, Any] = wire.setdefault("slots", {})
+    numbered = bool(slots) and all(str(k).isdigit() for k in slots)
+    for name in delta.removed:
+        slots.pop(name, None)
+        slots.pop(name[2:], None)
+    for name, artifact in delta.slots.items():
+        slots.pop(name[2:] if not numbered else name, None)
+        slots[name[2:] if numbered else name] = artifact.to_wire()
 
 
 class Transport(ABC):
@@ -97,7 +155,7 @@ class Transport(ABC):
         timeout_ms(self.timeout)  # checks it
 
     @abstractmethod
-    def call(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+    def call(self, aid: str, inputs: Any = None, *, state: State | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
              timeout: float | None = None, check: bool = True) -> ToolResult:
         """Runs one tool call.
@@ -106,18 +164,20 @@ class Transport(ABC):
             aid: the tool.
             inputs: the tool's input: a dict/list/number (encoded as JSON), a str (JSON
                 text, sent as it is), or None (``{}``).
-            state: the ds_state to run with; updated in place with the tool's changes.
+            state: the ds_state to run with (a DsState or a full-state wire dict); updated
+                in place with the tool's changes.
             idempotency_key: deduplicates calls with the same key and input (see the
                 protocol reference).
             lease_token: a lease for a tool of tier > 0 when leases are enforced.
             timeout: seconds; see the module docstring.
-            check: raise on failure (default) or return the failed result.
+            check: raise on failure (the default, as for every method of every transport)
+                or return the failed result.
 
         Raises:
             ToolhostError: with ``check``, the subclass for the failure's kind.
         """
 
-    def acall(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+    def acall(self, aid: str, inputs: Any = None, *, state: State | None = None,
               idempotency_key: str | None = None, lease_token: str | None = None,
               timeout: float | None = None, check: bool = True) -> Awaitable[ToolResult]:
         """:meth:`call` for asyncio: returns an awaitable (a coroutine, or a future on
@@ -134,11 +194,12 @@ class Transport(ABC):
                                         lease_token=lease_token, timeout=timeout, check=check))
         return run()
 
-    def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = False) -> list[ToolResult]:
+    def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = True) -> list[ToolResult]:
         """Runs many calls; results in the same order. Transports that can pipeline do.
 
         Raises:
-            ToolhostError: with ``check``, for the first failed call (all calls still ran).
+            ToolhostError: with ``check`` (the default, as for :meth:`call`), for the first
+                failed call (all calls still ran); ``check=False`` returns every result.
         """
         results = [self.call(c.aid, c.inputs, state=c.state, idempotency_key=c.idempotency_key,
                              lease_token=c.lease_token, timeout=c.timeout, check=False)
@@ -146,7 +207,7 @@ class Transport(ABC):
         return check_all(results) if check else results
 
     async def acall_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *,
-                         check: bool = False) -> list[ToolResult]:
+                         check: bool = True) -> list[ToolResult]:
         """:meth:`call_many` for asyncio.
 
         Raises:
@@ -161,11 +222,21 @@ class Transport(ABC):
     def close(self) -> None:  # noqa: B027 - transports without resources need nothing
         """Releases the transport's resources (processes, threads)."""
 
+    async def aclose(self) -> None:
+        """:meth:`close` from asyncio, without blocking the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
     def __enter__(self) -> Transport:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Transport:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def check_all(results: Sequence[ToolResult]) -> list[ToolResult]:

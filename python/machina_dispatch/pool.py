@@ -12,7 +12,7 @@ When a process dies, every call pending on it fails at once with ``crash`` (its 
 status and stderr tail in the message) and the next call starts a replacement. When a
 call gets no answer a grace period after its deadline, the process is taken as wedged:
 it is killed, that call fails with ``timeout`` and the others pending on it with
-``crash``. :meth:`Toolhost.close` (also run at interpreter exit, and on SIGTERM when the
+``crash``. :meth:`Pool.close` (also run at interpreter exit, and on SIGTERM when the
 default handler was in place) ends every process; none is ever left behind.
 """
 
@@ -35,13 +35,22 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _core
-from ._inputs import to_input_json
-from ._locate import find_executable
+from ._locate import NOT_FOUND, check_setup, find_executable
 from ._result import ToolResult
-from ._transport import EMPTY_STATE_JSON, Call, Transport, apply_state, call_fields, check_all, timeout_ms
-from .ds_state import DsState
+from ._transport import (
+    Call,
+    State,
+    Transport,
+    apply_state,
+    call_fields,
+    check_all,
+    input_text,
+    refuse,
+    state_text,
+    timeout_ms,
+)
 
-__all__ = ["Toolhost"]
+__all__ = ["Pool", "Toolhost"]
 
 STDERR_TAIL_BYTES = 4096
 MAX_LINE_BYTES = 64 * 1024 * 1024  # no response of the host comes near this
@@ -49,7 +58,6 @@ READ_CHUNK = 256 * 1024
 DEFAULT_SPIN_US = 50  # about what a sleep and a cross-CPU wake-up cost here, several times over
 MAX_SPIN_US = 10_000  # the host's --spin-us range
 ROUND_TRIP_EOF, ROUND_TRIP_WRITE_FAILED = 1, 3  # _core.round_trip's status (0 done, 2 out of time)
-NOT_FOUND = "machina-toolhost executable not found (pip install machina-toolhost, or set MACHINA_TOOLHOST_BIN)"
 
 
 def _failure(aid: str, kind: str, detail: str) -> ToolResult:
@@ -606,14 +614,14 @@ class _Queued:
 
     __slots__ = ("rid", "aid", "line", "fut", "state", "check", "deadline", "waiting")
 
-    def __init__(self, rid: int, aid: str, line: bytes, fut: asyncio.Future[ToolResult], state: DsState | None,
+    def __init__(self, rid: int, aid: str, line: bytes, fut: asyncio.Future[ToolResult], state: State | None,
                  check: bool, deadline: float) -> None:
         self.rid, self.aid, self.line, self.fut = rid, aid, line, fut
         self.state, self.check, self.deadline = state, check, deadline
         self.waiting = True
 
 
-def _settle(fut: asyncio.Future[ToolResult], result: ToolResult, state: DsState | None, check: bool) -> None:
+def _settle(fut: asyncio.Future[ToolResult], result: ToolResult, state: State | None, check: bool) -> None:
     """Completes a call's future as ``acall`` promises: state applied, error raised with check."""
     if fut.done():  # cancelled by its caller
         return
@@ -670,7 +678,7 @@ class _AsyncProcess:
     # --- calls ---------------------------------------------------------------------------
 
     def start(self, aid: str, input_json: str, key: str | None, token: str | None, ms: int, state_json: str | None,
-              deadline: float, state: DsState | None, check: bool) -> asyncio.Future[ToolResult]:
+              deadline: float, state: State | None, check: bool) -> asyncio.Future[ToolResult]:
         fut: asyncio.Future[ToolResult] = self.loop.create_future()
         if self.dead is not None:
             _settle(fut, _failure(aid, "crash", self.dead), state, check)
@@ -927,8 +935,9 @@ class _AsyncProcess:
         self.fail_all("the pool was closed", "crash", True)
 
 
-class Toolhost(Transport):
-    """A pool of ``machina-toolhost --serve`` processes.
+class Pool(Transport):
+    """A pool of ``machina-toolhost --serve`` processes (once called ``Toolhost``, a name that
+    still works).
 
     Args:
         processes: how many host processes (sync calls use up to this many; asyncio calls
@@ -951,6 +960,8 @@ class Toolhost(Transport):
 
     Raises:
         ExecutableNotFound: no ``machina-toolhost`` executable.
+        HostError: the host refuses the set-up (an unknown flag, a plugin that does not
+            load): checked once here, by having the host list its tools.
     """
 
     def __init__(self, processes: int = 1, *, workers: int = 1, executable: str | os.PathLike[str] | None = None,
@@ -968,8 +979,12 @@ class Toolhost(Transport):
             from ._errors import ExecutableNotFound
 
             raise ExecutableNotFound(_failure("", "not_found", NOT_FOUND))
-        self.argv = [exe, "--serve", "--workers", str(workers), "--spin-us", str(spin_us),
-                     *[a for p in plugins or [] for a in ("--plugin", os.fspath(p))], *(args or [])]
+        options = ["--workers", str(workers), "--spin-us", str(spin_us),
+                   *[a for p in plugins or [] for a in ("--plugin", os.fspath(p))], *(args or [])]
+        check_setup(exe, options, env)
+        # --state-per-call: a call runs with the state it sends, or an empty one, whatever
+        # the calls before it on the same process did (no empty state sent with every call).
+        self.argv = [exe, "--serve", "--state-per-call", *options]
         self.env = env
         self.processes = processes
         self.max_in_flight = max_in_flight
@@ -995,7 +1010,7 @@ class Toolhost(Transport):
             return first  # the common case, without the lock
         with self._lock:
             if self._closed:
-                raise RuntimeError("the Toolhost pool is closed")
+                raise RuntimeError("the pool is closed")
             best: _SyncProcess | None = None
             free = -1
             for i, p in enumerate(self._sync):
@@ -1025,7 +1040,7 @@ class Toolhost(Transport):
             return solo
         with self._lock:
             if self._closed:
-                raise RuntimeError("the Toolhost pool is closed")
+                raise RuntimeError("the pool is closed")
             procs = self._async.setdefault(loop, [None] * self.processes)
             best: _AsyncProcess | None = None
             for i, p in enumerate(procs):
@@ -1040,32 +1055,55 @@ class Toolhost(Transport):
 
     # --- calls ---------------------------------------------------------------------------
 
-    def _prepare(self, inputs: Any, state: DsState | None, timeout: float | None,
-                 now: float | None = None) -> tuple[str, int, str | None, float]:
-        input_json = inputs if type(inputs) is str else to_input_json(inputs)
+    def _prepare(self, aid: str, inputs: Any, state: State | None, timeout: float | None,
+                 now: float | None = None) -> tuple[str, int, str | None, float] | ToolResult:
+        """A call's input text, timeout, state text and deadline; or the failure that
+        refuses it before sending."""
+        input_json = inputs if type(inputs) is str else input_text(aid, inputs)
+        if isinstance(input_json, ToolResult):
+            return input_json
         ms = self._default_ms if timeout is None else timeout_ms(timeout)
-        # Every call runs with the state it is given, or an empty one: the host process is
-        # shared, so a state left by an earlier call must not leak into this one.
-        state_json = state.to_json() if state is not None else EMPTY_STATE_JSON
+        # Every call runs with the state it is given, or an empty one: the host processes
+        # run with --state-per-call, so a call without a state sends none.
+        state_json = state_text(aid, state)
+        if isinstance(state_json, ToolResult):
+            return state_json
         return input_json, ms, state_json, (time.monotonic() if now is None else now) + ms / 1000.0
 
     def _prepare_batch(self, calls: Iterable[Call | tuple[Any, ...] | str]) -> tuple[
-            list[tuple[str, str, str | None, str | None, int, str | None]], list[float], list[tuple[int, DsState]]]:
-        """A batch's requests, their deadlines, and the calls that carry a state (by index)."""
+            list[tuple[str, str, str | None, str | None, int, str | None]], list[float], list[tuple[int, State]],
+            dict[int, ToolResult]]:
+        """A batch's requests and their deadlines, the calls that carry a state, and the
+        calls refused before sending (both by their index in the batch)."""
         prepared: list[tuple[str, str, str | None, str | None, int, str | None]] = []
         deadlines: list[float] = []
-        states: list[tuple[int, DsState]] = []
+        states: list[tuple[int, State]] = []
+        refused: dict[int, ToolResult] = {}
         now = time.monotonic()  # one clock read for the batch
-        for c in calls:
+        for i, c in enumerate(calls):
             aid, inputs, key, token, timeout, state = call_fields(c)
+            ready = self._prepare(aid, inputs, state, timeout, now)
+            if isinstance(ready, ToolResult):
+                refused[i] = ready
+                continue
             if state is not None:
-                states.append((len(prepared), state))
-            input_json, ms, state_json, d = self._prepare(inputs, state, timeout, now)
+                states.append((i, state))
+            input_json, ms, state_json, d = ready
             prepared.append((aid, input_json, key, token, ms, state_json))
             deadlines.append(d)
-        return prepared, deadlines, states
+        return prepared, deadlines, states, refused
 
-    def call(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+    def _finish_batch(self, sent: list[ToolResult], states: list[tuple[int, State]], refused: dict[int, ToolResult],
+                      check: bool) -> list[ToolResult]:
+        """The batch's results in its order, states updated; raises the first failure with ``check``."""
+        if refused:
+            answers = iter(sent)
+            sent = [refused[i] if i in refused else next(answers) for i in range(len(sent) + len(refused))]
+        for i, state in states:
+            apply_state(state, sent[i])
+        return check_all(sent) if check else sent
+
+    def call(self, aid: str, inputs: Any = None, *, state: State | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
              timeout: float | None = None, check: bool = True) -> ToolResult:
         """See :meth:`Transport.call`.
@@ -1073,14 +1111,17 @@ class Toolhost(Transport):
         Raises:
             ToolhostError: with ``check``, the subclass for the failure's kind.
         """
-        input_json, ms, state_json, deadline = self._prepare(inputs, state, timeout)
+        ready = self._prepare(aid, inputs, state, timeout)
+        if isinstance(ready, ToolResult):
+            return refuse(ready, check)
+        input_json, ms, state_json, deadline = ready
         r = self._sync_process().call(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline)
         apply_state(state, r)
         if check and not r.ok:
             r.raise_for_error()
         return r
 
-    def acall(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+    def acall(self, aid: str, inputs: Any = None, *, state: State | None = None,
               idempotency_key: str | None = None, lease_token: str | None = None,
               timeout: float | None = None, check: bool = True) -> asyncio.Future[ToolResult]:
         """See :meth:`Transport.acall`; read by the running event loop, no threads. Returns
@@ -1090,28 +1131,33 @@ class Toolhost(Transport):
             ToolhostError: (from the await) with ``check``, the subclass for the failure's kind.
         """
         try:
-            input_json, ms, state_json, deadline = self._prepare(inputs, state, timeout)
+            ready = self._prepare(aid, inputs, state, timeout)
+            if isinstance(ready, ToolResult):
+                fut: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+                _settle(fut, ready, None, check)
+                return fut
+            input_json, ms, state_json, deadline = ready
             proc = self._async_process()
         except Exception as e:  # raised where it is awaited, as from a coroutine
-            fut: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+            fut = asyncio.get_running_loop().create_future()
             fut.set_exception(e)
             return fut
         return proc.start(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline, state, check)
 
-    def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = False) -> list[ToolResult]:
+    def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = True) -> list[ToolResult]:
         """Pipelines the calls over the pool's processes (one writer-reader per process);
         results in order.
 
         Raises:
             ToolhostError: with ``check``, for the first failed call (all calls still ran).
         """
-        prepared, deadlines, states = self._prepare_batch(calls)
+        prepared, deadlines, states, refused = self._prepare_batch(calls)
         if not prepared:
-            return []
+            return self._finish_batch([], states, refused, check)
         deadline = max(deadlines)
         with self._lock:
             if self._closed:
-                raise RuntimeError("the Toolhost pool is closed")
+                raise RuntimeError("the pool is closed")
         chunks = min(self.processes, len(prepared))
         if chunks == 1:
             results = self._sync_process().call_batch(prepared, deadline)
@@ -1133,21 +1179,19 @@ class Toolhost(Transport):
             for t in threads:
                 t.join()
             results = [parts[i % chunks][i // chunks] for i in range(len(prepared))]
-        for i, state in states:
-            apply_state(state, results[i])
-        return check_all(results) if check else results
+        return self._finish_batch(results, states, refused, check)
 
     async def acall_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *,
-                         check: bool = False) -> list[ToolResult]:
+                         check: bool = True) -> list[ToolResult]:
         """:meth:`call_many` for asyncio: the calls are shared out between this loop's
         processes and pipelined, one future per process for its share.
 
         Raises:
             ToolhostError: with ``check``, for the first failed call (all calls still ran).
         """
-        prepared, deadlines, states = self._prepare_batch(calls)
+        prepared, deadlines, states, refused = self._prepare_batch(calls)
         if not prepared:
-            return []
+            return self._finish_batch([], states, refused, check)
         procs = self._async_processes(min(self.processes, len(prepared)))
         if len(procs) == 1:
             results = await procs[0].start_many(prepared, deadlines)
@@ -1155,9 +1199,7 @@ class Toolhost(Transport):
             n = len(procs)
             parts = await asyncio.gather(*(p.start_many(prepared[k::n], deadlines[k::n]) for k, p in enumerate(procs)))
             results = [parts[i % n][i // n] for i in range(len(prepared))]
-        for i, state in states:
-            apply_state(state, results[i])
-        return check_all(results) if check else results
+        return self._finish_batch(results, states, refused, check)
 
     def close(self) -> None:
         """Ends every host process: they answer what they have, then are killed after
@@ -1183,12 +1225,6 @@ class Toolhost(Transport):
             a.fail_all("the pool was closed", kill=True)
         await loop.run_in_executor(None, self.close)
 
-    async def __aenter__(self) -> Toolhost:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     def pids(self) -> list[int]:
         """The process ids of the live host processes (for monitoring and tests)."""
         with self._lock:
@@ -1198,7 +1234,9 @@ class Toolhost(Transport):
         return [p.host.proc.pid for p in procs if p is not None and p.dead is None]
 
 
-_LIVE: weakref.WeakSet[Toolhost] = weakref.WeakSet()
+Toolhost = Pool  # the earlier name
+
+_LIVE: weakref.WeakSet[Pool] = weakref.WeakSet()
 
 
 @atexit.register

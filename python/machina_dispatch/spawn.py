@@ -12,6 +12,7 @@ Python opens every descriptor close-on-exec.
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import os
 import select
@@ -21,10 +22,21 @@ import time
 from typing import Any
 
 from . import _core
-from ._inputs import to_input_json
-from ._locate import find_executable
+from ._errors import ExecutableNotFound, ToolhostError
+from ._locate import NOT_FOUND, find_executable
+from ._locate import check_setup as check_host_setup
 from ._result import ToolResult
-from ._transport import EMPTY_STATE_JSON, Transport, apply_state, default_timeout, timeout_ms
+from ._transport import (
+    EMPTY_STATE_JSON,
+    State,
+    Transport,
+    apply_state,
+    default_timeout,
+    input_text,
+    refuse,
+    state_text,
+    timeout_ms,
+)
 from .ds_state import DsState
 
 __all__ = ["MAX_OUTPUT_BYTES", "Spawn", "run_machina_toolhost"]
@@ -32,6 +44,7 @@ __all__ = ["MAX_OUTPUT_BYTES", "Spawn", "run_machina_toolhost"]
 MAX_OUTPUT_BYTES = 1024 * 1024  # as the original client
 STDERR_TAIL_BYTES = 4096
 GRACE_S = 1.0  # after the deadline the host answers itself; this long more, and it is killed
+SEED_TYPES = ("timeout", "crash", "parse_error", "not_found", "exception")  # the seed's dispatch error types
 
 
 class Spawn(Transport):
@@ -44,19 +57,31 @@ class Spawn(Transport):
         timeout: default deadline in seconds.
         max_output_bytes: cap on what is read from stdout.
         env: the host's environment (default: this process's).
+        check_setup: have the host list its tools once first, so that a set-up it refuses
+            raises here rather than failing every call.
+
+    Raises:
+        ExecutableNotFound: no ``machina-toolhost`` executable.
+        HostError: the host refuses the set-up (an unknown flag, a plugin that does not
+            load): checked once per set-up, by having the host list its tools.
     """
 
     def __init__(self, executable: str | os.PathLike[str] | None = None, *,
                  plugins: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
                  timeout: float | None = None, max_output_bytes: int = MAX_OUTPUT_BYTES,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, check_setup: bool = True) -> None:
         super().__init__(timeout)
-        self.executable = find_executable(executable, loads_plugins=bool(plugins))
+        found = find_executable(executable, loads_plugins=bool(plugins))
+        if found is None:
+            raise ExecutableNotFound(ToolResult.failure("", "not_found", NOT_FOUND))
+        self.executable = found
         self.args = [a for p in plugins or [] for a in ("--plugin", os.fspath(p))] + list(args or [])
+        if check_setup:
+            check_host_setup(self.executable, self.args, env)
         self.max_output_bytes = max_output_bytes
         self.env = env
 
-    def call(self, aid: str, inputs: Any = None, *, state: DsState | None = None,
+    def call(self, aid: str, inputs: Any = None, *, state: State | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
              timeout: float | None = None, check: bool = True) -> ToolResult:
         """See :meth:`Transport.call`.
@@ -64,23 +89,26 @@ class Spawn(Transport):
         Raises:
             ToolhostError: with ``check``, the subclass for the failure's kind.
         """
+        seconds = self.timeout if timeout is None else float(timeout)
+        ms = timeout_ms(seconds)
+        input_json = inputs if type(inputs) is str else input_text(aid, inputs)
+        if isinstance(input_json, ToolResult):
+            return refuse(input_json, check)
+        sent_state = state_text(aid, state)
+        if isinstance(sent_state, ToolResult):
+            return refuse(sent_state, check)
         try:
-            r = self._call(aid, inputs, state, idempotency_key, lease_token,
-                           self.timeout if timeout is None else float(timeout))
+            r = self._call(aid, input_json, sent_state, idempotency_key, lease_token, ms, seconds)
         except Exception as e:  # anything else on the Python side: the seed's "exception"
             r = ToolResult.failure(aid, "exception", f"{type(e).__name__}: {e}")
+        apply_state(state, r)
         if check and not r.ok:
             r.raise_for_error()
         return r
 
-    def _call(self, aid: str, inputs: Any, state: DsState | None, idempotency_key: str | None,
-              lease_token: str | None, timeout: float) -> ToolResult:
-        if self.executable is None:
-            return ToolResult.failure(aid, "not_found", "machina-toolhost executable not found "
-                                      "(pip install machina-toolhost, or set MACHINA_TOOLHOST_BIN)")
-        sent_state = (state.to_json() if state is not None else None)
-        request = _core.encode_request(0, aid, to_input_json(inputs), idempotency_key, lease_token,
-                                       timeout_ms(timeout), sent_state)
+    def _call(self, aid: str, input_json: str, sent_state: str | None, idempotency_key: str | None,
+              lease_token: str | None, ms: int, timeout: float) -> ToolResult:
+        request = _core.encode_request(0, aid, input_json, idempotency_key, lease_token, ms, sent_state)
         outcome = _run(self.executable, [*self.args, "--run", aid], request, timeout + GRACE_S,
                        self.max_output_bytes, self.env)
         if isinstance(outcome, ToolResult):
@@ -102,7 +130,6 @@ class Spawn(Transport):
         if r.ds_state_json:
             # --run answers with the full state; every transport reports what changed.
             r = r._replace(ds_state_json=_core.delta_between(sent_state or EMPTY_STATE_JSON, r.ds_state_json))
-            apply_state(state, r)
         return r
 
 
@@ -315,17 +342,28 @@ def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None 
         aid: the tool.
         inputs: dict, list, JSON string or None (``{}``).
         timeout: seconds; default ``$MACHINA_TOOLHOST_TIMEOUT`` or 30.
-        ds_state: a :class:`DsState` (updated in place) or a full-state wire dict.
+        ds_state: a :class:`DsState` (updated in place) or a full-state wire dict (sent as it
+            is and left unchanged, as by the original).
         idempotency_key, lease_token: as in :meth:`Transport.call`.
         executable, plugins: for the default spawn transport.
         transport: run through this transport instead of spawning (same result).
     """
     try:
-        state = DsState.from_wire(ds_state) if isinstance(ds_state, dict) else ds_state
+        # A wire dict is sent as given but not written to: the original client leaves it alone.
+        state = copy.deepcopy(ds_state) if isinstance(ds_state, dict) else ds_state
+        # As the original: nothing is checked before the call (a host that cannot start is
+        # that call's crash).
         t = transport if transport is not None else Spawn(executable, plugins=plugins,
-                                                          timeout=timeout or default_timeout())
+                                                          timeout=timeout or default_timeout(), check_setup=False)
         r = t.call(aid, inputs, state=state, idempotency_key=idempotency_key, lease_token=lease_token,
                    timeout=timeout, check=False)
+    except ToolhostError as e:  # no executable, a set-up the host refuses
+        r = e.result._replace(aid=aid)
     except Exception as e:
         r = ToolResult.failure(aid, "exception", f"{type(e).__name__}: {e}")
-    return r.output_json if r.ok else r.to_dict()
+    if r.ok:
+        return r.output_json
+    out = r.to_dict()
+    if r.code is None and out["type"] not in SEED_TYPES:
+        out["type"] = "exception"  # refused on the Python side: the seed's word for it
+    return out

@@ -329,73 +329,102 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept
   }
 }
 
-/// InProcess.call compiled, for every call without a state or a timeout of its own; those
-/// (and calls on a closed transport) go to the reference method InProcess._call_py with
-/// the same arguments. Bound to InProcess as an instance method, so args[0] is the
-/// transport; `self._fast` is (Host, default timeout_ms, the input encoder) while it is
-/// open. Each call runs in an empty session, as the reference method's do: one per
-/// thread, replaced when a tool wrote to it.
+/// InProcess.call, compiled: the one path of every in-process call. Bound to InProcess as
+/// an instance method, so args[0] is the transport; `self._fast` is, while it is open,
+/// (Host, default timeout_ms, input_text, state_text, apply_state, timeout_ms) — the
+/// transport's Python helpers for what is not on the hot path (inputs that are not a str,
+/// a state, a timeout of the call's own). Each call runs in an empty session: one per
+/// thread, replaced when a call left something in it.
 PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) noexcept {
   static PyObject* const k_fast = PyUnicode_InternFromString("_fast");
-  static PyObject* const k_slow = PyUnicode_InternFromString("_call_py");
-  static PyObject* const k_key = PyUnicode_InternFromString("idempotency_key");
-  static PyObject* const k_token = PyUnicode_InternFromString("lease_token");
-  static PyObject* const k_check = PyUnicode_InternFromString("check");
-  static PyObject* const k_state = PyUnicode_InternFromString("state");
-  static PyObject* const k_timeout = PyUnicode_InternFromString("timeout");
   static PyObject* const k_raise = PyUnicode_InternFromString("raise_for_error");
+  // Parameter names after self, in order; the first two may be positional.
+  static PyObject* const names[] = {PyUnicode_InternFromString("aid"),          PyUnicode_InternFromString("inputs"),
+                                    PyUnicode_InternFromString("state"),        PyUnicode_InternFromString("idempotency_key"),
+                                    PyUnicode_InternFromString("lease_token"),  PyUnicode_InternFromString("timeout"),
+                                    PyUnicode_InternFromString("check")};
+  enum { aid_, inputs_, state_, key_, token_, timeout_, check_, n_ };
   try {
-    bool fast = (nargs == 2 || nargs == 3) && PyUnicode_CheckExact(args[1]);
-    PyObject* key = Py_None;
-    PyObject* token = Py_None;
-    bool check = true;
+    if (nargs > 3) {
+      throw py::type_error("call() takes from 1 to 2 positional arguments but " + std::to_string(nargs - 1) +
+                           " were given");
+    }
+    PyObject* v[n_] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+    for (Py_ssize_t i = 1; i < nargs; ++i) v[i - 1] = args[i];
     const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t i = 0; fast && i < nkw; ++i) {
+    for (Py_ssize_t i = 0; i < nkw; ++i) {
       PyObject* name = PyTuple_GET_ITEM(kwnames, i);
-      PyObject* value = args[nargs + i];
-      auto is = [name](PyObject* k) { return name == k || PyUnicode_Compare(name, k) == 0; };
-      if (is(k_key)) key = value;
-      else if (is(k_token)) token = value;
-      else if (is(k_check)) {
-        const int truth = PyObject_IsTrue(value);
-        if (truth < 0) return nullptr;
-        check = truth != 0;
-      } else if (is(k_state) || is(k_timeout)) fast = value == Py_None;
-      else fast = false;  // the reference method names the unknown keyword
+      int at = -1;
+      for (int k = 0; k < n_ && at < 0; ++k) {
+        if (name == names[k] || PyUnicode_Compare(name, names[k]) == 0) at = k;
+      }
+      if (at < 0) throw py::type_error("call() got an unexpected keyword argument '" + py::str(name).cast<std::string>() + "'");
+      if (v[at] != nullptr) throw py::type_error("call() got multiple values for argument '" + py::str(name).cast<std::string>() + "'");
+      v[at] = args[nargs + i];
     }
-    py::object info;
-    if (fast) {
-      info = py::reinterpret_steal<py::object>(PyObject_GetAttr(args[0], k_fast));
-      if (!info) return nullptr;
-      fast = PyTuple_CheckExact(info.ptr()) && PyTuple_GET_SIZE(info.ptr()) == 3;  // None once closed
+    if (v[aid_] == nullptr) throw py::type_error("call() missing 1 required positional argument: 'aid'");
+    const auto given = [&](int k) { return v[k] != nullptr && v[k] != Py_None; };
+    bool check = true;
+    if (v[check_] != nullptr) {
+      const int truth = PyObject_IsTrue(v[check_]);
+      if (truth < 0) return nullptr;
+      check = truth != 0;
     }
-    if (!fast) {
-      const py::object slow = py::reinterpret_steal<py::object>(PyObject_GetAttr(args[0], k_slow));
-      if (!slow) return nullptr;
-      return PyObject_Vectorcall(slow.ptr(), args + 1, static_cast<std::size_t>(nargs - 1), kwnames);
+    const py::object info = py::reinterpret_steal<py::object>(PyObject_GetAttr(args[0], k_fast));
+    if (!info) return nullptr;
+    if (!PyTuple_CheckExact(info.ptr()) || PyTuple_GET_SIZE(info.ptr()) != 6) {  // None once closed
+      PyErr_SetString(PyExc_RuntimeError, "the InProcess transport is closed");
+      return nullptr;
     }
-    auto& host = bound<machina::Host>(PyTuple_GET_ITEM(info.ptr(), 0));
+    PyObject* const* helpers = &PyTuple_GET_ITEM(info.ptr(), 0);
+    auto& host = bound<machina::Host>(helpers[0]);
     machina::Request req;
-    req.aid = utf8(args[1], "aid");
-    PyObject* inputs = nargs == 3 ? args[2] : Py_None;
-    if (PyUnicode_CheckExact(inputs)) {
-      req.input_json = utf8(inputs, "inputs");
-    } else {  // encoded as the reference method encodes (and refuses) them
-      const py::object text = py::reinterpret_steal<py::object>(PyObject_CallOneArg(PyTuple_GET_ITEM(info.ptr(), 2), inputs));
-      if (!text) return nullptr;
-      req.input_json = utf8(text.ptr(), "input_json");
+    req.aid = utf8(v[aid_], "aid");
+    req.idempotency_key = optional_str(given(key_) ? v[key_] : Py_None, "idempotency_key");
+    req.lease_token = optional_str(given(token_) ? v[token_] : Py_None, "lease_token");
+    // A helper's answer: the text to send, or the failed result that refuses the call.
+    py::object refused;
+    const auto text_or_refusal = [&](PyObject* helper, PyObject* value, std::string& into, const char* what) -> bool {
+      const py::object out = py::reinterpret_steal<py::object>(PyObject_CallFunctionObjArgs(helper, v[aid_], value, nullptr));
+      if (!out) throw py::error_already_set();
+      if (PyUnicode_Check(out.ptr())) {
+        into = utf8(out.ptr(), what);
+        return true;
+      }
+      refused = out;
+      return false;
+    };
+    PyObject* inputs = v[inputs_] != nullptr ? v[inputs_] : Py_None;
+    std::optional<std::string> state_json;
+    bool ready = true;
+    if (PyUnicode_CheckExact(inputs)) req.input_json = utf8(inputs, "inputs");
+    else ready = text_or_refusal(helpers[2], inputs, req.input_json, "input_json");
+    if (ready && given(state_)) ready = text_or_refusal(helpers[3], v[state_], state_json.emplace(), "state");
+    if (given(timeout_)) {
+      const py::object ms = py::reinterpret_steal<py::object>(PyObject_CallOneArg(helpers[5], v[timeout_]));
+      if (!ms) return nullptr;
+      req.timeout_ms = ms.cast<std::int64_t>();
+    } else {
+      req.timeout_ms = py::reinterpret_borrow<py::object>(helpers[1]).cast<std::int64_t>();
     }
-    req.idempotency_key = optional_str(key, "idempotency_key");
-    req.lease_token = optional_str(token, "lease_token");
-    const long long ms = PyLong_AsLongLong(PyTuple_GET_ITEM(info.ptr(), 1));
-    if (ms == -1 && PyErr_Occurred()) return nullptr;
-    req.timeout_ms = ms;
-    thread_local std::optional<machina::Session> session;
-    if (!session) session.emplace(/*respond_with_delta=*/true);
-    const machina::Response r = handle_in_process(host, req, *session, std::nullopt);
-    if (r.ds_state.changes && !r.ds_state.changes->empty()) session.reset();  // the next call starts empty
-    py::object result = results().make(py::reinterpret_borrow<py::object>(args[1]), r);
-    if (check && !r.ok()) {
+    py::object result;
+    bool ok = false;
+    if (ready) {
+      thread_local std::optional<machina::Session> session;
+      if (!session) session.emplace(/*respond_with_delta=*/true);
+      const machina::Response r = handle_in_process(host, req, *session, state_json);
+      if (state_json || (r.ds_state.changes && !r.ds_state.changes->empty())) session.reset();  // the next starts empty
+      result = results().make(py::reinterpret_borrow<py::object>(v[aid_]), r);
+      ok = r.ok();
+      if (ok && given(state_)) {
+        const py::object applied = py::reinterpret_steal<py::object>(
+            PyObject_CallFunctionObjArgs(helpers[4], v[state_], result.ptr(), nullptr));
+        if (!applied) return nullptr;
+      }
+    } else {
+      result = refused;
+    }
+    if (check && !ok) {
       const py::object raised = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(result.ptr(), k_raise));
       if (!raised) return nullptr;  // the matching ToolhostError
     }
@@ -409,8 +438,7 @@ PyMethodDef kInProcessCall = {
     "call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&inprocess_call)), METH_FASTCALL | METH_KEYWORDS,
     "call($self, aid, inputs=None, *, state=None, idempotency_key=None, lease_token=None, timeout=None, check=True)\n"
     "--\n\n"
-    "Runs one tool call (see Transport.call). Compiled for calls without a state or a timeout\n"
-    "of their own; those run InProcess._call_py, the reference method."};
+    "Runs one tool call (see Transport.call)."};
 
 PyMethodDef kFastMethods[] = {
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)), METH_FASTCALL,
@@ -435,14 +463,24 @@ PYBIND11_MODULE(_core, m) {
   m.attr("MAX_OUTPUT_BYTES") = machina::kMaxOutputBytes;
   m.attr("BUILTIN_PLUGIN_FILE") = std::string(machina::kBuiltinPluginFile);
 
-  static py::exception<machina::HostError> host_error(m, "HostError", PyExc_RuntimeError);
+  // machina::HostError becomes machina_dispatch.HostError (a ToolhostError), once the
+  // package has named it (_configure_errors); a RuntimeError before that.
+  static PyObject* host_error = PyExc_RuntimeError;
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const machina::HostError& e) {
-      py::set_error(host_error, e.what());
+      PyErr_SetString(host_error, e.what());
     }
   });
+  m.def(
+      "_configure_errors",
+      [](py::type cls) {
+        if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls.ptr()), reinterpret_cast<PyTypeObject*>(PyExc_Exception)))
+          throw py::type_error("HostError must be an exception class");
+        host_error = cls.inc_ref().ptr();  // kept for the life of the process
+      },
+      "cls"_a, "Names the exception class raised for the host's set-up errors.");
 
   m.def(
       "host_options",
@@ -520,89 +558,43 @@ PYBIND11_MODULE(_core, m) {
       "round_trip",
       [](int fd_in, int fd_out, const py::bytes& line, double timeout_s, const py::object& write_lock,
          std::int64_t spin_us, std::int64_t id, const py::object& aid) {
-        // The serve pool's lone caller: writes `line` whole to the host's stdin while
-        // reading its stdout (the host may be waiting for answers to be read), then reads
-        // until at least one whole answer line is in, all with the GIL released. Both
-        // descriptors are non-blocking. `write_lock` (held by the caller) is released as
-        // soon as the writing ends, so that other callers can write while this one waits.
-        // Once the line is written it polls for the answer for up to `spin_us` before
-        // sleeping in poll(): a quick tool's answer then costs no wake-up. Returns
-        // (bytes written, bytes read, status, result): status 0 done, 1 end of output,
-        // 2 out of time, 3 the write failed. When what was read is exactly one response
-        // line, answering `id`, it comes decoded as `result` (for `aid`) and no bytes are
-        // returned; anything else is left to the pool's general reader (result None).
+        // The pool's lone caller (machina::round_trip, with the GIL released). `write_lock`
+        // (held by the caller) is released as soon as the writing ends. Returns (bytes
+        // written, bytes read, status, result): status 0 done, 1 end of output, 2 out of
+        // time, 3 the write failed. When what was read is exactly one response line,
+        // answering `id`, it comes decoded as `result` (for `aid`) and no bytes are returned;
+        // anything else is left to the pool's general reader (result None).
         char* out = nullptr;
         Py_ssize_t out_size = 0;
         if (PyBytes_AsStringAndSize(line.ptr(), &out, &out_size) != 0) throw py::error_already_set();
-        const std::string_view request(out, static_cast<std::size_t>(out_size));
-        std::size_t written = 0;
-        std::string data;
-        int status = 0;
-        bool writing = true;
-        auto stop_writing = [&] {
-          if (!writing) return;
-          writing = false;
-          py::gil_scoped_acquire gil;
-          write_lock.attr("release")();
-        };
+        machina::RoundTrip rt;
         {
           py::gil_scoped_release release;
-          const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(timeout_s, 0.0));
-          constexpr std::size_t kChunk = 256 * 1024;
-          static const bool can_spin = machina::may_run_on_two_cpus();
-          const std::chrono::microseconds spin(can_spin ? spin_us : 0);
-          bool spun = false;
-          for (;;) {
-            if (written < request.size()) {
-              const ssize_t n = ::write(fd_in, request.data() + written, request.size() - written);
-              if (n > 0) written += static_cast<std::size_t>(n);
-              else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-                status = 3;
-                break;
-              }
-              if (written == request.size()) stop_writing();
-            }
-            if (written == request.size() && data.find('\n') != std::string::npos) break;
-            if (written == request.size() && !spun) {
-              spun = true;  // once: the rest of a long answer is waited for in poll()
-              machina::spin_until_readable(fd_out, spin);
-            }
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-            if (left.count() < 0) {
-              status = 2;
-              break;
-            }
-            pollfd fds[2] = {{fd_out, POLLIN, 0}, {written < request.size() ? fd_in : -1, POLLOUT, 0}};
-            const int ready = ::poll(fds, 2, static_cast<int>(std::min<long long>(left.count() + 1, 1 << 30)));
-            if (ready < 0 && errno != EINTR) {
-              status = 3;
-              break;
-            }
-            if (ready > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-              thread_local const std::unique_ptr<char[]> chunk = std::make_unique_for_overwrite<char[]>(kChunk);
-              const ssize_t n = ::read(fd_out, chunk.get(), kChunk);  // not into `data`: no 256 KiB clearing
-              if (n > 0) data.append(chunk.get(), static_cast<std::size_t>(n));
-              if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-                status = 1;
-                break;
-              }
-            }
-          }
-          stop_writing();
+          const auto until = std::chrono::steady_clock::now() +
+                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(std::max(timeout_s, 0.0)));
+          rt = machina::round_trip(fd_in, fd_out, std::string_view(out, static_cast<std::size_t>(out_size)), until,
+                                   std::chrono::microseconds(spin_us), [&] {
+                                     py::gil_scoped_acquire gil;
+                                     write_lock.attr("release")();
+                                   });
         }
-        if (status == 0 && id >= 0 && data.size() > 1 && data.find('\n') == data.size() - 1) {
+        const int status = static_cast<int>(rt.status);
+        const std::string& data = rt.data;
+        if (rt.status == machina::RoundTrip::Status::done && id >= 0 && data.size() > 1 &&
+            data.find('\n') == data.size() - 1) {
           machina::ResponseFields fields;
           std::string why;
           if (machina::decode_response(std::string_view(data).substr(0, data.size() - 1), fields, why) &&
               fields.id == id) {
             try {
-              return py::make_tuple(written, py::bytes(), status, results().make(aid, fields));
+              return py::make_tuple(rt.written, py::bytes(), status, results().make(aid, fields));
             } catch (const py::value_error&) {
               // (an error code this build does not know: the general reader reports it)
             }
           }
         }
-        return py::make_tuple(written, py::bytes(data), status, py::object(py::none()));
+        return py::make_tuple(rt.written, py::bytes(data), status, py::object(py::none()));
       },
       "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a, "spin_us"_a = 0, "id"_a = -1,
       "aid"_a = py::none(),
@@ -638,48 +630,34 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "decode_responses",
       [](const py::bytes& data, std::size_t start, const py::dict& aids) {
-        // Every complete line from `start`: [(id, result)], and where the next line starts.
-        // `aids` maps each pending id to its aid. A line that is not a response, or
-        // answers no pending id, raises ValueError (the stream can no longer be trusted).
+        // machina::match_responses over `aids`, which maps each open id to its aid in
+        // sending order: [(id, result)], and where the next line starts. ValueError if the
+        // stream can no longer be trusted.
+        struct Open final : machina::OpenRequests {
+          const py::dict& aids;
+          explicit Open(const py::dict& a) : aids(a) {}
+          bool is_open(std::int64_t id) const override { return aids.contains(py::int_(id)); }
+          void oldest_first(const std::function<bool(std::int64_t)>& visit) const override {
+            for (const auto& item : aids) {
+              if (!visit(item.first.cast<std::int64_t>())) return;
+            }
+          }
+        } open(aids);
         char* buf = nullptr;
         Py_ssize_t size = 0;
         if (PyBytes_AsStringAndSize(data.ptr(), &buf, &size) != 0) throw py::error_already_set();
-        const std::string_view text(buf, static_cast<std::size_t>(size));
         py::list out;
-        machina::ResponseFields fields;
-        std::string why;
-        py::set answered;  // ids answered by earlier lines of this chunk
-        std::size_t at = std::min(start, text.size());
-        for (;;) {
-          const std::size_t nl = text.find('\n', at);
-          if (nl == std::string_view::npos) break;
-          const std::string_view line = text.substr(at, nl - at);
-          at = nl + 1;
-          if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-          if (!machina::decode_response(line, fields, why)) throw py::value_error("unreadable response: " + why);
-          py::object id;
-          if (fields.id) {
-            id = py::int_(*fields.id);
-            if (!aids.contains(id) || answered.contains(id)) {
-              throw py::value_error("a response for an unknown id " + std::to_string(*fields.id));
-            }
-          } else {
-            // A line the host could not read (over the size cap) gets an answer without
-            // an id. The host sends such answers only once every earlier request has been
-            // answered, so it belongs to the oldest request still open (`aids` keeps
-            // sending order).
-            for (const auto& item : aids) {
-              if (!answered.contains(item.first)) {
-                id = py::reinterpret_borrow<py::object>(item.first);
-                break;
-              }
-            }
-            if (!id) throw py::value_error("a response without an id while no request is open");
-          }
-          answered.add(id);
-          out.append(py::make_tuple(id, results().make(py::reinterpret_borrow<py::object>(aids[id]), fields)));
+        std::size_t next = 0;
+        try {
+          next = machina::match_responses(std::string_view(buf, static_cast<std::size_t>(size)), start, open,
+                                          [&](std::int64_t id, const machina::ResponseFields& fields) {
+                                            const py::int_ key(id);
+                                            out.append(py::make_tuple(key, results().make(py::object(aids[key]), fields)));
+                                          });
+        } catch (const machina::StreamError& e) {
+          throw py::value_error(e.what());
         }
-        return py::make_tuple(out, at);
+        return py::make_tuple(out, next);
       },
       "data"_a, "start"_a, "aids"_a, "Decodes the complete response lines in data[start:].");
   m.def(
@@ -696,61 +674,16 @@ PYBIND11_MODULE(_core, m) {
       "line"_a, "aid"_a, "Decodes one response line into a ToolResult.");
   m.def(
       "delta_between",
-      [](const std::string& before, const std::string& after) -> std::string {
-        // The delta that turns one full state into another, encoded as a serve session
-        // would answer it ("" when nothing changed).
-        machina::DsUpdate a, b;
-        std::string why;
-        if (!machina::decode_ds_state(before, a, why) || !machina::decode_ds_state(after, b, why)) {
-          throw py::value_error("not a ds_state: " + why);
-        }
-        machina::Session session(/*respond_with_delta=*/true);
-        a.delta = false;
-        session.apply(a);
-        machina::SlotChanges changes = b.changes;
-        for (std::size_t i = 0; i < machina::kDsSlots; ++i) {
-          const auto bit = static_cast<std::uint8_t>(1u << i);
-          if (!(changes.set & bit)) changes.removed |= bit;
-        }
-        auto real = session.commit(changes);
-        if (!real) return "";
-        std::string out;
-        machina::encode_ds_state({machina::DsReport::Mode::delta, real}, out);
+      [](const std::string& before, const std::string& after) {
+        std::string out, why;
+        if (!machina::delta_between(before, after, out, why)) throw py::value_error("not a ds_state: " + why);
         return out;
       },
-      "before"_a, "after"_a);
+      "before"_a, "after"_a, "The delta from one full state to another, as --serve answers it (\"\" if none).");
   m.def(
       "_configure_results",
       [](py::type cls, py::dict kinds) { results().configure(std::move(cls), kinds); }, "cls"_a, "kinds"_a,
       "Registers the result class (a tuple subclass of 10 fields) and the error kind each wire code maps to.");
-
-  // Test hooks: the same check through the fast path or the reference parser alone.
-  m.def(
-      "_check_json",
-      [](const std::string& text, bool reference) -> std::optional<std::string> {
-        std::string why;
-        const bool ok = reference ? machina::detail::validate_json_reference(text, &why)
-                                  : machina::validate_json(text, &why);
-        return ok ? std::nullopt : std::optional<std::string>(why);
-      },
-      "text"_a, "reference"_a = false);
-  m.def(
-      "_decode_request",
-      [](const std::string& text, bool reference) -> py::tuple {
-        machina::Request req;
-        machina::Response err;
-        const bool ok = reference ? machina::detail::decode_request_reference(text, req, err)
-                                  : machina::decode_request(text, req, err, /*nul_terminated=*/true);
-        if (!ok) return py::make_tuple(false, err.error, std::string(machina::error_info(err.kind).code), err.id_json);
-        std::string ds;
-        if (req.ds_state) {
-          ds = req.ds_state->delta ? "delta:" : "full:";
-          auto changes = std::make_shared<machina::SlotChanges>(req.ds_state->changes);
-          machina::encode_ds_state({machina::DsReport::Mode::delta, changes}, ds);
-        }
-        return py::make_tuple(true, req.aid, req.input_json, req.id_json, req.idempotency_key, req.lease_token, ds);
-      },
-      "text"_a, "reference"_a = false);
 
   py::class_<machina::Session>(m, "Session", "One caller's ds_state; delta=True answers with deltas (serve).")
       .def(py::init<bool>(), "delta"_a = true)
@@ -781,22 +714,6 @@ PYBIND11_MODULE(_core, m) {
           },
           "request"_a, "session"_a, "aid"_a = "", py::call_guard<py::gil_scoped_release>(),
           "Handles one JSON request exactly as --serve would (with `aid`: as --run would); returns the response JSON.")
-      .def(
-          "_time_handle",
-          [](machina::Host& h, const std::string& aid, const std::string& input_json, machina::Session& session,
-             int n) {
-            // Benchmark hook: seconds per call of the core alone (no Python), for the
-            // in-process overhead figure.
-            machina::Request req;
-            const auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < n; ++i) {
-              req.aid = aid;
-              req.input_json = input_json;
-              machina::Response r = h.handle(req, session);
-            }
-            return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / n;
-          },
-          "aid"_a, "input_json"_a, "session"_a, "n"_a, py::call_guard<py::gil_scoped_release>())
       .def(
           "stats",
           [](const machina::Host& h) {

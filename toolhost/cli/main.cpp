@@ -151,6 +151,7 @@ struct Invocation {
   std::string aid;                   // --run
   unsigned workers = 1;              // --serve
   unsigned spin_us = 0;              // --serve
+  bool state_per_call = false;       // --serve
   machina::HostOptions options;
 };
 
@@ -186,7 +187,7 @@ int execute(Invocation& inv) {
   }
   const std::chrono::microseconds spin(machina::may_run_on_two_cpus() ? inv.spin_us : 0);
   machina::cli::NdjsonCodec codec;
-  const int rc = machina::cli::serve(host, codec, {STDIN_FILENO, wire, inv.workers, 1024, spin});
+  const int rc = machina::cli::serve(host, codec, {STDIN_FILENO, wire, inv.workers, 1024, spin, inv.state_per_call});
   if (const auto stuck = host.stuck_calls(); stuck > 0) {
     // Their threads are still inside plugin code: leave without running destructors
     // under their feet. Every response has been written.
@@ -265,6 +266,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 10000u))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->capture_default_str();
+
+  bool state_per_call = false;
+  app.add_flag("--state-per-call", state_per_call,
+               "In --serve, each request runs with the ds_state it carries, or an empty one, and nothing is "
+               "kept for the next (by default one state lives for the whole stream)");
 
   machina::HostOptions options = machina::HostOptions::from_env();
   app.add_option("--max-request-bytes", options.max_request_bytes, "Largest request (stdin or line)")
@@ -447,6 +453,7 @@ int main(int argc, char** argv) {
     if (!run_args.empty()) inv.aid = run_args.back();
     inv.workers = workers;
     inv.spin_us = spin_us;
+    inv.state_per_call = state_per_call;
     inv.options = std::move(options);
     return execute(inv);
   } catch (const machina::HostError& e) {

@@ -108,6 +108,26 @@ class ServingThreads {
   int running_ = 0;
 };
 
+/// The session one serving thread handles a line in: the stream's, or with
+/// state_per_call one that starts empty for every line (each thread has its own, so a
+/// thread left in a stuck tool keeps the one its call runs with).
+class LineSession {
+ public:
+  LineSession(Session& stream, bool per_call) : stream_(stream), per_call_(per_call) {
+    if (per_call_) own_.emplace(/*respond_with_delta=*/true);
+  }
+  Session& get() { return per_call_ ? *own_ : stream_; }
+  /// After a line: what it left behind does not reach the next.
+  void done() {
+    if (per_call_ && !own_->empty()) own_.emplace(/*respond_with_delta=*/true);
+  }
+
+ private:
+  Session& stream_;
+  bool per_call_;
+  std::optional<Session> own_;
+};
+
 /// --serve without --workers: one thread reads, runs and answers, batching output until
 /// it would block. If a tool overruns its deadline on that thread, the host's watchdog
 /// answers `timeout` through deliver_overrun(), which writes what was pending and starts a
@@ -145,6 +165,7 @@ class InlineServer final : public Takeover {
 
   void serve() {
     auto before_block = [this] { flush(); };
+    LineSession session(session_, o_.state_per_call);
     std::string_view line;
     for (;;) {
       const auto next = reader_.next(line, before_block);
@@ -154,11 +175,12 @@ class InlineServer final : public Takeover {
       } else if (!is_blank(line)) {
         g_unsent_size.store(out_.size(), std::memory_order_relaxed);
         g_unsent_data.store(out_.data(), std::memory_order_relaxed);
-        const auto handled = codec_.handle(host_, line, session_, out_, this);
+        const auto handled = codec_.handle(host_, line, session.get(), out_, this);
         if (handled.abandoned) {
           threads_.came_back();  // balanced by the decrement when this thread ends
           return;
         }
+        session.done();
         g_unsent_data.store(nullptr, std::memory_order_relaxed);
       }
       // While a stuck tool may still bring the process down at any moment, nothing is
@@ -326,6 +348,7 @@ class WorkerServer {
 
   void work() {
     std::string out;
+    LineSession session(session_, o_.state_per_call);
     while (auto job = queue_.pop()) {
       out.clear();
       LineCodec::Handled handled;
@@ -333,11 +356,12 @@ class WorkerServer {
         codec_.answer_too_large(host_, out);
       } else {
         JobTakeover takeover(this, job->seq);
-        handled = codec_.handle(host_, job->line, session_, out, &takeover);
+        handled = codec_.handle(host_, job->line, session.get(), out, &takeover);
         if (handled.abandoned) {
           threads_.came_back();  // balanced when this thread ends
           return;
         }
+        session.done();
       }
       writer_.emit(job->seq, handled.has_id, std::move(out));
       out = std::string();

@@ -37,6 +37,7 @@ struct ServeOptions {
   unsigned workers = 1;
   std::size_t max_in_flight = 1024;   // bound on requests read but not yet answered
   std::chrono::microseconds spin{0};  // how long to poll for the next request before sleeping
+  bool state_per_call = false;        // each request runs with the state it carries, or none
 };
 
 /// Serves until end of input; returns the process exit code.

@@ -1,6 +1,8 @@
 // Session state updates; see ds_state.hpp.
 #include <machina/ds_state.hpp>
 
+#include <algorithm>
+
 namespace machina {
 
 std::shared_ptr<const Slots> Session::snapshot() const {
@@ -24,6 +26,11 @@ std::shared_ptr<const Slots> Session::apply(const DsUpdate& update) {
   }
   state_ = std::move(next);
   return state_;
+}
+
+bool Session::empty() const {
+  const auto state = snapshot();
+  return std::all_of(state->begin(), state->end(), [](const auto& slot) { return !slot.has_value(); });
 }
 
 std::shared_ptr<const SlotChanges> Session::as_changes() const {

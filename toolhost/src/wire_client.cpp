@@ -1,12 +1,22 @@
 // See wire_client.hpp.
+#include <machina/ds_state.hpp>
 #include <machina/json_text.hpp>
 #include <machina/rapid_sax.hpp>
+#include <machina/wire.hpp>
 #include <machina/wire_client.hpp>
 
 #include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
 
+#include <machina/spin_wait.hpp>
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <memory>
+#include <unordered_set>
 
 namespace machina {
 
@@ -189,6 +199,104 @@ bool decode_response(std::string_view text, ResponseFields& out, std::string& wh
     return false;
   }
   return sax.finish(why);
+}
+
+bool delta_between(std::string_view before, std::string_view after, std::string& out, std::string& why) {
+  DsUpdate a, b;
+  if (!decode_ds_state(before, a, why) || !decode_ds_state(after, b, why)) return false;
+  Session session(/*respond_with_delta=*/true);
+  a.delta = false;
+  session.apply(a);
+  SlotChanges changes = b.changes;
+  for (std::size_t i = 0; i < kDsSlots; ++i) {
+    const auto bit = static_cast<std::uint8_t>(1u << i);
+    if (!(changes.set & bit)) changes.removed |= bit;
+  }
+  out.clear();
+  if (const auto real = session.commit(changes)) encode_ds_state({DsReport::Mode::delta, real}, out);
+  return true;
+}
+
+std::size_t match_responses(std::string_view text, std::size_t start, const OpenRequests& open,
+                            const std::function<void(std::int64_t, const ResponseFields&)>& take) {
+  ResponseFields fields;
+  std::string why;
+  std::unordered_set<std::int64_t> answered;  // by earlier lines of this text
+  std::size_t at = std::min(start, text.size());
+  for (;;) {
+    const std::size_t nl = text.find('\n', at);
+    if (nl == std::string_view::npos) return at;
+    const std::string_view line = text.substr(at, nl - at);
+    at = nl + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    if (!decode_response(line, fields, why)) throw StreamError("unreadable response: " + why);
+    std::optional<std::int64_t> id = fields.id;
+    if (id) {
+      if (!open.is_open(*id) || answered.count(*id)) throw StreamError("a response for an unknown id " + std::to_string(*id));
+    } else {
+      open.oldest_first([&](std::int64_t candidate) {
+        if (answered.count(candidate)) return true;
+        id = candidate;
+        return false;
+      });
+      if (!id) throw StreamError("a response without an id while no request is open");
+    }
+    answered.insert(*id);
+    take(*id, fields);
+  }
+}
+
+RoundTrip round_trip(int fd_in, int fd_out, std::string_view request, std::chrono::steady_clock::time_point until,
+                     std::chrono::microseconds spin, const std::function<void()>& written_all) {
+  constexpr std::size_t kChunk = 256 * 1024;
+  static const bool can_spin = may_run_on_two_cpus();
+  RoundTrip rt;
+  bool writing = true;
+  const auto stop_writing = [&] {
+    if (!writing) return;
+    writing = false;
+    written_all();
+  };
+  bool spun = !can_spin;
+  for (;;) {
+    if (rt.written < request.size()) {
+      const ssize_t n = ::write(fd_in, request.data() + rt.written, request.size() - rt.written);
+      if (n > 0) rt.written += static_cast<std::size_t>(n);
+      else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        rt.status = RoundTrip::Status::write_failed;
+        break;
+      }
+      if (rt.written == request.size()) stop_writing();
+    }
+    const bool all_written = rt.written == request.size();
+    if (all_written && rt.data.find('\n') != std::string::npos) break;
+    if (all_written && !spun) {
+      spun = true;  // once: the rest of a long answer is waited for in poll()
+      spin_until_readable(fd_out, spin);
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() < 0) {
+      rt.status = RoundTrip::Status::out_of_time;
+      break;
+    }
+    pollfd fds[2] = {{fd_out, POLLIN, 0}, {all_written ? -1 : fd_in, POLLOUT, 0}};
+    const int ready = ::poll(fds, 2, static_cast<int>(std::min<long long>(left.count() + 1, 1 << 30)));
+    if (ready < 0 && errno != EINTR) {
+      rt.status = RoundTrip::Status::write_failed;
+      break;
+    }
+    if (ready > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      thread_local const std::unique_ptr<char[]> chunk = std::make_unique_for_overwrite<char[]>(kChunk);
+      const ssize_t n = ::read(fd_out, chunk.get(), kChunk);  // not into `data`: no 256 KiB clearing
+      if (n > 0) rt.data.append(chunk.get(), static_cast<std::size_t>(n));
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        rt.status = RoundTrip::Status::end_of_output;
+        break;
+      }
+    }
+  }
+  stop_writing();
+  return rt;
 }
 
 }  // namespace machina

@@ -67,6 +67,8 @@ class Session {
 
   /// The whole state as changes against an empty one (null if empty).
   std::shared_ptr<const SlotChanges> as_changes() const;
+  /// Whether every slot is empty.
+  bool empty() const;
 
  private:
   bool delta_;
