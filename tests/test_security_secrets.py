@@ -138,20 +138,13 @@ def test_a_key_file_inside_the_workspace_is_refused(tmp_path: Path) -> None:
     (ws / "keys").mkdir(parents=True)
     key = ws / "keys" / "lease.key"
     key.write_text(KEY_SECRET + "\n")
-    proc = subprocess.run(
-        [TOOLHOST, "--serve"],
-        input=b"",
-        capture_output=True,
-        timeout=30,
-        env=base_env(
-            {
-                "MACHINA_LEASE_ENFORCE": "1",
-                "MACHINA_LEASE_KEY_FILE": str(key),
-                "MACHINA_TOOLHOST_WORKSPACE": str(ws),
-                "MACHINA_LEASE_LEDGER": str(tmp_path / "ledger"),
-            }
-        ),
-    )
+
+    def serve(key_file: Path, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+        env = base_env({"MACHINA_LEASE_ENFORCE": "1", "MACHINA_LEASE_KEY_FILE": str(key_file),
+                        "MACHINA_TOOLHOST_WORKSPACE": str(ws), "MACHINA_LEASE_LEDGER": str(tmp_path / "ledger")})
+        return subprocess.run([TOOLHOST, "--serve"], input=stdin, capture_output=True, timeout=30, env=env)
+
+    proc = serve(key, b"")
     assert proc.returncode == 2
     assert (
         f"machina-toolhost: the lease key file {key} lies inside the tools' workspace {ws}: move it out "
@@ -159,20 +152,7 @@ def test_a_key_file_inside_the_workspace_is_refused(tmp_path: Path) -> None:
     ).encode() in proc.stderr
     outside = tmp_path / "lease.key"
     outside.write_text(KEY_SECRET + "\n")
-    proc = subprocess.run(
-        [TOOLHOST, "--serve"],
-        input=b'{"aid":"AID.ECHO.v1"}\n',
-        capture_output=True,
-        timeout=30,
-        env=base_env(
-            {
-                "MACHINA_LEASE_ENFORCE": "1",
-                "MACHINA_LEASE_KEY_FILE": str(outside),
-                "MACHINA_TOOLHOST_WORKSPACE": str(ws),
-                "MACHINA_LEASE_LEDGER": str(tmp_path / "ledger"),
-            }
-        ),
-    )
+    proc = serve(outside, b'{"aid":"AID.ECHO.v1"}\n')
     assert proc.returncode == 0 and json.loads(proc.stdout)["ok"] is True
 
 

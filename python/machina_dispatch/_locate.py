@@ -16,6 +16,7 @@ NOT_FOUND = "machina-toolhost executable not found (pip install machina-toolhost
 _checked: set[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...] | None]] = set()
 _checked_lock = threading.Lock()
 SETUP_CHECK_TIMEOUT_S = 30.0
+MAX_CHECKED_SETUPS = 256  # set-ups remembered as good; beyond that the memory starts again
 
 
 def find_executable(explicit: str | os.PathLike[str] | None = None, *, loads_plugins: bool = False) -> str | None:
@@ -71,4 +72,6 @@ def check_setup(executable: str, args: list[str], env: dict[str, str] | None) ->
         said = run.stderr.decode("utf-8", "replace").strip()[-2000:]
         raise HostError(f"machina-toolhost refused its set-up (exit status {run.returncode}): {said}")
     with _checked_lock:
+        if len(_checked) >= MAX_CHECKED_SETUPS:
+            _checked.clear()
         _checked.add(key)

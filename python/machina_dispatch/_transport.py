@@ -65,6 +65,18 @@ def state_text(aid: str, state: State | None) -> str | ToolResult | None:
         return ToolResult.failure(aid, "invalid_ds_state", f"invalid ds_state: {e}", status="INVALID_PICK")
 
 
+def call_texts(aid: str, inputs: Any, state: State | None) -> tuple[str, str | None] | ToolResult:
+    """A call's ``input_json`` and ``ds_state`` texts (text inputs as they are), or the
+    failure that refuses the call before sending."""
+    input_json = inputs if type(inputs) is str else input_text(aid, inputs)
+    if isinstance(input_json, ToolResult):
+        return input_json
+    state_json = state_text(aid, state)
+    if isinstance(state_json, ToolResult):
+        return state_json
+    return input_json, state_json
+
+
 def refuse(result: ToolResult, check: bool) -> ToolResult:
     """A call refused before it was sent: returned, or raised with ``check``."""
     return result.raise_for_error() if check else result
@@ -139,11 +151,10 @@ def apply_state(state: State | None, result: ToolResult) -> None:
     wire = cast(dict[str, Any], state)
     slots: dict[str, Any] = wire.setdefault("slots", {})
     numbered = bool(slots) and all(str(k).isdigit() for k in slots)
-    for name in delta.removed:
+    for name in (*delta.removed, *delta.slots):  # "DS3" and "3" alike
         slots.pop(name, None)
         slots.pop(name[2:], None)
     for name, artifact in delta.slots.items():
-        slots.pop(name[2:] if not numbered else name, None)
         slots[name[2:] if numbered else name] = artifact.to_wire()
 
 

@@ -43,10 +43,9 @@ from ._transport import (
     Transport,
     apply_state,
     call_fields,
+    call_texts,
     check_all,
-    input_text,
     refuse,
-    state_text,
     timeout_ms,
 )
 
@@ -1059,15 +1058,13 @@ class Pool(Transport):
                  now: float | None = None) -> tuple[str, int, str | None, float] | ToolResult:
         """A call's input text, timeout, state text and deadline; or the failure that
         refuses it before sending."""
-        input_json = inputs if type(inputs) is str else input_text(aid, inputs)
-        if isinstance(input_json, ToolResult):
-            return input_json
+        texts = call_texts(aid, inputs, state)
+        if isinstance(texts, ToolResult):
+            return texts
+        input_json, state_json = texts
         ms = self._default_ms if timeout is None else timeout_ms(timeout)
-        # Every call runs with the state it is given, or an empty one: the host processes
-        # run with --state-per-call, so a call without a state sends none.
-        state_json = state_text(aid, state)
-        if isinstance(state_json, ToolResult):
-            return state_json
+        # A call without a state sends none: the host processes run with --state-per-call,
+        # so it runs with an empty one, whatever the calls before it did.
         return input_json, ms, state_json, (time.monotonic() if now is None else now) + ms / 1000.0
 
     def _prepare_batch(self, calls: Iterable[Call | tuple[Any, ...] | str]) -> tuple[

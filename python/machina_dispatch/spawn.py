@@ -31,10 +31,9 @@ from ._transport import (
     State,
     Transport,
     apply_state,
+    call_texts,
     default_timeout,
-    input_text,
     refuse,
-    state_text,
     timeout_ms,
 )
 from .ds_state import DsState
@@ -91,12 +90,10 @@ class Spawn(Transport):
         """
         seconds = self.timeout if timeout is None else float(timeout)
         ms = timeout_ms(seconds)
-        input_json = inputs if type(inputs) is str else input_text(aid, inputs)
-        if isinstance(input_json, ToolResult):
-            return refuse(input_json, check)
-        sent_state = state_text(aid, state)
-        if isinstance(sent_state, ToolResult):
-            return refuse(sent_state, check)
+        texts = call_texts(aid, inputs, state)
+        if isinstance(texts, ToolResult):
+            return refuse(texts, check)
+        input_json, sent_state = texts
         try:
             r = self._call(aid, input_json, sent_state, idempotency_key, lease_token, ms, seconds)
         except Exception as e:  # anything else on the Python side: the seed's "exception"

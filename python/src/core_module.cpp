@@ -400,13 +400,12 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     if (PyUnicode_CheckExact(inputs)) req.input_json = utf8(inputs, "inputs");
     else ready = text_or_refusal(helpers[2], inputs, req.input_json, "input_json");
     if (ready && given(state_)) ready = text_or_refusal(helpers[3], v[state_], state_json.emplace(), "state");
-    if (given(timeout_)) {
-      const py::object ms = py::reinterpret_steal<py::object>(PyObject_CallOneArg(helpers[5], v[timeout_]));
-      if (!ms) return nullptr;
-      req.timeout_ms = ms.cast<std::int64_t>();
-    } else {
-      req.timeout_ms = py::reinterpret_borrow<py::object>(helpers[1]).cast<std::int64_t>();
-    }
+    const py::object ms = given(timeout_)
+                              ? py::reinterpret_steal<py::object>(PyObject_CallOneArg(helpers[5], v[timeout_]))
+                              : py::reinterpret_borrow<py::object>(helpers[1]);
+    if (!ms) return nullptr;
+    req.timeout_ms = PyLong_AsLongLong(ms.ptr());
+    if (*req.timeout_ms == -1 && PyErr_Occurred()) return nullptr;
     py::object result;
     bool ok = false;
     if (ready) {
