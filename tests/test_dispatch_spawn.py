@@ -114,7 +114,7 @@ def test_default_timeout_is_30_seconds() -> None:
 def test_crash_reports_exit_and_stderr_tail(plugins: list[str]) -> None:
     out = run("AID.TEST.NOISYCRASH.v1", {"bytes": 200_000}, plugins=plugins)
     assert out["type"] == "crash" and out["exit_status"] == -11
-    assert out["detail"].startswith("machina-toolhost was killed by SIGSEGV; stderr: ")
+    assert out["detail"].startswith("machina-toolhost was killed by signal 11 (SIGSEGV: Segmentation fault); stderr: ")
     assert out["stderr"].endswith("LAST WORDS\n") and len(out["stderr"].encode()) <= 4096
     out = run("AID.ECHO.v1", plugins=[str(Path(plugins[0]).parent / "missing.so")])
     assert out["type"] == "crash" and out["exit_status"] == 2 and "missing.so" in out["detail"]

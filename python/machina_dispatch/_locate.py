@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sysconfig
 import threading
 from pathlib import Path
@@ -16,6 +15,7 @@ NOT_FOUND = "machina-toolhost executable not found (pip install machina-toolhost
 _checked: set[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...] | None]] = set()
 _checked_lock = threading.Lock()
 SETUP_CHECK_TIMEOUT_S = 30.0
+MAX_LIST_BYTES = 16 * 1024 * 1024  # what --list may print (its output is not kept)
 MAX_CHECKED_SETUPS = 256  # set-ups remembered as good; beyond that the memory starts again
 
 
@@ -62,15 +62,16 @@ def check_setup(executable: str, args: list[str], env: dict[str, str] | None) ->
         if key in _checked:
             return
     from ._errors import HostError
+    from ._process import run_once
 
     try:
-        run = subprocess.run([executable, *args, "--list"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, env=env, timeout=SETUP_CHECK_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        run = run_once([executable, *args, "--list"], env, b"", SETUP_CHECK_TIMEOUT_S, MAX_LIST_BYTES)
+    except OSError as e:
         raise HostError(f"machina-toolhost cannot be started as configured: {e}") from e
-    if run.returncode != 0:
-        said = run.stderr.decode("utf-8", "replace").strip()[-2000:]
-        raise HostError(f"machina-toolhost refused its set-up (exit status {run.returncode}): {said}")
+    if run.ended != "exited":
+        raise HostError(f"machina-toolhost could not list its tools ({run.ended.replace('_', ' ')}): {run.how}")
+    if run.exit_code != 0:
+        raise HostError(f"machina-toolhost refused its set-up ({run.how}): {run.stderr_tail.strip()}")
     with _checked_lock:
         if len(_checked) >= MAX_CHECKED_SETUPS:
             _checked.clear()

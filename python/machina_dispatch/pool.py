@@ -27,7 +27,6 @@ import itertools
 import os
 import select
 import signal
-import subprocess
 import threading
 import time
 import weakref
@@ -36,6 +35,7 @@ from typing import Any
 
 from . import _core
 from ._locate import NOT_FOUND, check_setup, find_executable
+from ._process import HostProcess
 from ._result import ToolResult
 from ._transport import (
     Call,
@@ -51,7 +51,6 @@ from ._transport import (
 
 __all__ = ["Pool", "Toolhost"]
 
-STDERR_TAIL_BYTES = 4096
 MAX_LINE_BYTES = 64 * 1024 * 1024  # no response of the host comes near this
 READ_CHUNK = 256 * 1024
 DEFAULT_SPIN_US = 50  # about what a sleep and a cross-CPU wake-up cost here, several times over
@@ -61,107 +60,6 @@ ROUND_TRIP_EOF, ROUND_TRIP_WRITE_FAILED = 1, 3  # _core.round_trip's status (0 d
 
 def _failure(aid: str, kind: str, detail: str) -> ToolResult:
     return ToolResult.failure(aid, kind, detail)
-
-
-class _HostProcess:
-    """One ``--serve`` process: start, stderr tail, kill, describe its end."""
-
-    def __init__(self, argv: list[str], env: dict[str, str] | None) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True, env=env, bufsize=0)
-        assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
-        self.fd_in = self.proc.stdin.fileno()
-        self.fd_out = self.proc.stdout.fileno()
-        os.set_blocking(self.fd_in, False)
-        os.set_blocking(self.fd_out, False)
-        self._tail: collections.deque[bytes] = collections.deque()
-        self._tail_size = 0
-        self._tail_lock = threading.Lock()
-        self.exited = threading.Event()
-        threading.Thread(target=self._drain_stderr, name=f"machina-toolhost-{self.proc.pid}-stderr",
-                         daemon=True).start()
-
-    def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        fd = self.proc.stderr.fileno()
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            with self._tail_lock:
-                self._tail.append(chunk)
-                self._tail_size += len(chunk)
-                while self._tail_size - len(self._tail[0]) >= STDERR_TAIL_BYTES:
-                    self._tail_size -= len(self._tail.popleft())
-        self.exited.set()
-
-    def stderr_tail(self) -> str:
-        with self._tail_lock:
-            return b"".join(self._tail)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.kill()
-        except OSError:
-            pass
-
-    def end(self, wait_s: float) -> str:
-        """Waits for the process to end (killing it after `wait_s`), kills what is left in
-        its process group (while it is an unreaped zombie, so its group id cannot be reused),
-        reaps it; returns how it ended."""
-        pid = self.proc.pid
-        end = time.monotonic() + wait_s
-        while True:
-            try:
-                if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
-                    break
-            except ChildProcessError:
-                break
-            if time.monotonic() >= end:
-                self.kill()
-                end = float("inf")
-            time.sleep(0.001)
-        self.kill()
-        status = self.proc.wait()
-        self.exited.wait(1.0)  # the stderr pipe ends once the whole group is gone
-        # stdin and stdout stay open until this object goes (__del__): other threads may
-        # still be about to write or read them, and a closed descriptor's number is soon
-        # given to another pipe, maybe a new host's. A dead host's pipes only say EPIPE/EOF.
-        if self.exited.is_set() and self.proc.stderr is not None:
-            self.proc.stderr.close()
-        if status < 0:
-            try:
-                how = f"was killed by {signal.Signals(-status).name}"
-            except ValueError:
-                how = f"was killed by signal {-status}"
-        else:
-            how = f"exited with status {status}"
-        tail = self.stderr_tail().strip()
-        return f"machina-toolhost (pid {self.proc.pid}) {how}" + (f"; stderr: {tail}" if tail else "")
-
-    def close_input(self) -> None:
-        """End of input for the host (it answers what it has and exits). The caller holds
-        the write lock, and nothing writes after it."""
-        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.dup2(null, self.fd_in, inheritable=False)  # closes the pipe; the number stays taken
-        finally:
-            os.close(null)
-
-    def __del__(self) -> None:
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f is not None and not f.closed:
-                try:
-                    f.close()
-                except OSError:
-                    pass
 
 
 class _Entry:
@@ -192,7 +90,7 @@ class _SyncProcess:
 
     def __init__(self, argv: list[str], env: dict[str, str] | None, max_in_flight: int, grace: float,
                  spin_us: int) -> None:
-        self.host = _HostProcess(argv, env)
+        self.host = HostProcess(argv, env)
         self.max_in_flight = max_in_flight
         self.grace = grace
         self.spin_us = spin_us
@@ -463,7 +361,7 @@ class _SyncProcess:
                 self.host.close_input()  # the host answers what it has and exits
             except OSError:
                 pass
-        if self.host.exited.wait(wait_s):
+        if self.host.wait_exit(wait_s):
             # Read what is left so that pending calls still get their answers.
             if self.read_lock.acquire(timeout=0.1):
                 try:
@@ -648,7 +546,7 @@ class _AsyncProcess:
 
     def __init__(self, argv: list[str], env: dict[str, str] | None, max_in_flight: int, grace: float,
                  loop: asyncio.AbstractEventLoop) -> None:
-        self.host = _HostProcess(argv, env)
+        self.host = HostProcess(argv, env)
         self.loop = loop
         self.grace = grace
         self.window = max_in_flight
@@ -1228,7 +1126,7 @@ class Pool(Transport):
             procs: list[_SyncProcess | _AsyncProcess | None] = [*self._sync]
             for ps in self._async.values():
                 procs.extend(ps)
-        return [p.host.proc.pid for p in procs if p is not None and p.dead is None]
+        return [p.host.pid for p in procs if p is not None and p.dead is None]
 
 
 Toolhost = Pool  # the earlier name

@@ -1,8 +1,8 @@
 """The spawn transport: one ``machina-toolhost --run`` process per call (docs/python.md).
 
-The process is started by ``_core.spawn`` (``posix_spawn``, a fraction of what
-``subprocess.Popen`` costs in Python) in a process group of its own;
-stdin is written and stdout/stderr are read by one poll loop in the calling thread, so
+The process is run by the core's supervisor (``_process.run_once``, ``posix_spawn``: a
+fraction of what ``subprocess.Popen`` costs in Python) in a process group of its own;
+stdin is written and stdout/stderr are read by one poll loop with the GIL released, so
 nothing is buffered without bound: stdout stops being read at its cap (1 MiB, the seed's
 ``_TOOLHOST_MAX_OUTPUT``), stderr is drained as it comes and only its tail is kept. On
 timeout the whole group is killed; every path reaps the process, so none is ever left
@@ -13,18 +13,14 @@ Python opens every descriptor close-on-exec.
 from __future__ import annotations
 
 import copy
-import fcntl
 import os
-import select
-import signal
-import subprocess
-import time
 from typing import Any
 
 from . import _core
 from ._errors import ExecutableNotFound, ToolhostError
 from ._locate import NOT_FOUND, find_executable
 from ._locate import check_setup as check_host_setup
+from ._process import run_once
 from ._result import ToolResult
 from ._transport import (
     EMPTY_STATE_JSON,
@@ -41,7 +37,6 @@ from .ds_state import DsState
 __all__ = ["MAX_OUTPUT_BYTES", "Spawn", "run_machina_toolhost"]
 
 MAX_OUTPUT_BYTES = 1024 * 1024  # as the original client
-STDERR_TAIL_BYTES = 4096
 GRACE_S = 1.0  # after the deadline the host answers itself; this long more, and it is killed
 SEED_TYPES = ("timeout", "crash", "parse_error", "not_found", "exception")  # the seed's dispatch error types
 
@@ -106,13 +101,22 @@ class Spawn(Transport):
     def _call(self, aid: str, input_json: str, sent_state: str | None, idempotency_key: str | None,
               lease_token: str | None, ms: int, timeout: float) -> ToolResult:
         request = _core.encode_request(0, aid, input_json, idempotency_key, lease_token, ms, sent_state)
-        outcome = _run(self.executable, [*self.args, "--run", aid], request, timeout + GRACE_S,
-                       self.max_output_bytes, self.env)
-        if isinstance(outcome, ToolResult):
-            return outcome._replace(aid=aid)
-        stdout, status, stderr_tail = outcome
+        try:
+            run = run_once([self.executable, *self.args, "--run", aid], self.env, request, timeout + GRACE_S,
+                           self.max_output_bytes)
+        except FileNotFoundError:
+            return ToolResult.failure(aid, "not_found", f"machina-toolhost executable not found: {self.executable}")
+        except PermissionError as e:
+            return ToolResult.failure(aid, "not_found", f"machina-toolhost cannot be run: {e}")
+        if run.ended == "timed_out":
+            return ToolResult.failure(aid, "timeout", f"machina-toolhost did not answer within {timeout:g} s; "
+                                      "its process group was killed")
+        if run.ended == "output_over_cap":
+            return ToolResult.failure(aid, "parse_error", f"stdout exceeded the {self.max_output_bytes}-byte cap; "
+                                      "reading stopped and the process was killed")
+        stdout, status, stderr_tail = run.stdout, run.exit_code, run.stderr_tail
         if status != 0:
-            return ToolResult.failure(aid, "crash", f"machina-toolhost {_describe(status)}"
+            return ToolResult.failure(aid, "crash", f"machina-toolhost {run.how}"
                                       + (f"; stderr: {stderr_tail}" if stderr_tail else ""),
                                       exit_status=status, stderr=stderr_tail)
         line = stdout.rstrip(b"\n")
@@ -128,198 +132,6 @@ class Spawn(Transport):
             # --run answers with the full state; every transport reports what changed.
             r = r._replace(ds_state_json=_core.delta_between(sent_state or EMPTY_STATE_JSON, r.ds_state_json))
         return r
-
-
-def _describe(status: int) -> str:
-    if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"was killed by {name}"
-    return f"exited with status {status}"
-
-
-def _run(executable: str, args: list[str], request: bytes, deadline_s: float, max_out: int,
-         env: dict[str, str] | None) -> tuple[bytes, int, str] | ToolResult:
-    """Runs one host process to completion. Returns (stdout, exit status, stderr tail),
-    or a failure result (not_found, timeout, parse_error for stdout over the cap)."""
-    fds: list[int] = []  # every descriptor of ours, closed on the way out
-    try:
-        # The child's ends first: dup2 in the child must not clobber a pipe end that
-        # landed on 0-2 (when this process runs with standard streams closed).
-        in_r, in_w = _pipe(fds)
-        out_r, out_w = _pipe(fds)
-        err_r, err_w = _pipe(fds)
-        try:
-            pid = _core.spawn(executable, [executable, *args],
-                              None if env is None else [f"{k}={v}" for k, v in env.items()], in_r, out_w, err_w)
-        except FileNotFoundError:
-            return ToolResult.failure("", "not_found", f"machina-toolhost executable not found: {executable}")
-        except PermissionError as e:
-            return ToolResult.failure("", "not_found", f"machina-toolhost cannot be run: {e}")
-        for fd in (in_r, out_w, err_w):
-            _close(fds, fd)
-        return _exchange(pid, in_w, out_r, err_r, request, deadline_s, max_out, fds)
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def _exchange(pid: int, in_w: int, out_r: int, err_r: int, request: bytes, deadline_s: float, max_out: int,
-              fds: list[int]) -> tuple[bytes, int, str] | ToolResult:
-    """Writes the request, reads the answer and the stderr tail, reaps `pid`."""
-    out = bytearray()
-    tail = bytearray()
-    pending = memoryview(request)
-    failure: ToolResult | None = None
-    end = time.monotonic() + deadline_s
-    poller = select.poll()
-    for fd in (in_w, out_r, err_r):
-        os.set_blocking(fd, False)
-    poller.register(in_w, select.POLLOUT)
-    poller.register(out_r, select.POLLIN)
-    poller.register(err_r, select.POLLIN)
-    reading = {out_r, err_r}
-    try:
-        while reading:
-            left = end - time.monotonic()
-            if left <= 0:
-                failure = ToolResult.failure("", "timeout", f"machina-toolhost did not answer within "
-                                             f"{deadline_s - GRACE_S:g} s; its process group was killed")
-                break
-            if out_r not in reading:
-                # The answer is complete. stderr may be held open by what a stuck tool
-                # started; once the host itself has exited, that is all there is.
-                if _exited(pid):
-                    _drain(err_r, tail)
-                    break
-                left = min(left, 0.01)
-            for fd, _ in poller.poll(left * 1000):
-                if fd == in_w:
-                    try:
-                        pending = pending[os.write(in_w, pending):]
-                    except BrokenPipeError:
-                        pending = pending[:0]  # the host stopped reading: its answer says why
-                    except BlockingIOError:
-                        continue
-                    if not pending:
-                        poller.unregister(in_w)
-                        _close(fds, in_w)
-                    continue
-                try:
-                    chunk = os.read(fd, 65536)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    poller.unregister(fd)
-                    reading.discard(fd)
-                elif fd == out_r:
-                    out += chunk
-                    if len(out) > max_out:
-                        failure = ToolResult.failure("", "parse_error", f"stdout exceeded the {max_out}-byte "
-                                                     "cap; reading stopped and the process was killed")
-                        reading.clear()
-                        break
-                else:
-                    _keep_tail(tail, chunk)
-    finally:
-        if failure is not None or out_r in reading:
-            _kill_group(pid)
-        status = _reap(pid, end)
-    if failure is not None:
-        return failure
-    return bytes(out), status, tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
-
-
-def _pipe(fds: list[int]) -> tuple[int, int]:
-    """A close-on-exec pipe whose ends are above the standard streams, recorded in `fds`."""
-    ends = []
-    for fd in os.pipe2(os.O_CLOEXEC):
-        if fd <= 2:
-            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
-            os.close(fd)
-            fd = moved
-        fds.append(fd)
-        ends.append(fd)
-    return ends[0], ends[1]
-
-
-def _close(fds: list[int], fd: int) -> None:
-    fds.remove(fd)
-    os.close(fd)
-
-
-def _keep_tail(tail: bytearray, chunk: bytes) -> None:
-    """Appends to the stderr tail, keeping it bounded (at most twice the tail kept)."""
-    tail += chunk
-    if len(tail) > 2 * STDERR_TAIL_BYTES:
-        del tail[:-STDERR_TAIL_BYTES]
-
-
-def _exited(pid: int) -> bool:
-    """Whether `pid` has exited (left unreaped)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
-    except ChildProcessError:
-        return True
-
-
-def _drain(fd: int, tail: bytearray) -> None:
-    """Whatever is already in a non-blocking pipe, into the tail."""
-    for _ in range(64):
-        try:
-            chunk = os.read(fd, 65536)
-        except (BlockingIOError, OSError):
-            return
-        if not chunk:
-            return
-        _keep_tail(tail, chunk)
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    except PermissionError:  # pragma: no cover - the group is ours; kill the host at least
-        os.kill(pid, signal.SIGKILL)
-
-
-def _reap(pid: int, end: float) -> int:
-    """Waits for the process to end (past the deadline, kills its group first), then kills
-    whatever is left in its process group (what a stuck tool started) before reaping it:
-    while the host is a zombie its pid, and so its group id, cannot be reused."""
-    try:
-        _wait_unreaped(pid, max(0.05, end - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    _kill_group(pid)
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:  # pragma: no cover - someone else reaped it
-        return 0
-    return os.waitstatus_to_exitcode(status)
-
-
-def _wait_unreaped(pid: int, timeout: float) -> None:
-    """Waits until `pid` has exited, leaving it unreaped.
-
-    Raises:
-        subprocess.TimeoutExpired: still running after `timeout` seconds.
-    """
-    end = time.monotonic() + timeout
-    delay = 0.0005
-    while True:
-        try:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
-                return
-        except ChildProcessError:
-            return
-        if time.monotonic() > end:
-            raise subprocess.TimeoutExpired(str(pid), timeout)
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)
 
 
 def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None = None,

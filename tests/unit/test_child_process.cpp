@@ -84,3 +84,88 @@ TEST_CASE("pick_environment passes only the named variables that are set") {
   ::unsetenv("MACHINA_UNIT_B");
   CHECK(pick_environment({"MACHINA_UNIT_A", "MACHINA_UNIT_B"}) == std::vector<std::string>{"MACHINA_UNIT_A=1"});
 }
+
+TEST_CASE("pids stay known after end, and kill() never signals a reaped child") {
+  ChildProcess child(shell("exit 0"));
+  const pid_t pid = child.pid();
+  CHECK(child.wait_exit(std::chrono::seconds(5)));
+  child.end();
+  CHECK(child.pid() == pid);
+  CHECK(child.exit_code() == 0);
+  child.kill();  // nothing to signal: no error, no stray signal
+  CHECK(child.ended());
+}
+
+TEST_CASE("with Stdio::pipes the caller has stdin and stdout, and stderr goes to the tail") {
+  ChildSpec spec = shell("read line; echo \"got $line\"; echo oops >&2; exit 4");
+  spec.stdio = ChildSpec::Stdio::pipes;
+  ChildProcess child(spec);
+  child.drain_in_background();
+  const std::string hello = "hello\n";
+  CHECK(::write(child.input_fd(), hello.data(), hello.size()) == static_cast<ssize_t>(hello.size()));
+  child.close_input();
+  std::string out;
+  for (int i = 0; i < 500; ++i) {
+    pollfd fd{child.stdout_fd(), POLLIN, 0};
+    ::poll(&fd, 1, 10);
+    char buf[256];
+    const ssize_t n = ::read(child.stdout_fd(), buf, sizeof buf);
+    if (n == 0) break;
+    if (n > 0) out.append(buf, static_cast<std::size_t>(n));
+  }
+  CHECK(out == "got hello\n");
+  CHECK(child.wait_exit(std::chrono::seconds(5)));
+  CHECK(child.end(1000) == "exited with status 4");
+  CHECK(child.exit_code() == 4);
+  CHECK(child.tail() == "oops\n");
+}
+
+TEST_CASE("wait_exit gives up at its limit and does not reap") {
+  ChildProcess child(shell("sleep 30"));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(child.wait_exit(std::chrono::milliseconds(50)));
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(45));
+  CHECK_FALSE(child.exited());
+  CHECK(child.end() == "was killed by signal 9 (SIGKILL: Killed)");
+  CHECK(child.exit_code() == -9);
+}
+
+TEST_CASE("run_to_completion: input in, output out, the stderr tail kept") {
+  const ChildOutcome r = run_to_completion(shell("cat; echo err >&2; exit 2"), "request\n", std::chrono::seconds(10), 1024);
+  CHECK(r.ended == ChildOutcome::Ended::exited);
+  CHECK(r.stdout_text == "request\n");
+  CHECK(r.exit_code == 2);
+  CHECK(r.how == "exited with status 2");
+  CHECK(r.tail == "err\n");
+}
+
+TEST_CASE("run_to_completion kills the group at its deadline and past its output cap") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ChildOutcome late = run_to_completion(shell("sleep 30 & wait"), "", std::chrono::milliseconds(200), 1024);
+  CHECK(late.ended == ChildOutcome::Ended::timed_out);
+  CHECK(late.exit_code == -9);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  const ChildOutcome big = run_to_completion(shell("yes"), "", std::chrono::seconds(10), 100000);
+  CHECK(big.ended == ChildOutcome::Ended::output_over_cap);
+  CHECK(big.stdout_text.size() > 100000);
+  CHECK(big.stdout_text.size() <= 100000 + 65536);
+}
+
+TEST_CASE("run_to_completion survives a child that does not read its input") {
+  // Far more than a pipe holds, to a child that exits without reading: EPIPE, no SIGPIPE.
+  const std::string input(1 << 20, 'x');
+  const ChildOutcome r = run_to_completion(shell("exit 0"), input, std::chrono::seconds(10), 1024);
+  CHECK(r.ended == ChildOutcome::Ended::exited);
+  CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("a child that cannot be started is a StartError with its errno") {
+  ChildSpec spec = shell("true");
+  spec.executable = "/nonexistent/machina-unit";
+  try {
+    ChildProcess child(spec);
+    FAIL("started");
+  } catch (const StartError& e) {
+    CHECK(e.error == ENOENT);
+  }
+}
