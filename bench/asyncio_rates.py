@@ -14,7 +14,7 @@ import machina_dispatch as md
 N = 20_000
 
 
-async def rates(processes: int, rounds: int = 3) -> tuple[float, float]:
+async def rates(processes: int, rounds: int = 7) -> tuple[float, float]:
     best_gather = best_many = 0.0
     async with md.Pool(processes) as pool:
         await pool.acall_many(("AID.ECHO.v1", i) for i in range(1000))  # the processes are up

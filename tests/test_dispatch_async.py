@@ -6,6 +6,8 @@ is never sent, and InProcess.acall never blocks the event loop while a tool runs
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Callable
 
@@ -110,6 +112,62 @@ def test_a_cancelled_queued_call_is_never_sent(plugins: list[str], no_orphans: N
             # Had it been sent, this call would wait behind its 2 s in the window of one.
             assert (await p.acall("AID.ECHO.v1", 1)).output == 1
             assert time.monotonic() - started < 1.0
+    asyncio.run(main())
+
+
+def test_a_call_sent_from_the_queue_is_still_watched_past_its_deadline(plugins: list[str], no_orphans: None) -> None:
+    # A queued call has one watch entry, at its deadline. Sent meanwhile and unanswered
+    # then, it still gets the grace period, and after it the host is taken as wedged.
+    async def main() -> None:
+        async with pool(plugins, workers=2, max_in_flight=1, grace=0.3) as p:
+            await p.acall("AID.ECHO.v1", 0)
+            [pid] = p.pids()
+            started = time.monotonic()
+            blocker = p.acall("AID.TEST.SLOW.v1", {"ms": 150})
+            queued = p.acall("AID.TEST.SLOW.v1", {"ms": 600}, timeout=1.0, check=False)
+            assert (await blocker).ok
+            await asyncio.sleep(0.2)  # the queued call is in the host now
+            assert p._solo is not None and len(p._solo.pending) == 1 and not p._solo.queue
+            os.kill(pid, signal.SIGSTOP)  # answers nothing, not even its own timeouts
+            try:
+                r = await asyncio.wait_for(queued, 5)  # (never watched: it would wait for ever)
+                took = time.monotonic() - started
+            finally:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            assert r.kind == "timeout" and "after its deadline; the host process was killed" in r.error, r
+            assert 1.25 <= took < 2.5, took  # deadline (1 s) + grace (0.3 s), not sooner, not much later
+            assert (await p.acall("AID.ECHO.v1", 2)).output == 2
+            assert pid not in p.pids()
+    asyncio.run(main())
+
+
+def test_a_batch_sent_unanswered_past_its_deadline_is_a_wedged_host(plugins: list[str], no_orphans: None) -> None:
+    # A batch's calls sent together share one watch entry (the earliest deadline of them):
+    # past it plus the grace period with any of them unanswered, the host is killed.
+    async def main() -> None:
+        async with pool(plugins, workers=4, grace=0.3) as p:
+            await p.acall("AID.ECHO.v1", 0)
+            [pid] = p.pids()
+            calls = [md.Call("AID.TEST.SLOW.v1", {"ms": 300}, timeout=t) for t in (0.8, 0.6, 5.0)]
+            started = time.monotonic()
+            batch = p.acall_many(calls, check=False)
+            await asyncio.sleep(0.1)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                got = await asyncio.wait_for(batch, 5)
+                took = time.monotonic() - started
+            finally:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            assert [r.kind for r in got] == ["crash", "timeout", "crash"], got
+            assert "after its deadline; the host process was killed" in got[1].error
+            assert 0.85 <= took < 2.0, took  # the earliest deadline (0.6 s) + grace (0.3 s)
+            assert (await p.acall("AID.ECHO.v1", 2)).output == 2
     asyncio.run(main())
 
 

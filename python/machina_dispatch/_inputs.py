@@ -30,10 +30,16 @@ def to_input_json(inputs: Any) -> str:
         return "{}"
     if type(inputs) is str:
         return inputs
+    if type(inputs) is dict or type(inputs) is list:  # the usual case, straight to orjson
+        return _orjson_text(inputs)
     if isinstance(inputs, str):
         return str(inputs)
     if isinstance(inputs, (bytes, bytearray, memoryview)):
         return bytes(inputs).decode("utf-8")
+    return _orjson_text(inputs)
+
+
+def _orjson_text(inputs: Any) -> str:
     try:
         text = orjson.dumps(inputs, option=_ORJSON_OPTIONS).decode()
     except TypeError:  # orjson.JSONEncodeError: e.g. an int beyond 64 bits; json.dumps decides

@@ -521,23 +521,36 @@ class _Batch:
                 self.done.set_result(self.results)  # type: ignore[arg-type]  # all set by now
 
 
-class _Queued:
-    """One call waiting for room in the request window, its line already encoded."""
+class _Sent:
+    """Calls of a batch sent together (consecutive ids), watched by one entry: due at the
+    earliest deadline among them plus the grace period."""
 
-    __slots__ = ("rid", "aid", "line", "fut", "state", "check", "deadline", "waiting")
+    __slots__ = ("batch", "count", "first", "first_rid")
 
-    def __init__(self, rid: int, aid: str, line: bytes, fut: asyncio.Future[ToolResult], state: State | None,
-                 check: bool, deadline: float) -> None:
-        self.rid, self.aid, self.line, self.fut = rid, aid, line, fut
-        self.state, self.check, self.deadline = state, check, deadline
-        self.waiting = True
+    def __init__(self, batch: _Batch, first_rid: int, first: int, count: int) -> None:
+        self.batch, self.first_rid, self.first, self.count = batch, first_rid, first, count
+
+    def open_rids(self, pending: dict[int, Any]) -> Iterable[tuple[int, float]]:
+        """(rid, deadline) of the calls still unanswered."""
+        deadlines = self.batch.deadlines
+        for k in range(self.count):
+            if self.first_rid + k in pending:
+                yield self.first_rid + k, deadlines[self.first + k]
+
+
+# One call waiting for room in the request window, its line already encoded: (rid, aid,
+# line, future, state, check, deadline). A tuple, as cheap as a queued call can be: one
+# whose future is done (timed out in the queue, cancelled by its caller) is dropped
+# unsent, and its one watch entry (at its deadline) serves it queued and sent alike.
+_Queued = tuple[int, str, bytes, "asyncio.Future[ToolResult]", "State | None", bool, float]
 
 
 def settle(fut: asyncio.Future[ToolResult], result: ToolResult, state: State | None, check: bool) -> None:
     """Completes a call's future as ``acall`` promises: state applied, error raised with check."""
     if fut.done():  # cancelled by its caller
         return
-    apply_state(state, result)
+    if state is not None:
+        apply_state(state, result)
     if check and not result.ok:
         try:
             result.raise_for_error()
@@ -572,8 +585,8 @@ class AsyncSession(Session):
         # (when, seq, rid, what): rid sent and due by `when` (what None); or a queued call or
         # batch that must be sent by `when`. Entries that come in order of `when` (calls with
         # the same timeout) go in `fifo`; the others in the heap `watch`.
-        self.fifo: collections.deque[tuple[float, int, int, _Queued | _Batch | None]] = collections.deque()
-        self.watch: list[tuple[float, int, int, _Queued | _Batch | None]] = []
+        self.fifo: collections.deque[tuple[float, int, int, _Queued | _Batch | _Sent | None]] = collections.deque()
+        self.watch: list[tuple[float, int, int, _Queued | _Batch | _Sent | None]] = []
         self.seq = itertools.count()
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = float("inf")
@@ -593,14 +606,14 @@ class AsyncSession(Session):
         rid = next(self.ids)
         line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json)
         if self.queue or len(self.pending) >= self.window:
-            q = _Queued(rid, aid, line, fut, state, check, deadline)
+            q = (rid, aid, line, fut, state, check, deadline)
             self.queue.append(q)
-            self._watch(deadline, rid, q)
+            self._watch_soon(deadline, rid, q)
             return fut
         self.pending[rid] = (fut, state, check)
         self.aids[rid] = aid
         self._send(line)
-        self._watch(deadline + self.grace, rid, None)
+        self._watch_soon(deadline + self.grace, rid, None)
         return fut
 
     def start_many(self, items: list[tuple[str, str, str | None, str | None, int, str | None]],
@@ -623,18 +636,18 @@ class AsyncSession(Session):
 
     def _send_queued(self) -> None:
         """Sends what waits in the queue, in order, while the window has room."""
-        queue, pending = self.queue, self.pending
+        queue, pending, aids, out = self.queue, self.pending, self.aids, self.out
+        sent = len(out)
         while queue and len(pending) < self.window:
             head = queue[0]
-            if isinstance(head, _Queued):
+            if isinstance(head, tuple):
                 queue.popleft()
-                if not head.waiting or head.fut.done():  # timed out, or cancelled by its caller
+                rid, aid, line, fut, state, check, _ = head
+                if fut.done():  # timed out, or cancelled by its caller
                     continue
-                head.waiting = False
-                pending[head.rid] = (head.fut, head.state, head.check)
-                self.aids[head.rid] = head.aid
-                self._send(head.line)
-                self._watch(head.deadline + self.grace, head.rid, None)
+                pending[rid] = (fut, state, check)
+                aids[rid] = aid
+                out += line  # watched still by its entry at its deadline (_on_timer)
                 continue
             if head.done.done():  # cancelled by its caller
                 queue.popleft()
@@ -649,11 +662,15 @@ class AsyncSession(Session):
                 pending[rid] = (head, i, None)
                 self.aids[rid] = aid
                 chunk.append((rid, aid, input_json, key, token, ms, state_json))
-                self._watch(head.deadlines[i] + self.grace, rid, None)
             head.sent = last
             self._send(_core.encode_requests(chunk))
+            self._watch(min(head.deadlines[first:last]) + self.grace, chunk[0][0],
+                        _Sent(head, chunk[0][0], first, last - first))
             if last == len(head.items):
                 queue.popleft()
+        if len(out) > sent and not self.flushing:
+            self.flushing = True
+            self.loop.call_soon(self._flush)
 
     def _fail_unsent(self, batch: _Batch, kind: str, why: str, until: float | None = None) -> None:
         """Fails the batch's calls not sent yet (those due by `until`, or all)."""
@@ -671,7 +688,15 @@ class AsyncSession(Session):
 
     # --- deadlines -----------------------------------------------------------------------
 
-    def _watch(self, when: float, rid: int, what: _Queued | _Batch | None) -> None:
+    def _watch_soon(self, when: float, rid: int, what: _Queued | _Batch | _Sent | None) -> None:
+        """_watch, for the usual case first: due no sooner than the last entry and the timer."""
+        fifo = self.fifo
+        if fifo and when >= fifo[-1][0] and when >= self.timer_at:
+            fifo.append((when, 0, rid, what))
+        else:
+            self._watch(when, rid, what)
+
+    def _watch(self, when: float, rid: int, what: _Queued | _Batch | _Sent | None) -> None:
         fifo = self.fifo
         if not fifo or when >= fifo[-1][0]:
             fifo.append((when, 0, rid, what))
@@ -682,20 +707,25 @@ class AsyncSession(Session):
                 self.timer.cancel()
             self.timer_at = when
             self.timer = self.loop.call_later(max(when - time.monotonic(), 0.0), self._on_timer)
-        elif len(fifo) + len(self.watch) > 4 * (len(self.pending) + len(self.queue)) + 4096:
-            # Mostly entries of calls long answered: keep them the size of what is open.
-            self.fifo = collections.deque(w for w in fifo if self._open(w[2], w[3]))
+
+    def _compact(self) -> None:
+        """Keeps the watch entries the size of what is open (checked after every read):
+        most are of calls long answered, due only at their deadlines."""
+        if len(self.fifo) + len(self.watch) > 4 * (len(self.pending) + len(self.queue)) + 4096:
+            self.fifo = collections.deque(w for w in self.fifo if self._open(w[2], w[3]))
             self.watch = [w for w in self.watch if self._open(w[2], w[3])]
             heapq.heapify(self.watch)
 
-    def _open(self, rid: int, what: _Queued | _Batch | None) -> bool:
+    def _open(self, rid: int, what: _Queued | _Batch | _Sent | None) -> bool:
         if what is None:
             return rid in self.pending
-        if isinstance(what, _Queued):
-            return what.waiting
+        if isinstance(what, tuple):
+            return rid in self.pending or not what[3].done()
+        if isinstance(what, _Sent):
+            return any(True for _ in what.open_rids(self.pending))
         return what.sent < len(what.items)
 
-    def _next_due(self) -> tuple[float, int, int, _Queued | _Batch | None] | None:
+    def _next_due(self) -> tuple[float, int, int, _Queued | _Batch | _Sent | None] | None:
         """Takes the entry due first out of the fifo and the heap (None when both are empty)."""
         fifo, heap = self.fifo, self.watch
         if fifo and (not heap or fifo[0][0] <= heap[0][0]):
@@ -714,25 +744,39 @@ class AsyncSession(Session):
             entry = self._next_due()
             assert entry is not None
             _, _, rid, what = entry
-            if isinstance(what, _Queued):
-                if what.waiting:
-                    what.waiting = False
-                    settle(what.fut, _failure(what.aid, "timeout", "no room in the host's request window before "
-                                                                    "the deadline"), what.state, what.check)
+            if isinstance(what, tuple):  # a call that was queued, at its deadline
+                if rid in self.pending:  # sent since: it has the grace period to be answered
+                    heapq.heappush(self.watch, (what[6] + self.grace, next(self.seq), rid, None))
+                else:  # still queued (settle leaves an answered or cancelled call alone)
+                    settle(what[3], _failure(what[1], "timeout", "no room in the host's request window before "
+                                                                 "the deadline"), what[4], what[5])
             elif isinstance(what, _Batch):
                 self._fail_unsent(what, "timeout", "no room in the host's request window before the deadline", now)
                 if what.sent < len(what.items):
                     heapq.heappush(self.watch, (what.deadlines[what.sent], next(self.seq), 0, what))
+            elif isinstance(what, _Sent):
+                due = float("inf")
+                for open_rid, deadline in what.open_rids(self.pending):
+                    if deadline + self.grace <= now:
+                        self._overdue(open_rid)
+                        break
+                    due = min(due, deadline + self.grace)
+                else:
+                    if due != float("inf"):
+                        heapq.heappush(self.watch, (due, next(self.seq), rid, what))
             elif rid in self.pending:
-                aid = self.aids[rid]
-                self._deliver(rid, _failure(aid, "timeout", f"no answer to a call to {aid} within {self.grace:g} s "
-                                                            "after its deadline; the host process was killed"))
-                self.fail_all(f"the host process was killed: a call to {aid} got no answer after its deadline",
-                              kill=True)
+                self._overdue(rid)
         due = self._first_due()
         if due != float("inf") and self.dead is None:
             self.timer_at = due
             self.timer = self.loop.call_later(max(due - now, 0.0), self._on_timer)
+
+    def _overdue(self, rid: int) -> None:
+        """Call `rid` is unanswered `grace` seconds after its deadline: the host is wedged."""
+        aid = self.aids[rid]
+        self._deliver(rid, _failure(aid, "timeout", f"no answer to a call to {aid} within {self.grace:g} s "
+                                                    "after its deadline; the host process was killed"))
+        self.fail_all(f"the host process was killed: a call to {aid} got no answer after its deadline", kill=True)
 
     # --- the pipes -----------------------------------------------------------------------
 
@@ -784,6 +828,7 @@ class AsyncSession(Session):
             self._deliver(rid, result)
         if self.queue:
             self._send_queued()
+        self._compact()
 
     def fail_all(self, why: str | None, kind: str = "crash", kill: bool = False) -> None:
         if self.dead is not None:
@@ -801,9 +846,8 @@ class AsyncSession(Session):
             q = self.queue.popleft()
             if isinstance(q, _Batch):
                 self._fail_unsent(q, kind, self.dead)
-            elif q.waiting:
-                q.waiting = False
-                settle(q.fut, _failure(q.aid, kind, self.dead), q.state, q.check)
+            else:
+                settle(q[3], _failure(q[1], kind, self.dead), q[4], q[5])
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

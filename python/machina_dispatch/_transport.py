@@ -71,6 +71,8 @@ def call_texts(aid: str, inputs: Any, state: State | None) -> tuple[str, str | N
     input_json = inputs if type(inputs) is str else input_text(aid, inputs)
     if isinstance(input_json, ToolResult):
         return input_json
+    if state is None:
+        return input_json, None
     state_json = state_text(aid, state)
     if isinstance(state_json, ToolResult):
         return state_json

@@ -102,6 +102,7 @@ class Pool(Transport):
         self._lock = threading.Lock()
         self._sync: list[SyncSession | None] = [None] * processes
         self._solo: AsyncSession | None = None  # the last loop's process, with processes=1
+        self._team: tuple[asyncio.AbstractEventLoop, list[AsyncSession]] | None = None  # the same, with more
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[AsyncSession | None]] = (
             weakref.WeakKeyDictionary())
         self._closed = False
@@ -141,10 +142,22 @@ class Pool(Transport):
         return sorted(procs, key=AsyncSession.load)[:n]
 
     def _async_process(self) -> AsyncSession:
+        """This loop's least loaded process (dead ones replaced)."""
         loop = asyncio.get_running_loop()
         solo = self._solo  # one process: no choice to make, no lock to take
         if solo is not None and solo.loop is loop and solo.dead is None and not self._closed:
             return solo
+        team = self._team  # the last loop's processes, all alive when last looked: no lock
+        if team is not None and team[0] is loop and not self._closed:
+            chosen, least = team[1][0], -1
+            for member in team[1]:
+                if member.dead is not None:
+                    break
+                load = len(member.pending) + len(member.queue)
+                if least < 0 or load < least:
+                    chosen, least = member, load
+            else:
+                return chosen
         with self._lock:
             if self._closed:
                 raise RuntimeError("the pool is closed")
@@ -158,6 +171,8 @@ class Pool(Transport):
             assert best is not None
             if self.processes == 1:
                 self._solo = best
+            else:
+                self._team = (loop, [p for p in procs if p is not None])
             return best
 
     # --- calls ---------------------------------------------------------------------------
@@ -313,6 +328,7 @@ class Pool(Transport):
             if self._closed:
                 return
             self._closed = True
+            self._solo = self._team = None  # no loop kept alive by a closed pool
             sync = [p for p in self._sync if p is not None]
             asyncs = [p for procs in list(self._async.values()) for p in procs if p is not None]
         for p in sync:

@@ -439,7 +439,46 @@ PyMethodDef kInProcessCall = {
     "--\n\n"
     "Runs one tool call (see Transport.call)."};
 
+/// _core.encode_request(id, aid, input_json, idempotency_key=None, lease_token=None,
+/// timeout_ms=None, ds_state_json=None) -> bytes, positional only: one request line (with
+/// its newline) for --serve. Raw, as the pool encodes one per call.
+PyObject* fast_encode_request(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept {
+  try {
+    if (nargs < 3 || nargs > 7) throw py::type_error("encode_request() takes 3 to 7 positional arguments");
+    auto arg = [&](Py_ssize_t i) { return i < nargs ? args[i] : Py_None; };
+    const long long id = PyLong_AsLongLong(args[0]);
+    if (id == -1 && PyErr_Occurred()) throw py::error_already_set();
+    machina::Request req;
+    req.aid = utf8(args[1], "aid");
+    req.input_json = utf8(args[2], "input_json");
+    req.idempotency_key = optional_str(arg(3), "idempotency_key");
+    req.lease_token = optional_str(arg(4), "lease_token");
+    if (arg(5) != Py_None) {
+      const long long ms = PyLong_AsLongLong(arg(5));
+      if (ms == -1 && PyErr_Occurred()) throw py::error_already_set();
+      req.timeout_ms = ms;
+    }
+    std::string_view state;
+    if (arg(6) != Py_None) {
+      Py_ssize_t n = 0;
+      const char* p = PyUnicode_AsUTF8AndSize(arg(6), &n);
+      if (p == nullptr) throw py::type_error("ds_state_json must be a str or None");
+      state = std::string_view(p, static_cast<std::size_t>(n));
+    }
+    thread_local std::string out;
+    out.clear();
+    machina::encode_request(req, id, state, out);
+    return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+  } catch (...) {
+    return python_error();
+  }
+}
+
 PyMethodDef kFastMethods[] = {
+    {"encode_request", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_encode_request)),
+     METH_FASTCALL,
+     "encode_request(id, aid, input_json, idempotency_key=None, lease_token=None, timeout_ms=None, "
+     "ds_state_json=None, /) -> bytes: one request line (with its newline) for --serve"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)), METH_FASTCALL,
      "call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json) -> ToolResult"},
     {nullptr, nullptr, 0, nullptr}};
@@ -635,19 +674,6 @@ PYBIND11_MODULE(_core, m) {
       "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a, "spin_us"_a = 0, "id"_a = -1,
       "aid"_a = py::none(),
       "One pooled call's write and first read (see the pool).");
-  m.def(
-      "encode_request",
-      [](std::int64_t id, std::string aid, std::string input_json, std::optional<std::string> idempotency_key,
-         std::optional<std::string> lease_token, std::optional<std::int64_t> timeout_ms,
-         std::optional<std::string> ds_state_json) {
-        std::string out;
-        encode_call(id, std::move(aid), std::move(input_json), std::move(idempotency_key), std::move(lease_token),
-                    timeout_ms, ds_state_json, out);
-        return py::bytes(out);
-      },
-      "id"_a, "aid"_a, "input_json"_a, "idempotency_key"_a = py::none(), "lease_token"_a = py::none(),
-      "timeout_ms"_a = py::none(), "ds_state_json"_a = py::none(),
-      "One request line (with its newline) for --serve.");
   m.def(
       "encode_requests",
       [](const py::list& calls) {
