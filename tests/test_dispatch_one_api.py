@@ -89,6 +89,18 @@ def test_an_exception_names_the_exact_kind_of_its_result(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", TRANSPORTS)
+def test_a_call_wrong_twice_is_refused_for_the_same_reason_everywhere(name: str) -> None:
+    # Inputs are looked at before the timeout on every transport: unsendable inputs with a
+    # bad timeout are an invalid_input result (not a ValueError), and a bad timeout alone
+    # is a ValueError.
+    with make_transport(name, [str(md.builtin_plugin_path())]) as t:
+        r = t.call("AID.ECHO.v1", {1, 2}, timeout=-1, check=False)
+        assert r.kind == "invalid_input" and r.status == "INVALID_PICK", r
+        with pytest.raises(ValueError, match="timeout"):
+            t.call("AID.ECHO.v1", {}, timeout=-1, check=False)
+
+
+@pytest.mark.parametrize("name", TRANSPORTS)
 def test_an_unknown_keyword_is_named(name: str) -> None:
     with pytest.raises(TypeError, match="'bogus'"):
         make(name, bogus=1)

@@ -6,6 +6,7 @@ restarts after crashes, wedged hosts, large responses, and closing without orpha
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -230,6 +231,34 @@ def test_close_fails_nothing_that_was_answered_and_leaves_no_process(plugins: li
     p.close()  # twice is fine
     with pytest.raises(RuntimeError, match="closed"):
         p.call("AID.ECHO.v1", 1)
+    assert not orphans_since(before)
+
+
+def _descriptors_and_threads() -> tuple[int, int]:
+    """This process's open descriptors and its threads (C++ ones included)."""
+    return len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))
+
+
+def test_hosts_ended_leave_no_descriptor_and_no_thread(plugins: list[str]) -> None:
+    # Each host process has three pipes and a thread of the core's draining its stderr;
+    # a closed pool, a crashed host and a host killed as wedged give all of them back.
+    before = toolhost_processes()
+    with md.Pool(1, executable=TOOLHOST, plugins=plugins, env=base_env()) as warm:
+        warm.call("AID.ECHO.v1", 0)
+    fds, threads = _descriptors_and_threads()
+    for i in range(20):
+        with md.Pool(2, executable=TOOLHOST, plugins=plugins, env=base_env(), grace=0.2) as p:
+            assert p.call("AID.ECHO.v1", i).output == i
+            assert p.call("AID.TEST.CRASH.v1", check=False).kind == "crash"
+            async def one(pool: md.Pool, i: int) -> md.ToolResult:
+                return await pool.acall("AID.ECHO.v1", i)
+
+            assert asyncio.run(one(p, i)).output == i
+    # Every pool has ended its processes (reaped) and joined their drainer threads; the
+    # pipes close when the objects go (kept till then so that no number is reused early).
+    del p
+    gc.collect()
+    assert _descriptors_and_threads() == (fds, threads)
     assert not orphans_since(before)
 
 

@@ -83,12 +83,12 @@ class Spawn(Transport):
         Raises:
             ToolhostError: with ``check``, the subclass for the failure's kind.
         """
-        seconds = self.timeout if timeout is None else float(timeout)
-        ms = timeout_ms(seconds)
-        texts = call_texts(aid, inputs, state)
+        texts = call_texts(aid, inputs, state)  # inputs first, then the timeout, as on every transport
         if isinstance(texts, ToolResult):
             return refuse(texts, check)
         input_json, sent_state = texts
+        seconds = self.timeout if timeout is None else float(timeout)
+        ms = timeout_ms(seconds)
         try:
             r = self._call(aid, input_json, sent_state, idempotency_key, lease_token, ms, seconds)
         except Exception as e:  # anything else on the Python side: the seed's "exception"

@@ -400,15 +400,15 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     if (PyUnicode_CheckExact(inputs)) req.input_json = utf8(inputs, "inputs");
     else ready = text_or_refusal(helpers[2], inputs, req.input_json, "input_json");
     if (ready && given(state_)) ready = text_or_refusal(helpers[3], v[state_], state_json.emplace(), "state");
-    const py::object ms = given(timeout_)
-                              ? py::reinterpret_steal<py::object>(PyObject_CallOneArg(helpers[5], v[timeout_]))
-                              : py::reinterpret_borrow<py::object>(helpers[1]);
-    if (!ms) return nullptr;
-    req.timeout_ms = PyLong_AsLongLong(ms.ptr());
-    if (*req.timeout_ms == -1 && PyErr_Occurred()) return nullptr;
     py::object result;
     bool ok = false;
-    if (ready) {
+    if (ready) {  // the timeout is looked at once the call can be sent, as on every transport
+      const py::object ms = given(timeout_)
+                                ? py::reinterpret_steal<py::object>(PyObject_CallOneArg(helpers[5], v[timeout_]))
+                                : py::reinterpret_borrow<py::object>(helpers[1]);
+      if (!ms) return nullptr;
+      req.timeout_ms = PyLong_AsLongLong(ms.ptr());
+      if (*req.timeout_ms == -1 && PyErr_Occurred()) return nullptr;
       thread_local std::optional<machina::Session> session;
       if (!session) session.emplace(/*respond_with_delta=*/true);
       const machina::Response r = handle_in_process(host, req, *session, state_json);
