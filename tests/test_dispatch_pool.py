@@ -245,6 +245,8 @@ def test_hosts_ended_leave_no_descriptor_and_no_thread(plugins: list[str]) -> No
     before = toolhost_processes()
     with md.Pool(1, executable=TOOLHOST, plugins=plugins, env=base_env()) as warm:
         warm.call("AID.ECHO.v1", 0)
+    del warm
+    gc.collect()  # what earlier tests left for the collector goes first
     fds, threads = _descriptors_and_threads()
     for i in range(20):
         with md.Pool(2, executable=TOOLHOST, plugins=plugins, env=base_env(), grace=0.2) as p:
@@ -258,7 +260,8 @@ def test_hosts_ended_leave_no_descriptor_and_no_thread(plugins: list[str]) -> No
     # pipes close when the objects go (kept till then so that no number is reused early).
     del p
     gc.collect()
-    assert _descriptors_and_threads() == (fds, threads)
+    now_fds, now_threads = _descriptors_and_threads()
+    assert now_fds <= fds and now_threads <= threads, ((fds, threads), (now_fds, now_threads))  # none kept
     assert not orphans_since(before)
 
 

@@ -1,0 +1,263 @@
+"""A Python tool worker speaking tool protocol v1 (docs/python-tools.md).
+
+    python -m machina_dispatch.tool_worker [--root DIR]...           # one call, as the original
+    python -m machina_dispatch.tool_worker --serve [--root DIR]...   # one call per line, warm
+
+A call is the protocol's request object::
+
+    {"protocol_version": 1, "tool": "greeter", "entry": "tools.sample_tool:greet",
+     "payload": {"name": "Ada"}, "sandbox": true, "trace_id": "…", "capability_context": {…}}
+
+and its answer ``{"ok": true, "protocol_version": 1, "result": …}`` or ``{"ok": false,
+"protocol_version": 1, "error": {"type", "message", "reason_code"?}}``, plus an additive
+``trace`` object: what the tool printed (``stdout``, ``stderr``, each at most
+``CAPTURE_BYTES``, with ``output_truncated``), ``duration_ms``, ``protocol_version``,
+``python_path``, ``python_env``, ``trace_id`` (the caller's, else a fresh one) and, once a
+module was reloaded, ``module_reloaded``.
+
+Without ``--serve`` the worker reads all of stdin as one request, writes one answer and exits:
+status 0 when it wrote an answer, failed tool or not; 1 when stdin is not a request or the
+result has no JSON form (an answer is still written) — the original one-shot runner's
+behaviour, so that a tool written for it runs unchanged. With ``--serve`` it reads one request
+per line (at most ``--max-line-bytes``) and answers each on one line, in order, until end of
+input; an interpreter and its imports are then reused from call to call.
+
+Entries are ``module:function`` (dotted attributes allowed after the colon), imported from
+the ``--root`` directories first (the manifest's directory, as the original imports from the
+app root). Modules are imported once; a module whose source file changed on disk (mtime or
+size) is reloaded before its next call.
+
+The protocol stream is a private copy of the original stdout: during a call ``sys.stdout`` and
+``sys.stderr`` are captured, and anything written to descriptor 1 by other means (a C
+extension, a child process) goes to stderr, so nothing a tool does reaches the stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import decimal
+import importlib
+import io
+import json
+import os
+import sys
+import time
+import types
+import uuid
+from collections.abc import Callable
+from typing import IO, Any
+
+__all__ = ["CAPTURE_BYTES", "PROTOCOL_VERSION", "ToolWorker", "main"]
+
+PROTOCOL_VERSION = 1
+CAPTURE_BYTES = 64 * 1024  # of what a call prints, per stream
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+class _Capture(io.TextIOBase):
+    """A text stream that keeps at most `limit` characters and says if it dropped any."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[str] = []
+        self.size = 0
+        self.truncated = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        room = self.limit - self.size
+        if len(s) > room:
+            self.truncated = True
+            s = s[:max(room, 0)]
+        if s:
+            self.parts.append(s)
+            self.size += len(s)
+        return len(s)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def _json_default(value: Any) -> Any:
+    """What the original does with values json cannot write: Decimals become ints when whole,
+    else their normalised string."""
+    if isinstance(value, decimal.Decimal):
+        if value == value.to_integral_value():
+            return int(value)
+        return str(value.normalize())
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+class _Failure(Exception):
+    """A call refused before the tool ran (bad request)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ToolWorker:
+    """Runs calls of protocol v1 in this interpreter; keeps imported modules warm."""
+
+    def __init__(self, roots: list[str] | None = None) -> None:
+        for root in reversed(roots or []):
+            path = os.path.abspath(root)
+            if path not in sys.path:
+                sys.path.insert(0, path)
+        self._seen: dict[str, tuple[int, int]] = {}  # module name -> (mtime_ns, size) at import
+
+    def _module(self, name: str) -> tuple[types.ModuleType, bool]:
+        """The module, imported once; reloaded when its source changed. (module, reloaded)."""
+        module = sys.modules.get(name)
+        if module is None:
+            module = importlib.import_module(name)
+            self._seen[name] = _stamp(module)
+            return module, False
+        stamp = _stamp(module)
+        if name in self._seen and stamp != self._seen[name]:
+            importlib.invalidate_caches()
+            module = importlib.reload(module)
+            self._seen[name] = _stamp(module)
+            return module, True
+        self._seen.setdefault(name, stamp)
+        return module, False
+
+    def _function(self, entry: Any) -> tuple[Callable[[Any], Any], bool]:
+        if not isinstance(entry, str) or entry.count(":") != 1:
+            raise _Failure("ValueError", f"entry must be 'module:function', not {entry!r}")
+        module_name, attr = entry.split(":")
+        if not module_name or not attr:
+            raise _Failure("ValueError", f"entry must be 'module:function', not {entry!r}")
+        module, reloaded = self._module(module_name)
+        target: Any = module
+        for part in attr.split("."):
+            target = getattr(target, part)
+        if not callable(target):
+            raise _Failure("TypeError", f"{entry} is not callable")
+        return target, reloaded
+
+    def call(self, request: Any) -> tuple[dict[str, Any], bool]:
+        """One call: (the answer object, whether its result had a JSON form)."""
+        started = time.perf_counter()
+        trace: dict[str, Any] = {"protocol_version": PROTOCOL_VERSION, "python_path": sys.executable,
+                                 "python_env": sys.prefix}
+        out, err = _Capture(CAPTURE_BYTES), _Capture(CAPTURE_BYTES)
+        serialisable = True
+        try:
+            if not isinstance(request, dict):
+                raise _Failure("ValueError", "the request must be a JSON object")
+            trace_id = request.get("trace_id")
+            trace["trace_id"] = trace_id if isinstance(trace_id, str) and trace_id else str(uuid.uuid4())
+            version = request.get("protocol_version", PROTOCOL_VERSION)
+            if version != PROTOCOL_VERSION:
+                raise _Failure("ValueError", f"protocol_version {version!r} is not supported (this worker speaks 1)")
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # an import's prints too
+                function, reloaded = self._function(request.get("entry"))
+                if reloaded:
+                    trace["module_reloaded"] = True
+                result = function(request.get("payload", {}))
+            answer: dict[str, Any] = {"ok": True, "protocol_version": PROTOCOL_VERSION, "result": result}
+            try:
+                json.dumps(result, default=_json_default)
+            except (TypeError, ValueError) as e:
+                serialisable = False
+                answer = _error("TypeError", f"the tool's result has no JSON form: {e}")
+        except _Failure as e:
+            answer = _error(e.kind, str(e))
+        except Exception as e:  # the tool's failure (or its import's), named by its class
+            answer = _error(type(e).__name__, str(e), getattr(e, "reason_code", None))
+        trace["stdout"], trace["stderr"] = out.text(), err.text()
+        trace["output_truncated"] = out.truncated or err.truncated
+        trace["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        answer["trace"] = trace
+        return answer, serialisable
+
+
+def _error(kind: str, message: str, reason_code: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if isinstance(reason_code, str):
+        error["reason_code"] = reason_code
+    return {"ok": False, "protocol_version": PROTOCOL_VERSION, "error": error}
+
+
+def _stamp(module: types.ModuleType) -> tuple[int, int]:
+    path = getattr(module, "__file__", None)
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        st = None
+    return (st.st_mtime_ns, st.st_size) if st else (0, 0)
+
+
+def _encode(answer: dict[str, Any]) -> bytes:
+    return json.dumps(answer, default=_json_default, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _protocol_stream() -> IO[bytes]:
+    """A private copy of stdout for answers; descriptor 1 then points at stderr, so that
+    output written around sys.stdout never lands in the protocol stream."""
+    sys.stdout.flush()
+    stream = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    return stream
+
+
+def _serve(worker: ToolWorker, source: IO[bytes], sink: IO[bytes], max_line: int) -> int:
+    while True:
+        line = source.readline(max_line + 1)
+        if not line:
+            return 0
+        if len(line) > max_line and not line.endswith(b"\n"):
+            while True:  # the rest of the over-long line is dropped
+                rest = source.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            sink.write(_encode(_error("ValueError", f"request line longer than {max_line} bytes")))
+            continue
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+        except ValueError as e:
+            sink.write(_encode(_error("ValueError", f"request is not JSON: {e}")))
+            continue
+        answer, _ = worker.call(request)
+        sink.write(_encode(answer))
+
+
+def _once(worker: ToolWorker, source: IO[bytes], sink: IO[bytes], max_line: int) -> int:
+    data = source.read(max_line + 1)
+    if len(data) > max_line:
+        sink.write(_encode(_error("ValueError", f"request longer than {max_line} bytes")))
+        return 1
+    try:
+        request = json.loads(data)
+    except ValueError as e:
+        sink.write(_encode(_error("ValueError", f"request is not JSON: {e}")))
+        return 1
+    answer, serialisable = worker.call(request)
+    sink.write(_encode(answer))
+    return 0 if serialisable else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m machina_dispatch.tool_worker",
+                                     description="Run Python tools over tool protocol v1.")
+    parser.add_argument("--serve", action="store_true", help="answer one request per line until end of input")
+    parser.add_argument("--root", action="append", default=[], help="a directory modules are imported from first")
+    parser.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES,
+                        help="longest request accepted (default %(default)s)")
+    args = parser.parse_args(argv)
+    if args.max_line_bytes < 1:
+        parser.error("--max-line-bytes must be at least 1")
+    sink = _protocol_stream()
+    worker = ToolWorker(args.root)
+    run = _serve if args.serve else _once
+    return run(worker, sys.stdin.buffer, sink, args.max_line_bytes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+// Tool manifests: TOML files that declare tools whose code is not a C-ABI plugin (Python
+// tools, HTTP tool services; later skills and MCP servers), each with its metadata and the
+// fields of the runner it needs (docs/python-tools.md#the-manifest). Loading checks every
+// field's type and shape and refuses a bad manifest whole, naming file, line and field;
+// registering the tools with their runners is the host's part.
+#pragma once
+
+#include <machina/tool.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace machina {
+
+struct ManifestTool {
+  ToolInfo info;         // aid, name, description, input_schema (JSON text), tier, deterministic,
+                         // side_effects, tags, default_timeout_ms; plugin_path = the manifest's path
+  std::string runner;    // "python" or "service"
+  std::size_t line = 0;  // where its [[tool]] table starts
+  // runner = "python"
+  std::string entry;     // "module:function"
+  std::string python;    // the interpreter to run it with (default "python3")
+  std::string root;      // where its modules are imported from: the manifest's directory
+  bool sandbox = false;
+  // runner = "service"
+  std::string url;       // http:// or https://
+  // Both: the capability guarantees the tool requires (name -> required).
+  std::map<std::string, bool> guarantees;
+};
+
+struct ToolManifest {
+  std::string path;
+  std::vector<ManifestTool> tools;
+};
+
+/// The guarantees a manifest may name.
+const std::vector<std::string>& known_guarantees();
+
+/// Loads and checks a manifest. Throws HostError "FILE:LINE: …" naming the field at fault
+/// (a TOML syntax error, an unknown key, a missing or mistyped field, a runner this build
+/// does not have, an aid declared twice in the file).
+ToolManifest load_tool_manifest(const std::string& path);
+
+/// The same, from text (`path` names it in errors; relative module roots resolve from its
+/// directory).
+ToolManifest parse_tool_manifest(std::string_view text, const std::string& path);
+
+}  // namespace machina
