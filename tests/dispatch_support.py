@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Iterator, Mapping
 
@@ -77,3 +78,23 @@ def orphans_since(before: Mapping[int, tuple[int, str]], wait_s: float = 3.0) ->
         if not new or time.monotonic() > deadline:
             return new
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """The process stopped (SIGSTOP: it answers nothing, not even its own timeouts) while
+    the block runs, continued after it unless it is gone by then."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        end = time.monotonic() + 5  # SIGSTOP takes effect asynchronously
+        while True:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            if time.monotonic() > end:
+                raise AssertionError(f"process {pid} did not stop")
+            time.sleep(0.001)
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)

@@ -6,14 +6,13 @@ is never sent, and InProcess.acall never blocks the event loop while a tool runs
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 from collections.abc import Callable
 
 import machina_dispatch as md
 import pytest
 from conftest import TOOLHOST, base_env
+from dispatch_support import stopped
 
 
 async def every(seconds: float, do: Callable[[], None]) -> None:
@@ -128,15 +127,9 @@ def test_a_call_sent_from_the_queue_is_still_watched_past_its_deadline(plugins: 
             assert (await blocker).ok
             await asyncio.sleep(0.2)  # the queued call is in the host now
             assert p._solo is not None and len(p._solo.pending) == 1 and not p._solo.queue
-            os.kill(pid, signal.SIGSTOP)  # answers nothing, not even its own timeouts
-            try:
+            with stopped(pid):
                 r = await asyncio.wait_for(queued, 5)  # (never watched: it would wait for ever)
                 took = time.monotonic() - started
-            finally:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
             assert r.kind == "timeout" and "after its deadline; the host process was killed" in r.error, r
             assert 1.25 <= took < 2.5, took  # deadline (1 s) + grace (0.3 s), not sooner, not much later
             assert (await p.acall("AID.ECHO.v1", 2)).output == 2
@@ -155,15 +148,9 @@ def test_a_batch_sent_unanswered_past_its_deadline_is_a_wedged_host(plugins: lis
             started = time.monotonic()
             batch = p.acall_many(calls, check=False)
             await asyncio.sleep(0.1)
-            os.kill(pid, signal.SIGSTOP)
-            try:
+            with stopped(pid):
                 got = await asyncio.wait_for(batch, 5)
                 took = time.monotonic() - started
-            finally:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
             assert [r.kind for r in got] == ["crash", "timeout", "crash"], got
             assert "after its deadline; the host process was killed" in got[1].error
             assert 0.85 <= took < 2.0, took  # the earliest deadline (0.6 s) + grace (0.3 s)

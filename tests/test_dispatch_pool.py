@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import machina_dispatch as md
 import pytest
 from conftest import TOOLHOST, base_env
-from dispatch_support import orphans_since, toolhost_processes
+from dispatch_support import orphans_since, stopped, toolhost_processes
 
 
 @pytest.fixture
@@ -141,30 +141,12 @@ def test_deadline_is_answered_on_time(pool: md.Pool) -> None:
     assert pool.call("AID.ECHO.v1", 7).output == 7
 
 
-def wait_until_stopped(pid: int) -> None:
-    """SIGSTOP takes effect asynchronously; a busy host could still be finishing a step."""
-    end = time.monotonic() + 5
-    while time.monotonic() < end:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "T":
-                return
-        time.sleep(0.001)
-    raise AssertionError(f"process {pid} did not stop")
-
-
 def test_wedged_host_is_killed_and_replaced(pool: md.Pool) -> None:
     pool.call("AID.ECHO.v1", 0)
     [pid] = pool.pids()
-    os.kill(pid, signal.SIGSTOP)  # answers nothing, not even its own timeouts
-    try:
-        wait_until_stopped(pid)
+    with stopped(pid):
         started = time.monotonic()
         r = pool.call("AID.ECHO.v1", 1, timeout=0.2, check=False)
-    finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
     assert r.kind == "timeout" and r.code is None
     assert "the host process was killed" in r.error
     assert time.monotonic() - started < pool.grace + 2

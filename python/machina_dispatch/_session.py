@@ -67,6 +67,20 @@ class Session:
         made to go (`kill`). Each driver knows where its calls wait."""
         raise NotImplementedError
 
+    def read(self) -> bytes | None:
+        """What the host has written (without blocking); None when nothing has come, or
+        when it is gone (then every open call has been failed, saying how it ended)."""
+        try:
+            chunk = os.read(self.host.fd_out, READ_CHUNK)
+        except BlockingIOError:
+            return None
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.fail_all(None)
+            return None
+        return chunk
+
     def decode(self, chunk: bytes) -> list[tuple[int, ToolResult]] | None:
         """The answers completed by `chunk` (what was just read), matched to their
         requests; None when the host broke the protocol (it is then killed and every call
@@ -236,16 +250,9 @@ class SyncSession(Session):
                 return
 
     def read_some(self) -> None:
-        try:
-            chunk = os.read(self.host.fd_out, READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self.fail_all(None)  # the process is gone: say how
-            return
-        self.take(chunk)
+        chunk = self.read()
+        if chunk is not None:
+            self.take(chunk)
 
     def take(self, chunk: bytes) -> None:
         """Hands out the answers in what was read."""
@@ -812,14 +819,8 @@ class AsyncSession(Session):
             self.flushing = False
 
     def _on_readable(self) -> None:
-        try:
-            chunk = os.read(self.host.fd_out, READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self.fail_all(None)
+        chunk = self.read()
+        if chunk is None:
             return
         done = self.decode(chunk)
         if done is None:

@@ -124,8 +124,7 @@ class ChildProcess {
   /// (SIGKILL: Killed)", "exited with status 3"). Later calls return the same words.
   const std::string& end(int drain_ms = 200);
   bool ended() const { return reaped_.load(std::memory_order_acquire); }
-  /// After end(): the wait status, and the exit code in Python's form (-N for signal N).
-  int wait_status() const { return status_; }
+  /// After end(): the exit code in Python's form (-N for signal N).
   int exit_code() const;
 
  private:
