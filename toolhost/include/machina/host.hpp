@@ -157,5 +157,7 @@ class Host {
 /// Milliseconds on the monotonic clock (breaker, idempotency) and since the epoch (leases).
 std::int64_t steady_now_ms() noexcept;
 std::int64_t unix_now_ms() noexcept;
+/// The monotonic clock in milliseconds, cheaply, never earlier than steady_now_ms() (at most one clock tick later).
+std::int64_t steady_now_ms_not_before() noexcept;
 
 }  // namespace machina
