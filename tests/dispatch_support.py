@@ -33,7 +33,8 @@ def patched_environ(extra: Mapping[str, str]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def make_transport(name: str, plugins: list[str], env: Mapping[str, str] | None = None,
-                   args: list[str] | None = None, **options: object) -> Iterator[md.Transport]:
+                   args: list[str] | None = None, tools: list[str] | None = None,
+                   **options: object) -> Iterator[md.Transport]:
     """One transport of each kind over the same plugins, host options and environment.
     `args` are command-line options for the process transports; `options` the same
     settings as in-process keywords."""
@@ -44,11 +45,11 @@ def make_transport(name: str, plugins: list[str], env: Mapping[str, str] | None 
             # For as long as the host lives, as for the process transports: its tools read
             # the environment when they run (the file tools' workspace, for one).
             stack.enter_context(patched_environ(dict(env or {})))
-            transport = md.InProcess(plugins, executable=TOOLHOST, **options)  # type: ignore[arg-type]
+            transport = md.InProcess(plugins, tools=tools, executable=TOOLHOST, **options)  # type: ignore[arg-type]
         elif name == "pool":
-            transport = md.Pool(1, executable=TOOLHOST, plugins=plugins, args=args, env=env_full)
+            transport = md.Pool(1, executable=TOOLHOST, plugins=plugins, tools=tools, args=args, env=env_full)
         elif name == "spawn":
-            transport = md.Spawn(TOOLHOST, plugins=plugins, args=args, env=env_full)
+            transport = md.Spawn(TOOLHOST, plugins=plugins, tools=tools, args=args, env=env_full)
         else:
             raise ValueError(name)
         try:

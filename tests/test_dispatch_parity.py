@@ -10,6 +10,7 @@ call, which test_spawn_is_stateless pins down.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import machina_dispatch as md
 import pytest
 from conftest import LEASE_SECRET
 from dispatch_support import TRANSPORTS, make_transport
+from python_support import python_tool, write_pack
 
 Scenario = Callable[[md.Transport], list[Any]]
 SCENARIOS: dict[str, tuple[Scenario, bool]] = {}  # name -> (scenario, stateful)
@@ -145,6 +147,33 @@ def refused_before_sending(t: md.Transport) -> list[Any]:
     return out
 
 
+PYTHON_TOOLS = [
+    python_tool("AID.PY.GREET.v1", "tools.sample_tool:greet",
+                input_schema={"type": "object", "properties": {"name": {"type": "string"}}}),
+    python_tool("AID.PY.ENVW.v1", "tools.sample_tool:greet", guarantees={"no_env_write": True}),
+    python_tool("AID.PY.CRASH.v1", "tools.sample_tool:crash"),
+]
+STABLE_TRACE = ("runner", "kind", "resolved_source", "tool", "entry", "protocol_version", "stdout", "stderr",
+                "enforcement_level", "error_type", "error_message", "reason_code")
+
+
+def stable(r: md.ToolResult) -> md.ToolResult:
+    """A Python tool's result without what differs from run to run (worker pids, timings,
+    fresh trace ids)."""
+    trace = {k: v for k, v in (r.trace or {}).items() if k in STABLE_TRACE}
+    return r._replace(error=re.sub(r"worker \d+", "worker N", r.error), trace_json=json.dumps(trace, sort_keys=True))
+
+
+@scenario()
+def python_tools(t: md.Transport) -> list[Any]:
+    return [stable(r) for r in calls(t,
+                                     ("AID.PY.GREET.v1", {"name": "Ada"}),
+                                     ("AID.PY.GREET.v1", {}),                # the tool's own error
+                                     ("AID.PY.GREET.v1", {"name": 5}),       # schema_violation
+                                     ("AID.PY.ENVW.v1", {"name": "x"}),      # guarantee_blocked
+                                     ("AID.PY.CRASH.v1",))]                  # tool_crashed
+
+
 LEASE_ENV = {"MACHINA_LEASE_ENFORCE": "1", "MACHINA_LEASE_SECRET": LEASE_SECRET}
 
 
@@ -154,7 +183,8 @@ def run_scenario(name: str, transport: str, plugins: list[str], tmp_path: Path) 
            "MACHINA_TOOLHOST_WORKSPACE": str(tmp_path)}
     if name == "lease_gate":
         env.update(LEASE_ENV)
-    with make_transport(transport, plugins, env) as t:
+    tools = [str(write_pack(tmp_path / "pack", PYTHON_TOOLS))] if name == "python_tools" else None
+    with make_transport(transport, plugins, env, tools=tools) as t:
         return fn(t)
 
 
@@ -196,8 +226,10 @@ def test_the_suite_covers_every_status_and_error(outcomes: dict[tuple[str, str],
                 # A client that reads only `status` (the original one) sees every failure.
                 assert (r.status == "OK") == r.ok, r
     assert {"OK", "INVALID_PICK", "TOOL_ERROR", "BREAKER_TRIP"} == seen_status
-    expected = {code for code, _, _ in md._core.error_kinds()} - {"overloaded", "internal_error", "tool_crashed",
-                                                                  "invalid_ds_state"}
+    # (HTTP tool services' codes: tests/test_services.py, whose services a parity run has not.)
+    expected = {code for code, _, _ in md._core.error_kinds()} - {
+        "overloaded", "internal_error", "invalid_ds_state", "coverage_missing", "service_unavailable",
+        "service_http_error", "service_bad_response"}
     assert expected <= seen_codes, expected - seen_codes
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from python_support import LITERAL_RUNNER
 
 SAMPLE = textwrap.dedent('''
     import decimal, os, sys
@@ -47,33 +48,6 @@ SAMPLE = textwrap.dedent('''
         @staticmethod
         def run(payload):
             return [payload, "nested"]
-''')
-
-# The original's runner as its documents describe it (one interpreter per call, request on
-# stdin, the tool's output captured and dropped, one JSON object out), written here
-# independently of ours.
-LITERAL_RUNNER = textwrap.dedent('''
-    import contextlib, decimal, importlib, io, json, sys
-    def default(v):
-        if isinstance(v, decimal.Decimal):
-            return int(v) if v == v.to_integral_value() else str(v.normalize())
-        raise TypeError(type(v).__name__)
-    req = json.loads(sys.stdin.read())
-    sys.path.insert(0, ".")
-    try:
-        mod_name, fn_name = req["entry"].split(":")
-        target = importlib.import_module(mod_name)
-        for part in fn_name.split("."):
-            target = getattr(target, part)
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            result = target(req.get("payload", {}))
-        out = {"ok": True, "protocol_version": 1, "result": result}
-    except Exception as e:
-        err = {"type": type(e).__name__, "message": str(e)}
-        if getattr(e, "reason_code", None):
-            err["reason_code"] = e.reason_code
-        out = {"ok": False, "protocol_version": 1, "error": err}
-    sys.stdout.write(json.dumps(out, default=default))
 ''')
 
 CASES = [("greet", {"name": "Ada"}), ("missing", {}), ("blocked", {}), ("money", {}),

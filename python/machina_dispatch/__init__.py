@@ -21,6 +21,7 @@ from . import _core
 from ._core import Session, issue_lease
 from ._errors import (
     BreakerOpen,
+    CapabilityRefused,
     DispatchError,
     ExecutableNotFound,
     HostError,
@@ -33,6 +34,7 @@ from ._errors import (
     Overloaded,
     ProtocolError,
     RequestRejected,
+    ServiceError,
     ToolCrashed,
     ToolError,
     ToolFailed,
@@ -53,6 +55,7 @@ __all__ = [
     "Artifact",
     "BreakerOpen",
     "Call",
+    "CapabilityRefused",
     "DispatchError",
     "DsDelta",
     "DsState",
@@ -70,6 +73,7 @@ __all__ = [
     "Pool",
     "ProtocolError",
     "RequestRejected",
+    "ServiceError",
     "Session",
     "Spawn",
     "ToolCrashed",

@@ -82,15 +82,19 @@ class Host:
         tool_timeouts_ms: dict[str, int] = ...,
         max_stuck_calls: int = ...,
         isolation: str = ...,
-        worker_executable: str = ...,
+        worker_executable: str | None = ...,
         isolation_workers: int = ...,
         limit_cpu_s: int = ...,
         limit_memory_mb: int = ...,
         limit_open_files: int = ...,
         limit_file_size_mb: int = ...,
         no_network: bool = ...,
+        worker_env: list[str] = ...,
+        python_workers: int = ...,
+        python_memory_mb: int = ...,
     ) -> None: ...
     def load_plugin(self, path: str) -> list[str]: ...
+    def load_tools(self, path: str) -> list[str]: ...
     def list_tools(self) -> list[dict[str, Any]]: ...
     def call_json(self, request: str | bytes, session: Session, aid: str = "") -> str: ...
     def stats(self) -> dict[str, int]: ...

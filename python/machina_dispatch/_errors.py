@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BreakerOpen",
+    "CapabilityRefused",
     "DispatchError",
     "ExecutableNotFound",
     "HostError",
@@ -31,6 +32,7 @@ __all__ = [
     "Overloaded",
     "ProtocolError",
     "RequestRejected",
+    "ServiceError",
     "ToolCrashed",
     "ToolError",
     "ToolFailed",
@@ -182,6 +184,21 @@ class ToolFault(ToolError):
     kind = "tool_fault"
 
 
+class CapabilityRefused(ToolhostError, PermissionError):
+    """A capability guarantee the tool requires cannot be enforced on this machine
+    (``guarantee_blocked``) or is not covered by the tool's HTTP service
+    (``coverage_missing``); the tool did not run."""
+
+    kind = "guarantee_blocked"
+
+
+class ServiceError(ToolError, ConnectionError):
+    """An HTTP tool service failed: no connection (``service_unavailable``), an HTTP error
+    status (``service_http_error``), an answer that is not one (``service_bad_response``)."""
+
+    kind = "service_unavailable"
+
+
 class Overloaded(ToolhostError):
     """Too many inline calls are stuck past their deadline (``overloaded``)."""
 
@@ -220,6 +237,11 @@ _CLASS_OF_KIND: dict[str, type[ToolhostError]] = {
     "tool_fault": ToolFault,
     "output_too_large": ToolFault,
     "invalid_output": ToolFault,
+    "guarantee_blocked": CapabilityRefused,
+    "coverage_missing": CapabilityRefused,
+    "service_unavailable": ServiceError,
+    "service_http_error": ServiceError,
+    "service_bad_response": ServiceError,
     "overloaded": Overloaded,
     "internal_error": InternalError,
 }

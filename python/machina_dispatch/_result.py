@@ -34,6 +34,9 @@ class ToolResult(NamedTuple):
             changed nothing, else the delta as JSON text (see :attr:`ds_delta`).
         details: extra fields: ``tier``/``aid`` for ``lease_required``, ``reason`` for
             ``lease_rejected``, ``exit_status``/``stderr`` for a crashed host.
+        trace_json: the call's trace as JSON text (Python tools and HTTP tool services: runner,
+            interpreter, timings, what the tool printed, what enforced its guarantees); ``None``
+            when the response had none (see :attr:`trace`).
     """
 
     aid: str
@@ -46,6 +49,12 @@ class ToolResult(NamedTuple):
     idempotent_hit: bool
     ds_state_json: str | None
     details: dict[str, Any] | None
+    trace_json: str | None = None
+
+    @property
+    def trace(self) -> dict[str, Any] | None:
+        """The call's trace, decoded (``None`` when the response had none)."""
+        return None if self.trace_json is None else json.loads(self.trace_json)
 
     @property
     def output(self) -> Any:
@@ -81,6 +90,8 @@ class ToolResult(NamedTuple):
                 out["ds_state"] = _delta_wire(self.ds_state_json)
             if self.idempotent_hit:
                 out["idempotent_hit"] = True
+            if self.trace_json is not None:
+                out["trace"] = json.loads(self.trace_json)
             return out
         err: dict[str, Any] = {"error": True, "aid": self.aid, "type": self.kind, "detail": self.error}
         if self.code is not None:
@@ -88,6 +99,8 @@ class ToolResult(NamedTuple):
         err["status"] = self.status
         if self.details:
             err.update(self.details)
+        if self.trace_json is not None:
+            err["trace"] = json.loads(self.trace_json)
         return err
 
     @classmethod
@@ -95,7 +108,7 @@ class ToolResult(NamedTuple):
         """A failure found around the host (no answer from it): status ``TOOL_ERROR``, or
         ``INVALID_PICK`` for a call refused before it was sent (inputs or state that cannot
         be sent), as the host says of input it cannot read."""
-        return cls(aid, False, status, "", detail, None, kind, False, None, details or None)
+        return cls(aid, False, status, "", detail, None, kind, False, None, details or None, None)
 
 
 def _delta_wire(text: str) -> dict[str, Any]:

@@ -32,6 +32,8 @@ class InProcess(Transport):
 
     Args:
         plugins: plugin libraries to load; ``None`` loads the built-in pack.
+        tools: TOML tool manifests whose tools to load too (Python tools, HTTP tool services;
+            docs/python-tools.md).
         isolation: ``"inline"`` (tools run on the calling thread) or ``"process"`` (in
             supervised worker processes of the ``machina-toolhost`` executable).
         executable: the executable for ``isolation="process"`` (found as usual otherwise).
@@ -39,11 +41,12 @@ class InProcess(Transport):
         **options: host options, as :class:`machina_dispatch.Host` takes them.
 
     Raises:
-        HostError: a plugin cannot be loaded, or a host option is invalid.
+        HostError: a plugin or a tool manifest cannot be loaded, or a host option is invalid.
         ExecutableNotFound: ``isolation="process"`` without a ``machina-toolhost`` executable.
     """
 
-    def __init__(self, plugins: list[str | os.PathLike[str]] | None = None, *, isolation: str = "inline",
+    def __init__(self, plugins: list[str | os.PathLike[str]] | None = None, *,
+                 tools: list[str | os.PathLike[str]] | None = None, isolation: str = "inline",
                  executable: str | os.PathLike[str] | None = None, timeout: float | None = None,
                  **options: Any) -> None:
         super().__init__(timeout)
@@ -52,9 +55,15 @@ class InProcess(Transport):
             if found is None:
                 raise ExecutableNotFound(ToolResult.failure("", "not_found", NOT_FOUND))
             options["worker_executable"] = found
+        elif tools and "worker_executable" not in options:
+            # Sandboxed Python tools are started through the executable (its --sandbox-exec);
+            # without one, their calls are refused (guarantee_blocked), never run unconfined.
+            options["worker_executable"] = find_executable(executable)
         self.host = _core.Host(isolation=isolation, **options)
         for path in plugins if plugins is not None else [builtin_plugin_path()]:
             self.host.load_plugin(os.fspath(path))
+        for path in tools or []:
+            self.host.load_tools(os.fspath(path))
         # What the compiled call needs; None once closed.
         self._fast: tuple[Any, ...] | None = (self.host, timeout_ms(self.timeout), input_text, state_text,
                                               apply_state, timeout_ms)

@@ -52,6 +52,7 @@ class Pool(Transport):
         workers: ``--workers`` of each process (calls run concurrently inside it).
         executable: the ``machina-toolhost`` to run (found as usual otherwise).
         plugins: plugin libraries to load instead of the built-in pack.
+        tools: TOML tool manifests whose tools to load too (``--tools``).
         args: extra command-line options (e.g. ``["--isolation", "process"]``).
         timeout: default deadline in seconds.
         max_in_flight: requests sent to one process but not yet answered, at most;
@@ -72,7 +73,8 @@ class Pool(Transport):
     """
 
     def __init__(self, processes: int = 1, *, workers: int = 1, executable: str | os.PathLike[str] | None = None,
-                 plugins: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
+                 plugins: list[str | os.PathLike[str]] | None = None,
+                 tools: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
                  timeout: float | None = None, max_in_flight: int = 1024, grace: float = 1.0,
                  close_timeout: float = 2.0, env: dict[str, str] | None = None,
                  spin_us: int = DEFAULT_SPIN_US) -> None:
@@ -87,7 +89,8 @@ class Pool(Transport):
 
             raise ExecutableNotFound(ToolResult.failure("", "not_found", NOT_FOUND))
         options = ["--workers", str(workers), "--spin-us", str(spin_us),
-                   *[a for p in plugins or [] for a in ("--plugin", os.fspath(p))], *(args or [])]
+                   *[a for p in plugins or [] for a in ("--plugin", os.fspath(p))],
+                   *[a for t in tools or [] for a in ("--tools", os.fspath(t))], *(args or [])]
         check_setup(exe, options, env)
         # --state-per-call: a call runs with the state it sends, or an empty one, whatever
         # the calls before it on the same process did (no empty state sent with every call).

@@ -47,6 +47,7 @@ class Spawn(Transport):
     Args:
         executable: the ``machina-toolhost`` to run (found as usual otherwise).
         plugins: plugin libraries to load instead of the built-in pack.
+        tools: TOML tool manifests whose tools to load too (``--tools``).
         args: extra command-line options for the host (e.g. ``["--isolation", "process"]``).
         timeout: default deadline in seconds.
         max_output_bytes: cap on what is read from stdout.
@@ -61,7 +62,8 @@ class Spawn(Transport):
     """
 
     def __init__(self, executable: str | os.PathLike[str] | None = None, *,
-                 plugins: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
+                 plugins: list[str | os.PathLike[str]] | None = None,
+                 tools: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
                  timeout: float | None = None, max_output_bytes: int = MAX_OUTPUT_BYTES,
                  env: dict[str, str] | None = None, check_setup: bool = True) -> None:
         super().__init__(timeout)
@@ -69,7 +71,8 @@ class Spawn(Transport):
         if found is None:
             raise ExecutableNotFound(ToolResult.failure("", "not_found", NOT_FOUND))
         self.executable = found
-        self.args = [a for p in plugins or [] for a in ("--plugin", os.fspath(p))] + list(args or [])
+        self.args = ([a for p in plugins or [] for a in ("--plugin", os.fspath(p))]
+                     + [a for t in tools or [] for a in ("--tools", os.fspath(t))] + list(args or []))
         if check_setup:
             check_host_setup(self.executable, self.args, env)
         self.max_output_bytes = max_output_bytes

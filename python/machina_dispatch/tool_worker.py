@@ -35,7 +35,6 @@ extension, a child process) goes to stderr, so nothing a tool does reaches the s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import decimal
 import importlib
 import io
@@ -108,6 +107,7 @@ class ToolWorker:
             if path not in sys.path:
                 sys.path.insert(0, path)
         self._seen: dict[str, tuple[int, int]] = {}  # module name -> (mtime_ns, size) at import
+        self._entries: dict[str, tuple[str, list[str]]] = {}  # entry -> (module name, attribute path)
 
     def _module(self, name: str) -> tuple[types.ModuleType, bool]:
         """The module, imported once; reloaded when its source changed. (module, reloaded)."""
@@ -117,23 +117,30 @@ class ToolWorker:
             self._seen[name] = _stamp(module)
             return module, False
         stamp = _stamp(module)
-        if name in self._seen and stamp != self._seen[name]:
+        seen = self._seen.get(name)
+        if seen is not None and stamp != seen:
             importlib.invalidate_caches()
             module = importlib.reload(module)
             self._seen[name] = _stamp(module)
             return module, True
-        self._seen.setdefault(name, stamp)
+        if seen is None:
+            self._seen[name] = stamp
         return module, False
 
     def _function(self, entry: Any) -> tuple[Callable[[Any], Any], bool]:
-        if not isinstance(entry, str) or entry.count(":") != 1:
-            raise _Failure("ValueError", f"entry must be 'module:function', not {entry!r}")
-        module_name, attr = entry.split(":")
-        if not module_name or not attr:
-            raise _Failure("ValueError", f"entry must be 'module:function', not {entry!r}")
-        module, reloaded = self._module(module_name)
+        parsed = self._entries.get(entry) if type(entry) is str else None
+        if parsed is None:
+            if not isinstance(entry, str) or entry.count(":") != 1:
+                raise _Failure("ValueError", f"entry must be 'module:function', not {entry!r}")
+            module_name, attr = entry.split(":")
+            if not module_name or not attr:
+                raise _Failure("ValueError", f"entry must be 'module:function', not {entry!r}")
+            parsed = (module_name, attr.split("."))
+            if len(self._entries) < 4096:
+                self._entries[entry] = parsed
+        module, reloaded = self._module(parsed[0])
         target: Any = module
-        for part in attr.split("."):
+        for part in parsed[1]:
             target = getattr(target, part)
         if not callable(target):
             raise _Failure("TypeError", f"{entry} is not callable")
@@ -147,21 +154,32 @@ class ToolWorker:
         out, err = _Capture(CAPTURE_BYTES), _Capture(CAPTURE_BYTES)
         serialisable = True
         try:
-            if not isinstance(request, dict):
+            if type(request) is not dict:
                 raise _Failure("ValueError", "the request must be a JSON object")
             trace_id = request.get("trace_id")
-            trace["trace_id"] = trace_id if isinstance(trace_id, str) and trace_id else str(uuid.uuid4())
+            trace["trace_id"] = trace_id if type(trace_id) is str and trace_id else str(uuid.uuid4())
             version = request.get("protocol_version", PROTOCOL_VERSION)
             if version != PROTOCOL_VERSION:
                 raise _Failure("ValueError", f"protocol_version {version!r} is not supported (this worker speaks 1)")
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # an import's prints too
+            deadline = request.get("deadline_monotonic_ms")
+            if type(deadline) is int and time.monotonic() * 1000 >= deadline:
+                # Queued behind other calls past its deadline (machina-toolhost's own
+                # addition to the protocol): the host has answered it already.
+                raise _Failure("TimeoutError", "the call's deadline passed before it started; it did not run")
+            saved = sys.stdout, sys.stderr
+            sys.stdout, sys.stderr = out, err  # an import's prints too
+            try:
                 function, reloaded = self._function(request.get("entry"))
                 if reloaded:
                     trace["module_reloaded"] = True
                 result = function(request.get("payload", {}))
-            answer: dict[str, Any] = {"ok": True, "protocol_version": PROTOCOL_VERSION, "result": result}
+            finally:
+                sys.stdout, sys.stderr = saved
+            answer: dict[str, Any] = {"ok": True, "protocol_version": PROTOCOL_VERSION}
             try:
-                json.dumps(result, default=_json_default)
+                # The result as it will be written (once, here): a value with no JSON form
+                # fails the call, not the protocol stream.
+                answer["result"] = _Encoded(_dumps(result))
             except (TypeError, ValueError) as e:
                 serialisable = False
                 answer = _error("TypeError", f"the tool's result has no JSON form: {e}")
@@ -169,7 +187,8 @@ class ToolWorker:
             answer = _error(e.kind, str(e))
         except Exception as e:  # the tool's failure (or its import's), named by its class
             answer = _error(type(e).__name__, str(e), getattr(e, "reason_code", None))
-        trace["stdout"], trace["stderr"] = out.text(), err.text()
+        trace["stdout"] = "".join(out.parts)
+        trace["stderr"] = "".join(err.parts)
         trace["output_truncated"] = out.truncated or err.truncated
         trace["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
         answer["trace"] = trace
@@ -192,8 +211,65 @@ def _stamp(module: types.ModuleType) -> tuple[int, int]:
     return (st.st_mtime_ns, st.st_size) if st else (0, 0)
 
 
+class _Encoded(str):
+    """A result already encoded as JSON text, written into the answer as it is."""
+
+
+_ENCODER = json.JSONEncoder(default=_json_default, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ASCII_ENCODER = json.JSONEncoder(default=_json_default, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
+def _dumps(value: Any) -> str:
+    # Strict JSON (no NaN or Infinity), compact; text that UTF-8 cannot carry (a lone
+    # surrogate) is written escaped instead.
+    text = _ENCODER.encode(value)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = _ASCII_ENCODER.encode(value)
+    return text
+
+
+_orjson: Any = None
+try:  # faster, where the interpreter has it; the standard library otherwise
+    import orjson
+
+    _orjson = orjson
+except ImportError:  # pragma: no cover - depends on the interpreter
+    pass
+
+
+def _loads(data: bytes) -> Any:
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError:
+            pass  # (an integer past 64 bits, say: the standard library decides)
+    return json.loads(data)
+
+
 def _encode(answer: dict[str, Any]) -> bytes:
-    return json.dumps(answer, default=_json_default, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    result = answer.pop("result", None) if isinstance(answer.get("result"), _Encoded) else None
+    data = None
+    if _orjson is not None:
+        try:
+            data = _orjson.dumps(answer)
+        except TypeError:
+            pass  # (text UTF-8 cannot carry)
+    if data is None:
+        data = _dumps(answer).encode()
+    if result is not None:  # spliced in as it was encoded: `result` comes last
+        data = data[:-1] + b',"result":' + result.encode() + b"}"
+    return data + b"\n"
+
+
+def _write(sink: IO[bytes], data: bytes) -> None:
+    """Writes all of `data` (a raw stream may take part of it)."""
+    view = memoryview(data)
+    while view:
+        n = sink.write(view)
+        view = view[n if n is not None else 0:]
 
 
 def _protocol_stream() -> IO[bytes]:
@@ -203,6 +279,20 @@ def _protocol_stream() -> IO[bytes]:
     stream = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     return stream
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL when the parent ends (prctl PR_SET_PDEATHSIG); gone already if it has."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the end of input still ends the worker
+    if os.getppid() != parent:
+        sys.exit(0)
 
 
 def _serve(worker: ToolWorker, source: IO[bytes], sink: IO[bytes], max_line: int) -> int:
@@ -215,31 +305,31 @@ def _serve(worker: ToolWorker, source: IO[bytes], sink: IO[bytes], max_line: int
                 rest = source.readline(1 << 20)
                 if not rest or rest.endswith(b"\n"):
                     break
-            sink.write(_encode(_error("ValueError", f"request line longer than {max_line} bytes")))
+            _write(sink, _encode(_error("ValueError", f"request line longer than {max_line} bytes")))
             continue
         if not line.strip():
             continue
         try:
-            request = json.loads(line)
+            request = _loads(line)
         except ValueError as e:
-            sink.write(_encode(_error("ValueError", f"request is not JSON: {e}")))
+            _write(sink, _encode(_error("ValueError", f"request is not JSON: {e}")))
             continue
         answer, _ = worker.call(request)
-        sink.write(_encode(answer))
+        _write(sink, _encode(answer))
 
 
 def _once(worker: ToolWorker, source: IO[bytes], sink: IO[bytes], max_line: int) -> int:
     data = source.read(max_line + 1)
     if len(data) > max_line:
-        sink.write(_encode(_error("ValueError", f"request longer than {max_line} bytes")))
+        _write(sink, _encode(_error("ValueError", f"request longer than {max_line} bytes")))
         return 1
     try:
-        request = json.loads(data)
+        request = _loads(data)
     except ValueError as e:
-        sink.write(_encode(_error("ValueError", f"request is not JSON: {e}")))
+        _write(sink, _encode(_error("ValueError", f"request is not JSON: {e}")))
         return 1
     answer, serialisable = worker.call(request)
-    sink.write(_encode(answer))
+    _write(sink, _encode(answer))
     return 0 if serialisable else 1
 
 
@@ -250,9 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", action="append", default=[], help="a directory modules are imported from first")
     parser.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES,
                         help="longest request accepted (default %(default)s)")
+    parser.add_argument("--die-with-parent", type=int, metavar="PID",
+                        help="end when the process PID (this one's parent) ends (Linux)")
     args = parser.parse_args(argv)
     if args.max_line_bytes < 1:
         parser.error("--max-line-bytes must be at least 1")
+    if args.die_with_parent is not None:
+        _die_with_parent(args.die_with_parent)
     sink = _protocol_stream()
     worker = ToolWorker(args.root)
     run = _serve if args.serve else _once

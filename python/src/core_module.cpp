@@ -78,6 +78,8 @@ const std::vector<std::pair<const char*, OptionSetter>>& host_options() {
       {"limit_file_size_mb", [](O& o, py::handle v) { o.workers.limits.file_size_mb = as<std::uint64_t>(v, "limit_file_size_mb", "an int"); }},
       {"no_network", [](O& o, py::handle v) { o.workers.limits.no_network = as<bool>(v, "no_network", "a bool"); }},
       {"worker_env", [](O& o, py::handle v) { o.workers.pass_env = as<std::vector<std::string>>(v, "worker_env", "a list of str"); }},
+      {"python_workers", [](O& o, py::handle v) { o.python_workers = as<std::size_t>(v, "python_workers", "an int"); }},
+      {"python_memory_mb", [](O& o, py::handle v) { o.python_memory_mb = as<std::uint64_t>(v, "python_memory_mb", "an int"); }},
   };
   return table;
 }
@@ -103,7 +105,7 @@ machina::HostOptions make_options(const py::kwargs& kwargs) {
 /// codes, kinds) are made once.
 class ResultFactory {
  public:
-  static constexpr std::size_t kFields = 10;  // see machina_dispatch._result.ToolResult
+  static constexpr std::size_t kFields = 11;  // see machina_dispatch._result.ToolResult
 
   void configure(py::type cls, const py::dict& kinds) {
     cls_ = std::move(cls);
@@ -153,6 +155,7 @@ class ResultFactory {
     } else {
       set(obj, 9, py::none());
     }
+    set(obj, 10, f.trace.empty() ? py::object(py::none()) : py::object(py::str(std::string(f.trace))));
     untrack_if_acyclic(obj);
     return result;
   }
@@ -186,6 +189,7 @@ class ResultFactory {
     } else {
       set(obj, 9, py::none());
     }
+    set(obj, 10, r.trace_json.empty() ? py::object(py::none()) : py::object(py::str(r.trace_json)));
     untrack_if_acyclic(obj);
     return result;
   }
@@ -763,6 +767,9 @@ PYBIND11_MODULE(_core, m) {
            "Host(**options): the options of machina_dispatch.host_options(), each defaulting to the core's own.")
       .def("load_plugin", &machina::Host::load_plugin, "path"_a,
            "Loads a plugin library; returns the aids it added. Raises HostError naming the file.")
+      .def("load_tools", &machina::Host::load_tools, "path"_a, py::call_guard<py::gil_scoped_release>(),
+           "Loads the tools a TOML tool manifest declares; returns the aids it added. Raises HostError naming "
+           "file, line and field.")
       .def("list_tools",
            [](const machina::Host& h) { return py::module_::import("json").attr("loads")(machina::tool_list_json(h)); },
            "The registered tools, as --list shows them (see tool_list.hpp).")

@@ -7,6 +7,7 @@
 #include <machina/lease.hpp>
 #include <machina/spin_wait.hpp>
 #include <machina/tool_list.hpp>
+#include <machina/isolation/sandbox_exec.hpp>
 #include <machina/isolation/worker.hpp>
 
 #include <CLI/CLI.hpp>
@@ -115,8 +116,9 @@ std::string find_builtin_plugin() {
 }
 #endif
 
-/// Registers the tools of this invocation: the plugins named, else the built-in pack.
-void load_tools(machina::Host& host, const std::vector<std::string>& plugins) {
+/// Registers the tools of this invocation: the plugins named, else the built-in pack; then
+/// the tools of the manifests named.
+void load_tools(machina::Host& host, const std::vector<std::string>& plugins, const std::vector<std::string>& manifests) {
 #ifdef MACHINA_LINKED_TOOLS
   (void)plugins;  // with plugins named, main() has handed over to the plugin loader
   host.add_linked_plugin(kLinkedTools);
@@ -124,6 +126,7 @@ void load_tools(machina::Host& host, const std::vector<std::string>& plugins) {
   if (plugins.empty()) host.load_plugin(find_builtin_plugin());
   for (const auto& p : plugins) host.load_plugin(p);
 #endif
+  for (const auto& m : manifests) host.load_tools(m);
 }
 
 bool parse_positive(const std::string& text, std::int64_t& out) {
@@ -148,6 +151,7 @@ int take_stdout_for_wire() {
 struct Invocation {
   enum class Mode { list, run, serve } mode = Mode::serve;
   std::vector<std::string> plugins;  // empty: the built-in pack
+  std::vector<std::string> manifests;  // --tools
   std::string aid;                   // --run
   unsigned workers = 1;              // --serve
   unsigned spin_us = 0;              // --serve
@@ -173,7 +177,7 @@ int execute(Invocation& inv) {
   // descriptors, its memory) or trace it; the sandbox already hides it from them.
   if (inv.options.isolation == machina::Isolation::process) prctl(PR_SET_DUMPABLE, 0);
   machina::Host host(inv.options);
-  load_tools(host, inv.plugins);
+  load_tools(host, inv.plugins, inv.manifests);
 
   if (inv.mode == Invocation::Mode::list) {
     return machina::cli::write_all(wire, "{\"ok\":true,\"tools\":" + machina::tool_list_json(host) + "}\n") ? 0 : 1;
@@ -218,6 +222,17 @@ bool fast_run(int argc, char** argv, Invocation& inv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The launcher of a confined program (a sandboxed Python tool worker), started by the
+  // host itself: `--sandbox-exec SPEC -- PROGRAM ARGS...` (isolation/sandbox_exec.hpp).
+  if (argc >= 5 && std::strcmp(argv[1], "--sandbox-exec") == 0 && std::strcmp(argv[3], "--") == 0) {
+    try {
+      return machina::sandbox::exec_in_sandbox(machina::sandbox::ExecSpec::from_json(argv[2]), argv + 4);
+    } catch (const machina::HostError& e) {
+      const std::string text = std::string("machina-toolhost sandbox: ") + e.what() + "\n";
+      (void)!::write(STDERR_FILENO, text.data(), text.size());
+      return 126;
+    }
+  }
   signal(SIGPIPE, SIG_IGN);  // a vanished reader is seen as a failed write
 
   if (Invocation fast; fast_run(argc, argv, fast)) {
@@ -242,6 +257,11 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> plugins;
   app.add_option("--plugin", plugins, "Load this plugin library (repeatable)")->type_name("PATH");
+  std::vector<std::string> manifests;
+  app.add_option("--tools", manifests,
+                 "Load the tools this TOML tool manifest declares (Python tools, HTTP tool services), beside the "
+                 "plugins' (repeatable; docs/python-tools.md)")
+      ->type_name("FILE");
   bool list = false;
   auto* list_opt = app.add_flag("--list", list, "Print the registered tools as JSON and exit");
   std::vector<std::string> run_args;
@@ -333,6 +353,17 @@ int main(int argc, char** argv) {
   std::size_t isolation_workers = 0;
   app.add_option("--isolation-workers", isolation_workers, "Worker processes (default: --workers)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
+      ->group("Deadlines and isolation");
+  app.add_option("--python-workers", options.python_workers,
+                 "Python tools: worker interpreters per interpreter and set-up, unless the manifest says (default: "
+                 "--workers)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
+      ->group("Deadlines and isolation");
+  app.add_option("--python-memory-mb", options.python_memory_mb,
+                 "Python tools: a worker resident past this many MiB is killed and replaced (its call fails "
+                 "tool_crashed), unless the manifest says; 0: no cap")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 20))
+      ->capture_default_str()
       ->group("Deadlines and isolation");
   machina::WorkerLimits& limits = options.workers.limits;
   app.add_option("--limit-cpu-s", limits.cpu_seconds, "Process isolation: CPU seconds per call (SIGXCPU ends the worker)")
@@ -429,12 +460,16 @@ int main(int argc, char** argv) {
         throw machina::HostError("--tool-timeout " + spec + ": expected AID=MILLISECONDS");
       options.tool_timeouts_ms[spec.substr(0, eq)] = ms;
     }
-    if (isolation == "process") {
-      options.isolation = machina::Isolation::process;
+    {
+      // Isolated workers and sandboxed Python tools are started through this program.
       std::error_code ec;
       options.workers.executable = fs::read_symlink("/proc/self/exe", ec).string();
+    }
+    if (isolation == "process") {
+      options.isolation = machina::Isolation::process;
       options.workers.size = isolation_workers != 0 ? isolation_workers : workers;
     }
+    if (app.get_option("--python-workers")->count() == 0) options.python_workers = workers;
     report_events(options);
     if (*issue_cmd) {
       machina::LeaseAuthority authority(machina::load_lease_secret(), {});
@@ -450,6 +485,7 @@ int main(int argc, char** argv) {
     inv.mode = list ? Invocation::Mode::list
                     : (run_opt->count() > 0 ? Invocation::Mode::run : Invocation::Mode::serve);
     inv.plugins = plugins;
+    inv.manifests = manifests;
     if (!run_args.empty()) inv.aid = run_args.back();
     inv.workers = workers;
     inv.spin_us = spin_us;

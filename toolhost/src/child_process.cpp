@@ -49,6 +49,7 @@ void spawn_now(Spawner::Job& job) {
   posix_spawn_file_actions_adddup2(&fa, job.stdout_fd >= 0 ? job.stdout_fd : job.output_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&fa, job.output_fd, STDERR_FILENO);
   for (const auto& [here, there] : job.fds) posix_spawn_file_actions_adddup2(&fa, here, there);
+  if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none, defaults;
@@ -85,8 +86,8 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-/// write() that never raises SIGPIPE in this process (the caller sees EPIPE instead),
-/// whatever this process does with the signal.
+}  // namespace
+
 ssize_t write_quietly(int fd, const char* data, std::size_t n) {
   sigset_t pipe_only, old;
   sigemptyset(&pipe_only);
@@ -103,6 +104,8 @@ ssize_t write_quietly(int fd, const char* data, std::size_t n) {
   errno = saved;
   return w;
 }
+
+namespace {
 
 int millis_until(Clock::time_point t) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();

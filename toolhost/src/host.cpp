@@ -144,6 +144,8 @@ std::vector<std::string> Host::add_linked_plugin(PluginEntryPoints entry) {
 
 void Host::close() {
   if (process_) process_->close();
+  std::lock_guard lock(manifest_mu_);
+  for (auto& runner : manifest_runners_) runner->close();
 }
 
 HostStats Host::stats() const {
@@ -209,7 +211,8 @@ namespace {
 /// What a request weighs, whichever front built it: the size of the fields it carries.
 std::size_t request_bytes(const Request& r) {
   std::size_t n = r.aid.size() + r.input_json.size() + r.id_json.size() +
-                  (r.idempotency_key ? r.idempotency_key->size() : 0) + (r.lease_token ? r.lease_token->size() : 0);
+                  (r.idempotency_key ? r.idempotency_key->size() : 0) + (r.lease_token ? r.lease_token->size() : 0) +
+                  (r.trace_id ? r.trace_id->size() : 0);
   if (r.ds_state) {
     for (const auto& slot : r.ds_state->changes.slots) {
       if (slot) n += slot->type.size() + slot->content_json.size() + slot->provenance.size();
@@ -235,6 +238,10 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
     return Response::failure(ErrorKind::malformed_request,
                              "malformed request: idempotency_key is longer than " +
                                  std::to_string(options_.idempotency.max_key_bytes) + " bytes");
+  }
+  if (request.trace_id && (request.trace_id->empty() || request.trace_id->size() > kMaxTraceIdBytes)) {
+    return Response::failure(ErrorKind::malformed_request, "malformed request: trace_id must be from 1 to " +
+                                                               std::to_string(kMaxTraceIdBytes) + " bytes");
   }
   // The state a request carries is applied even if the call then fails, so the
   // session stays the mirror of what the caller sent.
@@ -354,7 +361,8 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   scope.timeout_ms = timeout_ms;
   calls_.fetch_add(1, std::memory_order_relaxed);
   const RunOutcome outcome =
-      tool.runner->run(RunSpec{tool, request.input_json, now + timeout_ms + 1, timeout_ms, call, &scope});
+      tool.runner->run(RunSpec{tool, request.input_json, now + timeout_ms + 1, timeout_ms, call, &scope,
+                               request.trace_id ? std::string_view(*request.trace_id) : std::string_view()});
   const int rc = outcome.rc;
   switch (outcome.ending) {
     case RunOutcome::Ending::ran:
@@ -374,6 +382,9 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
     case RunOutcome::Ending::closed:
       refuse(ErrorKind::internal_error, "internal error: the host is closed");
       return r;
+    case RunOutcome::Ending::failed:
+      r = Response::failure(outcome.failure, outcome.detail);
+      break;
     case RunOutcome::Ending::late:
       // The deadline won: the call was answered `timeout` (through the takeover, or kept
       // for this late return); what the tool did is discarded.
@@ -414,6 +425,7 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
 
   // A failed call changes no state.
   r.ds_state = report(session, r.ok() && call.changes ? session.commit(*call.changes, call.base.get()) : nullptr);
+  r.trace_json = std::move(call.trace_json);
   return r;
 }
 

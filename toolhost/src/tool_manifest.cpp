@@ -204,11 +204,35 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     if (tool.python.empty()) r.fail("python", "must not be empty");
     tool.sandbox = r.boolean("sandbox", false);
     tool.root = root;
+    if (const auto* n = r.typed<std::int64_t>("workers", "an integer")) {
+      if (n->get() < 1 || n->get() > 256) r.fail("workers", "must be 1..256");
+      tool.workers = static_cast<std::size_t>(n->get());
+    }
+    if (const auto* n = r.typed<std::int64_t>("memory_mb", "an integer")) {
+      if (n->get() < 16 || n->get() > (1 << 20)) r.fail("memory_mb", "must be 16..1048576");
+      tool.memory_mb = static_cast<std::uint64_t>(n->get());
+    }
+    tool.env = r.strings("env");
+    for (const auto& name : tool.env) {
+      if (name.empty() || name.find('=') != std::string::npos) r.fail("env", "'" + name + "' is not a variable name");
+    }
+    auto absolute = [&](const std::string& field, const std::string& p) {
+      if (p.empty()) r.fail(field, "must not hold an empty path");
+      return std::filesystem::path(p).is_absolute() ? std::filesystem::path(p).lexically_normal().string()
+                                                    : (std::filesystem::path(root) / p).lexically_normal().string();
+    };
+    for (const auto& p : r.strings("filesystem_read_roots")) tool.read_roots.push_back(absolute("filesystem_read_roots", p));
+    if (const toml::node* w = r.get("filesystem_root")) {
+      if (!w->is_string()) r.fail("filesystem_root", "must be a string, not " + type_name(*w));
+      tool.write_root = absolute("filesystem_root", *w->value<std::string>());
+    }
   } else if (tool.runner == "service") {
     tool.url = r.string("url", true);
     if (tool.url.rfind("http://", 0) != 0 && tool.url.rfind("https://", 0) != 0) {
       r.fail("url", "must start with http:// or https://");
     }
+    tool.unsafe_override = r.boolean("unsafe_override", false);
+    tool.token_env = r.string("token_env", false);
   } else if (tool.runner == "skill" || tool.runner == "mcp") {
     r.fail("runner", "'" + tool.runner + "' tools are not supported by this build yet");
   } else {

@@ -120,25 +120,33 @@ std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, Plu
   if (rc != 0) refuse("registration failed (code " + std::to_string(rc) + ")");
   if (pending.tools.empty()) refuse("registers no tools");
   for (auto& tool : pending.tools) tool->runner = runner;
-  return add(source, std::move(pending.tools));
+  return add("plugin " + source, std::move(pending.tools));
 }
 
 std::vector<std::string> ToolRegistry::add_described(const std::string& source, const std::vector<ToolInfo>& infos,
                                                      Runner* runner) {
-  std::vector<std::unique_ptr<Tool>> tools;
-  for (const auto& info : infos) {
-    auto tool = std::make_unique<Tool>(breaker_options_);
-    tool->info = info;
-    if (auto why = check_and_compile(*tool); !why.empty()) throw HostError("plugin " + source + ": " + why);
-    tool->runner = runner;
-    tools.push_back(std::move(tool));
-  }
-  if (tools.empty()) throw HostError("plugin " + source + ": registers no tools");
-  return add(source, std::move(tools));
+  std::vector<Described> tools;
+  for (const auto& info : infos) tools.push_back({info, runner});
+  return add_described(source, tools, "plugin");
 }
 
-std::vector<std::string> ToolRegistry::add(const std::string& source, std::vector<std::unique_ptr<Tool>> tools) {
-  auto refuse = [&](const std::string& why) { throw HostError("plugin " + source + ": " + why); };
+std::vector<std::string> ToolRegistry::add_described(const std::string& source, const std::vector<Described>& described,
+                                                     std::string_view what) {
+  const std::string where = std::string(what) + " " + source;
+  std::vector<std::unique_ptr<Tool>> tools;
+  for (const auto& d : described) {
+    auto tool = std::make_unique<Tool>(breaker_options_);
+    tool->info = d.info;
+    if (auto why = check_and_compile(*tool); !why.empty()) throw HostError(where + ": " + why);
+    tool->runner = d.runner;
+    tools.push_back(std::move(tool));
+  }
+  if (tools.empty()) throw HostError(where + ": registers no tools");
+  return add(where, std::move(tools));
+}
+
+std::vector<std::string> ToolRegistry::add(const std::string& where, std::vector<std::unique_ptr<Tool>> tools) {
+  auto refuse = [&](const std::string& why) { throw HostError(where + ": " + why); };
   std::unique_lock lock(mu_);
   std::set<std::string_view> in_plugin;
   for (const auto& tool : tools) {

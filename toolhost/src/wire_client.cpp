@@ -35,7 +35,7 @@ void put_int(std::string& out, std::int64_t v) {
 }
 
 /// Reads the top-level fields of a response; the ds_state object is kept as raw text
-/// (its start and end are taken from the stream's position).
+/// (its start and end are taken from the stream's position), and so is the trace object.
 class ResponseSax {
  public:
   ResponseSax(ResponseFields& out, const rapidjson::MemoryStream& stream, std::string_view text)
@@ -94,19 +94,21 @@ class ResponseSax {
     else if (k == "aid") field_ = Field::aid;
     else if (k == "reason") field_ = Field::reason;
     else if (k == "ds_state") field_ = Field::ds_state;
+    else if (k == "trace") field_ = Field::trace;
     else if (k == "idempotent_hit") field_ = Field::idempotent_hit;
     else field_ = Field::unknown;
     return true;
   }
   bool StartObject() {
-    if (depth_ == 1 && field_ == Field::ds_state) ds_start_ = stream_.Tell() - 1;
+    if (depth_ == 1 && (field_ == Field::ds_state || field_ == Field::trace)) object_start_ = stream_.Tell() - 1;
     else if (depth_ == 1 && field_ != Field::unknown) return wrong_type();
     ++depth_;
     return true;
   }
   bool EndObject(rapidjson::SizeType) {
     --depth_;
-    if (depth_ == 1 && field_ == Field::ds_state) out_.ds_state = text_.substr(ds_start_, stream_.Tell() - ds_start_);
+    if (depth_ == 1 && field_ == Field::ds_state) out_.ds_state = text_.substr(object_start_, stream_.Tell() - object_start_);
+    if (depth_ == 1 && field_ == Field::trace) out_.trace = text_.substr(object_start_, stream_.Tell() - object_start_);
     return true;
   }
   bool StartArray() {
@@ -133,7 +135,7 @@ class ResponseSax {
   }
 
  private:
-  enum class Field { id, ok, status, output_json, error, code, tier, aid, reason, ds_state, idempotent_hit, unknown };
+  enum class Field { id, ok, status, output_json, error, code, tier, aid, reason, ds_state, trace, idempotent_hit, unknown };
 
   // A value of the wrong type for a known field (an unknown field's value is ignored).
   bool wrong_type() {
@@ -147,7 +149,7 @@ class ResponseSax {
   std::string_view text_;
   int depth_ = 0;
   Field field_ = Field::unknown;
-  std::size_t ds_start_ = 0;
+  std::size_t object_start_ = 0;
   bool saw_ok_ = false;
   std::string why_;
 };
@@ -177,6 +179,10 @@ void encode_request(const Request& r, std::optional<std::int64_t> id, std::strin
   if (r.timeout_ms) {
     put(out, ",\"timeout_ms\":");
     put_int(out, *r.timeout_ms);
+  }
+  if (r.trace_id) {
+    put(out, ",\"trace_id\":");
+    append_json_string(out, *r.trace_id);
   }
   if (!ds_state_json.empty()) {
     put(out, ",\"ds_state\":");

@@ -24,6 +24,7 @@ struct CallContext {
   std::string error;
   std::shared_ptr<const Slots> base;     // the state the tool reads: taken on first read
   std::unique_ptr<SlotChanges> changes;  // what the tool wrote: made on first write
+  std::string trace_json;                // the runner's trace of the call (a JSON object), if any
 
   const Slots& state();
   SlotChanges& writes();

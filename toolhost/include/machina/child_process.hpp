@@ -41,6 +41,7 @@ struct ChildSpec {
   std::vector<std::pair<int, int>> fds;   // (descriptor here, descriptor in the child), above 2
   std::size_t tail_bytes = 2048;          // how much of its last output is kept
   Stdio stdio = Stdio::shared_output;
+  std::string cwd;                        // its working directory ("": this process's)
 };
 
 /// The child could not be started; `error` is the errno of the failure.
@@ -169,6 +170,10 @@ struct ChildOutcome {
 /// stuck grandchild may still hold open). Throws as ChildProcess's constructor.
 ChildOutcome run_to_completion(ChildSpec spec, std::string_view input, std::chrono::milliseconds limit,
                              std::size_t max_stdout);
+
+/// write(2) that never raises SIGPIPE in this process (the caller sees EPIPE instead),
+/// whatever this process does with the signal: for writing to a child's stdin.
+ssize_t write_quietly(int fd, const char* data, std::size_t n);
 
 /// "was killed by signal 11 (SIGSEGV: Segmentation fault)" / "exited with status 3".
 std::string describe_wait_status(int status);

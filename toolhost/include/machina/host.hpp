@@ -10,12 +10,14 @@
 #include <machina/runner.hpp>
 #include <machina/runners/inline_runner.hpp>
 #include <machina/runners/process_runner.hpp>
+#include <machina/runners/python_runner.hpp>
 #include <machina/tool_registry.hpp>
 
 #include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -49,6 +51,11 @@ struct HostOptions {
 
   Isolation isolation = Isolation::inline_threads;
   ProcessRunnerOptions workers;  // process isolation: executable, pool size, OS limits
+
+  // Python tools (tool manifests): warm worker interpreters per interpreter and set-up,
+  // unless a tool's manifest entry says otherwise.
+  std::size_t python_workers = 1;       // workers per interpreter (calls of its tools at once)
+  std::uint64_t python_memory_mb = 0;   // a worker resident past this is replaced; 0: no cap
 
   /// Notable events (a call overran its deadline, a worker was lost), one line each,
   /// for the front to log; empty: not reported.
@@ -95,6 +102,12 @@ class Host {
   /// Registers tools linked into this program (machina-toolhost's built-in pack). Isolated
   /// workers, being this program too, are told to do the same (`--linked-tools`).
   std::vector<std::string> add_linked_plugin(PluginEntryPoints entry);
+  /// Registers the tools a tool manifest declares (tool_manifest.hpp), each with the runner
+  /// its kind needs (Python tools: warm worker pools, shared by tools of one interpreter and
+  /// set-up). Throws HostError "FILE:LINE: …" for a bad manifest or an interpreter that is
+  /// not there, or naming the aid already registered; registers all of the file's tools or
+  /// none. Returns the aids added.
+  std::vector<std::string> load_tools(const std::string& manifest_path);
   const ToolRegistry& registry() const { return registry_; }
   const HostOptions& options() const { return options_; }
 
@@ -150,6 +163,9 @@ class Host {
   // The runners outlive the registry's tools that point at them, and the inline runner's
   // watchdog stops (first, in its destructor) before anything its callbacks use goes.
   std::unique_ptr<ProcessRunner> process_;
+  std::mutex manifest_mu_;  // one load_tools() at a time
+  std::vector<std::unique_ptr<Runner>> manifest_runners_;  // a runner per manifest tool
+  std::map<std::string, std::shared_ptr<PythonWorkerPool>> python_pools_;  // by interpreter and set-up
   ToolRegistry registry_;
   InlineRunner inline_;
 };

@@ -15,6 +15,8 @@ namespace machina {
 inline constexpr std::uint64_t kMaxRequestTimeoutMs = 2'147'483'647;
 inline constexpr const char* kTimeoutRuleText =
     "field 'timeout_ms' must be a whole number of milliseconds from 1 to 2147483647";
+/// Longest `trace_id` a request may carry (it is echoed in the response's trace).
+inline constexpr std::size_t kMaxTraceIdBytes = 256;
 
 /// A request as every front hands it to Host::handle, which applies every rule to it
 /// (sizes, `aid`, `timeout_ms`): a front only translates its wire format.
@@ -26,6 +28,7 @@ struct Request {
   std::optional<std::string> lease_token;
   std::string id_json;  // the request's `id` as JSON text, echoed verbatim; empty: none
   std::optional<std::int64_t> timeout_ms;  // the caller's deadline for this call
+  std::optional<std::string> trace_id;     // the caller's correlation id, echoed in a trace
 };
 
 struct Response {
@@ -39,6 +42,9 @@ struct Response {
   std::string lease_aid;
   std::string lease_reason;
   std::string id_json;      // echoed request id
+  // What the runner reports of the call (runner kind, timings, enforcement...), as a JSON
+  // object's text; empty: none (native plugin tools). Encoded as the response's `trace`.
+  std::string trace_json;
   // Set on the late return of a call whose timeout was already delivered through the
   // front's Takeover (see Host::handle): the front must drop this response.
   bool abandoned = false;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <machina/call_context.hpp>
+#include <machina/errors.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -35,6 +36,7 @@ struct RunSpec {
   std::int64_t timeout_ms;      // the deadline's length (for messages)
   CallContext& call;            // output, error and ds_state reads and writes
   Overrun* overrun;             // never null
+  std::string_view trace_id = {};  // the caller's, if the request carried one
 };
 
 struct RunOutcome {
@@ -44,11 +46,14 @@ struct RunOutcome {
     crashed,     // its process died or broke the protocol (`detail` says how)
     overloaded,  // refused before running (`detail` says why)
     closed,      // the runner has been closed
-    late         // returned after Overrun::overrun() answered the call
+    late,        // returned after Overrun::overrun() answered the call
+    failed       // the runner answers the call with `failure` and `detail` (a guarantee it
+                 // cannot enforce, a service it cannot reach ...)
   };
   Ending ending = Ending::ran;
   int rc = 0;
   std::string detail;
+  ErrorKind failure = ErrorKind::internal_error;  // with Ending::failed
 };
 
 class Runner {

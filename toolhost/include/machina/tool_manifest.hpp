@@ -23,8 +23,15 @@ struct ManifestTool {
   std::string python;    // the interpreter to run it with (default "python3")
   std::string root;      // where its modules are imported from: the manifest's directory
   bool sandbox = false;
+  std::size_t workers = 0;           // its interpreter's workers (0: the host's default)
+  std::uint64_t memory_mb = 0;       // a worker resident past this is replaced (0: the host's default)
+  std::vector<std::string> env;      // variables of the host's environment its workers also get
+  std::vector<std::string> read_roots;  // filesystem_read_roots: readable under no_filesystem_read (absolute)
+  std::string write_root;            // filesystem_root: writable under no_filesystem_write ("" for none)
   // runner = "service"
   std::string url;       // http:// or https://
+  bool unsafe_override = false;      // call even when the service does not cover the guarantees
+  std::string token_env;             // the variable holding its bearer token ("" for none)
   // Both: the capability guarantees the tool requires (name -> required).
   std::map<std::string, bool> guarantees;
 };

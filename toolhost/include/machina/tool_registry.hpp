@@ -51,6 +51,16 @@ class ToolRegistry {
   std::vector<std::string> add_described(const std::string& source, const std::vector<ToolInfo>& tools,
                                          Runner* runner);
 
+  /// A tool known by its description, with the runner that runs it.
+  struct Described {
+    ToolInfo info;
+    Runner* runner = nullptr;
+  };
+  /// Registers tools each with a runner of its own (a tool manifest's), all or none, with
+  /// the checks above. Errors name "`what` `source`" (e.g. "tool manifest tools.toml").
+  std::vector<std::string> add_described(const std::string& source, const std::vector<Described>& tools,
+                                         std::string_view what);
+
   /// The tool, or nullptr. The pointer stays valid for the registry's lifetime.
   const Tool* find(std::string_view aid) const;
 
@@ -64,7 +74,7 @@ class ToolRegistry {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
-  std::vector<std::string> add(const std::string& source, std::vector<std::unique_ptr<Tool>> tools);
+  std::vector<std::string> add(const std::string& where, std::vector<std::unique_ptr<Tool>> tools);
 
   CircuitBreaker::Options breaker_options_;
   // Unique for the life of the process (unlike the registry's address): names this

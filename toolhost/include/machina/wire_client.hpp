@@ -31,6 +31,7 @@ struct ResponseFields {
   std::optional<std::string> code;
   bool idempotent_hit = false;
   std::string_view ds_state;
+  std::string_view trace;  // the raw text of the response's trace object, empty if none
   std::optional<std::int64_t> lease_tier;
   std::optional<std::string> lease_aid;
   std::optional<std::string> lease_reason;

@@ -1,0 +1,31 @@
+// What confines a Python tool's workers: its manifest entry's `sandbox` and required
+// guarantees, turned into the launcher that starts its interpreter inside the operating
+// system's walls (isolation/sandbox_exec.hpp), what enforces each guarantee (for the call's
+// trace), or why a guarantee cannot be enforced on this machine (its calls are then
+// refused `guarantee_blocked`, never run unguarded). See docs/python-tools.md.
+#pragma once
+
+#include <machina/tool_manifest.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace machina {
+
+struct SandboxPlan {
+  std::vector<std::string> launcher;  // argv prefix that starts the interpreter confined; empty: none
+  std::string enforcement_json;       // {guarantee: what enforces it}; "" when nothing is required
+  std::string refusal;                // why its calls are refused; "" when they are not
+  bool empty_environment = false;     // no_env_read: the workers get no environment at all
+  std::string interpreter;            // the interpreter to start (sys.executable); "": the one given
+  std::string key;                    // workers with equal keys are alike
+};
+
+/// `executable` is machina-toolhost (the launcher); `memory_mb` the workers' cap, watched
+/// inside the sandbox. Throws HostError when a sandbox is needed and the interpreter cannot
+/// say what it is and where its files are.
+SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& interpreter, const std::string& executable,
+                                std::uint64_t memory_mb);
+
+}  // namespace machina

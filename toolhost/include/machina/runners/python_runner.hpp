@@ -1,0 +1,145 @@
+// The Python runner: tools that are `module:function` entries (tool protocol v1) run in
+// warm worker interpreters (python -c <machina_dispatch.tool_worker> --serve). A pool of
+// workers serves every tool of one interpreter and one set of import roots, sandbox and
+// limits; modules are imported once per worker. Each worker runs its calls one after the
+// other, and may have a few more queued behind the one it runs (so that it reads its next
+// request without sleeping); a queued call carries its deadline, and a worker skips a call
+// whose deadline has passed before it started. A worker that crashes, breaks the protocol,
+// overruns a deadline or grows past its memory cap is killed with its process group and
+// replaced: the call it was running is answered `tool_crashed` or `timeout` with the tail of
+// its stderr, and the calls queued behind it, which never started, go to another worker.
+#pragma once
+
+#include <machina/child_process.hpp>
+#include <machina/runner.hpp>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace machina {
+
+struct PythonPoolOptions {
+  std::string python;               // the interpreter, an absolute path
+  std::vector<std::string> roots;   // modules are imported from these first; the first is the working directory
+  std::vector<std::string> env;     // the workers' whole environment
+  /// Argument vector that starts the interpreter inside its sandbox (the interpreter's own
+  /// arguments follow it); empty: the interpreter is started directly.
+  std::vector<std::string> launcher;
+  std::size_t workers = 1;          // most workers at once
+  std::size_t queue_depth = 8;      // most calls sent to one worker and not yet answered
+  std::uint64_t memory_mb = 0;      // a worker resident past this is killed and replaced; 0: no cap
+  std::size_t stderr_tail_bytes = 2048;
+  std::size_t max_answer_bytes = 0;  // longest answer line read (the output cap and room for the trace)
+  EventSink on_event;
+};
+
+/// The workers of one interpreter and one set of roots, sandbox and limits.
+class PythonWorkerPool {
+ public:
+  /// How a call sent through the pool ended.
+  struct Exchange {
+    enum class Ending { answered, timed_out, crashed, closed };
+    Ending ending = Ending::answered;
+    std::string answer;  // the answer line (answered)
+    std::string detail;  // what happened (otherwise)
+    pid_t pid = 0;       // the worker that had it
+  };
+  struct Stats {
+    std::uint64_t started = 0;   // workers started
+    std::uint64_t replaced = 0;  // workers that ended other than by close()
+    std::uint64_t requeued = 0;  // calls sent again because their worker ended before they started
+    std::size_t live = 0;
+  };
+
+  explicit PythonWorkerPool(PythonPoolOptions options);
+  ~PythonWorkerPool();
+  PythonWorkerPool(const PythonWorkerPool&) = delete;
+  PythonWorkerPool& operator=(const PythonWorkerPool&) = delete;
+
+  /// Sends one request line (with its '\n') to a worker and waits for its answer until
+  /// `deadline_ms` (steady_now_ms). Thread-safe.
+  Exchange call(std::string_view line, std::int64_t deadline_ms);
+  /// Kills the worker `pid` (it broke the protocol): replaced, its queued calls sent again.
+  void condemn(pid_t pid, const std::string& why);
+  /// Ends every worker; later calls end `closed`. Idempotent.
+  void close();
+
+  const PythonPoolOptions& options() const { return options_; }
+  Stats stats() const;
+  /// Resident memory of a process in MiB (0 if it cannot be read).
+  static std::uint64_t resident_mb(pid_t pid);
+
+ private:
+  struct Pending;
+  struct Worker;
+  enum class Sent { queued, closed, busy, cannot_start };
+
+  Sent send(const std::shared_ptr<Pending>& call, std::string_view line, std::shared_ptr<Worker>& worker,
+            std::string& why);
+  std::shared_ptr<Worker> start();
+  /// Reads the worker's answers (settling the calls they answer) until `call` is settled,
+  /// its deadline passes, or the worker ends. With mu_ held (released while reading).
+  void read_for(Worker& worker, Pending& call, std::unique_lock<std::mutex>& lock);
+  /// Settles the calls the complete lines in the worker's buffer answer. With mu_ held.
+  void take_answers(Worker& worker);
+  /// Resident memory of the worker's interpreter in MiB (0 while it cannot be read).
+  std::uint64_t interpreter_mb(Worker& worker) const;
+  /// The worker is gone (ended, or killed for `why`): fails the call it was running and
+  /// hands the others back to be sent again. With mu_ held.
+  void lost(Worker& worker, const std::string& why);
+  /// Kills the worker for `why` (out of the pool at once). With mu_ held.
+  void kill(Worker& worker, std::string why);
+  void reap_loop();
+
+  PythonPoolOptions options_;
+  std::vector<std::string> argv_;
+  Spawner spawner_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // a worker started, ended or has room
+  std::vector<std::shared_ptr<Worker>> workers_;  // live (or starting)
+  std::size_t starting_ = 0;
+  bool closing_ = false;
+  Stats stats_;
+  // Killed and ended workers are reaped here, off the callers' threads.
+  std::condition_variable reap_cv_;
+  std::vector<std::shared_ptr<Worker>> to_reap_;
+  bool stop_reaper_ = false;
+  std::thread reaper_;
+};
+
+/// One Python tool: its entry, the fields of its calls, and the pool that runs them.
+class PythonRunner final : public Runner {
+ public:
+  struct ToolFields {
+    std::string name;                     // the protocol's `tool`
+    std::string entry;                    // module:function
+    bool sandbox = false;
+    std::string capability_context_json;  // sent with each call ("" for none)
+    std::string enforcement_json;         // for the trace: what enforces each guarantee ("" for none)
+    std::string refusal;                  // set: every call is refused guarantee_blocked with this
+  };
+  PythonRunner(std::shared_ptr<PythonWorkerPool> pool, ToolFields fields);
+
+  RunOutcome run(const RunSpec& spec) override;
+  void close() override { pool_->close(); }
+  std::string_view kind() const override { return "python"; }
+
+  const ToolFields& fields() const { return fields_; }
+
+ private:
+  std::shared_ptr<PythonWorkerPool> pool_;
+  ToolFields fields_;
+};
+
+/// The interpreter to run: `python` as a path (relative to `base_dir`) when it holds a
+/// slash, else looked up on PATH. Throws HostError when it is not an executable file.
+std::string resolve_interpreter(const std::string& python, const std::string& base_dir);
+
+}  // namespace machina
