@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build needs (CLI11, RapidJSON and toml++ headers, Nettle,
+# Installs the Debian packages the build needs (CLI11, RapidJSON, toml++ and Boost.Beast headers, Nettle,
 # libseccomp, doctest for the C++ unit tests, and python3-venv where Python cannot make a
 # virtual environment) if they are missing. Uses sudo when not run as root.
 # With --clang, also clang and its sanitizer/fuzzer runtimes (scripts/sanitize-tests.sh,
@@ -18,6 +18,7 @@ fi
 [ -f /usr/include/nettle/hmac.h ] || need+=(nettle-dev)
 [ -f /usr/include/seccomp.h ] || need+=(libseccomp-dev)
 [ -f /usr/include/toml++/toml.h ] || need+=(libtomlplusplus-dev)
+[ -f /usr/include/boost/beast/http/parser.hpp ] || need+=(libboost-dev)
 # The C++ unit tests (tests/unit), built by the test suite.
 [ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)
 # The README's commands make a virtual environment (a system pip may refuse to install).

@@ -2,6 +2,7 @@
 // lives in the core, where the CLI uses it too.
 #include <machina/child_process.hpp>
 #include <machina/host.hpp>
+#include <machina/http_client.hpp>
 #include <machina/json_text.hpp>
 #include <machina/lease.hpp>
 #include <machina/ndjson_front.hpp>
@@ -507,6 +508,7 @@ machina::ChildSpec child_spec(const std::string& executable, const std::vector<s
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
+  machina::http::use_system_resolver();  // (names of HTTP tool services)
   if (PyModule_AddFunctions(m.ptr(), kFastMethods) != 0) throw py::error_already_set();
   {
     // InProcess.call: bound like a Python function (an instance method of the class).

@@ -1,9 +1,11 @@
 // machina-toolhost: the command-line fronts (--list, --run, --serve) and the
 // operator's `lease issue`. Parses arguments, sets up the host, hands over to a front.
 #include "codecs/ndjson_codec.hpp"
+#include "http_front.hpp"
 #include "serve_kit.hpp"
 
 #include <machina/host.hpp>
+#include <machina/http_client.hpp>
 #include <machina/lease.hpp>
 #include <machina/spin_wait.hpp>
 #include <machina/tool_list.hpp>
@@ -149,13 +151,14 @@ int take_stdout_for_wire() {
 
 /// What to do once the command line is understood.
 struct Invocation {
-  enum class Mode { list, run, serve } mode = Mode::serve;
+  enum class Mode { list, run, serve, http } mode = Mode::serve;
   std::vector<std::string> plugins;  // empty: the built-in pack
   std::vector<std::string> manifests;  // --tools
   std::string aid;                   // --run
   unsigned workers = 1;              // --serve
   unsigned spin_us = 0;              // --serve
   bool state_per_call = false;       // --serve
+  machina::cli::HttpFrontOptions http;  // --http
   machina::HostOptions options;
 };
 
@@ -187,6 +190,11 @@ int execute(Invocation& inv) {
     // The one response is written: tearing the host down (registry, schemas, plugins)
     // would only cost time. Worker processes are stopped properly.
     if (inv.options.isolation == machina::Isolation::inline_threads) _exit(rc);
+    return rc;
+  }
+  if (inv.mode == Invocation::Mode::http) {
+    const int rc = machina::cli::serve_http(host, inv.http);
+    if (rc != 0 || host.stuck_calls() > 0) _exit(rc);  // (threads still in tools: no teardown under them)
     return rc;
   }
   const std::chrono::microseconds spin(machina::may_run_on_two_cpus() ? inv.spin_us : 0);
@@ -234,6 +242,9 @@ int main(int argc, char** argv) {
     }
   }
   signal(SIGPIPE, SIG_IGN);  // a vanished reader is seen as a failed write
+#ifndef MACHINA_LINKED_TOOLS
+  machina::http::use_system_resolver();  // (the static build hands tool manifests over to this one)
+#endif
 
   if (Invocation fast; fast_run(argc, argv, fast)) {
 #ifdef MACHINA_LINKED_TOOLS
@@ -287,6 +298,16 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->capture_default_str();
 
+  std::string http_address;
+  auto* http_opt = app.add_option("--http", http_address,
+                                  "Serve tools over HTTP (tool protocol v1's service runner and capability handshake) on "
+                                  "this numeric address and port (port 0: any free one, said on stderr); bearer token "
+                                  "from MACHINA_TOOLHOST_HTTP_TOKEN if set (docs/python-tools.md)")
+                       ->type_name("HOST:PORT");
+  std::size_t http_max_connections = 256;
+  app.add_option("--http-max-connections", http_max_connections, "In --http, connections at once (more: 503)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
+      ->capture_default_str();
   bool state_per_call = false;
   app.add_flag("--state-per-call", state_per_call,
                "In --serve, each request runs with the ds_state it carries, or an empty one, and nothing is "
@@ -400,8 +421,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> hidden_files;
   app.add_option("--isolation-hide", hidden_files)->group("");
 
-  list_opt->excludes(run_opt)->excludes(serve_opt);
-  run_opt->excludes(serve_opt);
+  list_opt->excludes(run_opt)->excludes(serve_opt)->excludes(http_opt);
+  run_opt->excludes(serve_opt)->excludes(http_opt);
+  serve_opt->excludes(http_opt);
 
   auto* lease_cmd = app.add_subcommand("lease", "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
   lease_cmd->require_subcommand(1);
@@ -429,7 +451,8 @@ int main(int argc, char** argv) {
   if (run_args.size() == 2) plugins.push_back(run_args[0]);
   if (serve_args.size() == 1 && !serve_args[0].empty()) plugins.push_back(serve_args[0]);
 #ifdef MACHINA_LINKED_TOOLS
-  if (!*issue_cmd && needs_plugin_loader(!plugins.empty())) hand_over_to_plugin_loader(argv);
+  // Tool manifests too: their HTTP services' host names need the C library's resolver.
+  if (!*issue_cmd && needs_plugin_loader(!plugins.empty() || !manifests.empty())) hand_over_to_plugin_loader(argv);
 #endif
 
   if (worker_mode) {
@@ -477,13 +500,33 @@ int main(int argc, char** argv) {
       std::cout << authority.issue(lease_aid, ttl_ms, machina::unix_now_ms()) << "\n";
       return 0;
     }
-    if (!list && run_opt->count() == 0 && serve_opt->count() == 0) {
-      std::cerr << "machina-toolhost: choose one of --list, --run, --serve (see --help)\n";
+    if (!list && run_opt->count() == 0 && serve_opt->count() == 0 && http_opt->count() == 0) {
+      std::cerr << "machina-toolhost: choose one of --list, --run, --serve, --http (see --help)\n";
       return 2;
     }
     Invocation inv;
-    inv.mode = list ? Invocation::Mode::list
-                    : (run_opt->count() > 0 ? Invocation::Mode::run : Invocation::Mode::serve);
+    inv.mode = list                    ? Invocation::Mode::list
+               : run_opt->count() > 0  ? Invocation::Mode::run
+               : http_opt->count() > 0 ? Invocation::Mode::http
+                                       : Invocation::Mode::serve;
+    if (inv.mode == Invocation::Mode::http) {
+      const auto colon = http_address.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == http_address.size())
+        throw machina::HostError("--http " + http_address + ": expected HOST:PORT");
+      inv.http.host = http_address.substr(0, colon);
+      if (inv.http.host.size() > 2 && inv.http.host.front() == '[' && inv.http.host.back() == ']')
+        inv.http.host = inv.http.host.substr(1, inv.http.host.size() - 2);
+      inv.http.port = http_address.substr(colon + 1);
+      std::int64_t port = 0;
+      if (inv.http.port != "0" && (!parse_positive(inv.http.port, port) || port > 65535))
+        throw machina::HostError("--http " + http_address + ": the port must be 0..65535");
+      inv.http.max_connections = http_max_connections;
+      // The token stays in this process only: no tool inherits it.
+      if (const char* token = std::getenv("MACHINA_TOOLHOST_HTTP_TOKEN"); token != nullptr && *token != '\0') {
+        inv.http.token = token;
+        ::unsetenv("MACHINA_TOOLHOST_HTTP_TOKEN");
+      }
+    }
     inv.plugins = plugins;
     inv.manifests = manifests;
     if (!run_args.empty()) inv.aid = run_args.back();

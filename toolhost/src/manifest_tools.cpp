@@ -3,10 +3,15 @@
 // environment, sandbox, limits).
 #include <machina/errors.hpp>
 #include <machina/host.hpp>
+#include <machina/http_client.hpp>
 #include <machina/python_sandbox.hpp>
+#include <machina/runners/service_runner.hpp>
 #include <machina/tool_manifest.hpp>
 
 #include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
 
 namespace machina {
 namespace {
@@ -87,6 +92,28 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
       fields.enforcement_json = plan.enforcement_json;
       fields.refusal = plan.refusal;
       runners.push_back(std::make_unique<PythonRunner>(pool, std::move(fields)));
+    } else if (t.runner == "service") {
+      http::Url url;
+      std::string why;
+      if (!http::Url::parse(t.url, url, why)) refuse_field(manifest, t, index, "url", why);
+      ServiceToolFields fields;
+      fields.url = t.url;
+      fields.name = t.info.name;
+      fields.entry = t.entry;
+      fields.guarantees = t.guarantees;
+      fields.unsafe_override = t.unsafe_override;
+      if (!t.token_env.empty()) {
+        const char* token = std::getenv(t.token_env.c_str());
+        if (token == nullptr || *token == '\0') {
+          refuse_field(manifest, t, index, "token_env", "the variable " + t.token_env + " is not set");
+        }
+        fields.token = token;
+      }
+      fields.app_root = t.root.empty() ? std::filesystem::path(manifest.path).parent_path().string() : t.root;
+      fields.max_answer_bytes = options_.max_output_bytes + (1u << 20);
+      std::shared_ptr<http::Client>& client = http_clients_[url.origin()];
+      if (!client) client = std::make_shared<http::Client>(url);
+      runners.push_back(std::make_unique<ServiceRunner>(client, std::move(fields)));
     } else {
       refuse_field(manifest, t, index, "runner", "'" + t.runner + "' tools are not supported by this build yet");
     }

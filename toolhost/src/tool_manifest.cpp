@@ -197,13 +197,13 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     }
   }
   tool.runner = r.string("runner", true);
+  tool.root = root;
   if (tool.runner == "python") {
     tool.entry = r.string("entry", true);
     if (!is_entry(tool.entry)) r.fail("entry", "must be 'module:function' (dotted names), not '" + tool.entry + "'");
     tool.python = r.string("python", false, "python3");
     if (tool.python.empty()) r.fail("python", "must not be empty");
     tool.sandbox = r.boolean("sandbox", false);
-    tool.root = root;
     if (const auto* n = r.typed<std::int64_t>("workers", "an integer")) {
       if (n->get() < 1 || n->get() > 256) r.fail("workers", "must be 1..256");
       tool.workers = static_cast<std::size_t>(n->get());
@@ -233,6 +233,7 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     }
     tool.unsafe_override = r.boolean("unsafe_override", false);
     tool.token_env = r.string("token_env", false);
+    tool.entry = r.string("entry", false);
   } else if (tool.runner == "skill" || tool.runner == "mcp") {
     r.fail("runner", "'" + tool.runner + "' tools are not supported by this build yet");
   } else {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <machina/circuit_breaker.hpp>
+#include <machina/http_client.hpp>
 #include <machina/idempotency_cache.hpp>
 #include <machina/lease.hpp>
 #include <machina/request.hpp>
@@ -166,6 +167,7 @@ class Host {
   std::mutex manifest_mu_;  // one load_tools() at a time
   std::vector<std::unique_ptr<Runner>> manifest_runners_;  // a runner per manifest tool
   std::map<std::string, std::shared_ptr<PythonWorkerPool>> python_pools_;  // by interpreter and set-up
+  std::map<std::string, std::shared_ptr<http::Client>> http_clients_;      // HTTP tool services, by origin
   ToolRegistry registry_;
   InlineRunner inline_;
 };

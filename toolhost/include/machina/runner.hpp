@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace machina {
 
@@ -65,6 +66,9 @@ class Runner {
   virtual void close() {}
   /// "inline", "process", ... (for tool listings and messages).
   virtual std::string_view kind() const = 0;
+  /// The capability guarantees (tool protocol v1 names) the operating system enforces for
+  /// this runner's calls: what the host's HTTP service answers a capability handshake with.
+  virtual std::vector<std::string> enforced_guarantees() const { return {}; }
 };
 
 /// Where runners report notable events (a call overran its deadline, a worker was lost),

@@ -21,7 +21,7 @@ struct ManifestTool {
   // runner = "python"
   std::string entry;     // "module:function"
   std::string python;    // the interpreter to run it with (default "python3")
-  std::string root;      // where its modules are imported from: the manifest's directory
+  std::string root;      // the manifest's directory: Python modules resolve from it; a service's app_root
   bool sandbox = false;
   std::size_t workers = 0;           // its interpreter's workers (0: the host's default)
   std::uint64_t memory_mb = 0;       // a worker resident past this is replaced (0: the host's default)

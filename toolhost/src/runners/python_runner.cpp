@@ -539,6 +539,23 @@ std::uint64_t PythonWorkerPool::resident_mb(pid_t pid) {
 PythonRunner::PythonRunner(std::shared_ptr<PythonWorkerPool> pool, ToolFields fields)
     : pool_(std::move(pool)), fields_(std::move(fields)) {}
 
+std::vector<std::string> PythonRunner::enforced_guarantees() const {
+  std::vector<std::string> out;
+  if (!fields_.refusal.empty() || fields_.enforcement_json.empty()) return out;
+  const auto how = nlohmann::json::parse(fields_.enforcement_json, nullptr, false);
+  if (!how.is_object()) return out;
+  for (const auto& [name, _] : how.items()) {
+    if (name == "sandbox") {
+      for (const char* g : {"no_network", "no_subprocess", "no_filesystem_write"}) out.emplace_back(g);
+    } else {
+      out.push_back(name);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 RunOutcome PythonRunner::run(const RunSpec& spec) {
   const auto t0 = Clock::now();
   const PythonPoolOptions& o = pool_->options();

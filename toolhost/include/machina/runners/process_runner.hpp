@@ -73,6 +73,10 @@ class ProcessRunner final : public Runner {
   /// host being closed while calls may still be running.
   void close() override;
   std::string_view kind() const override { return "process"; }
+  std::vector<std::string> enforced_guarantees() const override {
+    if (options_.limits.no_network) return {"no_network"};
+    return {};
+  }
 
   Stats stats() const;
 

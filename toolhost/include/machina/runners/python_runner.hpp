@@ -130,6 +130,7 @@ class PythonRunner final : public Runner {
   RunOutcome run(const RunSpec& spec) override;
   void close() override { pool_->close(); }
   std::string_view kind() const override { return "python"; }
+  std::vector<std::string> enforced_guarantees() const override;
 
   const ToolFields& fields() const { return fields_; }
 

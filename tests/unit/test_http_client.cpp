@@ -1,0 +1,133 @@
+// The HTTP client of the service runner (http_client.hpp): URLs, keep-alive, deadlines and
+// the body bound, against a server thread written here on raw sockets.
+#include <machina/host.hpp>
+#include <machina/http_client.hpp>
+
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+using namespace machina::http;
+
+TEST_CASE("URLs: plain http with a host, an optional port and a target") {
+  Url u;
+  std::string why;
+  REQUIRE(Url::parse("http://127.0.0.1:8080/run?x=1", u, why));
+  CHECK((u.host == "127.0.0.1" && u.port == "8080" && u.target == "/run?x=1"));
+  REQUIRE(Url::parse("http://example.com", u, why));
+  CHECK((u.host == "example.com" && u.port == "80" && u.target == "/"));
+  REQUIRE(Url::parse("http://[::1]:9/a", u, why));
+  CHECK((u.host == "::1" && u.port == "9" && u.target == "/a"));
+  CHECK_FALSE(Url::parse("https://example.com/", u, why));
+  CHECK(why.find("https is not supported") != std::string::npos);
+  for (const char* bad : {"ftp://x/", "http:///run", "http://h:0/", "http://h:99999/", "http://user:pw@h/", "http://h:x/"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(Url::parse(bad, u, why));
+  }
+}
+
+namespace {
+
+/// A server on a free port answering each request with `reply` (keeping the connection);
+/// counts connections.
+struct TinyServer {
+  int listener = -1;
+  int port = 0;
+  std::atomic<int> connections{0};
+  std::string reply;
+  std::thread thread;
+
+  explicit TinyServer(std::string r) : reply(std::move(r)) {
+    listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    ::listen(listener, 8);
+    thread = std::thread([this] {
+      for (;;) {
+        const int fd = ::accept(listener, nullptr, nullptr);
+        if (fd < 0) return;
+        ++connections;
+        std::string in;
+        char buf[4096];
+        for (;;) {
+          const ssize_t n = ::read(fd, buf, sizeof buf);
+          if (n <= 0) break;
+          in.append(buf, static_cast<std::size_t>(n));
+          // One answer per complete request (headers and a Content-Length body).
+          for (;;) {
+            const auto end = in.find("\r\n\r\n");
+            if (end == std::string::npos) break;
+            const auto cl = in.find("Content-Length: ");
+            const std::size_t body = cl != std::string::npos ? std::stoul(in.substr(cl + 16)) : 0;
+            if (in.size() < end + 4 + body) break;
+            in.erase(0, end + 4 + body);
+            (void)!::write(fd, reply.data(), reply.size());
+          }
+        }
+        ::close(fd);
+      }
+    });
+  }
+  ~TinyServer() {
+    ::shutdown(listener, SHUT_RDWR);
+    ::close(listener);
+    thread.join();
+  }
+};
+
+std::string ok_reply(const std::string& body) {
+  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+}  // namespace
+
+TEST_CASE("requests reuse one kept-alive connection") {
+  TinyServer server(ok_reply(R"({"ok":true,"result":1})"));
+  Client client(Url{"127.0.0.1", std::to_string(server.port), "/"});
+  for (int i = 0; i < 5; ++i) {
+    const Reply r = client.post("/run", "{}", {}, machina::steady_now_ms() + 5000, 1 << 20);
+    REQUIRE(r.failure == Reply::Failure::none);
+    CHECK(r.status == 200);
+    CHECK(r.body == R"({"ok":true,"result":1})");
+  }
+  CHECK(client.connections_opened() == 1);
+  CHECK(server.connections == 1);
+}
+
+TEST_CASE("a body past the bound, a refused connection and a silent server each fail their own way") {
+  TinyServer big(ok_reply(std::string(5000, 'x')));
+  Client to_big(Url{"127.0.0.1", std::to_string(big.port), "/"});
+  CHECK(to_big.post("/", "{}", {}, machina::steady_now_ms() + 5000, 1000).failure == Reply::Failure::too_large);
+
+  TinyServer silent("");  // reads, never answers
+  Client to_silent(Url{"127.0.0.1", std::to_string(silent.port), "/"});
+  const auto started = machina::steady_now_ms();
+  const Reply late = to_silent.post("/", "{}", {}, started + 200, 1000);
+  CHECK(late.failure == Reply::Failure::timed_out);
+  CHECK(machina::steady_now_ms() - started < 2000);
+
+  TinyServer junk("SPEAKING NOT HTTP\r\n\r\n");
+  Client to_junk(Url{"127.0.0.1", std::to_string(junk.port), "/"});
+  CHECK(to_junk.post("/", "{}", {}, machina::steady_now_ms() + 5000, 1000).failure == Reply::Failure::bad_reply);
+
+  Client nowhere(Url{"127.0.0.1", "9", "/"});
+  const Reply refused = nowhere.post("/", "{}", {}, machina::steady_now_ms() + 5000, 1000);
+  CHECK(refused.failure == Reply::Failure::unreachable);
+  CHECK(refused.detail.find("Connection refused") != std::string::npos);
+
+  Client unnamed(Url{"no-such-host.invalid", "80", "/"});
+  CHECK(unnamed.post("/", "{}", {}, machina::steady_now_ms() + 5000, 1000).failure == Reply::Failure::unreachable);
+}

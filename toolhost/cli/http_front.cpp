@@ -1,0 +1,430 @@
+// See http_front.hpp.
+#include "http_front.hpp"
+
+#include <machina/json_text.hpp>
+#include <machina/tool_list.hpp>
+
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#ifndef MACHINA_VERSION
+#define MACHINA_VERSION "dev"
+#endif
+
+namespace machina::cli {
+namespace {
+
+namespace beast_http = boost::beast::http;
+using Clock = std::chrono::steady_clock;
+
+int g_stop_fd = -1;  // an eventfd: written once to stop every loop
+
+void on_stop_signal(int) {
+  const std::uint64_t one = 1;
+  if (g_stop_fd >= 0) (void)!::write(g_stop_fd, &one, sizeof one);
+}
+
+template <std::size_t N>
+void put(std::string& out, const char (&literal)[N]) {
+  out.append(literal, N - 1);
+}
+
+/// One HTTP response, serialized.
+std::string http_response(unsigned status, std::string body, bool keep_alive) {
+  beast_http::response<beast_http::string_body> res{static_cast<beast_http::status>(status), 11};
+  res.set(beast_http::field::server, "machina-toolhost/" MACHINA_VERSION);
+  res.set(beast_http::field::content_type, "application/json");
+  res.keep_alive(keep_alive);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  std::ostringstream text;
+  text << res;
+  return text.str();
+}
+
+/// {"ok": false, "protocol_version": 1, "error": {"type", "message"}} for a request refused
+/// before it reached the host.
+std::string refusal(std::string_view type, std::string_view message) {
+  std::string out;
+  put(out, "{\"ok\":false,\"protocol_version\":1,\"error\":{\"type\":");
+  append_json_string(out, type);
+  put(out, ",\"message\":");
+  append_json_string(out, message);
+  put(out, "}}");
+  return out;
+}
+
+bool write_all_fd(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 30'000) <= 0) return false;
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+/// The tool protocol's answer for a host response: {ok, result} or {ok: false, error}, with
+/// the host's status, code and trace beside them.
+std::string protocol_answer(const Response& r) {
+  std::string out;
+  const ErrorKindInfo& info = error_info(r.kind);
+  if (r.ok()) {
+    put(out, "{\"ok\":true,\"protocol_version\":1,\"status\":\"OK\",\"result\":");
+    out.append(r.output_json.empty() ? std::string_view("null") : std::string_view(r.output_json));
+  } else {
+    // A tool's own error keeps its own type and message (the trace has them); the host's
+    // errors are typed by their code.
+    std::string type(info.code), message = r.error, reason;
+    if (!r.trace_json.empty()) {
+      const auto trace = nlohmann::json::parse(r.trace_json, nullptr, false);
+      if (trace.is_object()) {
+        if (trace.contains("error_type") && trace["error_type"].is_string()) type = trace["error_type"];
+        if (trace.contains("error_message") && trace["error_message"].is_string()) message = trace["error_message"];
+        if (trace.contains("reason_code") && trace["reason_code"].is_string()) reason = trace["reason_code"];
+      }
+    }
+    if (reason.empty() && (r.kind == ErrorKind::guarantee_blocked || r.kind == ErrorKind::coverage_missing))
+      reason = std::string(info.code);
+    put(out, "{\"ok\":false,\"protocol_version\":1,\"status\":\"");
+    out.append(status_name(info.status));
+    put(out, "\",\"code\":\"");
+    out.append(info.code);
+    put(out, "\",\"error\":{\"type\":");
+    append_json_string(out, type);
+    put(out, ",\"message\":");
+    append_json_string(out, message);
+    if (!reason.empty()) {
+      put(out, ",\"reason_code\":");
+      append_json_string(out, reason);
+    }
+    out.push_back('}');
+  }
+  if (r.idempotent_hit) put(out, ",\"idempotent_hit\":true");
+  if (!r.trace_json.empty()) {
+    put(out, ",\"trace\":");
+    out.append(r.trace_json);
+  }
+  out.push_back('}');
+  return out;
+}
+
+class HttpServer {
+ public:
+  HttpServer(Host& host, const HttpFrontOptions& o) : host_(host), o_(o) {}
+
+  int run();
+
+ private:
+  struct Connection;
+  void handle(int fd);
+  /// What answers one request: HTTP status and body. `conn` for the takeover of a stuck call.
+  std::pair<unsigned, std::string> dispatch(const beast_http::request<beast_http::string_body>& req,
+                                            Connection& conn);
+  std::pair<unsigned, std::string> run_call(const std::string& target, const std::string& body, Connection& conn);
+  std::pair<unsigned, std::string> handshake(const std::string& body);
+  const Tool* find_tool(const std::string& name) const;
+  bool authorized(const beast_http::request<beast_http::string_body>& req) const;
+
+  Host& host_;
+  const HttpFrontOptions& o_;
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::size_t active_ = 0;
+};
+
+/// One client connection; also the takeover that answers a call whose inline tool overran
+/// its deadline (the thread stays in the tool; the connection is closed after the answer).
+struct HttpServer::Connection final : Takeover {
+  int fd = -1;
+  std::mutex write_mu;
+  bool answered_by_takeover = false;
+
+  void deliver_overrun(Response response) override {
+    std::lock_guard lock(write_mu);
+    answered_by_takeover = true;
+    (void)write_all_fd(fd, http_response(200, protocol_answer(response), /*keep_alive=*/false));
+    ::shutdown(fd, SHUT_RDWR);
+  }
+};
+
+bool HttpServer::authorized(const beast_http::request<beast_http::string_body>& req) const {
+  if (o_.token.empty()) return true;
+  const std::string expected = "Bearer " + o_.token;
+  const auto got = req[beast_http::field::authorization];
+  // Compared in time that does not depend on where they differ.
+  unsigned char diff = got.size() == expected.size() ? 0 : 1;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    diff |= static_cast<unsigned char>(expected[i] ^ (i < got.size() ? got[i] : 0));
+  return diff == 0;
+}
+
+const Tool* HttpServer::find_tool(const std::string& name) const {
+  if (const Tool* t = host_.registry().find(name)) return t;
+  const Tool* found = nullptr;
+  for (const Tool* t : host_.registry().tools()) {
+    if (t->info.name == name) {
+      if (found != nullptr) return nullptr;  // ambiguous: by aid only
+      found = t;
+    }
+  }
+  return found;
+}
+
+std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target, const std::string& body,
+                                                      Connection& conn) {
+  const auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object()) return {400, refusal("malformed_request", "the request body must be a JSON object")};
+  Request req;
+  std::string name;
+  if (j.contains("tool_name") && j["tool_name"].is_string()) name = j["tool_name"].get<std::string>();
+  else if (target.rfind("/tools/", 0) == 0) name = target.substr(7);
+  if (name.empty()) return {400, refusal("malformed_request", "the request names no tool (tool_name)")};
+  const Tool* tool = find_tool(name);
+  req.aid = tool != nullptr ? tool->info.aid : name;  // (an unknown one: tool_not_found from the host)
+  if (j.contains("payload")) req.input_json = j["payload"].dump();
+  auto text_field = [&](const char* field, std::optional<std::string>& into) -> bool {
+    if (!j.contains(field) || j[field].is_null()) return true;
+    if (!j[field].is_string()) return false;
+    into = j[field].get<std::string>();
+    return true;
+  };
+  if (!text_field("trace_id", req.trace_id) || !text_field("idempotency_key", req.idempotency_key) ||
+      !text_field("_lease_token", req.lease_token)) {
+    return {400, refusal("malformed_request", "trace_id, idempotency_key and _lease_token must be strings")};
+  }
+  if (j.contains("timeout_ms") && !j["timeout_ms"].is_null()) {
+    if (!j["timeout_ms"].is_number_integer()) return {400, refusal("malformed_request", kTimeoutRuleText)};
+    req.timeout_ms = j["timeout_ms"].get<std::int64_t>();
+  }
+  Session session(/*respond_with_delta=*/true);  // calls over HTTP carry no state
+  const Response r = host_.handle(req, session, &conn);
+  if (r.abandoned) return {0, {}};  // answered by the takeover
+  return {200, protocol_answer(r)};
+}
+
+std::pair<unsigned, std::string> HttpServer::handshake(const std::string& body) {
+  const auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("tool_name") || !j["tool_name"].is_string())
+    return {400, refusal("malformed_request", "a handshake names its tool (tool_name)")};
+  const Tool* tool = find_tool(j["tool_name"].get<std::string>());
+  if (tool == nullptr) return {404, refusal("tool_not_found", "tool not found: " + excerpt(j["tool_name"].get<std::string>()))};
+  nlohmann::json supported = nlohmann::json::object();
+  for (const auto& g : tool->runner->enforced_guarantees()) supported[g] = true;
+  std::size_t required = 0, covered = 0;
+  if (j.contains("required_guarantees") && j["required_guarantees"].is_object()) {
+    for (const auto& [g, on] : j["required_guarantees"].items()) {
+      if (on != true) continue;
+      ++required;
+      if (supported.contains(g)) ++covered;
+    }
+  }
+  const char* enforcement = covered == required ? "enforced" : covered > 0 ? "partially_enforced" : "not_enforceable";
+  const nlohmann::json answer = {{"ok", true},
+                                 {"protocol_version", 1},
+                                 {"tool_name", tool->info.aid},
+                                 {"enforcement", enforcement},
+                                 {"supported_guarantees", supported},
+                                 {"service_version", MACHINA_VERSION}};
+  return {200, answer.dump()};
+}
+
+std::pair<unsigned, std::string> HttpServer::dispatch(const beast_http::request<beast_http::string_body>& req,
+                                                      Connection& conn) {
+  if (!authorized(req)) return {401, refusal("unauthorized", "a valid bearer token is required")};
+  const std::string target(req.target());
+  if (req.method() == beast_http::verb::get) {
+    if (target == "/health") return {200, "{\"ok\":true}"};
+    if (target == "/tools") return {200, "{\"ok\":true,\"tools\":" + tool_list_json(host_) + "}"};
+    return {404, refusal("not_found", "no such resource: " + excerpt(target))};
+  }
+  if (req.method() != beast_http::verb::post) return {405, refusal("method_not_allowed", "use POST")};
+  if (target == "/capabilities/handshake") return handshake(req.body());
+  return run_call(target, req.body(), conn);
+}
+
+void HttpServer::handle(int fd) {
+  Connection conn;
+  conn.fd = fd;
+  char chunk[64 * 1024];
+  std::string pending;
+  for (;;) {
+    beast_http::request_parser<beast_http::string_body> parser;
+    parser.body_limit(o_.max_body_bytes);
+    parser.header_limit(64 * 1024);
+    unsigned refuse_status = 0;
+    std::string refuse_body;
+    auto started = Clock::time_point{};
+    bool closed = false;
+    while (!parser.is_done() && refuse_status == 0) {
+      boost::beast::error_code ec;
+      while (!pending.empty() && !parser.is_done()) {
+        const std::size_t used = parser.put(boost::asio::buffer(pending.data(), pending.size()), ec);
+        pending.erase(0, used);
+        if (ec == beast_http::error::need_more) {
+          ec = {};
+          break;
+        }
+        if (ec == beast_http::error::body_limit) {
+          refuse_status = 413;
+          refuse_body = refusal("request_too_large",
+                                "the request body exceeds the " + std::to_string(o_.max_body_bytes) + "-byte cap");
+          break;
+        }
+        if (ec) {
+          refuse_status = 400;
+          refuse_body = refusal("malformed_request", "not an HTTP/1.1 request: " + ec.message());
+          break;
+        }
+        if (used == 0) break;
+      }
+      if (parser.is_done() || refuse_status != 0) break;
+      const bool begun = started != Clock::time_point{};
+      const int limit = begun ? o_.read_timeout_ms : o_.idle_timeout_ms;
+      const auto now = Clock::now();
+      const int left = begun ? static_cast<int>(limit - std::chrono::duration_cast<std::chrono::milliseconds>(now - started).count())
+                             : limit;
+      pollfd p[2] = {{fd, POLLIN, 0}, {g_stop_fd, POLLIN, 0}};
+      if (left <= 0 || ::poll(p, 2, left) <= 0 || (p[1].revents & POLLIN) != 0) {
+        closed = true;  // idle, too slow, or the server is stopping
+        break;
+      }
+      const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+      if (n <= 0) {
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        closed = true;
+        break;
+      }
+      if (!begun) started = Clock::now();
+      pending.append(chunk, static_cast<std::size_t>(n));
+    }
+    if (closed) break;
+    if (refuse_status != 0) {
+      std::lock_guard lock(conn.write_mu);
+      (void)write_all_fd(fd, http_response(refuse_status, refuse_body, false));
+      // A lingering close: what the client is still sending is read and dropped (for a
+      // while, up to a bound), so that it gets to read the refusal instead of a reset.
+      ::shutdown(fd, SHUT_WR);
+      std::size_t dropped = 0;
+      const auto until = Clock::now() + std::chrono::seconds(5);
+      while (dropped < 2 * o_.max_body_bytes + (1u << 20) && Clock::now() < until) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 1000) <= 0) break;
+        const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+        if (n <= 0) break;
+        dropped += static_cast<std::size_t>(n);
+      }
+      break;
+    }
+    const auto& req = parser.get();
+    auto [status, body] = dispatch(req, conn);
+    std::lock_guard lock(conn.write_mu);
+    if (status == 0 || conn.answered_by_takeover) break;
+    const bool keep = req.keep_alive();
+    if (!write_all_fd(fd, http_response(status, std::move(body), keep)) || !keep) break;
+  }
+  ::close(fd);
+  std::lock_guard lock(mu_);
+  --active_;
+  done_.notify_all();
+}
+
+int HttpServer::run() {
+  sockaddr_storage addr{};
+  socklen_t addr_len = 0;
+  const int port = std::stoi(o_.port);
+  const std::string host = o_.host == "localhost" ? "127.0.0.1" : o_.host;
+  if (auto* a4 = reinterpret_cast<sockaddr_in*>(&addr); ::inet_pton(AF_INET, host.c_str(), &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<std::uint16_t>(port));
+    addr_len = sizeof(sockaddr_in);
+  } else if (auto* a6 = reinterpret_cast<sockaddr_in6*>(&addr); ::inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<std::uint16_t>(port));
+    addr_len = sizeof(sockaddr_in6);
+  } else {
+    throw HostError("--http: '" + o_.host + "' is not a numeric address (or localhost)");
+  }
+  const int listener = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 || ::listen(listener, 128) != 0) {
+    throw HostError("--http: cannot listen on " + o_.host + ":" + o_.port + ": " + std::strerror(errno));
+  }
+  sockaddr_storage bound{};
+  socklen_t bound_len = sizeof bound;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &bound_len);
+  const unsigned actual = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  g_stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  const std::string line = "machina-toolhost: serving HTTP on http://" +
+                           (addr.ss_family == AF_INET6 ? "[" + host + "]" : host) + ":" + std::to_string(actual) + "\n";
+  (void)!::write(STDERR_FILENO, line.data(), line.size());
+
+  for (;;) {
+    pollfd p[2] = {{listener, POLLIN, 0}, {g_stop_fd, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
+    if ((p[1].revents & POLLIN) != 0) break;
+    if ((p[0].revents & POLLIN) == 0) continue;
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    {
+      std::lock_guard lock(mu_);
+      if (active_ >= o_.max_connections) {
+        (void)write_all_fd(fd, http_response(503, refusal("overloaded", "too many connections"), false));
+        ::close(fd);
+        continue;
+      }
+      ++active_;
+    }
+    std::thread([this, fd] { handle(fd); }).detach();
+  }
+  ::close(listener);
+  // Connections see the stop and end; a call still running gets a little time to finish.
+  std::unique_lock lock(mu_);
+  if (!done_.wait_for(lock, std::chrono::seconds(5), [&] { return active_ == 0; })) return 1;
+  return 0;
+}
+
+}  // namespace
+
+int serve_http(Host& host, const HttpFrontOptions& options) {
+  HttpServer server(host, options);
+  return server.run();
+}
+
+}  // namespace machina::cli

@@ -1,0 +1,316 @@
+// See http_client.hpp.
+#include <machina/host.hpp>
+#include <machina/http_client.hpp>
+
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#ifndef MACHINA_VERSION
+#define MACHINA_VERSION "dev"
+#endif
+
+namespace machina::http {
+namespace beast_http = boost::beast::http;
+namespace {
+
+/// Numeric IPv4 and IPv6 addresses, and localhost.
+std::vector<sockaddr_storage> resolve_numeric(const std::string& host, const std::string& port, std::string& why) {
+  std::vector<sockaddr_storage> out;
+  const auto number = static_cast<std::uint16_t>(std::stoi(port));
+  auto v4 = [&](const char* text) {
+    sockaddr_storage ss{};
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(number);
+    if (::inet_pton(AF_INET, text, &a->sin_addr) == 1) out.push_back(ss);
+  };
+  auto v6 = [&](const char* text) {
+    sockaddr_storage ss{};
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(number);
+    if (::inet_pton(AF_INET6, text, &a->sin6_addr) == 1) out.push_back(ss);
+  };
+  if (host == "localhost") {
+    v4("127.0.0.1");
+    v6("::1");
+  } else {
+    v4(host.c_str());
+    v6(host.c_str());
+  }
+  if (out.empty()) why = "cannot resolve " + host + ": this program resolves only numeric addresses and localhost";
+  return out;
+}
+
+Resolver g_resolver = &resolve_numeric;
+
+int millis_left(std::int64_t deadline_ms) {
+  return static_cast<int>(std::clamp<std::int64_t>(deadline_ms - steady_now_ms(), 0, 1 << 30));
+}
+
+/// A connected, non-blocking TCP socket; -1 with `failure` and `why` otherwise.
+int connect_to(const Url& url, std::int64_t deadline_ms, Reply::Failure& failure, std::string& why) {
+  const std::vector<sockaddr_storage> found = g_resolver(url.host, url.port, why);
+  if (found.empty()) {
+    failure = Reply::Failure::unreachable;
+    return -1;
+  }
+  int fd = -1;
+  for (auto it = found.begin(); it != found.end() && fd < 0; ++it) {
+    const auto* addr = reinterpret_cast<const sockaddr*>(&*it);
+    const socklen_t addr_len = addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      why = std::string("cannot make a socket: ") + std::strerror(errno);
+      continue;
+    }
+    if (::connect(fd, addr, addr_len) != 0 && errno != EINPROGRESS) {
+      why = std::string("cannot connect to ") + url.origin() + ": " + std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+      continue;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, millis_left(deadline_ms)) == 0) {
+      ::close(fd);
+      failure = Reply::Failure::timed_out;
+      why = "no connection to " + url.origin() + " before the deadline";
+      return -1;
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      why = std::string("cannot connect to ") + url.origin() + ": " + std::strerror(err);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) {
+    failure = Reply::Failure::unreachable;
+    return -1;
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+}  // namespace
+
+void set_resolver(Resolver r) { g_resolver = r; }
+
+bool Url::parse(std::string_view text, Url& out, std::string& why) {
+  out = Url{};
+  constexpr std::string_view scheme = "http://";
+  if (text.substr(0, scheme.size()) != scheme) {
+    why = text.substr(0, 8) == "https://" ? "https is not supported by this build (use http://)"
+                                          : "the URL must start with http://";
+    return false;
+  }
+  text.remove_prefix(scheme.size());
+  const auto slash = text.find_first_of("/?");
+  std::string_view authority = text.substr(0, slash);
+  out.target = slash == std::string_view::npos ? "/" : std::string(text.substr(slash));
+  if (out.target.front() == '?') out.target.insert(0, "/");
+  if (authority.find('@') != std::string_view::npos) {
+    why = "the URL must not carry credentials (use token_env)";
+    return false;
+  }
+  if (!authority.empty() && authority.front() == '[') {  // [v6 address]:port
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) {
+      why = "the URL's IPv6 address is not closed";
+      return false;
+    }
+    out.host = std::string(authority.substr(1, close - 1));
+    authority.remove_prefix(close + 1);
+    if (!authority.empty() && authority.front() == ':') out.port = std::string(authority.substr(1));
+  } else {
+    const auto colon = authority.rfind(':');
+    out.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) out.port = std::string(authority.substr(colon + 1));
+  }
+  if (out.host.empty()) {
+    why = "the URL has no host";
+    return false;
+  }
+  if (out.port.empty() || out.port.size() > 5 || !std::all_of(out.port.begin(), out.port.end(), ::isdigit) ||
+      std::stoi(out.port) < 1 || std::stoi(out.port) > 65535) {
+    why = "the URL's port must be 1..65535";
+    return false;
+  }
+  return true;
+}
+
+Client::Client(Url origin, std::size_t max_idle) : origin_(std::move(origin)), max_idle_(max_idle) {}
+
+Client::~Client() {
+  for (int fd : idle_) ::close(fd);
+}
+
+std::uint64_t Client::connections_opened() const {
+  std::lock_guard lock(mu_);
+  return opened_;
+}
+
+int Client::take_idle() {
+  std::lock_guard lock(mu_);
+  while (!idle_.empty()) {
+    const int fd = idle_.back();
+    idle_.pop_back();
+    // Closed by the server meanwhile (or holding bytes nobody asked for): not usable.
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return fd;
+    ::close(fd);
+  }
+  return -1;
+}
+
+void Client::give_back(int fd) {
+  std::lock_guard lock(mu_);
+  if (idle_.size() < max_idle_) {
+    idle_.push_back(fd);
+  } else {
+    ::close(fd);
+  }
+}
+
+Reply Client::exchange(int fd, const std::string& request, std::int64_t deadline_ms, std::size_t max_body,
+                       bool& keep) {
+  Reply r;
+  keep = false;
+  std::size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN) {
+      r.failure = Reply::Failure::unreachable;
+      r.detail = std::string("the connection to ") + origin_.origin() + " failed: " + std::strerror(errno);
+      return r;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, millis_left(deadline_ms)) == 0) {
+      r.failure = Reply::Failure::timed_out;
+      r.detail = "the request to " + origin_.origin() + " could not be sent before the deadline";
+      return r;
+    }
+  }
+  beast_http::response_parser<beast_http::string_body> parser;
+  parser.body_limit(max_body);
+  parser.eager(true);
+  std::string pending;
+  char chunk[64 * 1024];
+  bool got_any = false;
+  while (!parser.is_done()) {
+    const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+    boost::beast::error_code ec;
+    if (n > 0) {
+      got_any = true;
+      pending.append(chunk, static_cast<std::size_t>(n));
+      while (!pending.empty() && !parser.is_done()) {
+        const std::size_t used = parser.put(boost::asio::buffer(pending.data(), pending.size()), ec);
+        pending.erase(0, used);
+        if (ec == beast_http::error::need_more) break;
+        if (ec == beast_http::error::body_limit) {
+          r.failure = Reply::Failure::too_large;
+          r.detail = "the answer from " + origin_.origin() + " is larger than " + std::to_string(max_body) + " bytes";
+          return r;
+        }
+        if (ec) {
+          r.failure = Reply::Failure::bad_reply;
+          r.detail = "the answer from " + origin_.origin() + " is not HTTP/1.1: " + ec.message();
+          return r;
+        }
+        if (used == 0) break;
+      }
+      continue;
+    }
+    if (n == 0) {  // closed: the end of a body without a length, or an answer cut short
+      if (got_any && parser.is_header_done()) {
+        parser.put_eof(ec);
+        if (!ec) break;
+      }
+      r.failure = got_any ? Reply::Failure::bad_reply : Reply::Failure::unreachable;
+      r.detail = got_any ? "the answer from " + origin_.origin() + " was cut short"
+                         : "the connection to " + origin_.origin() + " was closed before any answer";
+      return r;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      r.failure = got_any ? Reply::Failure::bad_reply : Reply::Failure::unreachable;
+      r.detail = std::string("the connection to ") + origin_.origin() + " failed: " + std::strerror(errno);
+      return r;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, millis_left(deadline_ms)) == 0) {
+      r.failure = Reply::Failure::timed_out;
+      r.detail = "no answer from " + origin_.origin() + " before the deadline";
+      return r;
+    }
+  }
+  auto& message = parser.get();
+  r.status = message.result_int();
+  r.body = std::move(message.body());
+  keep = message.keep_alive() && pending.empty();
+  return r;
+}
+
+Reply Client::post(const std::string& target, std::string_view body, const Headers& headers,
+                   std::int64_t deadline_ms, std::size_t max_body) {
+  beast_http::request<beast_http::string_body> req{beast_http::verb::post, target, 11};
+  req.set(beast_http::field::host, origin_.port == "80" ? origin_.host : origin_.host + ":" + origin_.port);
+  req.set(beast_http::field::user_agent, "machina-toolhost/" MACHINA_VERSION);
+  req.set(beast_http::field::content_type, "application/json");
+  req.set(beast_http::field::accept, "application/json");
+  req.keep_alive(true);
+  for (const auto& [name, value] : headers) req.set(name, value);
+  req.body().assign(body);
+  req.prepare_payload();
+  std::ostringstream text;
+  text << req;
+  const std::string request = text.str();
+
+  for (int attempt = 0;; ++attempt) {
+    int fd = attempt == 0 ? take_idle() : -1;
+    const bool reused = fd >= 0;
+    if (fd < 0) {
+      Reply r;
+      fd = connect_to(origin_, deadline_ms, r.failure, r.detail);
+      if (fd < 0) return r;
+      std::lock_guard lock(mu_);
+      ++opened_;
+    }
+    bool keep = false;
+    Reply r = exchange(fd, request, deadline_ms, max_body, keep);
+    r.reused = reused;
+    if (keep && r.failure == Reply::Failure::none) {
+      give_back(fd);
+    } else {
+      ::close(fd);
+    }
+    // A kept-alive connection the server had closed: once more on a fresh one.
+    if (reused && r.failure == Reply::Failure::unreachable && attempt == 0) continue;
+    return r;
+  }
+}
+
+}  // namespace machina::http
