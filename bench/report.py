@@ -36,6 +36,12 @@ GOALS: list[tuple[str, str, str, Callable[[float], bool], Callable[[float], str]
      lambda v: f"{v:.2f}×"),
     ("spawn_api_vs_true", "run_machina_toolhost ÷ /bin/true", "≤ 1.2×", lambda v: v <= 1.2,
      lambda v: f"{v:.2f}×"),
+    ("python_lockstep_p50_us", "warm Python tool, lock-step p50 through --serve", "≤ 60 µs", lambda v: v <= 60,
+     lambda v: f"{v:.1f} µs"),
+    ("python_fresh_ratio", "a fresh interpreter per call ÷ a warm Python tool (p50)", "≥ 150×",
+     lambda v: v >= 150, lambda v: f"{v:.0f}×"),
+    ("python_pipelined_cps", "Python tool pipelined, 2 Python workers", "≥ 30 k calls/s", lambda v: v >= 30e3,
+     lambda v: f"{v / 1e3:.1f} k calls/s"),
 ]
 
 

@@ -214,7 +214,8 @@ def start_http_host(*args: str, env: dict[str, str] | None = None) -> HttpHost:
 def http_host(tmp_path: Path) -> Iterator[HttpHost]:
     manifest = write_pack(tmp_path / "served", [
         python_tool("AID.PY.GREET.v1", "tools.sample_tool:greet"),
-        python_tool("AID.PY.SAFE.v1", "tools.sample_tool:greet", guarantees={"no_network": True, "no_subprocess": True}),
+        python_tool("AID.PY.SAFE.v1", "tools.sample_tool:greet",
+                    guarantees={"no_network": True, "no_subprocess": True}),
     ])
     host = start_http_host("--tools", str(manifest), env={"MACHINA_TOOLHOST_HTTP_TOKEN": "tok-1"})
     yield host
@@ -273,9 +274,10 @@ def test_our_runner_against_our_own_server(tmp_path: Path, http_host: HttpHost) 
              service_tool("AID.SVC.OPEN.v1", f"{http_host.base}/run", name="AID.PY.GREET.v1", token_env="SVC_TOKEN",
                           guarantees={"no_network": True}),
              service_tool("AID.SVC.NOAUTH.v1", f"{http_host.base}/run", name="AID.PY.GREET.v1")]
-    r = run_requests(tmp_path, tools, [call("AID.SVC.GREET.v1", {"name": "Bo"}), call("AID.SVC.SAFE.v1", {"name": "Cy"}),
-                                       call("AID.SVC.OPEN.v1", {"name": "Di"}), call("AID.SVC.GREET.v1", {}),
-                                       call("AID.SVC.NOAUTH.v1", {"name": "Ed"})], env={"SVC_TOKEN": "tok-1"})
+    r = run_requests(tmp_path, tools, [call("AID.SVC.GREET.v1", {"name": "Bo"}),
+                                       call("AID.SVC.SAFE.v1", {"name": "Cy"}), call("AID.SVC.OPEN.v1", {"name": "Di"}),
+                                       call("AID.SVC.GREET.v1", {}), call("AID.SVC.NOAUTH.v1", {"name": "Ed"})],
+                     env={"SVC_TOKEN": "tok-1"})
     assert json.loads(r[0]["output_json"]) == {"message": "Hello Bo", "ok": True}
     assert r[1]["ok"] and r[1]["trace"]["enforcement_level"] == "enforced"
     assert r[2]["code"] == "coverage_missing"  # the greeter runs unguarded over there

@@ -4,6 +4,7 @@
 #include <machina/json_text.hpp>
 #include <machina/python_worker_source.hpp>
 #include <machina/runners/python_runner.hpp>
+#include <machina/spin_wait.hpp>
 #include <machina/tool.hpp>
 #include <machina/tool_protocol.hpp>
 
@@ -136,7 +137,9 @@ struct PythonWorkerPool::Worker {
   bool running_settled = false;                // the call it was running was answered at its deadline
 };
 
-PythonWorkerPool::PythonWorkerPool(PythonPoolOptions options) : options_(std::move(options)) {
+PythonWorkerPool::PythonWorkerPool(PythonPoolOptions options)
+    : options_(std::move(options)),
+      spin_(may_run_on_two_cpus() ? options_.spin : std::chrono::microseconds(0)) {
   if (options_.workers < 1) throw HostError("a Python worker pool needs at least 1 worker");
   if (options_.queue_depth < 1) options_.queue_depth = 1;
   argv_ = options_.launcher;
@@ -311,8 +314,17 @@ void PythonWorkerPool::read_for(Worker& w, Pending& call, std::unique_lock<std::
   while (call.state == Pending::State::waiting && !w.dead) {
     const std::int64_t left = call.deadline_ms - steady_now_ms();
     if (left <= 0) break;
+    // Spinning pays for a lone call; with calls queued, CPUs are better left to the workers.
+    std::size_t in_flight = 0;
+    for (const auto& other : workers_) in_flight += other->queue.size();
+    const bool spin = spin_.count() > 0 && in_flight <= 1;
     lock.unlock();
     ssize_t n = ::read(w.child->stdout_fd(), chunk, sizeof chunk);
+    // A quick tool's answer is a few tens of microseconds away: waiting for it awake costs
+    // less than a sleep and a wake-up (only when the worker can run meanwhile).
+    if (n < 0 && errno == EAGAIN && spin && spin_until_readable(w.child->stdout_fd(), spin_)) {
+      n = ::read(w.child->stdout_fd(), chunk, sizeof chunk);
+    }
     if (n < 0 && errno == EAGAIN) {
       pollfd p{w.child->stdout_fd(), POLLIN, 0};
       const int wait = static_cast<int>(std::min<std::int64_t>(left, watch ? kMemoryCheckMs : 1 << 30));

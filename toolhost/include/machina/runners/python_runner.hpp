@@ -13,6 +13,7 @@
 #include <machina/child_process.hpp>
 #include <machina/runner.hpp>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -37,6 +38,8 @@ struct PythonPoolOptions {
   std::uint64_t memory_mb = 0;      // a worker resident past this is killed and replaced; 0: no cap
   std::size_t stderr_tail_bytes = 2048;
   std::size_t max_answer_bytes = 0;  // longest answer line read (the output cap and room for the trace)
+  /// How long a caller polls for its answer before sleeping (never on one CPU).
+  std::chrono::microseconds spin{50};
   EventSink on_event;
 };
 
@@ -99,6 +102,7 @@ class PythonWorkerPool {
   void reap_loop();
 
   PythonPoolOptions options_;
+  std::chrono::microseconds spin_;
   std::vector<std::string> argv_;
   Spawner spawner_;
   mutable std::mutex mu_;
