@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -252,13 +253,20 @@ def test_a_call_queued_behind_another_past_its_deadline_never_runs(tmp_path: Pat
     marks = tmp_path / "marks"
     marks.mkdir()
     manifest = pack(tmp_path, python_tool("AID.PY.SLEEP.v1", "tools.sample_tool:sleep", workers=1))
-    first = call("AID.PY.SLEEP.v1", {"s": 1.0, "mark": str(marks / "first")}, id=1, timeout_ms=10_000)
-    second = call("AID.PY.SLEEP.v1", {"s": 0, "mark": str(marks / "second")}, id=2, timeout_ms=300)
-    r = {x["id"]: x for x in serve([first, second], "--tools", manifest, "--workers", "2")}
-    assert r[1]["ok"]
-    assert r[2]["code"] == "timeout" and "never started" in r[2]["error"]
-    time.sleep(0.3)  # (the worker has answered the second call by now: it skipped it)
-    assert (marks / "first").exists() and not (marks / "second").exists()
+    with md.InProcess(tools=[manifest]) as host:
+        first: list[md.ToolResult] = []
+        runner = threading.Thread(target=lambda: first.append(host.call(
+            "AID.PY.SLEEP.v1", {"s": 1.0, "mark": str(marks / "first"), "started": str(marks / "begun")}, timeout=10)))
+        runner.start()
+        deadline = time.monotonic() + 10
+        while not (marks / "begun").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # The one worker is busy: this call waits in its queue past its deadline.
+        second = host.call("AID.PY.SLEEP.v1", {"s": 0, "mark": str(marks / "second")}, timeout=0.3, check=False)
+        runner.join()
+    assert first[0].ok
+    assert second.code == "timeout" and "never started" in second.error
+    assert (marks / "first").exists() and not (marks / "second").exists()  # skipped by the worker
 
 
 def test_two_interpreters_side_by_side(tmp_path: Path) -> None:

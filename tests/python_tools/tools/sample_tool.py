@@ -47,6 +47,9 @@ def whoami(payload):
 
 
 def sleep(payload):
+    if "started" in payload:  # a file saying the call has begun
+        with open(payload["started"], "w") as f:
+            f.write("started\n")
     time.sleep(payload.get("s", 0.1))
     if "mark" in payload:  # proof that it ran (a file the test looks for)
         with open(payload["mark"], "a") as f:
