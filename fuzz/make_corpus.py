@@ -56,6 +56,12 @@ def main(out: Path) -> int:
     result = struct.pack("<iB", 0, 1) + frame_string(b"[1]") + frame_string(b"") + b"\x00\x00"
     write(out / "worker_frames", call)
     write(out / "worker_frames", result)
+    # Tool protocol v1 answers, as workers and services write them.
+    for answer in ('{"ok":true,"protocol_version":1,"result":{"message":"Hello Ada"},"trace":{"stdout":"x"}}',
+                   '{"ok":false,"protocol_version":1,"error":{"type":"ValueError","message":"Missing input",'
+                   '"reason_code":"guarantee_blocked"}}',
+                   '{"ok":true,"result":[1,2.5,"\\u00e9",null,true]}', '{"ok":false,"error":"bare"}', '{"result":1}'):
+        write(out / "tool_answer", answer.encode())
     counts = {d.name: len(list(d.iterdir())) for d in sorted(out.iterdir())}
     print("seed corpus:", counts)
     return 0
