@@ -226,10 +226,11 @@ def test_the_suite_covers_every_status_and_error(outcomes: dict[tuple[str, str],
                 # A client that reads only `status` (the original one) sees every failure.
                 assert (r.status == "OK") == r.ok, r
     assert {"OK", "INVALID_PICK", "TOOL_ERROR", "BREAKER_TRIP"} == seen_status
-    # (HTTP tool services' codes: tests/test_services.py, whose services a parity run has not.)
+    # (HTTP tool services' codes: tests/test_services.py, whose services a parity run has not;
+    # `cancelled`: tests/test_mcp_front.py, cancellation being the MCP front's.)
     expected = {code for code, _, _ in md._core.error_kinds()} - {
         "overloaded", "internal_error", "invalid_ds_state", "coverage_missing", "service_unavailable",
-        "service_http_error", "service_bad_response"}
+        "service_http_error", "service_bad_response", "cancelled"}
     assert expected <= seen_codes, expected - seen_codes
 
 

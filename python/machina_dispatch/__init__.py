@@ -21,6 +21,7 @@ from . import _core
 from ._core import Session, issue_lease
 from ._errors import (
     BreakerOpen,
+    Cancelled,
     CapabilityRefused,
     DispatchError,
     ExecutableNotFound,
@@ -48,12 +49,14 @@ from ._result import ToolResult
 from ._transport import Call, Transport
 from .ds_state import Artifact, DsDelta, DsState
 from .inprocess import InProcess, builtin_plugin_path
+from .jsonrpc import Mcp, Skill
 from .pool import Pool, Toolhost
 from .spawn import Spawn, run_machina_toolhost
 
 __all__ = [
     "Artifact",
     "BreakerOpen",
+    "Cancelled",
     "Call",
     "CapabilityRefused",
     "DispatchError",
@@ -69,12 +72,14 @@ __all__ = [
     "LeaseError",
     "LeaseRejected",
     "LeaseRequired",
+    "Mcp",
     "Overloaded",
     "Pool",
     "ProtocolError",
     "RequestRejected",
     "ServiceError",
     "Session",
+    "Skill",
     "Spawn",
     "ToolCrashed",
     "ToolError",

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BreakerOpen",
+    "Cancelled",
     "CapabilityRefused",
     "DispatchError",
     "ExecutableNotFound",
@@ -199,6 +200,13 @@ class ServiceError(ToolError, ConnectionError):
     kind = "service_unavailable"
 
 
+class Cancelled(ToolhostError):
+    """The call was cancelled at its caller's request (``cancelled``; MCP's
+    ``notifications/cancelled``) before it ended."""
+
+    kind = "cancelled"
+
+
 class Overloaded(ToolhostError):
     """Too many inline calls are stuck past their deadline (``overloaded``)."""
 
@@ -242,6 +250,7 @@ _CLASS_OF_KIND: dict[str, type[ToolhostError]] = {
     "service_unavailable": ServiceError,
     "service_http_error": ServiceError,
     "service_bad_response": ServiceError,
+    "cancelled": Cancelled,
     "overloaded": Overloaded,
     "internal_error": InternalError,
 }

@@ -64,6 +64,11 @@ class InProcess(Transport):
             self.host.load_plugin(os.fspath(path))
         for path in tools or []:
             self.host.load_tools(os.fspath(path))
+        # The transport's life is a session of the hosted skills' (lifecycle/onSessionStart).
+        self._session: str | None = None
+        if tools:
+            self._session = f"python-{os.getpid()}-{id(self):x}"
+            self.host.session_started(self._session)
         # What the compiled call needs; None once closed.
         self._fast: tuple[Any, ...] | None = (self.host, timeout_ms(self.timeout), input_text, state_text,
                                               apply_state, timeout_ms)
@@ -74,8 +79,12 @@ class InProcess(Transport):
     call = _core._inprocess_call
 
     def close(self) -> None:
-        """Ends the host's isolated worker processes; later calls raise RuntimeError."""
+        """Ends the host's isolated worker processes, Python workers, skills and MCP servers;
+        later calls raise RuntimeError."""
         self._fast = None
+        session, self._session = getattr(self, "_session", None), None
+        if session is not None:
+            self.host.session_ended(session)
         self.host.close()
 
     def stats(self) -> dict[str, int]:

@@ -797,7 +797,12 @@ PYBIND11_MODULE(_core, m) {
           },
           "The host's counters (calls, timeouts, crashes, stuck inline calls, isolated workers).")
       .def("close", &machina::Host::close, py::call_guard<py::gil_scoped_release>(),
-           "Ends the isolated worker processes now (calls running in them fail).")
+           "Ends the isolated worker processes, Python workers, skills and MCP servers now (calls running in them "
+           "fail).")
+      .def("session_started", &machina::Host::session_started, "id"_a, py::call_guard<py::gil_scoped_release>(),
+           "A session began: the hosted skills are told (lifecycle/onSessionStart).")
+      .def("session_ended", &machina::Host::session_ended, "id"_a, py::call_guard<py::gil_scoped_release>(),
+           "A session ended: the hosted skills are told (lifecycle/onSessionEnd).")
       .def_property_readonly("idempotency_entries", &machina::Host::idempotency_entries);
 
   m.def(

@@ -91,11 +91,21 @@ TEST_CASE("a bad manifest is refused naming file, line and field") {
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"python\"\nentry = \"m:f\"\n\n[[tool]]\naid = \"A\"\n"
                 "runner = \"python\"\nentry = \"m:g\"\n") ==
         "/apps/demo/tools.toml:7: tool 2 (A): field 'aid': 'A' is declared twice in this file");
-  CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"mcp\"\n").find("field 'runner': 'mcp' tools are not supported") !=
-        std::string::npos);
+  CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"mcp\"\n").find("field 'runner': a skill or an MCP server is "
+                                                                   "declared with its own table") != std::string::npos);
   CHECK(refusal("title = \"x\"\n") ==
-        "/apps/demo/tools.toml:1: unknown top-level key 'title' (tools are [[tool]] tables)");
-  CHECK(refusal("") == "/apps/demo/tools.toml:1: declares no tools (no [[tool]] table)");
+        "/apps/demo/tools.toml:1: unknown top-level key 'title' (tables are [[tool]], [[skill]], [[mcp_server]])");
+  CHECK(refusal("") == "/apps/demo/tools.toml:1: declares no tools (no [[tool]], [[skill]] or [[mcp_server]] table)");
+  CHECK(refusal("[[skill]]\nname = \"s\"\n") ==
+        "/apps/demo/tools.toml:1: skill 1 (s): field 'command': is required (the program and its arguments)");
+  CHECK(refusal("[[mcp_server]]\ncommand = [\"x\"]\n") ==
+        "/apps/demo/tools.toml:1: mcp_server 1: field 'name': is required");
+  CHECK(refusal("[[skill]]\nname = \"s\"\ncommand = [\"x\"]\n\n[[mcp_server]]\nname = \"s\"\ncommand = [\"y\"]\n") ==
+        "/apps/demo/tools.toml:6: mcp_server 1 (s): field 'name': 's' is declared twice in this file");
+  CHECK(refusal("[[skill]]\nname = \"s\"\ncommand = [\"x\"]\ntick_interval_ms = -1\n") ==
+        "/apps/demo/tools.toml:4: skill 1 (s): field 'tick_interval_ms': must be from 0 (no ticks) to 24 hours");
+  CHECK(refusal("[[mcp_server]]\nname = \"m\"\ncommand = [\"x\"]\ntick_interval_ms = 5\n") ==
+        "/apps/demo/tools.toml:4: mcp_server 1 (m): unknown field 'tick_interval_ms'");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"python\"\nentry = \"m:f\"\ninput_schema = { type = 5 }\n")
             .rfind("/apps/demo/tools.toml:5: tool 1 (A): field 'input_schema': ", 0) == 0);
   const std::string syntax = refusal("[[tool]]\naid = \"A\nrunner = 1\n");

@@ -64,13 +64,14 @@ LineReader::Next LineReader::next(std::string_view& line, const std::function<vo
     if (nl != nullptr) {
       const std::size_t len = static_cast<std::size_t>(nl - buf_.data()) - begin_;
       buf_[begin_ + len] = '\0';
-      line = std::string_view(buf_.data() + begin_, len);
+      line = std::string_view(buf_.data() + begin_, len > max_line_ ? std::min(len, kHeadBytes) : len);
       begin_ = scan_ = begin_ + len + 1;
       return len > max_line_ ? Next::too_large : Next::line;
     }
     scan_ = end_;
     if (end_ - begin_ > max_line_) {
       skipping_ = true;
+      line = std::string_view(buf_.data() + begin_, std::min(end_ - begin_, kHeadBytes));  // (kept until the next read)
       begin_ = end_ = scan_ = 0;
       return Next::too_large;
     }

@@ -15,13 +15,15 @@ namespace machina::cli {
 class LineReader {
  public:
   enum class Next { line, too_large, eof };
+  static constexpr std::size_t kHeadBytes = 4096;
 
   /// Before a read that would block, polls for input for up to `spin` (see spin_wait.hpp).
   LineReader(int fd, std::size_t max_line, std::chrono::microseconds spin = {});
 
   /// The next line (without '\n'), valid until the following call and followed in
   /// memory by a '\0'. `before_block` runs right before a read that may block, so
-  /// the caller can flush its output.
+  /// the caller can flush its output. A line too large comes as its first kHeadBytes at
+  /// most (not followed by '\0'), which may name the request's id.
   Next next(std::string_view& line, const std::function<void()>& before_block);
 
  private:

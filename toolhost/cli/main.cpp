@@ -1,5 +1,6 @@
 // machina-toolhost: the command-line fronts (--list, --run, --serve) and the
 // operator's `lease issue`. Parses arguments, sets up the host, hands over to a front.
+#include "codecs/jsonrpc_codec.hpp"
 #include "codecs/ndjson_codec.hpp"
 #include "http_front.hpp"
 #include "serve_kit.hpp"
@@ -151,7 +152,7 @@ int take_stdout_for_wire() {
 
 /// What to do once the command line is understood.
 struct Invocation {
-  enum class Mode { list, run, serve, http } mode = Mode::serve;
+  enum class Mode { list, run, serve, http, mcp, skill } mode = Mode::serve;
   std::vector<std::string> plugins;  // empty: the built-in pack
   std::vector<std::string> manifests;  // --tools
   std::string aid;                   // --run
@@ -198,8 +199,21 @@ int execute(Invocation& inv) {
     return rc;
   }
   const std::chrono::microseconds spin(machina::may_run_on_two_cpus() ? inv.spin_us : 0);
-  machina::cli::NdjsonCodec codec;
-  const int rc = machina::cli::serve(host, codec, {STDIN_FILENO, wire, inv.workers, 1024, spin, inv.state_per_call});
+  std::unique_ptr<machina::cli::LineCodec> codec;
+  std::string session = "serve-";
+  if (inv.mode == Invocation::Mode::mcp || inv.mode == Invocation::Mode::skill) {
+    const bool mcp = inv.mode == Invocation::Mode::mcp;
+    codec = std::make_unique<machina::cli::JsonRpcCodec>(mcp ? machina::cli::JsonRpcCodec::Dialect::mcp
+                                                             : machina::cli::JsonRpcCodec::Dialect::skill);
+    session = mcp ? "mcp-" : "skill-";
+  } else {
+    codec = std::make_unique<machina::cli::NdjsonCodec>();
+  }
+  // The stream is a session of the hosted skills'.
+  session += std::to_string(::getpid());
+  host.session_started(session);
+  const int rc = machina::cli::serve(host, *codec, {STDIN_FILENO, wire, inv.workers, 1024, spin, inv.state_per_call});
+  host.session_ended(session);
   if (const auto stuck = host.stuck_calls(); stuck > 0) {
     // Their threads are still inside plugin code: leave without running destructors
     // under their feet. Every response has been written.
@@ -308,6 +322,14 @@ int main(int argc, char** argv) {
   app.add_option("--http-max-connections", http_max_connections, "In --http, connections at once (more: 503)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
       ->capture_default_str();
+  bool mcp = false;
+  auto* mcp_opt = app.add_flag("--mcp", mcp,
+                               "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
+                               "concurrent calls, cancellation, progress; docs/jsonrpc.md). Default --workers: 8");
+  bool skill = false;
+  auto* skill_opt = app.add_flag("--skill", skill,
+                                 "Serve every tool as a seed-001 skill on stdio (initialize, tools/call, lifecycle/*, "
+                                 "shutdown; docs/jsonrpc.md). Default --workers: 8");
   bool state_per_call = false;
   app.add_flag("--state-per-call", state_per_call,
                "In --serve, each request runs with the ds_state it carries, or an empty one, and nothing is "
@@ -421,9 +443,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> hidden_files;
   app.add_option("--isolation-hide", hidden_files)->group("");
 
-  list_opt->excludes(run_opt)->excludes(serve_opt)->excludes(http_opt);
-  run_opt->excludes(serve_opt)->excludes(http_opt);
-  serve_opt->excludes(http_opt);
+  list_opt->excludes(run_opt)->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt);
+  run_opt->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt);
+  serve_opt->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt);
+  http_opt->excludes(mcp_opt)->excludes(skill_opt);
+  mcp_opt->excludes(skill_opt);
 
   auto* lease_cmd = app.add_subcommand("lease", "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
   lease_cmd->require_subcommand(1);
@@ -500,15 +524,22 @@ int main(int argc, char** argv) {
       std::cout << authority.issue(lease_aid, ttl_ms, machina::unix_now_ms()) << "\n";
       return 0;
     }
-    if (!list && run_opt->count() == 0 && serve_opt->count() == 0 && http_opt->count() == 0) {
-      std::cerr << "machina-toolhost: choose one of --list, --run, --serve, --http (see --help)\n";
+    if (!list && run_opt->count() == 0 && serve_opt->count() == 0 && http_opt->count() == 0 && !mcp && !skill) {
+      std::cerr << "machina-toolhost: choose one of --list, --run, --serve, --http, --mcp, --skill (see --help)\n";
       return 2;
     }
     Invocation inv;
-    inv.mode = list                    ? Invocation::Mode::list
-               : run_opt->count() > 0  ? Invocation::Mode::run
-               : http_opt->count() > 0 ? Invocation::Mode::http
-                                       : Invocation::Mode::serve;
+    inv.mode = list                     ? Invocation::Mode::list
+               : run_opt->count() > 0   ? Invocation::Mode::run
+               : http_opt->count() > 0  ? Invocation::Mode::http
+               : mcp_opt->count() > 0   ? Invocation::Mode::mcp
+               : skill_opt->count() > 0 ? Invocation::Mode::skill
+                                        : Invocation::Mode::serve;
+    // The JSON-RPC fronts read on while calls run (a cancellation must reach them).
+    if ((inv.mode == Invocation::Mode::mcp || inv.mode == Invocation::Mode::skill) &&
+        app.get_option("--workers")->count() == 0) {
+      workers = 8;
+    }
     if (inv.mode == Invocation::Mode::http) {
       const auto colon = http_address.rfind(':');
       if (colon == std::string::npos || colon == 0 || colon + 1 == http_address.size())

@@ -69,6 +69,24 @@ void install_unsent_handlers(int wire_fd) {
   }
 }
 
+/// The output: every write of whole lines goes through here, so that out-of-band lines
+/// (LineCodec::WriteNow) never land inside a batch of responses.
+class Wire {
+ public:
+  explicit Wire(int fd) : fd_(fd) {}
+  bool write(std::string_view data) {
+    std::lock_guard lock(mu_);
+    if (!open_) return false;
+    open_ = write_all(fd_, data);
+    return open_;
+  }
+
+ private:
+  int fd_;
+  std::mutex mu_;
+  bool open_ = true;
+};
+
 /// Threads that serve and may be lost to a stuck tool: detached, counted, and waited
 /// for only while they are not stuck (a stuck one is replaced and forgotten).
 class ServingThreads {
@@ -136,8 +154,9 @@ class InlineServer final : public Takeover {
  public:
   InlineServer(Host& host, LineCodec& codec, const ServeOptions& o)
       : host_(host), codec_(codec), o_(o), reader_(o.in_fd, host.options().max_request_bytes, o.spin),
-        session_(true) {
+        session_(true), wire_(o.out_fd) {
     out_.reserve(2 * kFlushAt);
+    codec_.attach([this](std::string_view lines) { wire_.write(lines); });
   }
 
   int run() {
@@ -159,7 +178,7 @@ class InlineServer final : public Takeover {
 
  private:
   void flush() {
-    if (!out_.empty() && open_) open_ = write_all(o_.out_fd, out_);
+    if (!out_.empty() && open_) open_ = wire_.write(out_);
     out_.clear();
   }
 
@@ -167,12 +186,13 @@ class InlineServer final : public Takeover {
     auto before_block = [this] { flush(); };
     LineSession session(session_, o_.state_per_call);
     std::string_view line;
-    for (;;) {
+    while (!stopped_) {
       const auto next = reader_.next(line, before_block);
       if (next == LineReader::Next::eof) break;
+      auto peek = LineCodec::Peek::handle;
       if (next == LineReader::Next::too_large) {
-        codec_.answer_too_large(host_, out_);
-      } else if (!is_blank(line)) {
+        codec_.answer_too_large(host_, line, out_);
+      } else if (!is_blank(line) && (peek = codec_.peek(line)) != LineCodec::Peek::done) {
         g_unsent_size.store(out_.size(), std::memory_order_relaxed);
         g_unsent_data.store(out_.data(), std::memory_order_relaxed);
         const auto handled = codec_.handle(host_, line, session.get(), out_, this);
@@ -182,6 +202,7 @@ class InlineServer final : public Takeover {
         }
         session.done();
         g_unsent_data.store(nullptr, std::memory_order_relaxed);
+        if (peek == LineCodec::Peek::handle_then_stop) stopped_ = true;
       }
       // While a stuck tool may still bring the process down at any moment, nothing is
       // held back.
@@ -196,8 +217,10 @@ class InlineServer final : public Takeover {
   const ServeOptions& o_;
   LineReader reader_;
   Session session_;
+  Wire wire_;
   std::string out_;
   bool open_ = true;
+  bool stopped_ = false;  // a line said to read no further
   ServingThreads threads_;
 };
 
@@ -210,7 +233,7 @@ int serve_inline(Host& host, LineCodec& codec, const ServeOptions& o) {
 /// has been answered.
 class OrderedWriter {
  public:
-  OrderedWriter(int fd, std::size_t window) : fd_(fd), window_(window) {}
+  OrderedWriter(Wire& wire, std::size_t window) : wire_(wire), window_(window) {}
 
   /// Blocks the reader while `window` requests are unanswered.
   void wait_for_room(std::uint64_t seq) {
@@ -248,14 +271,14 @@ class OrderedWriter {
 
  private:
   void write(const std::string& text) {
-    if (open_) open_ = write_all(fd_, text);
+    if (open_ && !text.empty()) open_ = wire_.write(text);
   }
   void mark_done(std::uint64_t seq) {
     if (seq == next_) ++next_;
     else done_ahead_.insert(seq);
   }
 
-  int fd_;
+  Wire& wire_;
   std::size_t window_;
   mutable std::mutex mu_;
   std::condition_variable room_;
@@ -268,7 +291,7 @@ class OrderedWriter {
 struct Job {
   std::uint64_t seq;
   bool too_large;
-  std::string line;
+  std::string line;  // (too large: its head)
 };
 
 /// Bounded multi-consumer queue; close() lets consumers drain and stop.
@@ -310,8 +333,10 @@ class JobQueue {
 class WorkerServer {
  public:
   WorkerServer(Host& host, LineCodec& codec, const ServeOptions& o)
-      : host_(host), codec_(codec), o_(o), session_(true), writer_(o.out_fd, o.max_in_flight),
-        queue_(o.workers * 4) {}
+      : host_(host), codec_(codec), o_(o), session_(true), wire_(o.out_fd), writer_(wire_, o.max_in_flight),
+        queue_(o.workers * 4) {
+    codec_.attach([this](std::string_view lines) { wire_.write(lines); });
+  }
 
   int run() {
     for (unsigned i = 0; i < o_.workers; ++i) threads_.start([this] { work(); });
@@ -323,9 +348,13 @@ class WorkerServer {
       if (next == LineReader::Next::eof) break;
       const bool too_large = next == LineReader::Next::too_large;
       if (!too_large && is_blank(line)) continue;
+      // Read while earlier lines' calls run: a cancellation reaches them.
+      const auto peek = too_large ? LineCodec::Peek::handle : codec_.peek(line);
+      if (peek == LineCodec::Peek::done) continue;
       writer_.wait_for_room(seq);
       if (!writer_.open()) break;
-      queue_.push(Job{seq++, too_large, too_large ? std::string() : std::string(line)});
+      queue_.push(Job{seq++, too_large, std::string(line)});
+      if (peek == LineCodec::Peek::handle_then_stop) break;
     }
     queue_.close();
     threads_.wait_all();
@@ -353,7 +382,7 @@ class WorkerServer {
       out.clear();
       LineCodec::Handled handled;
       if (job->too_large) {
-        codec_.answer_too_large(host_, out);
+        codec_.answer_too_large(host_, job->line, out);
       } else {
         JobTakeover takeover(this, job->seq);
         handled = codec_.handle(host_, job->line, session.get(), out, &takeover);
@@ -372,6 +401,7 @@ class WorkerServer {
   LineCodec& codec_;
   const ServeOptions& o_;
   Session session_;
+  Wire wire_;
   OrderedWriter writer_;
   JobQueue queue_;
   ServingThreads threads_;

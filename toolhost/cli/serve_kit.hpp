@@ -8,6 +8,7 @@
 #include <machina/host.hpp>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -20,15 +21,31 @@ class LineCodec {
     bool has_id = false;     // the output may overtake earlier lines' (--workers)
     bool abandoned = false;  // the host answered through the takeover: nothing appended
   };
+  /// What the reader does with a line before any call is made of it.
+  enum class Peek {
+    handle,           // hand it to handle() (on a serving thread)
+    done,             // peek() dealt with it (a cancellation): nothing more
+    handle_then_stop  // handle it, then read no further (the skill front's shutdown)
+  };
+  /// Writes whole lines to the output at once, between responses (MCP's progress
+  /// notifications); thread-safe.
+  using WriteNow = std::function<void(std::string_view lines)>;
+
   virtual ~LineCodec() = default;
   /// Answers one line (appending zero or more output lines to `out`), calling the host
   /// with `takeover` for the calls it makes. `line.data()[line.size()]` is '\0'.
   virtual Handled handle(Host& host, std::string_view line, Session& session, std::string& out,
                          Takeover* takeover) = 0;
-  /// The answer to a line longer than the host's request cap (its content is never read).
-  virtual void answer_too_large(Host& host, std::string& out) = 0;
+  /// The answer to a line longer than the host's request cap: `head` is its start (at most
+  /// LineReader::kHeadBytes; the rest is never read).
+  virtual void answer_too_large(Host& host, std::string_view head, std::string& out) = 0;
   /// Encodes a response the host delivered through a takeover.
   virtual void encode(const Response& response, std::string& out) = 0;
+  /// Called by the reader for every line as it is read, before any line after it is read
+  /// (so while earlier calls still run). `line` is as handle() gets it.
+  virtual Peek peek(std::string_view /*line*/) { return Peek::handle; }
+  /// Where out-of-band lines go; set by serve() before the first line.
+  virtual void attach(WriteNow /*write_now*/) {}
 };
 
 struct ServeOptions {

@@ -362,7 +362,8 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   calls_.fetch_add(1, std::memory_order_relaxed);
   const RunOutcome outcome =
       tool.runner->run(RunSpec{tool, request.input_json, now + timeout_ms + 1, timeout_ms, call, &scope,
-                               request.trace_id ? std::string_view(*request.trace_id) : std::string_view()});
+                               request.trace_id ? std::string_view(*request.trace_id) : std::string_view(),
+                               request.cancel, request.progress});
   const int rc = outcome.rc;
   switch (outcome.ending) {
     case RunOutcome::Ending::ran:
@@ -384,6 +385,10 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
       return r;
     case RunOutcome::Ending::failed:
       r = Response::failure(outcome.failure, outcome.detail);
+      break;
+    case RunOutcome::Ending::cancelled:
+      r = Response::failure(ErrorKind::cancelled, "cancelled: " + tool.info.aid +
+                                                      (outcome.detail.empty() ? "" : " (" + outcome.detail + ")"));
       break;
     case RunOutcome::Ending::late:
       // The deadline won: the call was answered `timeout` (through the takeover, or kept

@@ -5,7 +5,9 @@
 #include <machina/host.hpp>
 #include <machina/http_client.hpp>
 #include <machina/python_sandbox.hpp>
+#include <machina/runners/jsonrpc_runner.hpp>
 #include <machina/runners/service_runner.hpp>
+#include <machina/schema_validator.hpp>
 #include <machina/tool_manifest.hpp>
 
 #include <nlohmann/json.hpp>
@@ -38,7 +40,109 @@ std::string capability_context(const ManifestTool& t, const std::string& runner)
   return c.dump();
 }
 
+/// The error of a skill's or an MCP server's entry.
+[[noreturn]] void refuse_child(const ToolManifest& m, const ManifestChild& c, const std::string& why) {
+  throw HostError(m.path + ":" + std::to_string(c.line) + ": " + c.kind + " " + c.name + ": " + why);
+}
+
+/// The tool a skill or an MCP server offers, as the registry knows it.
+ToolInfo remote_info(const ToolManifest& m, const ManifestChild& c, const RemoteTool& r) {
+  ToolInfo info = c.defaults;
+  info.aid = remote_aid(c.aid_prefix.empty() ? default_aid_prefix(c.kind, c.name) : c.aid_prefix, r.name);
+  info.name = r.name;
+  info.description = r.description;
+  info.title = r.title;
+  info.output_schema = r.output_schema;
+  info.annotations = r.annotations;
+  info.plugin_path = m.path;
+  if (!r.input_schema.empty()) {
+    try {
+      SchemaValidator check(r.input_schema);
+      info.input_schema = r.input_schema;
+    } catch (const HostError&) {
+      info.listed_schema = r.input_schema;  // the tool checks its input itself
+    }
+  }
+  return info;
+}
+
 }  // namespace
+
+void Host::session_started(const std::string& id) {
+  std::vector<std::shared_ptr<JsonRpcToolset>> toolsets;
+  {
+    std::lock_guard lock(manifest_mu_);
+    toolsets = toolsets_;
+  }
+  for (auto& t : toolsets) t->session_started(id);
+}
+
+void Host::session_ended(const std::string& id) {
+  std::vector<std::shared_ptr<JsonRpcToolset>> toolsets;
+  {
+    std::lock_guard lock(manifest_mu_);
+    toolsets = toolsets_;
+  }
+  for (auto& t : toolsets) t->session_ended(id);
+}
+
+std::vector<std::shared_ptr<JsonRpcToolset>> Host::start_children(const ToolManifest& manifest,
+                                                                  std::vector<ToolRegistry::Described>& described,
+                                                                  std::vector<std::unique_ptr<Runner>>& runners) {
+  std::vector<std::shared_ptr<JsonRpcToolset>> started;
+  try {
+    for (const ManifestChild& c : manifest.children) {
+      std::string program;
+      try {
+        program = resolve_interpreter(c.command.front(), c.dir);
+      } catch (const HostError& e) {
+        refuse_child(manifest, c, std::string("its command: ") + e.what());
+      }
+      SandboxPlan plan;
+      try {
+        plan = plan_child_sandbox(c, program, options_.workers.executable, options_.workers.limits);
+      } catch (const HostError& e) {
+        refuse_child(manifest, c, std::string("cannot be confined as asked: ") + e.what());
+      }
+      JsonRpcToolsetOptions o;
+      using Dialect = JsonRpcToolsetOptions::Dialect;
+      o.dialect = c.kind == "mcp_server" ? Dialect::mcp : c.methods == "skill" ? Dialect::skill_runtime : Dialect::skill;
+      o.name = c.name;
+      o.child.argv = plan.launcher;
+      o.child.argv.push_back(program);
+      o.child.argv.insert(o.child.argv.end(), c.command.begin() + 1, c.command.end());
+      std::vector<std::string> pass(std::begin(kWorkerEnvironment), std::end(kWorkerEnvironment));
+      pass.insert(pass.end(), options_.workers.pass_env.begin(), options_.workers.pass_env.end());
+      pass.insert(pass.end(), c.env.begin(), c.env.end());
+      o.child.env = plan.empty_environment ? std::vector<std::string>{} : pick_environment(pass);
+      o.child.cwd = c.dir;
+      o.child.max_line_bytes = options_.max_output_bytes + (1u << 20);
+      o.start_timeout_ms = c.start_timeout_ms;
+      o.tick_interval_ms = c.tick_interval_ms;
+      o.data_dir = c.data_dir;
+      o.skill_manifest_json = c.skill_manifest_json;
+      o.on_event = options_.on_event;
+      std::shared_ptr<JsonRpcToolset> toolset;
+      std::vector<RemoteTool> tools;
+      try {
+        toolset = std::make_shared<JsonRpcToolset>(std::move(o));
+        started.push_back(toolset);
+        tools = toolset->start();
+      } catch (const HostError& e) {
+        refuse_child(manifest, c, e.what());
+      }
+      if (tools.empty()) refuse_child(manifest, c, "it offers no tools");
+      for (const RemoteTool& r : tools) {
+        runners.push_back(std::make_unique<JsonRpcToolRunner>(toolset, r.name, plan.enforcement_json));
+        described.push_back({remote_info(manifest, c, r), runners.back().get()});
+      }
+    }
+  } catch (...) {
+    for (auto& t : started) t->close();
+    throw;
+  }
+  return started;
+}
 
 std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
   const ToolManifest manifest = load_tool_manifest(manifest_path);
@@ -119,9 +223,18 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
     }
     described.push_back({t.info, runners.back().get()});
   }
-  auto added = registry_.add_described(manifest.path, described, "tool manifest");
+  // Skills and MCP servers are started now: their tools are what they say they have.
+  const auto toolsets = start_children(manifest, described, runners);
+  std::vector<std::string> added;
+  try {
+    added = registry_.add_described(manifest.path, described, "tool manifest");
+  } catch (...) {
+    for (auto& t : toolsets) t->close();
+    throw;
+  }
   for (auto& r : runners) manifest_runners_.push_back(std::move(r));
   for (auto& [key, pool] : new_pools) python_pools_.emplace(key, std::move(pool));
+  toolsets_.insert(toolsets_.end(), toolsets.begin(), toolsets.end());
   return added;
 }
 

@@ -150,4 +150,73 @@ SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& int
   return plan;
 }
 
+SandboxPlan plan_child_sandbox(const ManifestChild& child, const std::string& program, const std::string& executable,
+                               const WorkerLimits& limits) {
+  SandboxPlan plan;
+  auto wants = [&](const char* g) {
+    auto it = child.guarantees.find(g);
+    return it != child.guarantees.end() && it->second;
+  };
+  const bool net = child.sandbox || wants("no_network") || limits.no_network;
+  const bool procs = child.sandbox || wants("no_subprocess");
+  const bool write = child.sandbox || wants("no_filesystem_write");
+  const bool env = wants("no_env_read");
+  const bool rlimits = limits.address_space_mb != 0 || limits.open_files != 0 || limits.file_size_mb != 0;
+  std::vector<std::string> refused;
+  if (wants("no_filesystem_read")) {
+    refused.push_back("no_filesystem_read is not offered for a skill or an MCP server (what it may read depends on "
+                      "the program it runs; confine a Python tool instead)");
+  }
+  if (wants("no_env_write")) refused.push_back("no_env_write cannot be enforced by the operating system");
+  if (!child.sandbox && !net && !procs && !write && !env && !rlimits && child.memory_mb == 0 && refused.empty()) {
+    return plan;
+  }
+  const sandbox::Support& support = sandbox::support();
+  if (!support.namespaces) refused.push_back("its walls need " + support.namespaces_why);
+  if (executable.empty()) refused.push_back("its walls need the machina-toolhost executable, which was not given");
+  if (write && support.landlock_abi < 1) {
+    refused.push_back("no_filesystem_write needs Landlock, which this kernel does not offer (or "
+                      "MACHINA_TOOLHOST_NO_LANDLOCK=1 turned it off)");
+  }
+  if (!refused.empty()) {
+    std::string why;
+    for (const auto& r : refused) why += (why.empty() ? "" : "; ") + r;
+    throw HostError(why);
+  }
+  sandbox::ExecSpec spec;
+  spec.memory_mb = child.memory_mb;
+  spec.address_space_mb = limits.address_space_mb;
+  spec.open_files = limits.open_files;
+  spec.file_size_mb = limits.file_size_mb;
+  if (const char* key_file = std::getenv("MACHINA_LEASE_KEY_FILE"); key_file != nullptr && *key_file != '\0') {
+    spec.hidden_files.emplace_back(key_file);
+  }
+  nlohmann::ordered_json how = nlohmann::ordered_json::object();
+  if (net) {
+    spec.own_network = spec.no_sockets = true;
+    how["no_network"] = "a network namespace of its own (no interface up); socket(2) refused by seccomp";
+  }
+  if (procs) {
+    spec.no_processes = true;
+    spec.restrict_exec = support.landlock_abi >= 1;
+    spec.exec_paths = {real(program)};
+    if (auto loader = sandbox::elf_interpreter(real(program)); !loader.empty()) spec.exec_paths.push_back(loader);
+    how["no_subprocess"] = "fork, vfork, clone without CLONE_THREAD and clone3 refused by seccomp";
+  }
+  if (write) {
+    spec.restrict_write = true;
+    if (!child.write_root.empty()) spec.write_paths.push_back(child.write_root);
+    how["no_filesystem_write"] = "Landlock: writing only to /dev/null" +
+                                 std::string(child.write_root.empty() ? "" : " and beneath filesystem_root");
+  }
+  if (env) {
+    plan.empty_environment = true;
+    how["no_env_read"] = "an empty environment, and no other process's visible";
+  }
+  plan.enforcement_json = how.dump();
+  plan.launcher = {executable, "--sandbox-exec", spec.to_json(), "--"};
+  plan.key = spec.to_json();
+  return plan;
+}
+
 }  // namespace machina

@@ -8,12 +8,13 @@ namespace machina {
 
 std::string tool_list_json(const Host& host) {
   nlohmann::json tools = nlohmann::json::array();
+  auto parsed = [](const std::string& text) { return text.empty() ? nlohmann::json() : nlohmann::json::parse(text); };
   for (const Tool* t : host.registry().tools()) {
     const ToolInfo& i = t->info;
     tools.push_back({{"aid", i.aid},
                      {"name", i.name},
                      {"description", i.description},
-                     {"input_schema", i.input_schema.empty() ? nlohmann::json() : nlohmann::json::parse(i.input_schema)},
+                     {"input_schema", parsed(i.input_schema.empty() ? i.listed_schema : i.input_schema)},
                      {"deterministic", i.deterministic},
                      {"tags", i.tags},
                      {"side_effects", i.side_effects},
@@ -22,6 +23,12 @@ std::string tool_list_json(const Host& host) {
                      {"timeout_ms", host.timeout_for(*t, Request{})},
                      {"plugin", i.plugin_path},
                      {"runner", t->runner != nullptr ? std::string(t->runner->kind()) : std::string()}});
+    // What a tool hosted from a skill or an MCP server says of itself besides.
+    auto& entry = tools.back();
+    if (!i.listed_schema.empty()) entry["input_schema_checked_by"] = "tool";
+    if (!i.title.empty()) entry["title"] = i.title;
+    if (!i.output_schema.empty()) entry["output_schema"] = parsed(i.output_schema);
+    if (!i.annotations.empty()) entry["annotations"] = parsed(i.annotations);
   }
   return tools.dump();
 }

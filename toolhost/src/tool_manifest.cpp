@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -61,14 +63,16 @@ nlohmann::json to_json(const toml::node& n, const Refuser& refuse, const std::st
 
 class ToolReader {
  public:
-  ToolReader(const toml::table& t, const Refuser& refuse, std::size_t index)
-      : t_(t), refuse_(refuse), line_(t.source().begin.line), index_(index) {}
+  ToolReader(const toml::table& t, const Refuser& refuse, std::size_t index, std::string kind = "tool")
+      : t_(t), refuse_(refuse), line_(t.source().begin.line), index_(index), kind_(std::move(kind)) {}
 
   [[noreturn]] void fail(const std::string& field, const std::string& why) const {
     const toml::node* at = t_.get(field);
     refuse_(at != nullptr ? at->source().begin.line : line_, where() + "field '" + field + "': " + why);
   }
-  std::string where() const { return "tool " + std::to_string(index_) + (aid_.empty() ? "" : " (" + aid_ + ")") + ": "; }
+  std::string where() const {
+    return kind_ + " " + std::to_string(index_) + (aid_.empty() ? "" : " (" + aid_ + ")") + ": ";
+  }
   void set_aid(std::string aid) { aid_ = std::move(aid); }
   std::size_t line() const { return line_; }
 
@@ -122,6 +126,7 @@ class ToolReader {
   const Refuser& refuse_;
   std::size_t line_;
   std::size_t index_;
+  std::string kind_;
   std::string aid_;
   std::set<std::string> used_;
 };
@@ -136,24 +141,21 @@ bool is_entry(const std::string& entry) {
   return true;
 }
 
-ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string& root) {
-  ManifestTool tool;
-  tool.line = r.line();
-  tool.info.plugin_path = path;
-  tool.info.aid = r.string("aid", true);
-  if (tool.info.aid.empty()) r.fail("aid", "must not be empty");
-  for (char c : tool.info.aid) {
-    if (static_cast<unsigned char>(c) < 0x20) r.fail("aid", "must not hold control characters");
-  }
-  r.set_aid(tool.info.aid);
-  tool.info.name = r.string("name", false, tool.info.aid);
-  tool.info.description = r.string("description", false);
-  tool.info.deterministic = r.boolean("deterministic", false);
-  tool.info.side_effects = r.strings("side_effects");
-  tool.info.tags = r.strings("tags");
+/// A path of the manifest's, absolute (relative ones from the manifest's directory).
+std::string absolute_path(ToolReader& r, const std::string& field, const std::string& p, const std::string& root) {
+  if (p.empty()) r.fail(field, "must not hold an empty path");
+  return std::filesystem::path(p).is_absolute() ? std::filesystem::path(p).lexically_normal().string()
+                                                : (std::filesystem::path(root) / p).lexically_normal().string();
+}
+
+/// The fields every kind of entry has for its tools' metadata and their deadline.
+void read_metadata(ToolReader& r, ToolInfo& info) {
+  info.deterministic = r.boolean("deterministic", false);
+  info.side_effects = r.strings("side_effects");
+  info.tags = r.strings("tags");
   if (const auto* tier = r.typed<std::int64_t>("tier", "an integer")) {
     if (tier->get() < 0 || tier->get() > 3) r.fail("tier", "must be 0..3");
-    tool.info.tier = static_cast<int>(tier->get());
+    info.tier = static_cast<int>(tier->get());
   }
   const auto* ms = r.typed<std::int64_t>("timeout_ms", "an integer");
   const toml::node* seconds = r.get("timeout_seconds");
@@ -169,8 +171,61 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     if (timeout < 1 || timeout > kMaxTimeoutMs) {
       r.fail(ms != nullptr ? "timeout_ms" : "timeout_seconds", "must be from 1 ms to 24 hours");
     }
-    tool.info.default_timeout_ms = static_cast<std::uint32_t>(timeout);
+    info.default_timeout_ms = static_cast<std::uint32_t>(timeout);
   }
+}
+
+void read_guarantees(ToolReader& r, std::map<std::string, bool>& guarantees) {
+  if (const toml::node* g = r.get("guarantees")) {
+    const auto* table = g->as_table();
+    if (table == nullptr) r.fail("guarantees", "must be a table of booleans, not " + type_name(*g));
+    for (const auto& [k, v] : *table) {
+      const std::string name(k.str());
+      const auto& known = known_guarantees();
+      if (std::find(known.begin(), known.end(), name) == known.end()) r.fail("guarantees", "unknown guarantee '" + name + "'");
+      if (!v.is_boolean()) r.fail("guarantees", "'" + name + "' must be a boolean, not " + type_name(v));
+      guarantees[name] = *v.value<bool>();
+    }
+  }
+}
+
+/// The capability guarantees and the limits of a process an entry runs (a Python tool's
+/// workers, a skill, an MCP server).
+void read_confinement(ToolReader& r, std::map<std::string, bool>& guarantees, bool& sandbox, std::uint64_t& memory_mb,
+                      std::vector<std::string>& env, std::vector<std::string>& read_roots, std::string& write_root,
+                      const std::string& root) {
+  read_guarantees(r, guarantees);
+  sandbox = r.boolean("sandbox", false);
+  if (const auto* n = r.typed<std::int64_t>("memory_mb", "an integer")) {
+    if (n->get() < 16 || n->get() > (1 << 20)) r.fail("memory_mb", "must be 16..1048576");
+    memory_mb = static_cast<std::uint64_t>(n->get());
+  }
+  env = r.strings("env");
+  for (const auto& name : env) {
+    if (name.empty() || name.find('=') != std::string::npos) r.fail("env", "'" + name + "' is not a variable name");
+  }
+  for (const auto& p : r.strings("filesystem_read_roots")) {
+    read_roots.push_back(absolute_path(r, "filesystem_read_roots", p, root));
+  }
+  if (const toml::node* w = r.get("filesystem_root")) {
+    if (!w->is_string()) r.fail("filesystem_root", "must be a string, not " + type_name(*w));
+    write_root = absolute_path(r, "filesystem_root", *w->value<std::string>(), root);
+  }
+}
+
+ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string& root) {
+  ManifestTool tool;
+  tool.line = r.line();
+  tool.info.plugin_path = path;
+  tool.info.aid = r.string("aid", true);
+  if (tool.info.aid.empty()) r.fail("aid", "must not be empty");
+  for (char c : tool.info.aid) {
+    if (static_cast<unsigned char>(c) < 0x20) r.fail("aid", "must not hold control characters");
+  }
+  r.set_aid(tool.info.aid);
+  tool.info.name = r.string("name", false, tool.info.aid);
+  tool.info.description = r.string("description", false);
+  read_metadata(r, tool.info);
   if (const toml::node* schema = r.get("input_schema")) {
     if (const auto* text = schema->as_string()) {
       tool.info.input_schema = text->get();
@@ -185,17 +240,6 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
       r.fail("input_schema", e.what());
     }
   }
-  if (const toml::node* g = r.get("guarantees")) {
-    const auto* table = g->as_table();
-    if (table == nullptr) r.fail("guarantees", "must be a table of booleans, not " + type_name(*g));
-    for (const auto& [k, v] : *table) {
-      const std::string name(k.str());
-      const auto& known = known_guarantees();
-      if (std::find(known.begin(), known.end(), name) == known.end()) r.fail("guarantees", "unknown guarantee '" + name + "'");
-      if (!v.is_boolean()) r.fail("guarantees", "'" + name + "' must be a boolean, not " + type_name(v));
-      tool.guarantees[name] = *v.value<bool>();
-    }
-  }
   tool.runner = r.string("runner", true);
   tool.root = root;
   if (tool.runner == "python") {
@@ -203,29 +247,12 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     if (!is_entry(tool.entry)) r.fail("entry", "must be 'module:function' (dotted names), not '" + tool.entry + "'");
     tool.python = r.string("python", false, "python3");
     if (tool.python.empty()) r.fail("python", "must not be empty");
-    tool.sandbox = r.boolean("sandbox", false);
     if (const auto* n = r.typed<std::int64_t>("workers", "an integer")) {
       if (n->get() < 1 || n->get() > 256) r.fail("workers", "must be 1..256");
       tool.workers = static_cast<std::size_t>(n->get());
     }
-    if (const auto* n = r.typed<std::int64_t>("memory_mb", "an integer")) {
-      if (n->get() < 16 || n->get() > (1 << 20)) r.fail("memory_mb", "must be 16..1048576");
-      tool.memory_mb = static_cast<std::uint64_t>(n->get());
-    }
-    tool.env = r.strings("env");
-    for (const auto& name : tool.env) {
-      if (name.empty() || name.find('=') != std::string::npos) r.fail("env", "'" + name + "' is not a variable name");
-    }
-    auto absolute = [&](const std::string& field, const std::string& p) {
-      if (p.empty()) r.fail(field, "must not hold an empty path");
-      return std::filesystem::path(p).is_absolute() ? std::filesystem::path(p).lexically_normal().string()
-                                                    : (std::filesystem::path(root) / p).lexically_normal().string();
-    };
-    for (const auto& p : r.strings("filesystem_read_roots")) tool.read_roots.push_back(absolute("filesystem_read_roots", p));
-    if (const toml::node* w = r.get("filesystem_root")) {
-      if (!w->is_string()) r.fail("filesystem_root", "must be a string, not " + type_name(*w));
-      tool.write_root = absolute("filesystem_root", *w->value<std::string>());
-    }
+    read_confinement(r, tool.guarantees, tool.sandbox, tool.memory_mb, tool.env, tool.read_roots, tool.write_root,
+                     root);
   } else if (tool.runner == "service") {
     tool.url = r.string("url", true);
     if (tool.url.rfind("http://", 0) != 0 && tool.url.rfind("https://", 0) != 0) {
@@ -234,13 +261,125 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     tool.unsafe_override = r.boolean("unsafe_override", false);
     tool.token_env = r.string("token_env", false);
     tool.entry = r.string("entry", false);
+    read_guarantees(r, tool.guarantees);
   } else if (tool.runner == "skill" || tool.runner == "mcp") {
-    r.fail("runner", "'" + tool.runner + "' tools are not supported by this build yet");
+    r.fail("runner", "a skill or an MCP server is declared with its own table, [[skill]] or [[mcp_server]], "
+                     "not as a [[tool]]");
   } else {
     r.fail("runner", "must be \"python\" or \"service\", not '" + tool.runner + "'");
   }
   r.no_other_keys();
   return tool;
+}
+
+/// What a skill directory's manifest.json says of how to start it (the seed's
+/// {"runtime": {"type": "subprocess", "command", "args"}}, or the later runtime's
+/// {"runtime": "python", "entry", "tick_interval", "env"}), and SKILL.md's name and description.
+void read_skill_dir(ManifestChild& c, const std::string& dir, const std::function<void(const std::string&)>& fail) {
+  namespace fs = std::filesystem;
+  std::ifstream in(fs::path(dir) / "manifest.json", std::ios::binary);
+  if (!in) return fail("no manifest.json in the skill directory " + dir);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return fail(dir + "/manifest.json is not a JSON object");
+  c.skill_manifest_json = j.dump();
+  const auto& runtime = j.contains("runtime") ? j["runtime"] : nlohmann::json();
+  if (runtime.is_object()) {
+    if (!runtime.contains("command") || !runtime["command"].is_string())
+      return fail(dir + "/manifest.json: runtime.command must be a string");
+    if (c.command.empty()) {
+      c.command.push_back(runtime["command"].get<std::string>());
+      if (runtime.contains("args")) {
+        if (!runtime["args"].is_array()) return fail(dir + "/manifest.json: runtime.args must be an array of strings");
+        for (const auto& a : runtime["args"]) {
+          if (!a.is_string()) return fail(dir + "/manifest.json: runtime.args must be an array of strings");
+          c.command.push_back(a.get<std::string>());
+        }
+      }
+    }
+  } else if (runtime.is_string() && runtime.get<std::string>() == "python") {
+    if (!j.contains("entry") || !j["entry"].is_string()) return fail(dir + "/manifest.json: entry must be a string");
+    if (c.command.empty()) c.command = {"python3", j["entry"].get<std::string>()};
+    c.methods = "skill";
+    if (j.contains("tick_interval") && j["tick_interval"].is_number_integer() && c.tick_interval_ms == 0)
+      c.tick_interval_ms = j["tick_interval"].get<std::int64_t>();
+    if (j.contains("env") && j["env"].is_array()) {
+      for (const auto& e : j["env"]) {
+        if (e.is_string()) c.env.push_back(e.get<std::string>());
+      }
+    }
+  } else if (c.command.empty()) {
+    return fail(dir + "/manifest.json names no runtime to start");
+  }
+  if (c.name.empty() && j.contains("name") && j["name"].is_string()) c.name = j["name"].get<std::string>();
+  std::ifstream md(fs::path(dir) / "SKILL.md", std::ios::binary);
+  if (!md) return fail("no SKILL.md in the skill directory " + dir);
+  // Its front matter (between --- lines) may name the skill and say what it does.
+  std::string line;
+  bool front = false;
+  for (int n = 0; std::getline(md, line) && n < 200; ++n) {
+    if (line == "---") {
+      if (front) break;
+      front = n == 0;
+      continue;
+    }
+    if (!front) break;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon), value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front())
+      value = value.substr(1, value.size() - 2);
+    if (key == "name" && c.name.empty()) c.name = value;
+    if (key == "description" && c.description.empty()) c.description = value;
+  }
+  if (c.name.empty()) c.name = fs::path(dir).filename().string();
+}
+
+ManifestChild read_child(ToolReader& r, const std::string& kind, const std::string& root) {
+  ManifestChild c;
+  c.kind = kind;
+  c.line = r.line();
+  c.name = r.string("name", kind == "mcp_server");
+  r.set_aid(c.name);
+  c.command = r.strings("command");
+  c.description = r.string("description", false);
+  if (const toml::node* d = r.get("dir")) {
+    if (!d->is_string()) r.fail("dir", "must be a string, not " + type_name(*d));
+    c.dir = absolute_path(r, "dir", *d->value<std::string>(), root);
+  }
+  if (kind == "skill") {
+    c.methods = r.string("methods", false, "seed");
+    if (c.methods != "seed" && c.methods != "skill") r.fail("methods", "must be \"seed\" (lifecycle/*) or \"skill\" (skill/*)");
+    if (const auto* n = r.typed<std::int64_t>("tick_interval_ms", "an integer")) {
+      if (n->get() < 0 || n->get() > kMaxTimeoutMs) r.fail("tick_interval_ms", "must be from 0 (no ticks) to 24 hours");
+      c.tick_interval_ms = n->get();
+    }
+    if (const toml::node* d = r.get("data_dir")) {
+      if (!d->is_string()) r.fail("data_dir", "must be a string, not " + type_name(*d));
+      c.data_dir = absolute_path(r, "data_dir", *d->value<std::string>(), root);
+    }
+  }
+  c.aid_prefix = r.string("aid_prefix", false);
+  if (const auto* n = r.typed<std::int64_t>("start_timeout_ms", "an integer")) {
+    if (n->get() < 1 || n->get() > kMaxTimeoutMs) r.fail("start_timeout_ms", "must be from 1 ms to 24 hours");
+    c.start_timeout_ms = n->get();
+  }
+  read_metadata(r, c.defaults);
+  std::vector<std::string> read_roots;
+  read_confinement(r, c.guarantees, c.sandbox, c.memory_mb, c.env, read_roots, c.write_root, root);
+  if (!read_roots.empty()) r.fail("filesystem_read_roots", "is for Python tools (no_filesystem_read is not offered here)");
+  r.no_other_keys();
+  if (kind == "skill" && !c.dir.empty() && std::filesystem::exists(std::filesystem::path(c.dir) / "manifest.json")) {
+    read_skill_dir(c, c.dir, [&](const std::string& why) { r.fail("dir", why); });
+  }
+  if (c.command.empty()) r.fail("command", "is required (the program and its arguments)");
+  if (c.name.empty()) r.fail("name", "is required");
+  for (char ch : c.name) {
+    if (static_cast<unsigned char>(ch) < 0x20) r.fail("name", "must not hold control characters");
+  }
+  if (c.dir.empty()) c.dir = root;
+  return c;
 }
 
 }  // namespace
@@ -263,24 +402,56 @@ ToolManifest parse_tool_manifest(std::string_view text, const std::string& path)
   manifest.path = path;
   const std::string root = std::filesystem::absolute(std::filesystem::path(path)).parent_path().string();
   for (const auto& [k, v] : doc) {
-    if (k.str() != "tool") refuse(v, "unknown top-level key '" + std::string(k.str()) + "' (tools are [[tool]] tables)");
+    if (k.str() != "tool" && k.str() != "skill" && k.str() != "mcp_server")
+      refuse(v, "unknown top-level key '" + std::string(k.str()) + "' (tables are [[tool]], [[skill]], [[mcp_server]])");
   }
-  const toml::node* tools = doc.get("tool");
-  if (tools == nullptr) refuse(1, "declares no tools (no [[tool]] table)");
-  const auto* list = tools->as_array();
-  if (list == nullptr || !list->is_array_of_tables()) refuse(*tools, "'tool' must be an array of tables ([[tool]])");
+  if (doc.get("tool") == nullptr && doc.get("skill") == nullptr && doc.get("mcp_server") == nullptr)
+    refuse(1, "declares no tools (no [[tool]], [[skill]] or [[mcp_server]] table)");
+  auto tables = [&](const char* key) -> const toml::array* {
+    const toml::node* n = doc.get(key);
+    if (n == nullptr) return nullptr;
+    const auto* list = n->as_array();
+    if (list == nullptr || !list->is_array_of_tables())
+      refuse(*n, "'" + std::string(key) + "' must be an array of tables ([[" + key + "]])");
+    return list;
+  };
   std::set<std::string> aids;
   std::size_t index = 0;
-  for (const auto& node : *list) {
-    ToolReader reader(*node.as_table(), refuse, ++index);
-    ManifestTool tool = read_tool(reader, path, root);
-    if (!aids.insert(tool.info.aid).second) reader.fail("aid", "'" + tool.info.aid + "' is declared twice in this file");
-    manifest.tools.push_back(std::move(tool));
+  if (const auto* list = tables("tool")) {
+    for (const auto& node : *list) {
+      ToolReader reader(*node.as_table(), refuse, ++index);
+      ManifestTool tool = read_tool(reader, path, root);
+      if (!aids.insert(tool.info.aid).second) reader.fail("aid", "'" + tool.info.aid + "' is declared twice in this file");
+      manifest.tools.push_back(std::move(tool));
+    }
+  }
+  std::set<std::string> names;
+  for (const char* kind : {"skill", "mcp_server"}) {
+    index = 0;
+    if (const auto* list = tables(kind)) {
+      for (const auto& node : *list) {
+        ToolReader reader(*node.as_table(), refuse, ++index, kind);
+        ManifestChild child = read_child(reader, kind, root);
+        if (!names.insert(child.name).second) reader.fail("name", "'" + child.name + "' is declared twice in this file");
+        manifest.children.push_back(std::move(child));
+      }
+    }
   }
   return manifest;
 }
 
 ToolManifest load_tool_manifest(const std::string& path) {
+  if (std::filesystem::is_directory(path)) {  // a skill directory (manifest.json, SKILL.md)
+    ToolManifest manifest;
+    manifest.path = path;
+    ManifestChild c;
+    c.kind = "skill";
+    c.line = 1;
+    c.dir = std::filesystem::absolute(path).lexically_normal().string();
+    read_skill_dir(c, c.dir, [&](const std::string& why) { throw HostError(path + ": " + why); });
+    manifest.children.push_back(std::move(c));
+    return manifest;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw HostError(path + ": cannot open the tool manifest");
   std::string text(kMaxManifestBytes + 1, '\0');

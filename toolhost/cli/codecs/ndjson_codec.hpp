@@ -9,7 +9,7 @@ namespace machina::cli {
 class NdjsonCodec final : public LineCodec {
  public:
   Handled handle(Host& host, std::string_view line, Session& session, std::string& out, Takeover* takeover) override;
-  void answer_too_large(Host& host, std::string& out) override;
+  void answer_too_large(Host& host, std::string_view head, std::string& out) override;
   void encode(const Response& response, std::string& out) override;
 };
 

@@ -24,6 +24,9 @@
 
 namespace machina {
 
+class JsonRpcToolset;
+struct ToolManifest;
+
 inline constexpr std::size_t kMaxRequestBytes = 10u * 1024 * 1024;  // as the original host
 inline constexpr std::size_t kMaxOutputBytes = 1024u * 1024;        // as the original client
 inline constexpr std::string_view kBuiltinPluginFile = "machina_builtin_tools.so";
@@ -109,6 +112,10 @@ class Host {
   /// not there, or naming the aid already registered; registers all of the file's tools or
   /// none. Returns the aids added.
   std::vector<std::string> load_tools(const std::string& manifest_path);
+  /// A session of a front's began or ended (a --serve stream, an MCP or skill connection,
+  /// a Python transport): the hosted skills are told (lifecycle/onSessionStart, onSessionEnd).
+  void session_started(const std::string& id);
+  void session_ended(const std::string& id);
   const ToolRegistry& registry() const { return registry_; }
   const HostOptions& options() const { return options_; }
 
@@ -154,6 +161,10 @@ class Host {
   void refuse_key_file_in_workspace() const;
   /// The runner for native plugin tools (the isolation option chooses).
   Runner* plugin_runner();
+  /// Starts a manifest's skills and MCP servers and describes their tools (all or none).
+  std::vector<std::shared_ptr<JsonRpcToolset>> start_children(const ToolManifest& manifest,
+                                                              std::vector<ToolRegistry::Described>& described,
+                                                              std::vector<std::unique_ptr<Runner>>& runners);
   void event(const std::string& line) const;
 
   HostOptions options_;
@@ -168,6 +179,7 @@ class Host {
   std::vector<std::unique_ptr<Runner>> manifest_runners_;  // a runner per manifest tool
   std::map<std::string, std::shared_ptr<PythonWorkerPool>> python_pools_;  // by interpreter and set-up
   std::map<std::string, std::shared_ptr<http::Client>> http_clients_;      // HTTP tool services, by origin
+  std::vector<std::shared_ptr<JsonRpcToolset>> toolsets_;                   // skills and MCP servers
   ToolRegistry registry_;
   InlineRunner inline_;
 };

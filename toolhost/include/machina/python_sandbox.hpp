@@ -5,6 +5,7 @@
 // refused `guarantee_blocked`, never run unguarded). See docs/python-tools.md.
 #pragma once
 
+#include <machina/os_limits.hpp>
 #include <machina/tool_manifest.hpp>
 
 #include <cstdint>
@@ -27,5 +28,14 @@ struct SandboxPlan {
 /// say what it is and where its files are.
 SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& interpreter, const std::string& executable,
                                 std::uint64_t memory_mb);
+
+/// The same for a skill's or an MCP server's process: its `sandbox`, its guarantees, its
+/// memory cap and the host's OS limits (`limits`: address space, open files, file size,
+/// no network; the per-call CPU budget has no meaning for a process that serves many
+/// calls). `program` is the resolved path of its command's program. Throws HostError
+/// naming what cannot be enforced here (no_filesystem_read, no_env_write, a wall this
+/// machine cannot build): the process is then never started.
+SandboxPlan plan_child_sandbox(const ManifestChild& child, const std::string& program, const std::string& executable,
+                               const WorkerLimits& limits);
 
 }  // namespace machina

@@ -6,8 +6,11 @@
 #include <machina/errors.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace machina {
 
@@ -17,6 +20,54 @@ inline constexpr const char* kTimeoutRuleText =
     "field 'timeout_ms' must be a whole number of milliseconds from 1 to 2147483647";
 /// Longest `trace_id` a request may carry (it is echoed in the response's trace).
 inline constexpr std::size_t kMaxTraceIdBytes = 256;
+
+/// A caller's wish to stop a call it made (MCP's notifications/cancelled). The front
+/// cancels; the runner of the call says how it stops it (a worker killed, a child told),
+/// or nothing for a call that cannot be stopped (an inline tool runs to its end).
+class CancelToken {
+ public:
+  /// Cancels, and runs the runner's callback (once) on this thread.
+  void cancel() {
+    std::function<void()> fn;
+    {
+      std::lock_guard lock(mu_);
+      if (cancelled_) return;
+      cancelled_ = true;
+      fn = std::move(fn_);
+    }
+    if (fn) fn();
+  }
+  bool cancelled() const {
+    std::lock_guard lock(mu_);
+    return cancelled_;
+  }
+  /// The runner's way to stop the call, run at once if already cancelled. `nullptr` when
+  /// the call has ended.
+  void on_cancel(std::function<void()> fn) {
+    {
+      std::lock_guard lock(mu_);
+      if (!cancelled_) {
+        fn_ = std::move(fn);
+        return;
+      }
+    }
+    if (fn) fn();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  bool cancelled_ = false;
+  std::function<void()> fn_;
+};
+
+/// Where a runner reports a call's progress (MCP's notifications/progress), if the front
+/// asked for it.
+class ProgressSink {
+ public:
+  virtual ~ProgressSink() = default;
+  /// `total` < 0: unknown.
+  virtual void progress(double done, double total, std::string_view message) = 0;
+};
 
 /// A request as every front hands it to Host::handle, which applies every rule to it
 /// (sizes, `aid`, `timeout_ms`): a front only translates its wire format.
@@ -29,6 +80,9 @@ struct Request {
   std::string id_json;  // the request's `id` as JSON text, echoed verbatim; empty: none
   std::optional<std::int64_t> timeout_ms;  // the caller's deadline for this call
   std::optional<std::string> trace_id;     // the caller's correlation id, echoed in a trace
+  // The front's, for the time of the call (null: none).
+  CancelToken* cancel = nullptr;
+  ProgressSink* progress = nullptr;
 };
 
 struct Response {

@@ -8,6 +8,7 @@
 
 #include <machina/call_context.hpp>
 #include <machina/errors.hpp>
+#include <machina/request.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -38,6 +39,8 @@ struct RunSpec {
   CallContext& call;            // output, error and ds_state reads and writes
   Overrun* overrun;             // never null
   std::string_view trace_id = {};  // the caller's, if the request carried one
+  CancelToken* cancel = nullptr;   // the caller may stop the call (null: it cannot)
+  ProgressSink* progress = nullptr;  // where to report progress (null: nobody asked)
 };
 
 struct RunOutcome {
@@ -48,8 +51,9 @@ struct RunOutcome {
     overloaded,  // refused before running (`detail` says why)
     closed,      // the runner has been closed
     late,        // returned after Overrun::overrun() answered the call
-    failed       // the runner answers the call with `failure` and `detail` (a guarantee it
+    failed,      // the runner answers the call with `failure` and `detail` (a guarantee it
                  // cannot enforce, a service it cannot reach ...)
+    cancelled    // stopped at its caller's request (the front may answer nothing)
   };
   Ending ending = Ending::ran;
   int rc = 0;

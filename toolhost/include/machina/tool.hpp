@@ -28,6 +28,14 @@ struct ToolInfo {
   int tier = 0;
   std::uint32_t default_timeout_ms = 0;  // 0: the host's default
   std::string plugin_path;               // where it comes from (kLinkedPluginSource: linked in)
+  // What a tool hosted from a skill or an MCP server says of itself besides (listed by
+  // --list and the MCP front; empty: nothing said).
+  std::string title;
+  std::string output_schema;   // JSON text
+  std::string annotations;     // JSON object text (MCP's readOnlyHint, destructiveHint ...)
+  // The input schema listed for a tool whose schema the host does not check (it uses
+  // keywords the host's validator does not have; the tool checks its input itself).
+  std::string listed_schema;
 
   bool operator==(const ToolInfo&) const = default;
 };

@@ -36,17 +36,42 @@ struct ManifestTool {
   std::map<std::string, bool> guarantees;
 };
 
+/// A skill ([[skill]], or a skill directory) or an MCP server ([[mcp_server]]): a child
+/// process spoken to in JSON-RPC whose tools are asked of it when it starts.
+struct ManifestChild {
+  std::string kind;                  // "skill" or "mcp_server"
+  std::string name;                  // names its tools' aids (AID.SKILL.<NAME>.<TOOL>.v1)
+  std::size_t line = 0;
+  std::vector<std::string> command;  // the program and its arguments
+  std::string dir;                   // its working directory (absolute): the manifest's, or `dir`
+  std::string description;
+  std::string methods = "seed";      // skills: "seed" (lifecycle/*) or "skill" (the later runtime's skill/*)
+  std::int64_t tick_interval_ms = 0; // skills: lifecycle/onTick this often (0: never)
+  std::string data_dir;              // skills: where data/read and data/write go ("": a default)
+  std::string aid_prefix;            // "": AID.SKILL.<NAME>. or AID.MCP.<NAME>.
+  std::int64_t start_timeout_ms = 30'000;
+  ToolInfo defaults;                 // tier, deterministic, side effects, tags, deadline of each of its tools
+  std::map<std::string, bool> guarantees;
+  bool sandbox = false;
+  std::uint64_t memory_mb = 0;
+  std::vector<std::string> env;
+  std::string write_root;
+  std::string skill_manifest_json;   // a skill directory's manifest.json (skill/load's `manifest`)
+};
+
 struct ToolManifest {
   std::string path;
   std::vector<ManifestTool> tools;
+  std::vector<ManifestChild> children;
 };
 
 /// The guarantees a manifest may name.
 const std::vector<std::string>& known_guarantees();
 
-/// Loads and checks a manifest. Throws HostError "FILE:LINE: …" naming the field at fault
-/// (a TOML syntax error, an unknown key, a missing or mistyped field, a runner this build
-/// does not have, an aid declared twice in the file).
+/// Loads and checks a manifest, or a skill directory (manifest.json and SKILL.md, as seed
+/// 001 lays it out). Throws HostError "FILE:LINE: …" naming the field at fault (a TOML
+/// syntax error, an unknown key, a missing or mistyped field, a runner this build does not
+/// have, an aid or a name declared twice in the file).
 ToolManifest load_tool_manifest(const std::string& path);
 
 /// The same, from text (`path` names it in errors; relative module roots resolve from its

@@ -14,6 +14,7 @@
 #include <seccomp.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -142,6 +143,13 @@ void apply_seccomp(const ExecSpec& spec) {
   }
 }
 
+/// Sets a resource limit (soft and hard); 0: leaves it as it is.
+void set_limit(int resource, std::uint64_t value, const char* what) {
+  if (value == 0) return;
+  const rlimit l{static_cast<rlim_t>(value), static_cast<rlim_t>(value)};
+  if (::setrlimit(resource, &l) != 0) fail(std::string("cannot limit the ") + what);
+}
+
 /// In the program's own process, just before it is executed.
 [[noreturn]] void run_program(const ExecSpec& spec, char** argv) {
   try {
@@ -150,6 +158,9 @@ void apply_seccomp(const ExecSpec& spec) {
     drop_last_capability();   // ... and no capability left, even in the sandbox's namespaces
     if (spec.restrict_read || spec.restrict_write || spec.restrict_exec) apply_landlock(spec);
     apply_seccomp(spec);
+    set_limit(RLIMIT_AS, spec.address_space_mb << 20, "address space");
+    set_limit(RLIMIT_NOFILE, spec.open_files, "open files");
+    set_limit(RLIMIT_FSIZE, spec.file_size_mb << 20, "file size");
   } catch (const HostError& e) {
     say(e.what());
     ::_exit(kCannotConfine);
@@ -230,7 +241,8 @@ std::string ExecSpec::to_json() const {
                         {"restrict_write", restrict_write}, {"restrict_exec", restrict_exec},
                         {"read_paths", read_paths},       {"write_paths", write_paths},
                         {"exec_paths", exec_paths},       {"hidden_files", hidden_files},
-                        {"memory_mb", memory_mb}}
+                        {"memory_mb", memory_mb},         {"address_space_mb", address_space_mb},
+                        {"open_files", open_files},       {"file_size_mb", file_size_mb}}
       .dump();
 }
 
@@ -249,6 +261,9 @@ ExecSpec ExecSpec::from_json(std::string_view text) {
     s.exec_paths = j.at("exec_paths").get<std::vector<std::string>>();
     s.hidden_files = j.at("hidden_files").get<std::vector<std::string>>();
     s.memory_mb = j.at("memory_mb").get<std::uint64_t>();
+    s.address_space_mb = j.at("address_space_mb").get<std::uint64_t>();
+    s.open_files = j.at("open_files").get<std::uint64_t>();
+    s.file_size_mb = j.at("file_size_mb").get<std::uint64_t>();
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw HostError(std::string("not a sandbox spec: ") + e.what());

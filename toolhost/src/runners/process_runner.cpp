@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -494,6 +495,27 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
   // Most frames fit the pipe: write at once, poll only for what is left.
   std::size_t sent = 0;
   if (const ssize_t put = ::write(p.call, frame.data(), frame.size()); put > 0) sent = static_cast<std::size_t>(put);
+  // A caller that may cancel wakes the wait below through an eventfd.
+  int cancel_fd = -1;
+  if (spec.cancel != nullptr) {
+    cancel_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (cancel_fd >= 0) {
+      spec.cancel->on_cancel([cancel_fd] {
+        const std::uint64_t one = 1;
+        (void)!::write(cancel_fd, &one, sizeof one);
+      });
+    }
+  }
+  struct CancelWake {
+    CancelToken* token;
+    int fd;
+    ~CancelWake() {
+      if (fd < 0) return;
+      token->on_cancel(nullptr);
+      ::close(fd);
+    }
+  } cancel_wake{spec.cancel, cancel_fd};
+  bool cancelled = false;
   std::string& buf = w->rbuf;
   std::size_t have = 0;    // bytes of the reply in buf
   std::uint32_t want = 0;  // payload size once the header is in
@@ -513,10 +535,11 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
     }
     if (have_header && have >= worker::kFrameHeader + want) break;
 
-    pollfd fds[3] = {{p.result, POLLIN, 0},
+    pollfd fds[4] = {{p.result, POLLIN, 0},
                      {w->process->output_fd(), POLLIN, 0},
-                     {sent < frame.size() ? p.call : -1, POLLOUT, 0}};
-    const int n = ::poll(fds, 3, poll_timeout(deadline_ms));
+                     {sent < frame.size() ? p.call : -1, POLLOUT, 0},
+                     {cancel_fd, POLLIN, 0}};
+    const int n = ::poll(fds, 4, poll_timeout(deadline_ms));
     if (n < 0) {
       if (errno == EINTR) continue;
       fail = std::string("poll failed: ") + std::strerror(errno);
@@ -524,6 +547,10 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
     }
     if (n == 0) {
       timed_out = true;
+      break;
+    }
+    if (fds[3].revents & POLLIN) {
+      cancelled = true;
       break;
     }
     if (fds[1].revents) w->process->read_output();
@@ -551,13 +578,14 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
   p.close_pipes();
   w->last = p;
 
-  if (timed_out) {
-    {
+  if (timed_out || cancelled) {
+    if (timed_out) {
       std::lock_guard lock(mu_);
       ++stats_.timed_out;
     }
     release(std::move(w));
-    out.ending = Ending::timed_out;
+    out.ending = timed_out ? Ending::timed_out : Ending::cancelled;
+    out.detail = cancelled ? "its process was killed" : "";
     return out;
   }
   worker::Result result;

@@ -116,6 +116,7 @@ struct PythonWorkerPool::Pending {
   enum class State { waiting, answered, failed, requeue, abandoned };
   std::int64_t deadline_ms = 0;
   State state = State::waiting;
+  bool cancelled = false;  // by its caller (see cancel_call)
   Exchange result;
   std::condition_variable cv;  // settled, or it may now read its worker's answers
 };
@@ -451,10 +452,23 @@ PythonWorkerPool::Sent PythonWorkerPool::send(const std::shared_ptr<Pending>& ca
   }
 }
 
-PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::int64_t deadline_ms) {
+PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::int64_t deadline_ms, CancelToken* cancel) {
   auto call = std::make_shared<Pending>();
   call->deadline_ms = deadline_ms;
+  if (cancel != nullptr) {
+    cancel->on_cancel([this, call] { cancel_call(call); });
+  }
+  struct Forget {  // the token's callback goes with the call
+    CancelToken* token;
+    ~Forget() {
+      if (token != nullptr) token->on_cancel(nullptr);
+    }
+  } forget{cancel};
   for (int attempt = 0;; ++attempt) {
+    {
+      std::lock_guard lock(mu_);
+      if (call->cancelled) return {Exchange::Ending::cancelled, {}, "cancelled before it started", 0};
+    }
     std::string why;
     std::shared_ptr<Worker> w;
     switch (send(call, line, w, why)) {
@@ -466,6 +480,11 @@ PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::in
       case Sent::queued: break;
     }
     std::unique_lock lock(mu_);
+    if (call->cancelled && call->state == Pending::State::waiting) {  // (cancelled while it was being sent)
+      lock.unlock();
+      cancel_call(call);
+      lock.lock();
+    }
     const auto until = Clock::time_point(std::chrono::milliseconds(deadline_ms));
     while (call->state == Pending::State::waiting) {
       if (!w->reading && !w->settled) {
@@ -503,6 +522,38 @@ PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::in
               "its Python worker ended before the call started, " + std::to_string(attempt + 1) + " times", w->pid};
     }
   }
+}
+
+void PythonWorkerPool::cancel_call(const std::shared_ptr<Pending>& call) {
+  std::lock_guard lock(mu_);
+  call->cancelled = true;
+  if (call->state != Pending::State::waiting) return;
+  for (const auto& w : workers_) {
+    auto at = std::find(w->queue.begin(), w->queue.end(), call);
+    if (at == w->queue.end()) continue;
+    call->state = Pending::State::failed;
+    if (at == w->queue.begin()) {
+      // Running: only killing its worker stops it.
+      w->queue.pop_front();
+      w->running_settled = true;
+      call->result = {Exchange::Ending::cancelled, {}, "its Python worker " + std::to_string(w->pid) + " was killed and replaced",
+                      w->pid};
+      kill(*w, "was killed: its call was cancelled");
+    } else {
+      // Queued: the worker skips it.
+      call->result = {Exchange::Ending::cancelled, {}, "it had not started", w->pid};
+      w->queue.erase(at);
+      for (auto& next : w->queue) {  // (it may have been the one reading next)
+        if (next->state == Pending::State::waiting) {
+          next->cv.notify_one();
+          break;
+        }
+      }
+    }
+    call->cv.notify_all();
+    return;
+  }
+  // Not sent yet: the caller sees `cancelled` before it sends.
 }
 
 void PythonWorkerPool::condemn(pid_t pid, const std::string& why) {
@@ -591,11 +642,12 @@ RunOutcome PythonRunner::run(const RunSpec& spec) {
                                     fields_.capability_context_json, spec.deadline_ms},
                                    line);
   line.push_back('\n');
-  PythonWorkerPool::Exchange ex = pool_->call(line, spec.deadline_ms);
+  PythonWorkerPool::Exchange ex = pool_->call(line, spec.deadline_ms, spec.cancel);
   switch (ex.ending) {
     case PythonWorkerPool::Exchange::Ending::timed_out: out.ending = RunOutcome::Ending::timed_out; break;
     case PythonWorkerPool::Exchange::Ending::crashed: out.ending = RunOutcome::Ending::crashed; break;
     case PythonWorkerPool::Exchange::Ending::closed: out.ending = RunOutcome::Ending::closed; break;
+    case PythonWorkerPool::Exchange::Ending::cancelled: out.ending = RunOutcome::Ending::cancelled; break;
     case PythonWorkerPool::Exchange::Ending::answered: break;
   }
   if (ex.ending != PythonWorkerPool::Exchange::Ending::answered) {

@@ -48,7 +48,7 @@ class PythonWorkerPool {
  public:
   /// How a call sent through the pool ended.
   struct Exchange {
-    enum class Ending { answered, timed_out, crashed, closed };
+    enum class Ending { answered, timed_out, crashed, closed, cancelled };
     Ending ending = Ending::answered;
     std::string answer;  // the answer line (answered)
     std::string detail;  // what happened (otherwise)
@@ -68,7 +68,7 @@ class PythonWorkerPool {
 
   /// Sends one request line (with its '\n') to a worker and waits for its answer until
   /// `deadline_ms` (steady_now_ms). Thread-safe.
-  Exchange call(std::string_view line, std::int64_t deadline_ms);
+  Exchange call(std::string_view line, std::int64_t deadline_ms, CancelToken* cancel = nullptr);
   /// Kills the worker `pid` (it broke the protocol): replaced, its queued calls sent again.
   void condemn(pid_t pid, const std::string& why);
   /// Ends every worker; later calls end `closed`. Idempotent.
@@ -99,6 +99,8 @@ class PythonWorkerPool {
   void lost(Worker& worker, const std::string& why);
   /// Kills the worker for `why` (out of the pool at once). With mu_ held.
   void kill(Worker& worker, std::string why);
+  /// Stops a call at its caller's request: its worker killed if it runs, skipped if queued.
+  void cancel_call(const std::shared_ptr<Pending>& call);
   void reap_loop();
 
   PythonPoolOptions options_;

@@ -1,0 +1,77 @@
+// JSON-RPC 2.0 lines (jsonrpc.hpp): every kind of message read with its raw parts, what is
+// not a message told apart from what is not JSON, and the lines written back.
+#include <machina/jsonrpc.hpp>
+
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+using namespace machina::jsonrpc;
+
+namespace {
+Message read(std::string_view line) {
+  Message m;
+  std::string why;
+  REQUIRE(parse(line, m, why));
+  return m;
+}
+}  // namespace
+
+TEST_CASE("requests, notifications, results and errors are told apart, their parts raw") {
+  Message m = read(R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{"a":[1, 2]}}})");
+  CHECK(m.kind == Message::Kind::request);
+  CHECK(m.id == "7");
+  CHECK(m.method == "tools/call");
+  CHECK(m.params == R"({"name":"x","arguments":{"a":[1, 2]}})");
+  m = read(R"({"method":"notifications/cancelled","jsonrpc":"2.0","params":{"requestId":"a"}})");
+  CHECK(m.kind == Message::Kind::notification);
+  CHECK(m.id.empty());
+  m = read(R"({"jsonrpc":"2.0","id":"s-1","result":{"ok":true}})");
+  CHECK((m.kind == Message::Kind::result && m.id == R"("s-1")" && m.result == R"({"ok":true})"));
+  m = read(R"({"jsonrpc":"2.0","id":3,"result":  null })");
+  CHECK((m.kind == Message::Kind::result && m.result == "null"));
+  m = read(R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error","data":{"at":[1]}}})");
+  CHECK(m.kind == Message::Kind::error);
+  CHECK(m.id == "null");
+  CHECK(m.error_code == -32700);
+  CHECK(m.error_message == "Parse error");
+  CHECK(m.error_data == R"({"at":[1]})");
+}
+
+TEST_CASE("what is not a message is refused, and why") {
+  for (const char* bad : {R"([{"jsonrpc":"2.0","method":"a"}])", R"({"id":1,"method":"a"})", R"({"jsonrpc":"1.0","id":1,"method":"a"})",
+                          R"({"jsonrpc":"2.0","id":true,"method":"a"})", R"({"jsonrpc":"2.0","id":null,"method":"a"})",
+                          R"({"jsonrpc":"2.0","id":1})", R"({"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"x"}})",
+                          R"({"jsonrpc":"2.0","id":1,"error":{"message":"no code"}})", R"({"jsonrpc":"2.0","method":"a","params":5})",
+                          "42", R"("text")"}) {
+    CAPTURE(bad);
+    Message m;
+    std::string why;
+    REQUIRE(parse(bad, m, why));
+    CHECK(m.kind == Message::Kind::invalid);
+    CHECK_FALSE(m.why.empty());
+  }
+  for (const char* not_json : {"", "{", "{\"jsonrpc\":\"2.0\"} tail", "nope"}) {
+    CAPTURE(not_json);
+    Message m;
+    std::string why;
+    CHECK_FALSE(parse(not_json, m, why));
+    CHECK(why.find("not JSON") != std::string::npos);
+  }
+}
+
+TEST_CASE("lines written back are JSON-RPC 2.0 and carry their raw parts as they are") {
+  std::string out;
+  append_request(out, "5", "tools/call", R"({"name":"é"})");
+  append_notification(out, "notifications/initialized", "");
+  append_result(out, R"("a")", R"({"x":1})");
+  append_error(out, "", kMethodNotFound, "Method not found", R"("foo")");
+  std::vector<nlohmann::json> lines;
+  std::size_t at = 0;
+  for (std::size_t nl; (nl = out.find('\n', at)) != std::string::npos; at = nl + 1) lines.push_back(nlohmann::json::parse(out.substr(at, nl - at)));
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == nlohmann::json{{"jsonrpc", "2.0"}, {"id", 5}, {"method", "tools/call"}, {"params", {{"name", "é"}}}});
+  CHECK(lines[1] == nlohmann::json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
+  CHECK(lines[2] == nlohmann::json{{"jsonrpc", "2.0"}, {"id", "a"}, {"result", {{"x", 1}}}});
+  CHECK(lines[3] == nlohmann::json{{"jsonrpc", "2.0"}, {"id", nullptr}, {"error", {{"code", -32601}, {"message", "Method not found"}, {"data", "foo"}}}});
+}

@@ -1,0 +1,513 @@
+// See jsonrpc_codec.hpp.
+#include "jsonrpc_codec.hpp"
+
+#include <machina/json_text.hpp>
+#include <machina/jsonrpc.hpp>
+#include <machina/wire.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+
+#ifndef MACHINA_VERSION
+#define MACHINA_VERSION "dev"
+#endif
+
+namespace machina::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+using jsonrpc::Member;
+
+constexpr std::size_t kMaxCancelledIds = 4096;
+constexpr const char* kLatestVersion = "2025-11-25";
+// The MCP revisions of the initialize handshake this front speaks (an older or newer
+// request is answered with the latest; the 2026 revision's server/discover gets -32601,
+// which makes its clients fall back to this handshake).
+constexpr const char* kVersions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"};
+
+template <std::size_t N>
+void put(std::string& out, const char (&literal)[N]) {
+  out.append(literal, N - 1);
+}
+
+/// error.data of the errors that stand for a host response: its status and code.
+std::string error_data(ErrorKind kind) {
+  const ErrorKindInfo& info = error_info(kind);
+  std::string d = "{\"status\":\"";
+  d.append(status_name(info.status));
+  d += "\",\"code\":\"";
+  d.append(info.code);
+  d += "\"}";
+  return d;
+}
+
+void invalid_params(std::string& out, std::string_view id, const std::string& why,
+                    ErrorKind kind = ErrorKind::malformed_request) {
+  jsonrpc::append_error(out, id, jsonrpc::kInvalidParams, why, error_data(kind));
+}
+
+/// A call's progress, reported as notifications/progress with the caller's token.
+class TokenProgress final : public ProgressSink {
+ public:
+  TokenProgress(std::string_view token, const LineCodec::WriteNow& write_now) : token_(token), write_now_(write_now) {}
+  void progress(double done, double total, std::string_view message) override {
+    if (!write_now_) return;
+    json params = {{"progressToken", json::parse(token_, nullptr, false)}, {"progress", done}};
+    if (total >= 0) params["total"] = total;
+    if (!message.empty()) params["message"] = std::string(message);
+    std::string line;
+    jsonrpc::append_notification(line, "notifications/progress",
+                                 params.dump(-1, ' ', false, json::error_handler_t::replace));
+    write_now_(line);
+  }
+
+ private:
+  std::string token_;
+  const LineCodec::WriteNow& write_now_;
+};
+
+/// A tools/call's params: the request it stands for, and the progress token if any.
+/// False with `why` (and the kind of error) when they are not what a call needs.
+bool read_call(std::string_view params, Request& request, std::string& token, std::string& why, ErrorKind& kind) {
+  if (params.empty() || params.front() != '{') {
+    why = "malformed request: params must be an object with the tool's name";
+    return false;
+  }
+  bool named = false, has_arguments = false;
+  std::string_view arguments, meta;
+  std::string bad;
+  std::string ignored;
+  const bool ok = jsonrpc::for_each_member(
+      params,
+      [&](const Member& m) {
+        if (m.key == "name") {
+          if (m.type != Member::Type::string) {
+            bad = std::string("params.name must be a string, not ") + jsonrpc::type_name(m.type);
+            return false;
+          }
+          request.aid = std::string(m.string);
+          named = true;
+        } else if (m.key == "arguments") {
+          if (m.type == Member::Type::null) return true;
+          if (m.type != Member::Type::object) {
+            bad = std::string("params.arguments must be an object, not ") + jsonrpc::type_name(m.type);
+            return false;
+          }
+          arguments = m.raw;
+          has_arguments = true;
+        } else if (m.key == "_meta") {
+          if (m.type == Member::Type::null) return true;
+          if (m.type != Member::Type::object) {
+            bad = std::string("params._meta must be an object, not ") + jsonrpc::type_name(m.type);
+            return false;
+          }
+          meta = m.raw;
+        }
+        return true;
+      },
+      ignored);
+  if (!ok || !named) {
+    why = "malformed request: " + (bad.empty() ? std::string("params.name (the tool) is missing") : bad);
+    return false;
+  }
+  if (has_arguments) request.input_json = std::string(arguments);
+  if (meta.empty()) return true;
+  bool meta_ok = jsonrpc::for_each_member(
+      meta,
+      [&](const Member& m) {
+        auto expect = [&](Member::Type type, const char* what) {
+          if (m.type == type) return true;
+          bad = "_meta." + std::string(m.key) + " must be " + what + ", not " + jsonrpc::type_name(m.type);
+          return false;
+        };
+        const std::string_view k = m.key;
+        if (k == "progressToken") {
+          if (m.type != Member::Type::string && m.type != Member::Type::number) {
+            bad = std::string("_meta.progressToken must be a string or a number, not ") + jsonrpc::type_name(m.type);
+            return false;
+          }
+          token = std::string(m.raw);
+          return true;
+        }
+        if (k.substr(0, 8) != "machina/" || m.type == Member::Type::null) return true;  // (others' keys; null: absent)
+        const std::string_view field = k.substr(8);
+        if (field == "idempotency_key") {
+          if (!expect(Member::Type::string, "a string")) return false;
+          request.idempotency_key = std::string(m.string);
+        } else if (field == "lease_token") {
+          if (!expect(Member::Type::string, "a string")) return false;
+          request.lease_token = std::string(m.string);
+        } else if (field == "trace_id") {
+          if (!expect(Member::Type::string, "a string")) return false;
+          request.trace_id = std::string(m.string);
+        } else if (field == "input_json") {
+          if (!expect(Member::Type::string, "a string holding JSON text")) return false;
+          request.input_json = std::string(m.string);
+        } else if (field == "timeout_ms") {
+          if (!expect(Member::Type::number, "an integer")) return false;
+          std::int64_t v = 0;
+          const auto [end, ec] = std::from_chars(m.raw.data(), m.raw.data() + m.raw.size(), v);
+          if (ec != std::errc() || end != m.raw.data() + m.raw.size()) {
+            bad = "_meta.machina/timeout_ms must be an integer, not " + std::string(m.raw);
+            return false;
+          }
+          request.timeout_ms = v;
+        } else if (field == "ds_state") {
+          if (!expect(Member::Type::object, "an object")) return false;
+          DsUpdate update;
+          std::string ds_why;
+          if (!decode_ds_state(m.raw, update, ds_why)) {
+            bad = ds_why;
+            kind = ErrorKind::invalid_ds_state;
+            return false;
+          }
+          request.ds_state = std::move(update);
+        }
+        return true;
+      },
+      ignored);
+  if (!meta_ok) {
+    why = kind == ErrorKind::invalid_ds_state ? bad : "malformed request: " + bad;
+    return false;
+  }
+  return true;
+}
+
+/// The host's errors that are errors of the request rather than of a call: JSON-RPC
+/// errors, not results.
+bool is_request_error(ErrorKind kind) {
+  return kind == ErrorKind::malformed_request || kind == ErrorKind::invalid_ds_state ||
+         kind == ErrorKind::tool_not_found || kind == ErrorKind::request_too_large;
+}
+
+bool starts_object(std::string_view text) {
+  const auto at = text.find_first_not_of(" \t\r\n");
+  return at != std::string_view::npos && text[at] == '{';
+}
+
+/// A schema MCP can list: a JSON object whose type is "object".
+json object_schema(const std::string& text) {
+  if (text.empty()) return nullptr;
+  json s = json::parse(text, nullptr, false);
+  if (!s.is_object() || !s.contains("type") || s["type"] != "object") return nullptr;
+  return s;
+}
+
+json annotations_of(const ToolInfo& info) {
+  if (!info.annotations.empty()) {
+    json a = json::parse(info.annotations, nullptr, false);
+    if (a.is_object()) return a;
+  }
+  // From the tier (0 safe, 1 write, 2 system, 3 dangerous) and what the tool declares.
+  const bool read_only = info.tier == 0 && info.side_effects.empty();
+  return {{"readOnlyHint", read_only},
+          {"destructiveHint", !read_only && info.tier >= 2},
+          {"idempotentHint", read_only || info.deterministic}};
+}
+
+}  // namespace
+
+JsonRpcCodec::JsonRpcCodec(Dialect dialect, std::size_t page_size) : dialect_(dialect), page_size_(page_size) {}
+
+LineCodec::Peek JsonRpcCodec::peek(std::string_view line) {
+  const bool cancelling = line.find("notifications/cancelled") != std::string_view::npos;
+  const bool shutdown = dialect_ == Dialect::skill && line.find("\"shutdown\"") != std::string_view::npos;
+  if (!cancelling && !shutdown) return Peek::handle;
+  jsonrpc::Message m;
+  std::string why;
+  if (!jsonrpc::parse(line, m, why)) return Peek::handle;
+  if (m.kind == jsonrpc::Message::Kind::notification && m.method == "notifications/cancelled") {
+    std::string id;
+    jsonrpc::for_each_member(
+        m.params,
+        [&](const Member& member) {
+          if (member.key == "requestId" && (member.type == Member::Type::number || member.type == Member::Type::string))
+            id = std::string(member.raw);
+          return true;
+        },
+        why);
+    if (!id.empty()) cancel(id);
+    return Peek::done;
+  }
+  if (m.kind == jsonrpc::Message::Kind::request && m.method == "shutdown" && dialect_ == Dialect::skill)
+    return Peek::handle_then_stop;
+  return Peek::handle;
+}
+
+void JsonRpcCodec::cancel(const std::string& id) {
+  CancelToken* token = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_.insert(id).second) {
+      cancelled_order_.push_back(id);
+      if (cancelled_order_.size() > kMaxCancelledIds) {
+        cancelled_.erase(cancelled_order_.front());
+        cancelled_order_.pop_front();
+      }
+    }
+    if (auto it = running_.find(id); it != running_.end()) token = it->second;
+    // The token's callback runs under mu_: the call cannot end (and its token go) meanwhile.
+    if (token != nullptr) token->cancel();
+  }
+}
+
+bool JsonRpcCodec::forget_if_cancelled(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return cancelled_.count(id) != 0;
+}
+
+LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Session& session, std::string& out,
+                                        Takeover* takeover) {
+  Handled handled;
+  handled.has_id = true;  // every answer is matched by its id: none waits for another
+  jsonrpc::Message m;
+  std::string why;
+  if (!jsonrpc::parse(line, m, why)) {
+    jsonrpc::append_error(out, "null", jsonrpc::kParseError, "Parse error: " + why, error_data(ErrorKind::malformed_request));
+    return handled;
+  }
+  using Kind = jsonrpc::Message::Kind;
+  if (m.kind == Kind::invalid) {
+    const bool usable_id = !m.id.empty() && (m.id.front() == '"' || m.id.front() == '-' ||
+                                             (m.id.front() >= '0' && m.id.front() <= '9'));
+    jsonrpc::append_error(out, usable_id ? m.id : "null", jsonrpc::kInvalidRequest, "Invalid Request: " + m.why,
+                          error_data(ErrorKind::malformed_request));
+    return handled;
+  }
+  if (m.kind == Kind::result || m.kind == Kind::error) return handled;  // (we ask the client nothing)
+  if (m.kind == Kind::notification) {
+    if (m.method == "notifications/cancelled") peek(line);  // (inline serving: read here, not before)
+    else if (dialect_ == Dialect::skill && m.method.rfind("lifecycle/", 0) == 0) {
+      // (a lifecycle notification: nothing to answer)
+    }
+    return handled;
+  }
+  const std::string id(m.id);
+  const std::string& method = m.method;
+  if (method == "tools/call") {
+    call(host, id, m.params, session, out, takeover, handled);
+    return handled;
+  }
+  if (method == "initialize") {
+    initialize(host, id, m.params, out);
+  } else if (method == "ping") {
+    jsonrpc::append_result(out, id, "{}");
+  } else if (method == "tools/list") {
+    list_tools(host, id, m.params, out);
+  } else if (dialect_ == Dialect::skill && (method.rfind("lifecycle/", 0) == 0 || method.rfind("skill/", 0) == 0 ||
+                                            method == "shutdown")) {
+    // A session's start and end reach the skills this host itself hosts.
+    if (method == "lifecycle/onSessionStart" || method == "lifecycle/onSessionEnd" || method == "skill/sessionStart" ||
+        method == "skill/sessionEnd") {
+      std::string session_id;
+      jsonrpc::for_each_member(
+          m.params,
+          [&](const Member& member) {
+            if (member.key == "sessionId" && member.type == Member::Type::string) session_id = std::string(member.string);
+            return true;
+          },
+          why);
+      if (!session_id.empty()) {
+        if (method.find("Start") != std::string::npos) host.session_started(session_id);
+        else host.session_ended(session_id);
+      }
+    }
+    jsonrpc::append_result(out, id, R"({"ok":true})");
+    // The answer to shutdown comes after every earlier request's: the process then exits.
+    if (method == "shutdown") handled.has_id = false;
+  } else {
+    jsonrpc::append_error(out, id, jsonrpc::kMethodNotFound, "Method not found", json(method).dump());
+  }
+  return handled;
+}
+
+void JsonRpcCodec::initialize(Host& host, const std::string& id, std::string_view params, std::string& out) {
+  if (dialect_ == Dialect::skill) {
+    json tools = json::array();
+    for (const Tool* t : host.registry().tools()) {
+      const ToolInfo& i = t->info;
+      json schema = object_schema(i.input_schema.empty() ? i.listed_schema : i.input_schema);
+      tools.push_back({{"name", i.aid},
+                       {"description", i.description},
+                       {"parameters", schema.is_null() ? json{{"type", "object"}} : schema}});
+    }
+    const json result = {{"name", "machina-toolhost"},
+                         {"description", "The tools of a machina-toolhost, each run with its deadline, caps and checks"},
+                         {"version", MACHINA_VERSION},
+                         {"tools", tools}};
+    jsonrpc::append_result(out, id, result.dump(-1, ' ', false, json::error_handler_t::replace));
+    return;
+  }
+  std::string requested, why;
+  jsonrpc::for_each_member(
+      params,
+      [&](const Member& m) {
+        if (m.key == "protocolVersion" && m.type == Member::Type::string) requested = std::string(m.string);
+        return true;
+      },
+      why);
+  std::string version = kLatestVersion;
+  for (const char* v : kVersions) {
+    if (requested == v) version = v;
+  }
+  const json result = {{"protocolVersion", version},
+                       {"capabilities", {{"tools", {{"listChanged", false}}}}},
+                       {"serverInfo", {{"name", "machina-toolhost"}, {"version", MACHINA_VERSION}}}};
+  jsonrpc::append_result(out, id, result.dump());
+}
+
+void JsonRpcCodec::list_tools(Host& host, const std::string& id, std::string_view params, std::string& out) {
+  std::size_t from = 0;
+  std::string bad, why;
+  if (!params.empty()) {
+    jsonrpc::for_each_member(
+        params,
+        [&](const Member& m) {
+          if (m.key != "cursor" || m.type == Member::Type::null) return true;
+          std::size_t at = 0;
+          const auto [end, ec] = std::from_chars(m.string.data(), m.string.data() + m.string.size(), at);
+          if (m.type != Member::Type::string || ec != std::errc() || end != m.string.data() + m.string.size()) {
+            bad = "Invalid params: not a cursor this server gave";
+            return false;
+          }
+          from = at;
+          return true;
+        },
+        why);
+  }
+  if (!bad.empty()) return jsonrpc::append_error(out, id, jsonrpc::kInvalidParams, bad);
+  const auto all = host.registry().tools();
+  json tools = json::array();
+  for (std::size_t i = from; i < all.size() && i < from + page_size_; ++i) {
+    const Tool& t = *all[i];
+    const ToolInfo& info = t.info;
+    json schema = object_schema(info.input_schema.empty() ? info.listed_schema : info.input_schema);
+    json entry = {{"name", info.aid}};
+    if (!info.title.empty()) entry["title"] = info.title;
+    entry["description"] = info.description;
+    entry["inputSchema"] = schema.is_null() ? json{{"type", "object"}} : schema;
+    if (json output = object_schema(info.output_schema); !output.is_null()) entry["outputSchema"] = output;
+    entry["annotations"] = annotations_of(info);
+    entry["_meta"] = {{"machina/name", info.name},
+                      {"machina/tier", info.tier},
+                      {"machina/timeout_ms", host.timeout_for(t, Request{})},
+                      {"machina/runner", t.runner != nullptr ? std::string(t.runner->kind()) : std::string()}};
+    tools.push_back(std::move(entry));
+  }
+  json result = {{"tools", tools}};
+  if (from + page_size_ < all.size()) result["nextCursor"] = std::to_string(from + page_size_);
+  jsonrpc::append_result(out, id, result.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void JsonRpcCodec::call(Host& host, const std::string& id, std::string_view params, Session& session, std::string& out,
+                        Takeover* takeover, Handled& handled) {
+  Request request;
+  std::string token, why;
+  ErrorKind kind = ErrorKind::malformed_request;
+  if (!read_call(params, request, token, why, kind)) return invalid_params(out, id, why, kind);
+  request.id_json = id;
+  CancelToken cancel;
+  std::optional<TokenProgress> progress;
+  if (!token.empty() && dialect_ == Dialect::mcp) {
+    progress.emplace(token, write_now_);
+    request.progress = &*progress;
+  }
+  request.cancel = &cancel;
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_.count(id) != 0) return;  // cancelled before it began: never run, never answered
+    running_[id] = &cancel;
+  }
+  Response r = host.handle(request, session, takeover);
+  {
+    std::lock_guard lock(mu_);
+    running_.erase(id);
+  }
+  if (r.abandoned) {
+    handled.abandoned = true;
+    return;
+  }
+  if (cancel.cancelled()) return;  // a cancelled request is not answered
+  encode_result(r, id, out);
+}
+
+void JsonRpcCodec::encode(const Response& response, std::string& out) {
+  if (!response.id_json.empty() && forget_if_cancelled(response.id_json)) return;
+  encode_result(response, response.id_json.empty() ? std::string_view("null") : std::string_view(response.id_json), out);
+}
+
+void JsonRpcCodec::encode_result(const Response& r, std::string_view id, std::string& out) const {
+  const ErrorKindInfo& info = error_info(r.kind);
+  if (is_request_error(r.kind)) {
+    const int code = r.kind == ErrorKind::request_too_large ? jsonrpc::kInvalidRequest : jsonrpc::kInvalidParams;
+    return jsonrpc::append_error(out, id, code, r.error, error_data(r.kind));
+  }
+  put(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+  out.append(id);
+  put(out, ",\"result\":{\"content\":");
+  const std::string_view text = r.ok() ? std::string_view(r.output_json) : std::string_view(r.error);
+  if (dialect_ == Dialect::mcp) {
+    put(out, "[{\"type\":\"text\",\"text\":");
+    append_json_string(out, text);
+    put(out, "}]");
+  } else {
+    append_json_string(out, text);  // the seed's: a string
+  }
+  // MCP's structured content is an object (2025 revisions); a skill's may be any JSON.
+  if (r.ok() && (dialect_ == Dialect::skill || starts_object(r.output_json))) {
+    put(out, ",\"structuredContent\":");
+    out.append(r.output_json);
+  }
+  out.append(r.ok() ? std::string_view(",\"isError\":false") : std::string_view(",\"isError\":true"));
+  // What MCP has no place for: the host's status and code, the ds_state delta, the trace.
+  const bool has_state = info.call_response && r.ds_state.mode != DsReport::Mode::none && r.ds_state.changes;
+  if (!r.ok() || has_state || r.idempotent_hit || !r.trace_json.empty()) {
+    put(out, ",\"_meta\":{");
+    bool first = true;
+    auto key = [&](const char* name) {
+      if (!first) out.push_back(',');
+      first = false;
+      out.push_back('"');
+      out.append(name);
+      put(out, "\":");
+    };
+    if (!r.ok()) {
+      key("machina/status");
+      append_json_string(out, status_name(info.status));
+      key("machina/code");
+      append_json_string(out, info.code);
+      if (r.kind == ErrorKind::lease_required) {
+        key("machina/tier");
+        out.append(std::to_string(r.lease_tier));
+        key("machina/aid");
+        append_json_string(out, r.lease_aid);
+      } else if (r.kind == ErrorKind::lease_rejected) {
+        key("machina/reason");
+        append_json_string(out, r.lease_reason);
+      }
+    }
+    if (has_state) {
+      key("machina/ds_state");
+      encode_ds_state(r.ds_state, out);
+    }
+    if (r.idempotent_hit) {
+      key("machina/idempotent_hit");
+      put(out, "true");
+    }
+    if (!r.trace_json.empty()) {
+      key("machina/trace");
+      out.append(r.trace_json);
+    }
+    out.push_back('}');
+  }
+  put(out, "}}\n");
+}
+
+void JsonRpcCodec::answer_too_large(Host& host, std::string_view head, std::string& out) {
+  const std::string id = jsonrpc::find_id(head);
+  const Response r = host.request_too_large();
+  jsonrpc::append_error(out, id.empty() ? "null" : id, jsonrpc::kInvalidRequest, r.error, error_data(r.kind));
+}
+
+}  // namespace machina::cli

@@ -1,0 +1,76 @@
+// JSON-RPC 2.0 messages, one per line (the framing of MCP's stdio transport and of seed-001
+// skills): reading one line into its parts, with the raw JSON text of `id`, `params`,
+// `result` and `error.data` cut out of the line (nothing re-encoded), and writing requests,
+// notifications, results and errors. What the --mcp and --skill fronts and the skill and
+// MCP-server runners speak.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace machina::jsonrpc {
+
+/// The standard error codes.
+enum Code : int {
+  kParseError = -32700,
+  kInvalidRequest = -32600,
+  kMethodNotFound = -32601,
+  kInvalidParams = -32602,
+  kInternalError = -32603,
+  kRequestCancelled = -32800,  // (LSP's; answered by no one here, named for completeness)
+};
+
+struct Message {
+  enum class Kind {
+    request,       // method and id
+    notification,  // method, no id
+    result,        // id and result
+    error,         // id (maybe null) and error
+    invalid        // JSON, but not a JSON-RPC 2.0 message: `why`
+  };
+  Kind kind = Kind::invalid;
+  std::string_view id;      // the raw JSON of the id (a number or a string); "" when absent, "null" for null
+  std::string method;
+  std::string_view params;  // raw JSON of params; "" when absent
+  std::string_view result;  // raw JSON of result
+  int error_code = 0;
+  std::string error_message;
+  std::string_view error_data;  // raw JSON; "" when absent
+  std::string why;              // (invalid)
+};
+
+/// Reads one message. False, with `why`, when the line is not JSON (a parse error);
+/// true otherwise, with kind `invalid` for JSON that is not a message (a batch, no
+/// "jsonrpc": "2.0", an id that is neither a number nor a string, ...).
+bool parse(std::string_view line, Message& out, std::string& why);
+
+/// One member of a JSON object, as for_each_member() finds it.
+struct Member {
+  enum class Type { null, boolean, number, string, object, array };
+  std::string_view key;     // decoded
+  std::string_view raw;     // the value's JSON text, as written
+  Type type = Type::null;
+  std::string_view string;  // a string value, decoded
+};
+
+/// Calls `each` for the members of the JSON object `text`, in order, until it returns
+/// false. False, with `why`, when `text` is not a JSON object (or `each` stopped).
+bool for_each_member(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why);
+
+/// The raw id of the message whose first bytes are `head` (a line cut short: too large
+/// to read whole), if its members up to the id are in it; "" otherwise.
+std::string find_id(std::string_view head);
+
+/// "an object", "a string", ... (for messages naming a value's type).
+const char* type_name(Member::Type type);
+
+/// Appends one line (with its '\n'). `id` and the JSON parts are raw JSON texts.
+void append_request(std::string& out, std::string_view id, std::string_view method, std::string_view params);
+void append_notification(std::string& out, std::string_view method, std::string_view params);
+void append_result(std::string& out, std::string_view id, std::string_view result);
+void append_error(std::string& out, std::string_view id, int code, std::string_view message,
+                  std::string_view data = {});
+
+}  // namespace machina::jsonrpc

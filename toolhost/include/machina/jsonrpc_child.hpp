@@ -1,0 +1,106 @@
+// A child process spoken to in JSON-RPC 2.0, one message per line on its stdin and stdout
+// (a seed-001 skill, an MCP server over stdio): many requests in flight, matched by id; the
+// child's own requests answered by a handler and its notifications handed to another; the
+// child's stderr kept as a bounded tail. A child that writes something that is not a
+// message, a line over the cap, or ends, fails every call in flight on it (`crashed`);
+// its owner decides whether to start another.
+#pragma once
+
+#include <machina/child_process.hpp>
+#include <machina/jsonrpc.hpp>
+#include <machina/request.hpp>
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace machina {
+
+struct JsonRpcChildOptions {
+  std::vector<std::string> argv;  // the whole command: a sandbox's launcher first, if any
+  std::vector<std::string> env;   // its whole environment
+  std::string cwd;                // "" for ours
+  std::size_t max_line_bytes = 16u << 20;  // longest message read
+  std::size_t stderr_tail_bytes = 4096;
+};
+
+class JsonRpcChild {
+ public:
+  /// A request of the child's: append exactly one response line (jsonrpc::append_result /
+  /// append_error) to `reply`. Called on the child's reader thread.
+  using RequestHandler = std::function<void(const jsonrpc::Message& request, std::string& reply)>;
+  /// A notification of the child's (progress, log messages ...). On the reader thread.
+  using NotificationHandler = std::function<void(const jsonrpc::Message& notification)>;
+
+  struct Reply {
+    enum class Ending { result, error, timed_out, cancelled, crashed, closed };
+    Ending ending = Ending::result;
+    std::string result;  // raw JSON (result)
+    int code = 0;        // (error)
+    std::string message; // (error), or what happened (timed_out, crashed, closed)
+    std::string data;    // raw JSON of error.data, if any
+  };
+
+  /// Starts the child (on `spawner`'s thread, for PR_SET_PDEATHSIG) and its reader.
+  /// Throws as ChildProcess does.
+  JsonRpcChild(JsonRpcChildOptions options, RequestHandler on_request, NotificationHandler on_notification,
+               Spawner* spawner = nullptr);
+  /// Kills the child if it still runs; every call in flight ends `closed`.
+  ~JsonRpcChild();
+  JsonRpcChild(const JsonRpcChild&) = delete;
+  JsonRpcChild& operator=(const JsonRpcChild&) = delete;
+
+  /// Sends a request and waits for its answer until `deadline_ms` (steady_now_ms). `sent`
+  /// (if given) gets the request's id once it is on its way. With a `cancel` token the call
+  /// can be given up at once (`cancelled`; the owner tells the child). Thread-safe.
+  Reply call(std::string_view method, std::string_view params, std::int64_t deadline_ms, CancelToken* cancel = nullptr,
+             const std::function<void(std::int64_t id)>& sent = {});
+  /// Sends a notification; false if the child is gone. Thread-safe.
+  bool notify(std::string_view method, std::string_view params);
+
+  /// Kills the child; calls in flight end `crashed` with `why`.
+  void kill(const std::string& why);
+  /// Closes its input (end of input: a polite child leaves), waits up to `grace_ms` for it
+  /// to end, then kills it.
+  void finish(std::int64_t grace_ms);
+  /// Whether it still runs (its output is open).
+  bool alive() const;
+  /// Calls waiting for an answer.
+  std::size_t in_flight() const;
+  pid_t pid() const { return child_->pid(); }
+  std::string tail() const { return child_->tail(); }
+  /// How it ended ("" while it runs).
+  std::string ended_how() const;
+
+ private:
+  struct Pending {
+    Reply reply;
+    bool done = false;
+    std::condition_variable cv;
+  };
+  void read_loop();
+  /// With mu_ held: fails every call in flight and marks the child gone.
+  void fail_all(Reply::Ending ending, const std::string& why);
+  bool write_line(std::string_view line, std::int64_t deadline_ms);
+
+  JsonRpcChildOptions options_;
+  RequestHandler on_request_;
+  NotificationHandler on_notification_;
+  std::unique_ptr<ChildProcess> child_;
+  mutable std::mutex mu_;
+  std::map<std::int64_t, std::shared_ptr<Pending>> pending_;
+  std::int64_t next_id_ = 1;
+  bool gone_ = false;
+  std::string how_;
+  std::mutex write_mu_;
+  std::thread reader_;
+};
+
+}  // namespace machina

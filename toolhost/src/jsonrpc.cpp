@@ -1,0 +1,373 @@
+// See jsonrpc.hpp.
+#include <machina/json_text.hpp>
+#include <machina/jsonrpc.hpp>
+
+#include <rapidjson/memorystream.h>
+#include <rapidjson/error/en.h>
+#include <rapidjson/reader.h>
+
+#include <charconv>
+
+namespace machina::jsonrpc {
+namespace {
+
+template <std::size_t N>
+void put(std::string& out, const char (&literal)[N]) {
+  out.append(literal, N - 1);
+}
+
+/// Reads the members of one message; the raw text of id, params, result and error.data is
+/// cut out of the line by the stream's positions.
+class MessageSax {
+ public:
+  MessageSax(Message& out, const rapidjson::MemoryStream& stream, std::string_view text)
+      : out_(out), stream_(stream), text_(text) {}
+
+  bool Null() { return scalar(Type::null); }
+  bool Bool(bool) { return scalar(Type::other); }
+  bool RawNumber(const char* s, rapidjson::SizeType n, bool) {
+    if (depth_ == 2 && field_ == Field::error && error_field_ == ErrorField::code) {
+      int code = 0;
+      const auto [end, ec] = std::from_chars(s, s + n, code);
+      if (ec == std::errc() && end == s + n) {
+        out_.error_code = code;
+        saw_code_ = true;
+      }
+    }
+    return scalar(Type::number);
+  }
+  bool Int(int) { return scalar(Type::number); }
+  bool Uint(unsigned) { return scalar(Type::number); }
+  bool Int64(std::int64_t) { return scalar(Type::number); }
+  bool Uint64(std::uint64_t) { return scalar(Type::number); }
+  bool Double(double) { return scalar(Type::number); }
+  bool String(const char* s, rapidjson::SizeType n, bool) {
+    if (depth_ == 1) {
+      if (field_ == Field::jsonrpc) version_ok_ = std::string_view(s, n) == "2.0";
+      else if (field_ == Field::method) out_.method.assign(s, n), saw_method_ = true;
+    } else if (depth_ == 2 && field_ == Field::error && error_field_ == ErrorField::message) {
+      out_.error_message.assign(s, n);
+      saw_message_ = true;
+    }
+    return scalar(Type::string);
+  }
+  bool Key(const char* s, rapidjson::SizeType n, bool) {
+    const std::string_view k(s, n);
+    if (depth_ == 1) {
+      start1_ = stream_.Tell();
+      if (k == "jsonrpc") field_ = Field::jsonrpc;
+      else if (k == "id") field_ = Field::id;
+      else if (k == "method") field_ = Field::method;
+      else if (k == "params") field_ = Field::params;
+      else if (k == "result") field_ = Field::result;
+      else if (k == "error") field_ = Field::error;
+      else field_ = Field::other;
+    } else if (depth_ == 2 && field_ == Field::error) {
+      start2_ = stream_.Tell();
+      if (k == "code") error_field_ = ErrorField::code;
+      else if (k == "message") error_field_ = ErrorField::message;
+      else if (k == "data") error_field_ = ErrorField::data;
+      else error_field_ = ErrorField::other;
+    }
+    return true;
+  }
+  bool StartObject() { return start(true); }
+  bool EndObject(rapidjson::SizeType) { return end(); }
+  bool StartArray() { return start(false); }
+  bool EndArray(rapidjson::SizeType) { return end(); }
+
+  void finish() {
+    if (batch_) return invalid("a batch (JSON-RPC arrays are not supported here)");
+    if (!object_) return invalid("not a JSON-RPC message (not an object)");
+    if (!version_ok_) return invalid("not a JSON-RPC 2.0 message (\"jsonrpc\": \"2.0\" missing)");
+    if (id_type_ != Type::none && id_type_ != Type::number && id_type_ != Type::string && id_type_ != Type::null)
+      return invalid("the id must be a number or a string");
+    if (saw_method_) {
+      if (!saw_result_ && !saw_error_) {
+        if (id_type_ == Type::none) out_.kind = Message::Kind::notification;
+        else if (id_type_ == Type::null) return invalid("a request's id must not be null");
+        else out_.kind = Message::Kind::request;
+        if (params_type_ != Type::none && params_type_ != Type::object && params_type_ != Type::array)
+          return invalid("params must be an object or an array");
+        return;
+      }
+      return invalid("a message with a method has no result or error");
+    }
+    if (saw_result_ && !saw_error_ && id_type_ != Type::none) {
+      out_.kind = Message::Kind::result;
+      return;
+    }
+    if (saw_error_ && !saw_result_ && id_type_ != Type::none) {
+      if (!saw_code_ || !saw_message_) return invalid("an error needs an integer code and a message");
+      out_.kind = Message::Kind::error;
+      return;
+    }
+    invalid("neither a request, a notification, a result nor an error");
+  }
+
+ private:
+  enum class Field { jsonrpc, id, method, params, result, error, other };
+  enum class ErrorField { code, message, data, other };
+  enum class Type { none, null, number, string, object, array, other };
+
+  void invalid(std::string why) {
+    out_.kind = Message::Kind::invalid;
+    out_.why = std::move(why);
+  }
+  std::string_view raw(std::size_t from) const {
+    std::size_t at = from;
+    while (at < text_.size() &&
+           (text_[at] == ':' || text_[at] == ' ' || text_[at] == '\t' || text_[at] == '\n' || text_[at] == '\r'))
+      ++at;
+    return text_.substr(at, stream_.Tell() - at);
+  }
+  /// A value ended here: at depth 1 (a member of the message) or 2 (of its error).
+  void ended(Type type) {
+    if (depth_ == 1) {
+      switch (field_) {
+        case Field::id:
+          out_.id = raw(start1_);
+          id_type_ = type;
+          break;
+        case Field::params:
+          out_.params = raw(start1_);
+          params_type_ = type;
+          break;
+        case Field::result:
+          out_.result = raw(start1_);
+          saw_result_ = true;
+          break;
+        case Field::error:
+          saw_error_ = type == Type::object;
+          break;
+        default: break;
+      }
+    } else if (depth_ == 2 && field_ == Field::error && error_field_ == ErrorField::data) {
+      out_.error_data = raw(start2_);
+    }
+  }
+  bool scalar(Type type) {
+    if (depth_ == 0) return true;  // (a bare value: not an object; see finish)
+    ended(type);
+    return true;
+  }
+  bool start(bool object) {
+    if (depth_ == 0) {
+      if (object) object_ = true;
+      else batch_ = true;
+    }
+    ++depth_;
+    return true;
+  }
+  bool end() {
+    --depth_;
+    // The container that just closed was a member's value (depth 1) or error.data (2).
+    if (depth_ == 1) {
+      const std::string_view value = raw(start1_);  // an object or an array: its first character says
+      ended(!value.empty() && value.front() == '{' ? Type::object : Type::array);
+    } else if (depth_ == 2) {
+      ended(Type::other);
+    }
+    return true;
+  }
+
+  Message& out_;
+  const rapidjson::MemoryStream& stream_;
+  std::string_view text_;
+  int depth_ = 0;
+  Field field_ = Field::other;
+  ErrorField error_field_ = ErrorField::other;
+  std::size_t start1_ = 0, start2_ = 0;
+  bool object_ = false, batch_ = false, version_ok_ = false, saw_method_ = false, saw_result_ = false,
+       saw_error_ = false, saw_code_ = false, saw_message_ = false;
+  Type id_type_ = Type::none, params_type_ = Type::none;
+};
+
+/// The members of one object, each with its raw text (see for_each_member).
+class MemberSax {
+ public:
+  MemberSax(const rapidjson::MemoryStream& stream, std::string_view text, const std::function<bool(const Member&)>& each)
+      : stream_(stream), text_(text), each_(each) {}
+
+  bool Null() { return scalar(Member::Type::null, {}); }
+  bool Bool(bool) { return scalar(Member::Type::boolean, {}); }
+  bool RawNumber(const char*, rapidjson::SizeType, bool) { return scalar(Member::Type::number, {}); }
+  bool Int(int) { return scalar(Member::Type::number, {}); }
+  bool Uint(unsigned) { return scalar(Member::Type::number, {}); }
+  bool Int64(std::int64_t) { return scalar(Member::Type::number, {}); }
+  bool Uint64(std::uint64_t) { return scalar(Member::Type::number, {}); }
+  bool Double(double) { return scalar(Member::Type::number, {}); }
+  bool String(const char* s, rapidjson::SizeType n, bool) { return scalar(Member::Type::string, std::string_view(s, n)); }
+  bool Key(const char* s, rapidjson::SizeType n, bool) {
+    if (depth_ == 1) {
+      key_.assign(s, n);
+      start_ = stream_.Tell();
+    }
+    return true;
+  }
+  bool StartObject() {
+    if (depth_ == 0) object_ = true;
+    ++depth_;
+    return true;
+  }
+  bool EndObject(rapidjson::SizeType) { return end(Member::Type::object); }
+  bool StartArray() {
+    ++depth_;
+    return true;
+  }
+  bool EndArray(rapidjson::SizeType) { return end(Member::Type::array); }
+  bool object() const { return object_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::string_view raw() const {
+    std::size_t at = start_;
+    while (at < text_.size() &&
+           (text_[at] == ':' || text_[at] == ' ' || text_[at] == '\t' || text_[at] == '\n' || text_[at] == '\r'))
+      ++at;
+    return text_.substr(at, stream_.Tell() - at);
+  }
+  bool emit(Member::Type type, std::string_view string) {
+    Member m;
+    m.key = key_;
+    m.raw = raw();
+    m.type = type;
+    m.string = string;
+    stopped_ = !each_(m);
+    return !stopped_;
+  }
+  bool scalar(Member::Type type, std::string_view string) {
+    if (depth_ != 1) return true;
+    return emit(type, string);
+  }
+  bool end(Member::Type type) {
+    --depth_;
+    if (depth_ == 1) return emit(type, {});
+    return true;
+  }
+
+  const rapidjson::MemoryStream& stream_;
+  std::string_view text_;
+  const std::function<bool(const Member&)>& each_;
+  std::string key_;
+  std::size_t start_ = 0;
+  int depth_ = 0;
+  bool object_ = false, stopped_ = false;
+};
+
+}  // namespace
+
+bool for_each_member(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
+  rapidjson::MemoryStream stream(text.data(), text.size());
+  MemberSax sax(stream, text, each);
+  rapidjson::Reader reader;
+  const auto result = reader.Parse<rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseStopWhenDoneFlag>(stream, sax);
+  if (sax.stopped()) {
+    why = "stopped";
+    return false;
+  }
+  if (!result) {
+    why = "not JSON (" + std::string(rapidjson::GetParseError_En(result.Code())) + " at byte " +
+          std::to_string(result.Offset()) + ")";
+    return false;
+  }
+  if (!sax.object()) {
+    why = "not an object";
+    return false;
+  }
+  return true;
+}
+
+std::string find_id(std::string_view head) {
+  std::string id, why;
+  for_each_member(
+      head,
+      [&](const Member& m) {
+        if (m.key != "id") return true;
+        if (m.type == Member::Type::number || m.type == Member::Type::string) id = std::string(m.raw);
+        return false;
+      },
+      why);
+  return id;
+}
+
+const char* type_name(Member::Type type) {
+  switch (type) {
+    case Member::Type::null: return "null";
+    case Member::Type::boolean: return "a boolean";
+    case Member::Type::number: return "a number";
+    case Member::Type::string: return "a string";
+    case Member::Type::object: return "an object";
+    case Member::Type::array: return "an array";
+  }
+  return "a value";
+}
+
+bool parse(std::string_view line, Message& out, std::string& why) {
+  out = Message{};
+  rapidjson::MemoryStream stream(line.data(), line.size());
+  MessageSax sax(out, stream, line);
+  rapidjson::Reader reader;
+  const auto result = reader.Parse<rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseStopWhenDoneFlag>(stream, sax);
+  if (!result) {
+    why = "not JSON (" + std::string(rapidjson::GetParseError_En(result.Code())) + " at byte " +
+          std::to_string(result.Offset()) + ")";
+    return false;
+  }
+  // Only blanks may follow the value.
+  for (std::size_t at = stream.Tell(); at < line.size(); ++at) {
+    const char c = line[at];
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
+      why = "not JSON (text after the value at byte " + std::to_string(at) + ")";
+      return false;
+    }
+  }
+  sax.finish();
+  return true;
+}
+
+void append_request(std::string& out, std::string_view id, std::string_view method, std::string_view params) {
+  put(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+  out.append(id);
+  put(out, ",\"method\":");
+  append_json_string(out, method);
+  if (!params.empty()) {
+    put(out, ",\"params\":");
+    out.append(params);
+  }
+  put(out, "}\n");
+}
+
+void append_notification(std::string& out, std::string_view method, std::string_view params) {
+  put(out, "{\"jsonrpc\":\"2.0\",\"method\":");
+  append_json_string(out, method);
+  if (!params.empty()) {
+    put(out, ",\"params\":");
+    out.append(params);
+  }
+  put(out, "}\n");
+}
+
+void append_result(std::string& out, std::string_view id, std::string_view result) {
+  put(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+  out.append(id);
+  put(out, ",\"result\":");
+  out.append(result);
+  put(out, "}\n");
+}
+
+void append_error(std::string& out, std::string_view id, int code, std::string_view message, std::string_view data) {
+  put(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+  out.append(id.empty() ? std::string_view("null") : id);
+  put(out, ",\"error\":{\"code\":");
+  out.append(std::to_string(code));
+  put(out, ",\"message\":");
+  append_json_string(out, message);
+  if (!data.empty()) {
+    put(out, ",\"data\":");
+    out.append(data);
+  }
+  put(out, "}}\n");
+}
+
+}  // namespace machina::jsonrpc
