@@ -157,6 +157,7 @@ struct Invocation {
   std::vector<std::string> manifests;  // --tools
   std::string aid;                   // --run
   unsigned workers = 1;              // --serve
+  std::size_t mcp_page_size = 100;   // --mcp
   unsigned spin_us = 0;              // --serve
   bool state_per_call = false;       // --serve
   machina::cli::HttpFrontOptions http;  // --http
@@ -203,8 +204,8 @@ int execute(Invocation& inv) {
   std::string session = "serve-";
   if (inv.mode == Invocation::Mode::mcp || inv.mode == Invocation::Mode::skill) {
     const bool mcp = inv.mode == Invocation::Mode::mcp;
-    codec = std::make_unique<machina::cli::JsonRpcCodec>(mcp ? machina::cli::JsonRpcCodec::Dialect::mcp
-                                                             : machina::cli::JsonRpcCodec::Dialect::skill);
+    codec = std::make_unique<machina::cli::JsonRpcCodec>(
+        mcp ? machina::cli::JsonRpcCodec::Dialect::mcp : machina::cli::JsonRpcCodec::Dialect::skill, inv.mcp_page_size);
     session = mcp ? "mcp-" : "skill-";
   } else {
     codec = std::make_unique<machina::cli::NdjsonCodec>();
@@ -325,11 +326,15 @@ int main(int argc, char** argv) {
   bool mcp = false;
   auto* mcp_opt = app.add_flag("--mcp", mcp,
                                "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
-                               "concurrent calls, cancellation, progress; docs/jsonrpc.md). Default --workers: 8");
+                               "concurrent calls, cancellation, progress; docs/jsonrpc.md). Default --workers: 32");
+  std::size_t mcp_page_size = 100;
+  app.add_option("--mcp-page-size", mcp_page_size, "In --mcp, tools per tools/list page (nextCursor for the rest)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
+      ->capture_default_str();
   bool skill = false;
   auto* skill_opt = app.add_flag("--skill", skill,
                                  "Serve every tool as a seed-001 skill on stdio (initialize, tools/call, lifecycle/*, "
-                                 "shutdown; docs/jsonrpc.md). Default --workers: 8");
+                                 "shutdown; docs/jsonrpc.md). Default --workers: 32");
   bool state_per_call = false;
   app.add_flag("--state-per-call", state_per_call,
                "In --serve, each request runs with the ds_state it carries, or an empty one, and nothing is "
@@ -538,7 +543,7 @@ int main(int argc, char** argv) {
     // The JSON-RPC fronts read on while calls run (a cancellation must reach them).
     if ((inv.mode == Invocation::Mode::mcp || inv.mode == Invocation::Mode::skill) &&
         app.get_option("--workers")->count() == 0) {
-      workers = 8;
+      workers = 32;
     }
     if (inv.mode == Invocation::Mode::http) {
       const auto colon = http_address.rfind(':');
@@ -562,6 +567,7 @@ int main(int argc, char** argv) {
     inv.manifests = manifests;
     if (!run_args.empty()) inv.aid = run_args.back();
     inv.workers = workers;
+    inv.mcp_page_size = mcp_page_size;
     inv.spin_us = spin_us;
     inv.state_per_call = state_per_call;
     inv.options = std::move(options);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <set>
 
 #ifndef MACHINA_VERSION
 #define MACHINA_VERSION "dev"
@@ -74,29 +75,35 @@ bool read_call(std::string_view params, Request& request, std::string& token, st
     why = "malformed request: params must be an object with the tool's name";
     return false;
   }
-  bool named = false, has_arguments = false;
+  bool named = false, has_arguments = false, has_meta = false;
   std::string_view arguments, meta;
   std::string bad;
   std::string ignored;
+  auto twice = [&](bool& seen, std::string_view key) {
+    if (seen) bad = "params." + std::string(key) + " is given twice";
+    seen = true;
+    return bad.empty();
+  };
   const bool ok = jsonrpc::for_each_member(
       params,
       [&](const Member& m) {
         if (m.key == "name") {
+          if (!twice(named, m.key)) return false;
           if (m.type != Member::Type::string) {
             bad = std::string("params.name must be a string, not ") + jsonrpc::type_name(m.type);
             return false;
           }
           request.aid = std::string(m.string);
-          named = true;
         } else if (m.key == "arguments") {
+          if (!twice(has_arguments, m.key)) return false;
           if (m.type == Member::Type::null) return true;
           if (m.type != Member::Type::object) {
             bad = std::string("params.arguments must be an object, not ") + jsonrpc::type_name(m.type);
             return false;
           }
           arguments = m.raw;
-          has_arguments = true;
         } else if (m.key == "_meta") {
+          if (!twice(has_meta, m.key)) return false;
           if (m.type == Member::Type::null) return true;
           if (m.type != Member::Type::object) {
             bad = std::string("params._meta must be an object, not ") + jsonrpc::type_name(m.type);
@@ -107,12 +114,13 @@ bool read_call(std::string_view params, Request& request, std::string& token, st
         return true;
       },
       ignored);
-  if (!ok || !named) {
+  if (!ok || !named || !bad.empty()) {
     why = "malformed request: " + (bad.empty() ? std::string("params.name (the tool) is missing") : bad);
     return false;
   }
-  if (has_arguments) request.input_json = std::string(arguments);
+  if (!arguments.empty()) request.input_json = std::string(arguments);
   if (meta.empty()) return true;
+  std::set<std::string, std::less<>> seen;
   bool meta_ok = jsonrpc::for_each_member(
       meta,
       [&](const Member& m) {
@@ -122,6 +130,10 @@ bool read_call(std::string_view params, Request& request, std::string& token, st
           return false;
         };
         const std::string_view k = m.key;
+        if (!seen.emplace(k).second) {
+          bad = "_meta." + std::string(k) + " is given twice";
+          return false;
+        }
         if (k == "progressToken") {
           if (m.type != Member::Type::string && m.type != Member::Type::number) {
             bad = std::string("_meta.progressToken must be a string or a number, not ") + jsonrpc::type_name(m.type);
@@ -154,7 +166,6 @@ bool read_call(std::string_view params, Request& request, std::string& token, st
           }
           request.timeout_ms = v;
         } else if (field == "ds_state") {
-          if (!expect(Member::Type::object, "an object")) return false;
           DsUpdate update;
           std::string ds_why;
           if (!decode_ds_state(m.raw, update, ds_why)) {
@@ -272,6 +283,13 @@ LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Sessi
     const bool usable_id = !m.id.empty() && (m.id.front() == '"' || m.id.front() == '-' ||
                                              (m.id.front() >= '0' && m.id.front() <= '9'));
     jsonrpc::append_error(out, usable_id ? m.id : "null", jsonrpc::kInvalidRequest, "Invalid Request: " + m.why,
+                          error_data(ErrorKind::malformed_request));
+    return handled;
+  }
+  if (m.kind == Kind::request && !m.id.empty() && m.id.front() != '"' &&
+      m.id.find_first_of(".eE") != std::string_view::npos) {
+    // (JSON-RPC says an id SHOULD NOT hold a fraction; this front takes integers and strings.)
+    jsonrpc::append_error(out, "null", jsonrpc::kInvalidRequest, "Invalid Request: the id must be a string or an integer",
                           error_data(ErrorKind::malformed_request));
     return handled;
   }

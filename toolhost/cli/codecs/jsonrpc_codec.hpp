@@ -18,9 +18,8 @@ namespace machina::cli {
 class JsonRpcCodec final : public LineCodec {
  public:
   enum class Dialect { mcp, skill };
-  /// `session_id` names the connection to the hosted skills (a skill front's
-  /// lifecycle/onSessionStart is passed on under the id it names).
-  JsonRpcCodec(Dialect dialect, std::size_t page_size = 100);
+  /// `page_size`: tools per tools/list page (MCP).
+  explicit JsonRpcCodec(Dialect dialect, std::size_t page_size = 100);
 
   Handled handle(Host& host, std::string_view line, Session& session, std::string& out, Takeover* takeover) override;
   void answer_too_large(Host& host, std::string_view head, std::string& out) override;
