@@ -388,7 +388,8 @@ def assert_equivalent(answer: dict[str, Any], want: dict[str, Any], label: str) 
         if text.lstrip().startswith("{"):
             assert result["structuredContent"] == json.loads(text), label
     else:
-        assert (meta["machina/status"], meta["machina/code"], text) == (want["status"], want["code"], want["error"]), label
+        said = (meta["machina/status"], meta["machina/code"], text)
+        assert said == (want["status"], want["code"], want["error"]), label
         for key in ("tier", "aid", "reason"):
             assert meta.get(f"machina/{key}") == want.get(key), label
     if "ds_state" in want:

@@ -1,0 +1,175 @@
+// JsonRpcChild: a child process spoken to in JSON-RPC on its stdin and stdout. Children
+// here are small Python programs (python3 on PATH), each doing one thing a real skill or
+// MCP server may do: answer out of order, ask the host, notify, write garbage, write too
+// much, end, hang.
+#include <machina/host.hpp>
+#include <machina/jsonrpc_child.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <future>
+#include <thread>
+#include <vector>
+
+using namespace machina;
+
+namespace {
+
+JsonRpcChildOptions python(const std::string& program, std::size_t max_line = 1u << 20) {
+  JsonRpcChildOptions o;
+  o.argv = {"/usr/bin/env", "python3", "-u", "-c", program};
+  const char* path = std::getenv("PATH");
+  o.env = {std::string("PATH=") + (path != nullptr ? path : "/usr/bin:/bin")};
+  o.max_line_bytes = max_line;
+  return o;
+}
+
+const JsonRpcChild::RequestHandler kRefuse = [](const jsonrpc::Message& m, std::string& reply) {
+  jsonrpc::append_error(reply, m.id, jsonrpc::kMethodNotFound, "Method not found");
+};
+const JsonRpcChild::NotificationHandler kIgnore = [](const jsonrpc::Message&) {};
+
+std::int64_t in_ms(std::int64_t ms) { return steady_now_ms() + ms; }
+
+// Reads three requests, then answers them last first (each with its own params).
+const char* kReversed = R"(
+import json, sys
+got = [json.loads(sys.stdin.readline()) for _ in range(3)]
+for m in reversed(got):
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": m["params"]}), flush=True)
+sys.stdin.read()
+)";
+
+}  // namespace
+
+TEST_CASE("answers are matched to their calls by id, whatever their order") {
+  JsonRpcChild child(python(kReversed), kRefuse, kIgnore);
+  std::vector<std::future<JsonRpcChild::Reply>> calls;
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(std::async(std::launch::async, [&child, i] {
+      return child.call("echo", "{\"n\":" + std::to_string(i) + "}", in_ms(10'000));
+    }));
+  }
+  for (int i = 0; i < 3; ++i) {
+    const auto r = calls[i].get();
+    CHECK(r.ending == JsonRpcChild::Reply::Ending::result);
+    CHECK(r.result == "{\"n\": " + std::to_string(i) + "}");
+  }
+  CHECK(child.in_flight() == 0);
+  child.finish(2000);
+  CHECK_FALSE(child.alive());
+}
+
+TEST_CASE("the child's requests are answered and its notifications handed on") {
+  const char* program = R"(
+import json, sys
+call = json.loads(sys.stdin.readline())
+print(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}), flush=True)
+print(json.dumps({"jsonrpc": "2.0", "id": "c1", "method": "state/get", "params": {}}), flush=True)
+answer = json.loads(sys.stdin.readline())
+print(json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": {"host_said": answer}}), flush=True)
+sys.stdin.read()
+)";
+  std::atomic<int> notified{0};
+  JsonRpcChild child(
+      python(program),
+      [](const jsonrpc::Message& m, std::string& reply) {
+        CHECK(m.method == "state/get");
+        jsonrpc::append_result(reply, m.id, "{\"slots\":{}}");
+      },
+      [&](const jsonrpc::Message& m) {
+        CHECK(m.method == "notifications/progress");
+        ++notified;
+      });
+  const auto r = child.call("go", "{}", in_ms(10'000));
+  REQUIRE(r.ending == JsonRpcChild::Reply::Ending::result);
+  CHECK(r.result == R"({"host_said": {"jsonrpc": "2.0", "id": "c1", "result": {"slots": {}}}})");
+  CHECK(notified == 1);
+}
+
+TEST_CASE("an error answer is an error, with its code, message and data") {
+  const char* program = R"(
+import json, sys
+m = json.loads(sys.stdin.readline())
+print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32000, "message": "nope", "data": [1]}}), flush=True)
+sys.stdin.read()
+)";
+  JsonRpcChild child(python(program), kRefuse, kIgnore);
+  const auto r = child.call("x", "{}", in_ms(10'000));
+  CHECK(r.ending == JsonRpcChild::Reply::Ending::error);
+  CHECK(r.code == -32000);
+  CHECK(r.message == "nope");
+  CHECK(r.data == "[1]");
+}
+
+TEST_CASE("garbage, a message over the cap or an end fail every call in flight") {
+  SUBCASE("garbage") {
+    JsonRpcChild child(python("import sys\nsys.stdin.readline(); sys.stdin.readline()\nprint('hello there', flush=True)\n"
+                              "sys.stdin.read()"),
+                       kRefuse, kIgnore);
+    auto other = std::async(std::launch::async, [&] { return child.call("a", "{}", in_ms(10'000)); });
+    const auto r = child.call("b", "{}", in_ms(10'000));
+    CHECK(r.ending == JsonRpcChild::Reply::Ending::crashed);
+    CHECK(r.message.find("not JSON-RPC") != std::string::npos);
+    CHECK(r.message.find("hello there") != std::string::npos);
+    CHECK(other.get().ending == JsonRpcChild::Reply::Ending::crashed);
+    CHECK_FALSE(child.alive());
+    CHECK(child.call("c", "{}", in_ms(1000)).ending == JsonRpcChild::Reply::Ending::crashed);
+  }
+  SUBCASE("a message over the cap") {
+    JsonRpcChild child(python("import sys\nsys.stdin.readline()\nsys.stdout.write('{' * 5000)\nsys.stdout.flush()\n"
+                              "sys.stdin.read()",
+                              1000),
+                       kRefuse, kIgnore);
+    const auto r = child.call("a", "{}", in_ms(10'000));
+    CHECK(r.ending == JsonRpcChild::Reply::Ending::crashed);
+    CHECK(r.message.find("over 1000 bytes") != std::string::npos);
+  }
+  SUBCASE("an end, with the tail of its stderr") {
+    JsonRpcChild child(python("import sys\nsys.stdin.readline()\nsys.stderr.write('bye now\\n')\nsys.exit(4)"), kRefuse,
+                       kIgnore);
+    const auto r = child.call("a", "{}", in_ms(10'000));
+    CHECK(r.ending == JsonRpcChild::Reply::Ending::crashed);
+    CHECK(r.message.find("exited with status 4") != std::string::npos);
+    CHECK(r.message.find("bye now") != std::string::npos);
+  }
+}
+
+TEST_CASE("a call ends at its deadline, or at once when cancelled") {
+  JsonRpcChild child(python("import sys\nsys.stdin.read()"), kRefuse, kIgnore);
+  const auto t0 = steady_now_ms();
+  const auto late = child.call("a", "{}", in_ms(200));
+  CHECK(late.ending == JsonRpcChild::Reply::Ending::timed_out);
+  CHECK(steady_now_ms() - t0 >= 200);
+  CHECK(steady_now_ms() - t0 < 2000);
+
+  CancelToken token;
+  std::int64_t sent = 0;
+  auto waiting = std::async(std::launch::async, [&] {
+    return child.call("b", "{}", in_ms(60'000), &token, [&](std::int64_t id) { sent = id; });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t1 = steady_now_ms();
+  token.cancel();
+  const auto r = waiting.get();
+  CHECK(r.ending == JsonRpcChild::Reply::Ending::cancelled);
+  CHECK(steady_now_ms() - t1 < 1000);
+  CHECK(sent == 2);  // ids count up from 1
+  CHECK(child.alive());  // (the child is not harmed: its owner decides what to tell it)
+}
+
+TEST_CASE("finish closes the child's input and kills one that does not leave") {
+  JsonRpcChild polite(python("import sys\nsys.stdin.read()"), kRefuse, kIgnore);
+  const auto t0 = steady_now_ms();
+  polite.finish(5000);
+  CHECK(steady_now_ms() - t0 < 4000);
+  CHECK(polite.ended_how() == "it was closed");
+
+  JsonRpcChild stubborn(python("import signal, sys, time\nsys.stdin.read()\ntime.sleep(60)"), kRefuse, kIgnore);
+  const auto t1 = steady_now_ms();
+  stubborn.finish(300);
+  CHECK(steady_now_ms() - t1 < 3000);
+  CHECK_FALSE(stubborn.alive());
+}
