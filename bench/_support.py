@@ -9,6 +9,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,10 @@ class Latency:
 
     def p(self, q: float) -> float:
         return percentile(self.sorted_ns, q)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.ns) / len(self.ns)
 
 
 def repeat(fn: Callable[[], float], times: int) -> Spread:
@@ -141,6 +146,47 @@ def file_fed(cmd: list[str], stdin: Path, out: Path, expect_lines: int, env: dic
     return Run(elapsed, stderr)
 
 
+def pipelined(cmd: list[str], stdin: Path, expect_lines: int, env: dict[str, str] | None = None,
+              marker: bytes = b"") -> float:
+    """Seconds from the first byte written to the last of `expect_lines` response lines read,
+    with the input kept open meanwhile (a host may stop at the end of its input before it has
+    answered what it read). Every line must hold `marker`."""
+    data = stdin.read_bytes()
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    got = bytearray()
+    lines = 0
+
+    def write() -> None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(data)
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+
+    writer = threading.Thread(target=write, daemon=True)
+    start = time.perf_counter()
+    writer.start()
+    while lines < expect_lines:
+        chunk = proc.stdout.read1(1 << 20)
+        if not chunk:
+            break
+        got += chunk
+        lines += chunk.count(b"\n")
+    elapsed = time.perf_counter() - start
+    writer.join()
+    proc.stdin.close()
+    proc.stdout.read()
+    stderr = proc.stderr.read() if proc.stderr is not None else b""
+    proc.wait()
+    if lines != expect_lines:
+        raise RuntimeError(f"{' '.join(cmd)}: {lines} response lines for {expect_lines} requests: {stderr[-500:]!r}")
+    if marker and got.count(marker) < expect_lines - 1:
+        raise RuntimeError(f"{' '.join(cmd)}: answers without {marker!r}")
+    return elapsed
+
+
 def count_lines(path: Path) -> int:
     n = 0
     with path.open("rb") as f:
@@ -177,6 +223,9 @@ class Native:
 
     def lockstep(self) -> Path:
         return self._compile("lockstep", self.build / "lockstep", [])
+
+    def echo_skill(self) -> Path:
+        return self._compile("echo_skill", self.build / "echo_skill", [])
 
     def maxrss(self) -> Path:
         return self._compile("maxrss", self.build / "maxrss", [])

@@ -42,6 +42,16 @@ GOALS: list[tuple[str, str, str, Callable[[float], bool], Callable[[float], str]
      lambda v: v >= 150, lambda v: f"{v:.0f}×"),
     ("python_pipelined_cps", "Python tool pipelined, 2 Python workers", "≥ 30 k calls/s", lambda v: v >= 30e3,
      lambda v: f"{v / 1e3:.1f} k calls/s"),
+    ("mcp_front_lockstep_ratio_one_cpu", "--mcp lock-step calls/s ÷ the MCP SDK's server, one vCPU", "≥ 100×",
+     lambda v: v >= 100, lambda v: f"{v:.0f}×"),
+    ("mcp_front_lockstep_ratio_two_cpu", "--mcp lock-step calls/s ÷ the MCP SDK's server, two vCPUs", "≥ 100×",
+     lambda v: v >= 100, lambda v: f"{v:.0f}×"),
+    ("mcp_front_pipelined_ratio", "--mcp pipelined calls/s ÷ the MCP SDK's server", "≥ 100×", lambda v: v >= 100,
+     lambda v: f"{v:.0f}×"),
+    ("skill_runner_added_us", "the skill runner adds per call (lock-step p50, one vCPU)", "≤ 15 µs",
+     lambda v: v <= 15, lambda v: f"{v:.1f} µs"),
+    ("skill_16x10ms_ms", "16 concurrent calls to a skill sleeping 10 ms, total", "≤ 30 ms", lambda v: v <= 30,
+     lambda v: f"{v:.1f} ms"),
 ]
 
 

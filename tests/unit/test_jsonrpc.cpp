@@ -75,3 +75,26 @@ TEST_CASE("lines written back are JSON-RPC 2.0 and carry their raw parts as they
   CHECK(lines[2] == nlohmann::json{{"jsonrpc", "2.0"}, {"id", "a"}, {"result", {{"x", 1}}}});
   CHECK(lines[3] == nlohmann::json{{"jsonrpc", "2.0"}, {"id", nullptr}, {"error", {{"code", -32601}, {"message", "Method not found"}, {"data", "foo"}}}});
 }
+
+TEST_CASE("the elements of an array, each with its own text") {
+  std::vector<std::string> raw;
+  std::vector<machina::jsonrpc::Member::Type> types;
+  std::string why;
+  auto collect = [&](const machina::jsonrpc::Member& m) {
+    raw.emplace_back(m.raw);
+    types.push_back(m.type);
+    return true;
+  };
+  REQUIRE(machina::jsonrpc::for_each_element(R"([ 1, "two" ,{"a":[3]}, [4, {"b":5}],null,true ])", collect, why));
+  CHECK(raw == std::vector<std::string>{"1", "\"two\"", R"({"a":[3]})", R"([4, {"b":5}])", "null", "true"});
+  CHECK(types[2] == machina::jsonrpc::Member::Type::object);
+  CHECK(types[3] == machina::jsonrpc::Member::Type::array);
+  raw.clear();
+  CHECK(machina::jsonrpc::for_each_element("[]", collect, why));
+  CHECK(raw.empty());
+  CHECK_FALSE(machina::jsonrpc::for_each_element("{}", collect, why));
+  CHECK_FALSE(machina::jsonrpc::for_each_element("[1,", collect, why));
+  int seen = 0;
+  CHECK_FALSE(machina::jsonrpc::for_each_element("[1,2,3]", [&](const machina::jsonrpc::Member&) { return ++seen < 2; }, why));
+  CHECK(seen == 2);
+}

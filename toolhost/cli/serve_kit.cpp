@@ -294,69 +294,22 @@ struct Job {
   std::string line;  // (too large: its head)
 };
 
-/// Bounded multi-consumer queue; close() lets consumers drain and stop.
-class JobQueue {
- public:
-  explicit JobQueue(std::size_t cap) : cap_(cap) {}
-  void push(Job job) {
-    std::unique_lock lock(mu_);
-    not_full_.wait(lock, [&] { return q_.size() < cap_; });
-    q_.push_back(std::move(job));
-    not_empty_.notify_one();
-  }
-  std::optional<Job> pop() {
-    std::unique_lock lock(mu_);
-    not_empty_.wait(lock, [&] { return !q_.empty() || closed_; });
-    if (q_.empty()) return std::nullopt;
-    Job job = std::move(q_.front());
-    q_.pop_front();
-    not_full_.notify_one();
-    return job;
-  }
-  void close() {
-    std::lock_guard lock(mu_);
-    closed_ = true;
-    not_empty_.notify_all();
-  }
-
- private:
-  std::size_t cap_;
-  std::mutex mu_;
-  std::condition_variable not_empty_, not_full_;
-  std::deque<Job> q_;
-  bool closed_ = false;
-};
-
-/// --serve --workers N: a reader thread feeds a bounded queue, N threads run calls. A
-/// worker thread lost to a stuck tool has its call answered through deliver_overrun()
-/// and is replaced, so N threads keep serving.
+/// --serve --workers N (and the JSON-RPC fronts): N calls at once, on N + 1 threads that take
+/// turns reading (leader and followers). The thread that reads a line runs its call itself,
+/// having first handed the reading to another, so a call costs no hand-over between threads
+/// and the input is read while calls run (a cancellation reaches them). With N calls
+/// running, lines read wait in order for the first thread to come free. A thread lost to a
+/// stuck tool has its call answered through deliver_overrun() and is replaced.
 class WorkerServer {
  public:
   WorkerServer(Host& host, LineCodec& codec, const ServeOptions& o)
       : host_(host), codec_(codec), o_(o), session_(true), wire_(o.out_fd), writer_(wire_, o.max_in_flight),
-        queue_(o.workers * 4) {
+        reader_(o.in_fd, host.options().max_request_bytes, o.spin) {
     codec_.attach([this](std::string_view lines) { wire_.write(lines); });
   }
 
   int run() {
-    for (unsigned i = 0; i < o_.workers; ++i) threads_.start([this] { work(); });
-    LineReader reader(o_.in_fd, host_.options().max_request_bytes, o_.spin);
-    std::uint64_t seq = 0;
-    std::string_view line;
-    for (;;) {
-      const auto next = reader.next(line, [] {});
-      if (next == LineReader::Next::eof) break;
-      const bool too_large = next == LineReader::Next::too_large;
-      if (!too_large && is_blank(line)) continue;
-      // Read while earlier lines' calls run: a cancellation reaches them.
-      const auto peek = too_large ? LineCodec::Peek::handle : codec_.peek(line);
-      if (peek == LineCodec::Peek::done) continue;
-      writer_.wait_for_room(seq);
-      if (!writer_.open()) break;
-      queue_.push(Job{seq++, too_large, std::string(line)});
-      if (peek == LineCodec::Peek::handle_then_stop) break;
-    }
-    queue_.close();
+    for (unsigned i = 0; i <= o_.workers; ++i) threads_.start([this] { work(); });
     threads_.wait_all();
     return 0;
   }
@@ -370,31 +323,137 @@ class WorkerServer {
       std::string text;
       server->codec_.encode(response, text);
       server->writer_.emit(seq, !response.id_json.empty(), std::move(text));
+      {
+        std::lock_guard lock(server->mu_);
+        --server->busy_;  // its thread stays in the tool: a new one serves in its place
+      }
       server->threads_.start([s = server] { s->work(); });  // before lost(): the count never touches 0
       server->threads_.lost();
     }
   };
 
+  /// Reads the next line to run (this thread being the one reading); false at the end.
+  bool read_job(Job& job) {
+    std::string_view line;
+    for (;;) {
+      const auto next = reader_.next(line, [] {});
+      if (next == LineReader::Next::eof) return false;
+      const bool too_large = next == LineReader::Next::too_large;
+      if (!too_large && is_blank(line)) continue;
+      // Read while earlier lines' calls run: a cancellation reaches them.
+      const auto peek = too_large ? LineCodec::Peek::handle : codec_.peek(line);
+      if (peek == LineCodec::Peek::done) continue;
+      writer_.wait_for_room(seq_);
+      if (!writer_.open()) return false;
+      job = Job{seq_++, too_large, std::string(line)};
+      if (peek == LineCodec::Peek::handle_then_stop) stop_after_ = true;
+      return true;
+    }
+  }
+
   void work() {
+    using Clock = std::chrono::steady_clock;
     std::string out;
     LineSession session(session_, o_.state_per_call);
-    while (auto job = queue_.pop()) {
-      out.clear();
-      LineCodec::Handled handled;
-      if (job->too_large) {
-        codec_.answer_too_large(host_, job->line, out);
-      } else {
-        JobTakeover takeover(this, job->seq);
-        handled = codec_.handle(host_, job->line, session.get(), out, &takeover);
-        if (handled.abandoned) {
-          threads_.came_back();  // balanced when this thread ends
-          return;
+    std::unique_lock lock(mu_);
+    for (;;) {
+      Job job;
+      const auto now = Clock::now();
+      if (!waiting_.empty() && busy_ < o_.workers) {
+        job = std::move(waiting_.front());
+        waiting_.pop_front();
+      } else if (!reading_ && !ended_ && (!unattended_ || now >= unattended_at_ + kTakeOver)) {
+        // This thread reads (taking over from a call left unattended past kTakeOver).
+        unattended_ = false;
+        reading_ = true;
+        lock.unlock();
+        const bool got = read_job(job);
+        lock.lock();
+        reading_ = false;
+        last_read_ = Clock::now();
+        if (!got || stop_after_) ended_ = true;
+        if (ended_) {  // (at the end: all leave)
+          turn_.notify_all();
+          standby_cv_.notify_all();
         }
-        session.done();
+        if (!got) continue;
+        if (busy_ >= o_.workers) {  // every call slot taken: it waits its turn
+          waiting_.push_back(std::move(job));
+          continue;
+        }
+        const bool alone = busy_ == 0 && waiting_.empty();
+        ++busy_;
+        if (alone && !ended_) {
+          // Nothing else in flight: run it without handing the reading on (a wake-up of
+          // another thread costs more than most calls); the standby takes the reading over
+          // if the call lasts past kTakeOver.
+          unattended_ = true;
+          unattended_at_ = last_read_;
+          const std::uint64_t mine = ++unattended_serial_;
+          if (standby_idle_) standby_cv_.notify_one();
+          lock.unlock();
+          if (!run_job(job, out, session)) return;
+          lock.lock();
+          --busy_;
+          if (unattended_ && unattended_serial_ == mine) unattended_ = false;  // not taken over: it reads on
+          continue;
+        }
+        lock.unlock();
+        if (!ended_) turn_.notify_one();  // another thread reads now
+        if (!run_job(job, out, session)) return;
+        lock.lock();
+        --busy_;
+        continue;
+      } else if (ended_ && waiting_.empty()) {
+        turn_.notify_all();  // (those asleep leave too)
+        standby_cv_.notify_all();
+        return;
+      } else if (!standby_ && !ended_) {
+        // The standby: awake every kStandbyPoll while requests come, so that it sees a
+        // call left unattended; asleep when they stop, woken by the next one.
+        standby_ = true;
+        if (unattended_) {
+          standby_cv_.wait_until(lock, unattended_at_ + kTakeOver);
+        } else if (now - last_read_ < kActive) {
+          standby_cv_.wait_for(lock, kStandbyPoll);
+        } else {
+          standby_idle_ = true;
+          standby_cv_.wait(lock);
+          standby_idle_ = false;
+        }
+        standby_ = false;
+        continue;
+      } else {
+        turn_.wait(lock);
+        continue;
       }
-      writer_.emit(job->seq, handled.has_id, std::move(out));
-      out = std::string();
+      ++busy_;
+      lock.unlock();
+      if (!run_job(job, out, session)) return;
+      lock.lock();
+      --busy_;  // (this thread takes what waits, or reads, or sleeps: nobody else need wake)
     }
+  }
+
+  /// Runs one line's call and writes its answer; false if the thread was lost to a stuck
+  /// tool (it must leave: another serves in its place).
+  bool run_job(Job& job, std::string& out, LineSession& session) {
+    out.clear();
+    LineCodec::Handled handled;
+    if (job.too_large) {
+      codec_.answer_too_large(host_, job.line, out);
+    } else {
+      JobTakeover takeover(this, job.seq);
+      handled = codec_.handle(host_, job.line, session.get(), out, &takeover);
+      if (handled.abandoned) {
+        threads_.came_back();  // balanced when this thread ends
+        return false;
+      }
+      session.done();
+    }
+    writer_.emit(job.seq, handled.has_id, std::move(out));
+    out = std::string();
+    return true;
   }
 
   Host& host_;
@@ -403,7 +462,27 @@ class WorkerServer {
   Session session_;
   Wire wire_;
   OrderedWriter writer_;
-  JobQueue queue_;
+  LineReader reader_;          // used by the one thread reading
+  std::uint64_t seq_ = 0;      // (the reading thread's)
+  bool stop_after_ = false;    // (the reading thread's) a line said to read no further
+  // A call left unattended (run by the thread that read it, nobody reading) is taken over
+  // after this long; the standby looks this often while requests come, and sleeps once
+  // none has come for kActive.
+  static constexpr std::chrono::microseconds kTakeOver{200};
+  static constexpr std::chrono::milliseconds kStandbyPoll{1};
+  static constexpr std::chrono::milliseconds kActive{100};
+  std::mutex mu_;
+  std::condition_variable turn_;        // followers
+  std::condition_variable standby_cv_;  // the standby
+  bool standby_ = false;       // a thread stands by
+  bool standby_idle_ = false;  // ... asleep until woken
+  bool unattended_ = false;    // nobody reads: the reader runs a call (since unattended_at_)
+  std::chrono::steady_clock::time_point unattended_at_{}, last_read_{};
+  std::uint64_t unattended_serial_ = 0;  // which run left it so
+  bool reading_ = false;       // a thread is reading
+  bool ended_ = false;         // nothing more will be read
+  unsigned busy_ = 0;          // calls running
+  std::deque<Job> waiting_;    // read, waiting for a call slot
   ServingThreads threads_;
 };
 

@@ -205,21 +205,25 @@ class MemberSax {
     }
     return true;
   }
-  bool StartObject() {
-    if (depth_ == 0) object_ = true;
-    ++depth_;
-    return true;
-  }
+  bool StartObject() { return start(true); }
   bool EndObject(rapidjson::SizeType) { return end(Member::Type::object); }
-  bool StartArray() {
-    ++depth_;
-    return true;
-  }
+  bool StartArray() { return start(false); }
   bool EndArray(rapidjson::SizeType) { return end(Member::Type::array); }
   bool object() const { return object_; }
+  bool array() const { return array_; }
   bool stopped() const { return stopped_; }
 
  private:
+  bool start(bool object) {
+    if (depth_ == 0) {
+      object_ = object;
+      array_ = !object;
+    } else if (depth_ == 1 && array_) {
+      start_ = stream_.Tell() - 1;  // (an element: from its opening bracket)
+    }
+    ++depth_;
+    return true;
+  }
   std::string_view raw() const {
     std::size_t at = start_;
     while (at < text_.size() &&
@@ -238,21 +242,36 @@ class MemberSax {
   }
   bool scalar(Member::Type type, std::string_view string) {
     if (depth_ != 1) return true;
-    return emit(type, string);
+    if (array_) {  // an element's text: from after the separator before it
+      start_ = element_start();
+    }
+    const bool go_on = emit(type, string);
+    last_end_ = stream_.Tell();
+    return go_on;
+  }
+  /// Where the element that just ended began (after the '[' or ',' before it).
+  std::size_t element_start() const {
+    std::size_t at = last_end_;
+    while (at < text_.size() && (text_[at] == '[' || text_[at] == ',' || text_[at] == ' ' || text_[at] == '\t' ||
+                                 text_[at] == '\n' || text_[at] == '\r'))
+      ++at;
+    return at;
   }
   bool end(Member::Type type) {
     --depth_;
-    if (depth_ == 1) return emit(type, {});
-    return true;
+    if (depth_ != 1) return true;
+    const bool go_on = emit(type, {});
+    last_end_ = stream_.Tell();
+    return go_on;
   }
 
   const rapidjson::MemoryStream& stream_;
   std::string_view text_;
   const std::function<bool(const Member&)>& each_;
   std::string key_;
-  std::size_t start_ = 0;
+  std::size_t start_ = 0, last_end_ = 0;
   int depth_ = 0;
-  bool object_ = false, stopped_ = false;
+  bool object_ = false, array_ = false, stopped_ = false;
 };
 
 }  // namespace
@@ -273,6 +292,22 @@ bool for_each_member(std::string_view text, const std::function<bool(const Membe
   }
   if (!sax.object()) {
     why = "not an object";
+    return false;
+  }
+  return true;
+}
+
+bool for_each_element(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
+  rapidjson::MemoryStream stream(text.data(), text.size());
+  MemberSax sax(stream, text, each);
+  rapidjson::Reader reader;
+  const auto result = reader.Parse<rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseStopWhenDoneFlag>(stream, sax);
+  if (sax.stopped()) {
+    why = "stopped";
+    return false;
+  }
+  if (!result || !sax.array()) {
+    why = result ? "not an array" : "not JSON";
     return false;
   }
   return true;

@@ -59,6 +59,9 @@ struct Member {
 /// false. False, with `why`, when `text` is not a JSON object (or `each` stopped).
 bool for_each_member(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why);
 
+/// The same for the elements of the JSON array `text` (each with an empty key).
+bool for_each_element(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why);
+
 /// The raw id of the message whose first bytes are `head` (a line cut short: too large
 /// to read whole), if its members up to the id are in it; "" otherwise.
 std::string find_id(std::string_view head);

@@ -14,6 +14,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #ifndef MACHINA_VERSION
@@ -76,6 +77,61 @@ std::string output_of(const json& result) {
       content[0].contains("text") && content[0]["text"].is_string())
     return json(content[0]["text"].get<std::string>()).dump();
   return content.dump();
+}
+
+/// output_of() without a DOM, for the results of every shape but an error: the output is a
+/// span of the answer's own JSON text (structuredContent, a string content, a single text
+/// block's text, the content list). False for an isError result (or one not an object).
+bool fast_output(std::string_view result, std::string& output) {
+  using jsonrpc::Member;
+  std::string_view structured, content;
+  Member::Type content_type = Member::Type::null;
+  bool error = false;
+  std::string why;
+  const bool ok = jsonrpc::for_each_member(
+      result,
+      [&](const Member& m) {
+        if (m.key == "structuredContent" && m.type != Member::Type::null) structured = m.raw;
+        else if (m.key == "content") content = m.raw, content_type = m.type;
+        else if (m.key == "isError" && m.raw == "true") error = true;
+        return true;
+      },
+      why);
+  if (!ok || error) return false;
+  if (!structured.empty()) {
+    output.assign(structured);
+  } else if (content.empty()) {
+    output.assign(result);
+  } else if (content_type == Member::Type::string) {
+    output.assign(content);
+  } else {
+    // A list of one text block: its text (a JSON string as written); any other list as it is.
+    std::string_view only, text;
+    int count = 0;
+    if (content_type == Member::Type::array) {
+      jsonrpc::for_each_element(
+          content,
+          [&](const Member& m) {
+            only = m.raw;
+            return ++count < 2;
+          },
+          why);
+    }
+    if (count == 1 && !only.empty() && only.front() == '{') {
+      bool is_text = false;
+      jsonrpc::for_each_member(
+          only,
+          [&](const Member& m) {
+            if (m.key == "type") is_text = m.type == Member::Type::string && m.string == "text";
+            else if (m.key == "text" && m.type == Member::Type::string) text = m.raw;
+            return true;
+          },
+          why);
+      if (!is_text) text = {};
+    }
+    output.assign(text.empty() ? content : text);
+  }
+  return true;
 }
 
 bool is_object_text(std::string_view text) {
@@ -342,12 +398,29 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
   const auto t0 = Clock::now();
   RunOutcome out;
   const std::string what = std::string(kind() == "mcp" ? "MCP server " : "skill ") + options_.name;
-  json trace = {{"runner", std::string(kind())}, {"server", options_.name}, {"tool", tool}, {"timeout_ms", spec.timeout_ms}};
-  if (!spec.trace_id.empty()) trace["trace_id"] = std::string(spec.trace_id);
+  int jsonrpc_error = 0;
   auto finish = [&](pid_t pid) {
-    if (pid > 0) trace["child_pid"] = pid;
-    trace["duration_ms"] = millis_since(t0);
-    spec.call.trace_json = trace.dump(-1, ' ', false, json::error_handler_t::replace);
+    // The trace, written directly (this is on every call's path).
+    std::string& t = spec.call.trace_json;
+    t.clear();
+    t += "{\"runner\":\"";
+    t += kind();
+    t += "\",\"server\":";
+    append_json_string(t, options_.name);
+    t += ",\"tool\":";
+    append_json_string(t, tool);
+    t += ",\"timeout_ms\":" + std::to_string(spec.timeout_ms);
+    if (!spec.trace_id.empty()) {
+      t += ",\"trace_id\":";
+      append_json_string(t, spec.trace_id);
+    }
+    if (pid > 0) t += ",\"child_pid\":" + std::to_string(pid);
+    if (jsonrpc_error != 0) t += ",\"jsonrpc_error\":" + std::to_string(jsonrpc_error);
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.3f", millis_since(t0));
+    t += ",\"duration_ms\":";
+    t += ms;
+    t += '}';
     return out;
   };
   if (!is_object_text(spec.input_json)) {
@@ -399,20 +472,18 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
         std::lock_guard lock(mu_);
         failures_ = 0;
       }
-      const auto result = json::parse(reply.result, nullptr, false);
-      if (result.is_discarded()) {
-        out.ending = RunOutcome::Ending::crashed;
-        out.detail = what + " answered with a result that is not JSON";
-        return finish(child->pid());
-      }
       out.ending = RunOutcome::Ending::ran;
-      if (result.is_object() && result.value("isError", false) == true) {
-        spec.call.error = content_text(result.value("content", json(""))).substr(0, kMaxToolErrorBytes);
-        if (spec.call.error.empty()) spec.call.error = "the tool reported an error";
-        out.rc = MACHINA_TOOL_ERROR;
-        return finish(child->pid());
+      std::string output;
+      if (!fast_output(reply.result, output)) {
+        const auto result = json::parse(reply.result, nullptr, false);
+        if (result.is_object() && result.value("isError", false) == true) {
+          spec.call.error = content_text(result.value("content", json(""))).substr(0, kMaxToolErrorBytes);
+          if (spec.call.error.empty()) spec.call.error = "the tool reported an error";
+          out.rc = MACHINA_TOOL_ERROR;
+          return finish(child->pid());
+        }
+        output = output_of(result);
       }
-      std::string output = output_of(result);
       if (output.size() > spec.call.max_output) {
         spec.call.output_overflow = true;
       } else {
@@ -426,7 +497,7 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
       out.ending = RunOutcome::Ending::ran;
       out.rc = MACHINA_TOOL_ERROR;
       spec.call.error = "error " + std::to_string(reply.code) + ": " + reply.message;
-      trace["jsonrpc_error"] = reply.code;
+      jsonrpc_error = reply.code;
       return finish(child->pid());
     case Ending::timed_out:
     case Ending::cancelled: {
