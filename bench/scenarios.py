@@ -899,8 +899,9 @@ def mcp_calls_file(ctx: Ctx, name: str, tool: str, n: int, handshake: bool) -> P
         if handshake:
             f.write(MCP_INITIALIZED[2:] + "\n")
         for i in range(n):
-            f.write('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s",'
-                    '"arguments":{"msg":"hello","n":1}}}\n' % (i + 10, tool))
+            f.write(json.dumps({"jsonrpc": "2.0", "id": i + 10, "method": "tools/call",
+                                "params": {"name": tool, "arguments": {"msg": "hello", "n": 1}}},
+                               separators=(",", ":")) + "\n")
     return path
 
 
