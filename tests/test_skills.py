@@ -362,3 +362,34 @@ def test_skill_data_defaults_beneath_the_state_directory(skill_dir: Path, tmp_pa
                 "--tools", str(skill_dir), env=skill_env(tmp_path))
     assert out[0]["ok"]
     assert (tmp_path / "state" / "machina-toolhost" / "skills" / "probe" / "f.txt").read_text() == "v"
+
+
+# --- the example skill (docs/example_skill) ---------------------------------------------------------------
+
+
+def test_the_example_skill_as_its_guide_shows(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parent.parent / "docs" / "example_skill"
+    n = "AID.SKILL.NOTEBOOK."
+    out = serve([{"id": 1, "aid": n + "NOTE_WRITE.v1", "input_json": json.dumps({"name": "todo", "text": "buy milk"})},
+                 {"id": 2, "aid": n + "NOTE_READ.v1", "input_json": json.dumps({"name": "todo"})},
+                 {"id": 3, "aid": n + "REMEMBER.v1", "input_json": json.dumps({"slot": 2, "text": "hi"})},
+                 {"id": 4, "aid": n + "NOTE_READ.v1", "input_json": json.dumps({"name": "none"})},
+                 {"id": 5, "aid": n + "COUNT_WORDS.v1", "input_json": json.dumps({"text": "a b c"})},
+                 {"id": 6, "aid": n + "NOTE_WRITE.v1", "input_json": json.dumps({"name": "../x", "text": "y"})}],
+                "--tools", str(example), env=skill_env(tmp_path))
+    assert [json.loads(r["output_json"]) if r["ok"] else r["error"] for r in out] == [
+        "kept todo", "buy milk", "remembered in DS2", "no note named none", {"words": 3},
+        "error -32603: not a note name: '../x'"]
+    assert out[2]["ds_state"]["slots"]["DS2"]["content_json"] == '"hi"'
+    notes = tmp_path / "state" / "machina-toolhost" / "skills" / "notebook" / "notes"
+    assert (notes / "todo.txt").read_text() == "buy milk"
+    # By hand, as the seed's Testing section does: answers to the three lines, in order.
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+              "params": {"name": "count_words", "arguments": {"text": "a b c"}}},
+             {"jsonrpc": "2.0", "id": 3, "method": "shutdown", "params": {}}]
+    hand = subprocess.run([sys.executable, "skill.py"], cwd=example, capture_output=True, timeout=30,
+                          input="".join(json.dumps(m) + "\n" for m in lines).encode())
+    answers = [json.loads(line) for line in hand.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [1, 2, 3] and hand.returncode == 0
+    assert answers[1]["result"]["structuredContent"] == {"words": 3}

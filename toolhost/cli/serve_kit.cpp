@@ -360,9 +360,11 @@ class WorkerServer {
       Job job;
       const auto now = Clock::now();
       if (!waiting_.empty() && busy_ < o_.workers) {
+        if (waiting_.size() == max_waiting()) turn_.notify_one();  // room again: reading may go on
         job = std::move(waiting_.front());
         waiting_.pop_front();
-      } else if (!reading_ && !ended_ && (!unattended_ || now >= unattended_at_ + kTakeOver)) {
+      } else if (!reading_ && !ended_ && waiting_.size() < max_waiting() &&
+                 (!unattended_ || now >= unattended_at_ + kTakeOver)) {
         // This thread reads (taking over from a call left unattended past kTakeOver).
         unattended_ = false;
         reading_ = true;
@@ -377,7 +379,7 @@ class WorkerServer {
           standby_cv_.notify_all();
         }
         if (!got) continue;
-        if (busy_ >= o_.workers) {  // every call slot taken: it waits its turn
+        if (busy_ >= o_.workers) {  // every call slot taken: it waits its turn (bounded: max_waiting)
           waiting_.push_back(std::move(job));
           continue;
         }
@@ -434,6 +436,10 @@ class WorkerServer {
       --busy_;  // (this thread takes what waits, or reads, or sleeps: nobody else need wake)
     }
   }
+
+  /// Lines read ahead while every call slot is taken (then reading stops, as memory would
+  /// otherwise hold up to the request window's lines).
+  std::size_t max_waiting() const { return std::size_t{o_.workers} * 4; }
 
   /// Runs one line's call and writes its answer; false if the thread was lost to a stuck
   /// tool (it must leave: another serves in its place).

@@ -107,6 +107,9 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
     id = next_id_++;
     pending_.emplace(id, p);
   }
+  // Known to the owner before the child can see it (its requests about the call may come
+  // back at once).
+  if (sent) sent(id);
   std::string line;
   jsonrpc::append_request(line, std::to_string(id), method, params);
   if (!write_line(line, deadline_ms)) {
@@ -121,7 +124,6 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
     }
     return p->reply;
   }
-  if (sent) sent(id);
   if (cancel != nullptr) {
     cancel->on_cancel([this, id, p] {
       std::lock_guard lock(mu_);

@@ -58,7 +58,7 @@ class JsonRpcChild {
   JsonRpcChild& operator=(const JsonRpcChild&) = delete;
 
   /// Sends a request and waits for its answer until `deadline_ms` (steady_now_ms). `sent`
-  /// (if given) gets the request's id once it is on its way. With a `cancel` token the call
+  /// (if given) gets the request's id just before it is written. With a `cancel` token the call
   /// can be given up at once (`cancelled`; the owner tells the child). Thread-safe.
   Reply call(std::string_view method, std::string_view params, std::int64_t deadline_ms, CancelToken* cancel = nullptr,
              const std::function<void(std::int64_t id)>& sent = {});
