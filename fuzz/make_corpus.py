@@ -62,6 +62,17 @@ def main(out: Path) -> int:
                    '"reason_code":"guarantee_blocked"}}',
                    '{"ok":true,"result":[1,2.5,"\\u00e9",null,true]}', '{"ok":false,"error":"bare"}', '{"result":1}'):
         write(out / "tool_answer", answer.encode())
+    # JSON-RPC lines, as MCP clients, skills and servers write them.
+    for line in ('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+                 '"capabilities":{},"clientInfo":{"name":"c","version":"1"}}}',
+                 '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+                 '{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"AID.ECHO.v1","arguments":{"x":[1]},'
+                 '"_meta":{"progressToken":3,"machina/timeout_ms":50}}}',
+                 '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"x"}}',
+                 '{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"t"}],"structuredContent":{}}}',
+                 '{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error","data":{"a":1}}}',
+                 '[{"jsonrpc":"2.0","id":1,"method":"ping"}]', '{"jsonrpc":"1.0","id":1.5,"method":5}'):
+        write(out / "jsonrpc", line.encode())
     counts = {d.name: len(list(d.iterdir())) for d in sorted(out.iterdir())}
     print("seed corpus:", counts)
     return 0

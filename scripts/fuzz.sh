@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(request ds_state response worker_frames tool_answer)
+[ ${#targets[@]} -gt 0 ] || targets=(request ds_state response worker_frames tool_answer jsonrpc)
 
 bash scripts/install-system-deps.sh --clang
 
