@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -1018,6 +1019,89 @@ def jsonrpc(ctx: Ctx) -> Section:
     return s
 
 
+# --- 14. the tool packs ---------------------------------------------------------------------
+
+
+GREP_MISS = "no_line_has_this_xq7v"  # a pattern nothing matches: every file is read
+
+
+def packs(ctx: Ctx) -> Section:
+    import machina_dispatch as md
+
+    repo = Path(__file__).resolve().parent.parent
+    s = Section("packs", "Tool packs: file read and code.grep",
+                "File read: a 100-byte file read by `readFile` lock-step through `--serve` (the native "
+                "driver) and through `InProcess` from Python, against Python reading it directly "
+                "(`Path.read_text`). Grep: a pattern no line has, so every file is read, over this "
+                "repository: `code.grep` through `--serve` (rg under the hood, sorted, .gitignore "
+                "respected), `rg` run directly the same way, and plain `grep -rn` (which also reads "
+                "what .gitignore excludes: the virtual environment and build folders), and `grep -rn` "
+                "told to skip them.")
+    driver = ctx.native.lockstep()
+    ws = ctx.work / "packs-ws"
+    ws.mkdir(exist_ok=True)
+    (ws / "small.txt").write_text("x" * 99 + "\n")
+    n = ctx.n(5_000, 50_000)
+    read_req = json.dumps({"aid": "readFile", "input_json": json.dumps({"path": "small.txt"})})
+    ctx.status("file read")
+    env = env_with(MACHINA_TOOLHOST_WORKSPACE=str(ws))
+    served = run_lockstep(driver, [ctx.host, "--serve"], n, 1000, read_req, env=env)
+    small = ws / "small.txt"
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        small.read_text()
+    direct_ns = (time.perf_counter_ns() - t0) / n
+    old = os.environ.get("MACHINA_TOOLHOST_WORKSPACE")
+    os.environ["MACHINA_TOOLHOST_WORKSPACE"] = str(ws)
+    try:
+        with md.InProcess(packs=["files"]) as host:
+            host.call("readFile", {"path": "small.txt"})
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                host.call("readFile", {"path": "small.txt"})
+            inproc_ns = (time.perf_counter_ns() - t0) / n
+    finally:
+        if old is None:
+            del os.environ["MACHINA_TOOLHOST_WORKSPACE"]
+        else:
+            os.environ["MACHINA_TOOLHOST_WORKSPACE"] = old
+    s.headline["pack_read_serve_p50_us"] = served.p(50) / 1e3
+    s.headline["pack_read_inprocess_us"] = inproc_ns / 1e3
+    s.tables.append(Table(f"Reading a 100-byte file, {n:,} times each",
+                          ["how", "µs per read", "÷ direct"],
+                          [["readFile via --serve (lock-step p50)", us(served.p(50)), ratio(served.p(50), direct_ns)],
+                           ["readFile via InProcess", f"{inproc_ns / 1e3:.2f}", ratio(inproc_ns, direct_ns)],
+                           ["Path.read_text() in Python", f"{direct_ns / 1e3:.2f}", "1.00×"]]))
+
+    ctx.status("grep over the repository")
+    rg = shutil.which("rg") or str(Path(sys.executable).parent / "rg")
+    reps = ctx.n(3, 10)
+
+    def timed(cmd: list[str], **kw: Any) -> float:
+        def once() -> float:
+            t = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, timeout=600, **kw)
+            return time.perf_counter() - t
+        return statistics.median(once() for _ in range(reps))
+
+    grep_req = json.dumps({"aid": "grepCode", "input_json": json.dumps({"pattern": GREP_MISS})})
+    via = run_lockstep(driver, [ctx.host, "--serve"], reps, 1, grep_req,
+                       env=env_with(MACHINA_TOOLHOST_WORKSPACE=str(repo)))
+    rg_s = timed([rg, "--json", "--no-config", "--sort", "path", GREP_MISS, str(repo)])
+    grep_s = timed(["grep", "-rn", GREP_MISS, str(repo)])
+    grep_x = timed(["grep", "-rn", "--exclude-dir=.venv", "--exclude-dir=build", "--exclude-dir=.git", GREP_MISS,
+                    str(repo)])
+    via_s = via.p(50) / 1e9
+    s.headline["grep_vs_grep_rn_ratio"] = grep_s / via_s
+    s.tables.append(Table(f"One search of this repository (median of {reps})",
+                          ["how", "ms", "grep -rn ÷ this"],
+                          [["code.grep via --serve", f"{via_s * 1e3:.1f}", ratio(grep_s, via_s)],
+                           ["rg directly (the same flags)", f"{rg_s * 1e3:.1f}", ratio(grep_s, rg_s)],
+                           ["grep -rn", f"{grep_s * 1e3:.1f}", "1.00×"],
+                           ["grep -rn, skipping .venv, build, .git", f"{grep_x * 1e3:.1f}", ratio(grep_s, grep_x)]]))
+    return s
+
+
 SCENARIOS: dict[str, Callable[[Ctx], Section]] = {
     "serve": serve_file,
     "lockstep": lockstep,
@@ -1032,5 +1116,6 @@ SCENARIOS: dict[str, Callable[[Ctx], Section]] = {
     "isolation": isolation,
     "python_tools": python_tools,
     "jsonrpc": jsonrpc,
+    "packs": packs,
 }
 

@@ -68,13 +68,20 @@ def test_list_describes_builtin_tools() -> None:
     assert listing["ok"] is True
     tools = {t["aid"]: t for t in listing["tools"]}
     assert REQUIRED_TOOLS <= tools.keys()
+    fields = {"aid", "name", "description", "input_schema", "deterministic", "tags", "side_effects",
+              "replay_inputs", "tier", "timeout_ms", "plugin", "runner"}
     for t in tools.values():
-        assert set(t) == {"aid", "name", "description", "input_schema", "deterministic", "tags",
-                          "side_effects", "replay_inputs", "tier", "timeout_ms", "plugin", "runner"}
-        assert t["runner"] == "inline"
         assert 0 <= t["tier"] <= 3
+        if "pack" in t["tags"]:
+            # The host's tool packs: under our aid, and under the seed's names (alias_of).
+            assert t["runner"] == "pack" and t["plugin"] in ("pack:files", "pack:shell", "pack:code"), t
+            assert set(t) == fields | ({"alias_of"} if not t["aid"].startswith("AID.") else set())
+            continue
+        assert set(t) == fields
+        assert t["runner"] == "inline"
         # Linked into the static executable, else loaded from the package's plugin pack.
         assert t["plugin"] == "built-in" if STATIC_FRONT else t["plugin"].endswith("machina_builtin_tools.so")
+    assert tools["readFile"]["alias_of"] == tools["tools.file.read"]["alias_of"] == "AID.FILE.READ.v1"
     assert tools["AID.ECHO.v1"]["input_schema"] is None
     assert tools["AID.TEXT.STATS.v1"]["deterministic"] is True
     assert tools["AID.TEXT.STATS.v1"]["input_schema"]["required"] == ["text"]

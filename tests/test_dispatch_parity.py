@@ -103,6 +103,26 @@ def lease_gate(t: md.Transport) -> list[Any]:
             t.call("AID.ECHO.v1", 1, check=False)]                # tier 0 needs none
 
 
+@scenario()
+def tool_packs(t: md.Transport) -> list[Any]:
+    # (The workspace holds notes.txt and .env: see run_scenario.)
+    return calls(t,
+                 ("AID.FILE.READ.v1", {"path": "notes.txt"}),
+                 ("tools.file.read", {"path": "notes.txt"}),                 # the seed's shape: the text
+                 ("readFile", {"path": "/etc/passwd"}),                      # access_denied: outside
+                 ("readFile", {"path": ".env"}),                             # access_denied: deny glob
+                 ("AID.FILE.READ.v1", {"path": "missing.txt"}),              # target_not_found
+                 ("tools.file.list", {"path": "."}),
+                 ("AID.SHELL.EXEC.v1", {"command": "rm", "args": ["-rf", "."]}),  # access_denied: policy
+                 ("AID.SHELL.EXEC.v1", {"command": "ls; rm -rf ."}))         # invalid_input: not a name
+
+
+@scenario(stateful=True)
+def pack_rate_limit(t: md.Transport) -> list[Any]:
+    # The policy allows AID.FILE.LIST.v1 twice an hour (see run_scenario).
+    return calls(t, ("AID.FILE.LIST.v1", {}), ("listFiles", {}), ("tools.file.list", {}))
+
+
 @scenario(stateful=True)
 def idempotency(t: md.Transport) -> list[Any]:
     # The counter is per process (and the in-process plugin is shared by every host of
@@ -183,8 +203,15 @@ def run_scenario(name: str, transport: str, plugins: list[str], tmp_path: Path) 
            "MACHINA_TOOLHOST_WORKSPACE": str(tmp_path)}
     if name == "lease_gate":
         env.update(LEASE_ENV)
+    if name in ("tool_packs", "pack_rate_limit"):
+        (tmp_path / "notes.txt").write_text("hello\n")
+        (tmp_path / ".env").write_text("SECRET=1\n")
+        policy = tmp_path / "policy.toml"
+        policy.write_text('[rate_limits]\n"AID.FILE.LIST.v1" = "2/h"\n')
+        env["MACHINA_TOOLHOST_POLICY"] = str(policy)
     tools = [str(write_pack(tmp_path / "pack", PYTHON_TOOLS))] if name == "python_tools" else None
-    with make_transport(transport, plugins, env, tools=tools) as t:
+    with make_transport(transport, plugins, env, tools=tools, args=["--packs", "files,shell"],
+                        packs=["files", "shell"]) as t:
         return fn(t)
 
 
@@ -227,11 +254,33 @@ def test_the_suite_covers_every_status_and_error(outcomes: dict[tuple[str, str],
                 assert (r.status == "OK") == r.ok, r
     assert {"OK", "INVALID_PICK", "TOOL_ERROR", "BREAKER_TRIP"} == seen_status
     # (HTTP tool services' codes: tests/test_services.py, whose services a parity run has not;
-    # `cancelled`: tests/test_mcp_front.py, cancellation being the MCP front's.)
+    # `cancelled`: tests/test_mcp_front.py, cancellation being the MCP front's; `system_error`:
+    # tests/test_tool_packs.py.)
     expected = {code for code, _, _ in md._core.error_kinds()} - {
         "overloaded", "internal_error", "invalid_ds_state", "coverage_missing", "service_unavailable",
-        "service_http_error", "service_bad_response", "cancelled"}
+        "service_http_error", "service_bad_response", "cancelled", "system_error"}
     assert expected <= seen_codes, expected - seen_codes
+
+
+def test_tool_pack_values(outcomes: dict[tuple[str, str], Any]) -> None:
+    ours, seed, outside, env, missing, listing, rm, injected = outcomes[("tool_packs", "inprocess")]
+    assert ours.output == {"path": "notes.txt", "content": "hello\n", "truncated": False, "size": 6}
+    assert seed.output == "hello\n"
+    assert outside.code == "access_denied"
+    assert outside.error == "AccessDenied: /etc/passwd is outside the allowed directories"
+    assert env.code == "access_denied" and "deny pattern '.env'" in env.error
+    assert missing.code == "target_not_found" and missing.error.startswith("NotFound: missing.txt")
+    names = [e["path"] for e in listing.output]
+    assert "notes.txt" in names and ".env" not in names
+    assert rm.code == "access_denied" and rm.error.startswith("AccessDenied: Command 'rm' is not allowed")
+    assert (injected.status, injected.code) == ("INVALID_PICK", "invalid_input")
+    first, second, third = outcomes[("pack_rate_limit", "inprocess")]
+    assert first.ok and second.ok and third.code == "rate_limited", third
+    with pytest.raises(md.AccessDenied) as caught:
+        third.raise_for_error()
+    assert isinstance(caught.value, PermissionError)
+    with pytest.raises(FileNotFoundError):
+        missing.raise_for_error()
 
 
 def test_expected_values(outcomes: dict[tuple[str, str], Any]) -> None:

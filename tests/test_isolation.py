@@ -35,7 +35,7 @@ def req(aid: str, rid: Any = None, **fields: Any) -> dict[str, Any]:
 
 
 def plugins(misbehaving: str) -> tuple[str, ...]:
-    return ("--plugin", misbehaving, "--plugin", BUILTIN)
+    return ("--plugin", misbehaving, "--plugin", BUILTIN, "--packs", "files,shell")
 
 
 def crashed(r: dict[str, Any], aid: str, how: str) -> None:

@@ -68,7 +68,8 @@ def test_valid_lease_runs_once_and_replay_is_rejected(env: dict[str, str], tmp_p
 def test_lease_is_bound_to_its_tool(env: dict[str, str], misbehaving: str) -> None:
     token = issue("AID.TEST.TIER2.v1")
     r = serve([write_req(token), {"aid": "AID.TEST.TIER2.v1"}, {"aid": "AID.TEST.TIER2.v1", "_lease_token": token}],
-              "--plugin", str(machina_dispatch.builtin_plugin_path()), "--plugin", misbehaving, env=env)
+              "--plugin", str(machina_dispatch.builtin_plugin_path()), "--plugin", misbehaving, "--packs", "files",
+              env=env)
     assert r[0] == rejected("wrong_tool")
     assert r[1] == {"ok": False, "status": "TOOL_ERROR", "error": "lease_required", "code": "lease_required", "tier": 2,
                     "aid": "AID.TEST.TIER2.v1"}

@@ -1,4 +1,4 @@
-"""The built-in file tools never leave their workspace (a red team found that they did):
+"""The file pack's tools never leave their workspace (a red team found that they did):
 no symbolic link is followed anywhere in a path (not to /etc/passwd, not to another
 directory, not to /proc/self/environ, not dangling), no write lands outside even while a
 parent directory is swapped for a link thousands of times, hard links are refused before
@@ -44,9 +44,13 @@ def write(ws: Path, path: str, content: str = "x", **extra: Any) -> dict[str, An
     return call(ws, "AID.FILE.WRITE.v1", path=path, content=content, **extra)
 
 
-def refused(r: dict[str, Any], verb: str, path: str, why: str) -> None:
-    assert r["ok"] is False and r["code"] == "tool_error", r
-    assert r["error"] == f"cannot {verb} {path}: {why}", r["error"]
+SEED_TYPE = {"access_denied": "AccessDenied", "target_not_found": "NotFound", "invalid_input": "InvalidInput"}
+
+
+def refused(r: dict[str, Any], verb: str, path: str, why: str, code: str = "access_denied") -> None:
+    """A refusal of the file pack: the seed's error type, the path, why; our code."""
+    assert r["ok"] is False and r["code"] == code, (verb, r)
+    assert r["error"] == f"{SEED_TYPE[code]}: {path}: {why}", r["error"]
 
 
 @pytest.fixture
@@ -97,20 +101,22 @@ def test_hard_links_are_refused_before_anything_is_truncated(ws: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "why"),
+    ("path", "code", "error"),
     [
-        ("..\u0000/x", "path must not contain a NUL character"),
-        ("a\u0000b", "path must not contain a NUL character"),
-        ("../outside/secret.txt", "path must not contain '..'"),
-        ("/etc/passwd", "path must be relative to the workspace"),
-        (".", "path names the workspace itself, not a file in it"),
-        ("/".join(["d"] * 65), "path has more than 64 parts"),
-        ("n" * 256, "a part of the path is longer than 255 bytes"),
+        ("..\u0000/x", "invalid_input", "InvalidInput: path must not contain a NUL character"),
+        ("a\u0000b", "invalid_input", "InvalidInput: path must not contain a NUL character"),
+        ("../outside/secret.txt", "access_denied",
+         "AccessDenied: ../outside/secret.txt: '..' is not allowed in a path"),
+        ("/etc/passwd", "access_denied", "AccessDenied: /etc/passwd is outside the allowed directories"),
+        (".", "invalid_input", "InvalidInput: . names a directory the tools work in, not a file in it"),
+        ("/".join(["d"] * 65), "invalid_input",
+         "InvalidInput: " + "/".join(["d"] * 65) + ": path has more than 64 parts"),
+        ("n" * 256, "invalid_input", "InvalidInput: " + "n" * 200 + "...: a part of the path is longer than 255 bytes"),
     ],
 )
-def test_paths_that_could_lead_out_are_refused(ws: Path, path: str, why: str) -> None:
-    shown = path.replace("\u0000", "?")
-    refused(write(ws, path), "write", shown[:200] + ("..." if len(shown) > 200 else ""), why)
+def test_paths_that_could_lead_out_are_refused(ws: Path, path: str, code: str, error: str) -> None:
+    r = write(ws, path)
+    assert r["ok"] is False and r["code"] == code and r["error"] == error, r
     assert list(ws.iterdir()) == []
 
 
@@ -140,7 +146,7 @@ def test_a_failed_write_leaves_nothing_it_made(ws: Path) -> None:
         timeout=30,
     )
     r = json.loads(proc.stdout)
-    assert r["code"] == "tool_error" and r["error"].startswith(f"cannot write {path}: write failed: "), r
+    assert r["code"] == "system_error" and r["error"].startswith(f"SystemError: {path}: write failed: "), r
     assert [p.name for p in ws.iterdir()] == ["keep"] and list((ws / "keep").iterdir()) == []
     # An existing file that fails the same way is not removed.
     (ws / "keep" / "old.txt").write_text("old")
@@ -156,7 +162,7 @@ def test_a_failed_write_leaves_nothing_it_made(ws: Path) -> None:
             timeout=30,
         ).stdout
     )
-    assert r["code"] == "tool_error" and (ws / "keep" / "old.txt").exists()
+    assert r["code"] == "system_error" and (ws / "keep" / "old.txt").exists()
 
 
 def exchange(a: Path, b: Path) -> None:
@@ -229,8 +235,9 @@ def test_normal_files_still_work(ws: Path) -> None:
         "path": "a//b/./c.txt",
         "content": "one two",
         "truncated": False,
+        "size": 7,
     }
     assert write(ws, "a/b/c.txt", "new")["ok"] is True
     assert (ws / "a" / "b" / "c.txt").read_text() == "new"
-    refused(read(ws, "a/missing.txt"), "read", "a/missing.txt", "No such file or directory")
-    refused(write(ws, "a/b/c.txt/d"), "write", "a/b/c.txt/d", "a part of it is not a directory")
+    refused(read(ws, "a/missing.txt"), "read", "a/missing.txt", "No such file or directory", "target_not_found")
+    refused(write(ws, "a/b/c.txt/d"), "write", "a/b/c.txt/d", "a part of it is not a directory", "target_not_found")

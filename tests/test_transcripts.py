@@ -149,6 +149,7 @@ def replay_serve(transcript: Transcript, test_plugins: dict[str, str], tmp_path:
         for path in [str(machina_dispatch.builtin_plugin_path()),
                      *(test_plugins[name] for name in transcript.plugins)]:
             args += ["--plugin", path]
+        args += ["--packs", "files,shell"]  # (what a host without plugins named serves)
     data = "".join(step.line + "\n" for step in transcript.steps).encode()
     proc = serve_raw(data, *args, env=transcript.environment(tmp_path / "serve-ledger"))
     assert proc.returncode == 0, proc.stderr
@@ -172,6 +173,8 @@ def replay_in_process(transcript: Transcript, test_plugins: dict[str, str], tmp_
             shutil.copyfile(test_plugins[name], private)
             plugins.append(str(private))
     host = machina_dispatch.Host(plugins=plugins, **transcript.host_options())
+    if plugins is not None:
+        host.add_packs()
     session = machina_dispatch.Session()
     return [host.call_json(step.line, session) for step in transcript.steps if not step.blank]
 

@@ -1,7 +1,6 @@
-// The built-in tool pack, loaded when no plugin is named: echo, text statistics,
-// JSON pointer lookup, ds_state slot tools and workspace file tools.
-#include "workspace.hpp"
-
+// The built-in plugin, loaded when no plugin is named: echo, text statistics, JSON
+// pointer lookup and ds_state slot tools. (The file tools are the host's file pack:
+// toolhost/src/packs/.)
 #include <machina/plugin.hpp>
 
 #include <nlohmann/json.hpp>
@@ -121,63 +120,6 @@ Result state_clear(Call& call) {
   return reply(call, {{"slot", slot_name(slot)}, {"cleared", was_present}});
 }
 
-// Files live under one workspace root: $MACHINA_TOOLHOST_WORKSPACE, else the host's
-// working directory; see workspace.hpp for what is refused and why.
-bool open_workspace(machina::workspace::Workspace& ws, const std::string& rel, std::vector<std::string>& parts,
-                    std::string& why) {
-  if (!machina::workspace::split(rel, parts, why)) return false;
-  const char* root = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
-  return ws.open(root != nullptr && *root != '\0' ? root : ".", why);
-}
-
-/// A path as it may be quoted back: at most 200 characters of it.
-std::string quoted(const std::string& rel) {
-  std::string out;
-  for (char c : rel.substr(0, 200)) out.push_back(c == '\0' ? '?' : c);
-  return out + (rel.size() > 200 ? "..." : "");
-}
-
-Result file_write(Call& call) {
-  const json in = json::parse(call.input());
-  const std::string rel = in.at("path").get<std::string>();
-  const auto& content = in.at("content").get_ref<const std::string&>();
-  const bool append = in.value("append", false);
-  machina::workspace::Workspace ws;
-  std::vector<std::string> parts;
-  std::string why;
-  if (!open_workspace(ws, rel, parts, why) || !ws.write(parts, content, append, why)) {
-    return call.fail("cannot write " + quoted(rel) + ": " + why);
-  }
-  return reply(call, {{"path", rel}, {"bytes_written", content.size()}, {"append", append}});
-}
-
-Result file_read(Call& call) {
-  const json in = json::parse(call.input());
-  const std::string rel = in.at("path").get<std::string>();
-  const std::size_t max_bytes = in.value("max_bytes", std::size_t{65536});
-  machina::workspace::Workspace ws;
-  std::vector<std::string> parts;
-  std::string why;
-  machina::workspace::Fd fd;
-  if (open_workspace(ws, rel, parts, why)) fd = ws.open_for_reading(parts, why);
-  if (!fd) return call.fail("cannot read " + quoted(rel) + ": " + why);
-  std::string content(max_bytes + 1, '\0');
-  std::size_t got = 0;
-  while (got < content.size()) {
-    const ssize_t n = read(fd.get(), content.data() + got, content.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  const bool truncated = got > max_bytes;
-  content.resize(std::min(got, max_bytes));
-  try {
-    return reply(call, {{"path", rel}, {"content", content}, {"truncated", truncated}});
-  } catch (const json::type_error&) {
-    return call.fail("file is not UTF-8 text");
-  }
-}
-
 const char* kSlotSchema = R"({"type":"object","properties":{"slot":{"type":"integer","minimum":0,"maximum":7}},"required":["slot"]})";
 
 void fill(Registry& r) {
@@ -227,25 +169,6 @@ void fill(Registry& r) {
       .tags({"state"})
       .side_effects({"ds_state"})
       .replay_inputs();
-  r.tool("AID.FILE.WRITE.v1", file_write)
-      .name("file_write")
-      .description("Writes (or appends) text to a file under the workspace ($MACHINA_TOOLHOST_WORKSPACE or the "
-                   "working directory), making the folders it needs. Never follows a symbolic link; writes only "
-                   "regular files with a single link.")
-      .input_schema(R"({"type":"object","properties":{"path":{"type":"string","minLength":1},)"
-                    R"("content":{"type":"string"},"append":{"type":"boolean"}},)"
-                    R"("required":["path","content"],"additionalProperties":false})")
-      .tags({"fs"})
-      .side_effects({"fs_write"})
-      .tier(MACHINA_TIER_WRITE);
-  r.tool("AID.FILE.READ.v1", file_read)
-      .name("file_read")
-      .description("Reads a UTF-8 text file under the workspace, up to max_bytes (default 65536). Never follows a "
-                   "symbolic link; reads only regular files with a single link.")
-      .input_schema(R"({"type":"object","properties":{"path":{"type":"string","minLength":1},)"
-                    R"("max_bytes":{"type":"integer","minimum":0,"maximum":1000000}},)"
-                    R"("required":["path"],"additionalProperties":false})")
-      .tags({"fs"});
 }
 
 }  // namespace

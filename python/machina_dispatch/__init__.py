@@ -20,6 +20,7 @@ from pathlib import Path
 from . import _core
 from ._core import Session, issue_lease
 from ._errors import (
+    AccessDenied,
     BreakerOpen,
     Cancelled,
     CapabilityRefused,
@@ -36,6 +37,8 @@ from ._errors import (
     ProtocolError,
     RequestRejected,
     ServiceError,
+    SystemFailure,
+    TargetNotFound,
     ToolCrashed,
     ToolError,
     ToolFailed,
@@ -56,6 +59,7 @@ from .spawn import Spawn, run_machina_toolhost
 __all__ = [
     "Artifact",
     "BreakerOpen",
+    "AccessDenied",
     "Cancelled",
     "Call",
     "CapabilityRefused",
@@ -78,6 +82,8 @@ __all__ = [
     "ProtocolError",
     "RequestRejected",
     "ServiceError",
+    "SystemFailure",
+    "TargetNotFound",
     "Session",
     "Skill",
     "Spawn",
@@ -122,7 +128,9 @@ class Host(_core.Host):
     single calls (``call``); :class:`InProcess` is the transport built on it.
 
     Args:
-        plugins: plugin libraries to load; ``None`` loads the built-in pack.
+        plugins: plugin libraries to load; ``None`` loads the built-in plugin and the tool
+            packs (files, shell; docs/tool-packs.md) under the policy ``$MACHINA_TOOLHOST_POLICY``
+            names, else safe defaults (add them by hand with ``add_packs``).
         **options: caps and limits (``max_request_bytes``, ``max_output_bytes``,
             ``idempotency_ttl_ms``, ``idempotency_max_entries``, ``breaker_threshold``,
             ``breaker_window_ms``, ``breaker_cooldown_ms``, ``timeout_ms``,
@@ -141,9 +149,13 @@ class Host(_core.Host):
     def __init__(self, plugins: list[str | os.PathLike[str]] | None = None, **options: object) -> None:
         if options.get("isolation") == "process" and not options.get("worker_executable"):
             options["worker_executable"] = find_executable(loads_plugins=True) or ""
+        elif plugins is None and not options.get("worker_executable"):
+            options["worker_executable"] = find_executable() or ""  # shell.exec's walls
         super().__init__(**options)  # type: ignore[arg-type]
         for path in plugins if plugins is not None else [builtin_plugin_path()]:
             self.load_plugin(os.fspath(path))
+        if plugins is None:
+            self.add_packs()
 
     def call(self, aid: str, input_json: str, session: Session, idempotency_key: str | None = None,
              lease_token: str | None = None, timeout_ms: int | None = None,

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._result import ToolResult
 
 __all__ = [
+    "AccessDenied",
     "BreakerOpen",
     "Cancelled",
     "CapabilityRefused",
@@ -33,6 +34,8 @@ __all__ = [
     "Overloaded",
     "ProtocolError",
     "RequestRejected",
+    "SystemFailure",
+    "TargetNotFound",
     "ServiceError",
     "ToolCrashed",
     "ToolError",
@@ -207,6 +210,28 @@ class Cancelled(ToolhostError):
     kind = "cancelled"
 
 
+class AccessDenied(ToolError, PermissionError):
+    """A tool pack's policy refused the call (``access_denied``: a path outside the roots or
+    denied by name, a command not allowed; ``rate_limited``: past the tool's rate limit).
+    The message starts with seed 002's error type (``AccessDenied: ...``)."""
+
+    kind = "access_denied"
+
+
+class TargetNotFound(ToolError, FileNotFoundError):
+    """What a tool pack's call named is not there (``target_not_found``: a file, a
+    directory, a command); the message starts with ``NotFound:``."""
+
+    kind = "target_not_found"
+
+
+class SystemFailure(ToolError, OSError):
+    """A tool pack's call failed on the system's side (``system_error``: disk full, a
+    command that cannot be confined here); the message starts with ``SystemError:``."""
+
+    kind = "system_error"
+
+
 class Overloaded(ToolhostError):
     """Too many inline calls are stuck past their deadline (``overloaded``)."""
 
@@ -251,6 +276,10 @@ _CLASS_OF_KIND: dict[str, type[ToolhostError]] = {
     "service_http_error": ServiceError,
     "service_bad_response": ServiceError,
     "cancelled": Cancelled,
+    "access_denied": AccessDenied,
+    "rate_limited": AccessDenied,
+    "target_not_found": TargetNotFound,
+    "system_error": SystemFailure,
     "overloaded": Overloaded,
     "internal_error": InternalError,
 }

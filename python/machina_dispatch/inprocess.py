@@ -31,7 +31,11 @@ class InProcess(Transport):
     """Calls tools on a :class:`machina_dispatch.Host` in this process.
 
     Args:
-        plugins: plugin libraries to load; ``None`` loads the built-in pack.
+        plugins: plugin libraries to load; ``None`` loads the built-in plugin.
+        packs: the built-in tool packs to serve (``"files"``, ``"shell"``; docs/tool-packs.md);
+            ``None``: all of them when no plugin is named, else none.
+        policy: the tool packs' policy file (TOML); ``None``: ``$MACHINA_TOOLHOST_POLICY``,
+            else safe defaults.
         tools: TOML tool manifests whose tools to load too (Python tools, HTTP tool services;
             docs/python-tools.md).
         isolation: ``"inline"`` (tools run on the calling thread) or ``"process"`` (in
@@ -47,6 +51,7 @@ class InProcess(Transport):
 
     def __init__(self, plugins: list[str | os.PathLike[str]] | None = None, *,
                  tools: list[str | os.PathLike[str]] | None = None, isolation: str = "inline",
+                 packs: list[str] | None = None, policy: str | os.PathLike[str] | None = None,
                  executable: str | os.PathLike[str] | None = None, timeout: float | None = None,
                  **options: Any) -> None:
         super().__init__(timeout)
@@ -55,13 +60,18 @@ class InProcess(Transport):
             if found is None:
                 raise ExecutableNotFound(ToolResult.failure("", "not_found", NOT_FOUND))
             options["worker_executable"] = found
-        elif tools and "worker_executable" not in options:
+        elif (tools or packs or plugins is None) and "worker_executable" not in options:
             # Sandboxed Python tools are started through the executable (its --sandbox-exec);
             # without one, their calls are refused (guarantee_blocked), never run unconfined.
-            options["worker_executable"] = find_executable(executable)
+            # So are shell.exec's commands.
+            found_exe = find_executable(executable)
+            if found_exe is not None:
+                options["worker_executable"] = found_exe
         self.host = _core.Host(isolation=isolation, **options)
         for path in plugins if plugins is not None else [builtin_plugin_path()]:
             self.host.load_plugin(os.fspath(path))
+        if packs if packs is not None else plugins is None:
+            self.host.add_packs(packs or [], None if policy is None else os.fspath(policy))
         for path in tools or []:
             self.host.load_tools(os.fspath(path))
         # The transport's life is a session of the hosted skills' (lifecycle/onSessionStart).

@@ -2,6 +2,7 @@
 // lives in the core, where the CLI uses it too.
 #include <machina/child_process.hpp>
 #include <machina/host.hpp>
+#include <machina/policy.hpp>
 #include <machina/http_client.hpp>
 #include <machina/json_text.hpp>
 #include <machina/lease.hpp>
@@ -772,6 +773,20 @@ PYBIND11_MODULE(_core, m) {
       .def("load_tools", &machina::Host::load_tools, "path"_a, py::call_guard<py::gil_scoped_release>(),
            "Loads the tools a TOML tool manifest declares; returns the aids it added. Raises HostError naming "
            "file, line and field.")
+      .def(
+          "add_packs",
+          [](machina::Host& host, const std::vector<std::string>& packs, const std::optional<std::string>& policy) {
+            machina::Policy p = policy ? machina::load_policy(*policy, [] {
+              const char* ws = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
+              return std::string(ws != nullptr ? ws : "");
+            }())
+                                       : machina::policy_from_env();
+            return host.add_packs(packs, std::move(p));
+          },
+          "packs"_a = std::vector<std::string>{}, "policy"_a = py::none(),
+          "Registers the built-in tool packs (names: files, shell; empty: all) under every name, with the policy "
+          "file `policy` (None: $MACHINA_TOOLHOST_POLICY, else the safe defaults); returns the names added. Raises "
+          "HostError for an unknown pack, a bad policy file or a name already registered.")
       .def("list_tools",
            [](const machina::Host& h) { return py::module_::import("json").attr("loads")(machina::tool_list_json(h)); },
            "The registered tools, as --list shows them (see tool_list.hpp).")

@@ -1,6 +1,6 @@
 // workspace (the built-in file tools): path rules, no symbolic link followed with either
 // resolver, only single-link regular files, and nothing left behind by a failed write.
-#include "../../plugins/builtin/workspace.hpp"
+#include <machina/workspace.hpp>
 
 #include <doctest/doctest.h>
 

@@ -8,6 +8,7 @@
 #include <machina/host.hpp>
 #include <machina/http_client.hpp>
 #include <machina/lease.hpp>
+#include <machina/policy.hpp>
 #include <machina/spin_wait.hpp>
 #include <machina/tool_list.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
@@ -26,6 +27,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -119,9 +122,19 @@ std::string find_builtin_plugin() {
 }
 #endif
 
-/// Registers the tools of this invocation: the plugins named, else the built-in pack; then
+/// Registers the tools of this invocation: the plugins named, else the built-in plugin;
+/// the tool packs (all of them when no plugin is named, else those --packs names); then
 /// the tools of the manifests named.
-void load_tools(machina::Host& host, const std::vector<std::string>& plugins, const std::vector<std::string>& manifests) {
+void load_tools(machina::Host& host, const std::vector<std::string>& plugins, const std::vector<std::string>& manifests,
+                const std::optional<std::vector<std::string>>& packs, const std::string& policy_file) {
+  if (packs ? !(packs->size() == 1 && packs->front() == "none") : plugins.empty()) {
+    machina::Policy policy = policy_file.empty() ? machina::policy_from_env()
+                                                 : machina::load_policy(policy_file, [] {
+                                                     const char* ws = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
+                                                     return std::string(ws != nullptr ? ws : "");
+                                                   }());
+    host.add_packs(packs ? *packs : std::vector<std::string>{}, std::move(policy));
+  }
 #ifdef MACHINA_LINKED_TOOLS
   (void)plugins;  // with plugins named, main() has handed over to the plugin loader
   host.add_linked_plugin(kLinkedTools);
@@ -155,6 +168,8 @@ struct Invocation {
   enum class Mode { list, run, serve, http, mcp, skill } mode = Mode::serve;
   std::vector<std::string> plugins;  // empty: the built-in pack
   std::vector<std::string> manifests;  // --tools
+  std::optional<std::vector<std::string>> packs;  // --packs (unset: all when no plugin is named)
+  std::string policy_file;           // --policy ("": $MACHINA_TOOLHOST_POLICY or the defaults)
   std::string aid;                   // --run
   unsigned workers = 1;              // --serve
   std::size_t mcp_page_size = 100;   // --mcp
@@ -182,7 +197,7 @@ int execute(Invocation& inv) {
   // descriptors, its memory) or trace it; the sandbox already hides it from them.
   if (inv.options.isolation == machina::Isolation::process) prctl(PR_SET_DUMPABLE, 0);
   machina::Host host(inv.options);
-  load_tools(host, inv.plugins, inv.manifests);
+  load_tools(host, inv.plugins, inv.manifests, inv.packs, inv.policy_file);
 
   if (inv.mode == Invocation::Mode::list) {
     return machina::cli::write_all(wire, "{\"ok\":true,\"tools\":" + machina::tool_list_json(host) + "}\n") ? 0 : 1;
@@ -238,6 +253,8 @@ bool fast_run(int argc, char** argv, Invocation& inv) {
   if (argc == 4) inv.plugins.emplace_back(argv[2]);
   inv.aid = argv[argc - 1];
   inv.options = machina::HostOptions::from_env();
+  std::error_code ec;
+  inv.options.workers.executable = fs::read_symlink("/proc/self/exe", ec).string();  // shell.exec's launcher
   report_events(inv.options);
   return true;
 }
@@ -287,6 +304,16 @@ int main(int argc, char** argv) {
   app.add_option("--tools", manifests,
                  "Load the tools this TOML tool manifest declares (Python tools, HTTP tool services), beside the "
                  "plugins' (repeatable; docs/python-tools.md)")
+      ->type_name("FILE");
+  std::string packs_text;
+  app.add_option("--packs", packs_text,
+                 "The built-in tool packs to serve, comma-separated (files, shell, code), or none (default: all of them "
+                 "when no plugin is named, else none; docs/tool-packs.md)")
+      ->type_name("LIST");
+  std::string policy_file;
+  app.add_option("--policy", policy_file,
+                 "The tool packs' security policy, a TOML file (default: $MACHINA_TOOLHOST_POLICY, else safe "
+                 "defaults: files under the workspace, no command allowed; docs/tool-packs.md)")
       ->type_name("FILE");
   bool list = false;
   auto* list_opt = app.add_flag("--list", list, "Print the registered tools as JSON and exit");
@@ -467,7 +494,8 @@ int main(int argc, char** argv) {
       "MACHINA_LEASE_KEY_FILE (the lease secret, read once at start: MACHINA_LEASE_SECRET is then taken out of\n"
       "the environment, and the key file must lie outside the workspace), MACHINA_LEASE_LEDGER (directory that\n"
       "makes single use hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (load the built-in tools from\n"
-      "machina_builtin_tools.so in this directory), MACHINA_TOOLHOST_WORKSPACE (the file tools' folder).\n"
+      "machina_builtin_tools.so in this directory), MACHINA_TOOLHOST_WORKSPACE (the file tools' folder),\n"
+      "MACHINA_TOOLHOST_POLICY (the tool packs' policy file).\n"
       "Protocol: docs/protocol.md");
 
   try {
@@ -565,6 +593,16 @@ int main(int argc, char** argv) {
     }
     inv.plugins = plugins;
     inv.manifests = manifests;
+    if (app.get_option("--packs")->count() > 0) {
+      std::vector<std::string> names;
+      std::stringstream in(packs_text);
+      for (std::string name; std::getline(in, name, ',');) {
+        if (!name.empty()) names.push_back(name);
+      }
+      if (names.empty()) throw machina::HostError("--packs: name at least one pack (files, shell, code) or none");
+      inv.packs = names;
+    }
+    inv.policy_file = policy_file;
     if (!run_args.empty()) inv.aid = run_args.back();
     inv.workers = workers;
     inv.mcp_page_size = mcp_page_size;

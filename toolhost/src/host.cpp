@@ -3,6 +3,7 @@
 #include <machina/host.hpp>
 #include <machina/json_text.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -132,6 +133,23 @@ Runner* Host::plugin_runner() {
 
 // Host::load_plugin is in plugin_library.cpp, with the rest of dynamic loading.
 
+std::vector<std::string> Host::add_packs(const std::vector<std::string>& packs, Policy policy) {
+  std::lock_guard lock(manifest_mu_);
+  if (packs_) throw HostError("the tool packs are already registered");
+  for (const auto& p : packs) {
+    const auto& known = PackRunner::pack_names();
+    if (std::find(known.begin(), known.end(), p) == known.end()) {
+      std::string names;
+      for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
+      throw HostError("unknown tool pack '" + p + "' (there are: " + names + ")");
+    }
+  }
+  auto runner = std::make_unique<PackRunner>(std::move(policy), options_.workers.executable);
+  const auto added = registry_.add_described("tool packs", runner->tools(packs), runner.get());
+  packs_ = std::move(runner);
+  return added;
+}
+
 std::vector<std::string> Host::add_linked_plugin(PluginEntryPoints entry) {
   auto added = registry_.add_plugin(std::string(kLinkedPluginSource), entry, plugin_runner());
   if (process_) {
@@ -212,7 +230,7 @@ namespace {
 std::size_t request_bytes(const Request& r) {
   std::size_t n = r.aid.size() + r.input_json.size() + r.id_json.size() +
                   (r.idempotency_key ? r.idempotency_key->size() : 0) + (r.lease_token ? r.lease_token->size() : 0) +
-                  (r.trace_id ? r.trace_id->size() : 0);
+                  (r.trace_id ? r.trace_id->size() : 0) + (r.user ? r.user->size() : 0);
   if (r.ds_state) {
     for (const auto& slot : r.ds_state->changes.slots) {
       if (slot) n += slot->type.size() + slot->content_json.size() + slot->provenance.size();
@@ -242,6 +260,10 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   if (request.trace_id && (request.trace_id->empty() || request.trace_id->size() > kMaxTraceIdBytes)) {
     return Response::failure(ErrorKind::malformed_request, "malformed request: trace_id must be from 1 to " +
                                                                std::to_string(kMaxTraceIdBytes) + " bytes");
+  }
+  if (request.user && (request.user->empty() || request.user->size() > kMaxUserBytes)) {
+    return Response::failure(ErrorKind::malformed_request,
+                             "malformed request: user must be from 1 to " + std::to_string(kMaxUserBytes) + " bytes");
   }
   // The state a request carries is applied even if the call then fails, so the
   // session stays the mirror of what the caller sent.
@@ -363,7 +385,8 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   const RunOutcome outcome =
       tool.runner->run(RunSpec{tool, request.input_json, now + timeout_ms + 1, timeout_ms, call, &scope,
                                request.trace_id ? std::string_view(*request.trace_id) : std::string_view(),
-                               request.cancel, request.progress});
+                               request.cancel, request.progress,
+                               request.user ? std::string_view(*request.user) : std::string_view()});
   const int rc = outcome.rc;
   switch (outcome.ending) {
     case RunOutcome::Ending::ran:

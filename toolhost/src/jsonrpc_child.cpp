@@ -160,6 +160,11 @@ void JsonRpcChild::kill(const std::string& why) {
 
 void JsonRpcChild::finish(std::int64_t grace_ms) {
   {
+    // Said first: the reader may see the child leave before this thread is back.
+    std::lock_guard lock(mu_);
+    if (how_.empty()) how_ = "it was closed";
+  }
+  {
     std::lock_guard lock(write_mu_);
     child_->close_input();
   }

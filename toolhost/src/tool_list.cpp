@@ -27,6 +27,7 @@ std::string tool_list_json(const Host& host) {
     auto& entry = tools.back();
     if (!i.listed_schema.empty()) entry["input_schema_checked_by"] = "tool";
     if (!i.title.empty()) entry["title"] = i.title;
+    if (!i.alias_of.empty()) entry["alias_of"] = i.alias_of;
     if (!i.output_schema.empty()) entry["output_schema"] = parsed(i.output_schema);
     if (!i.annotations.empty()) entry["annotations"] = parsed(i.annotations);
   }

@@ -3,6 +3,8 @@
 #include <machina/schema_validator.hpp>
 #include <machina/tool_manifest.hpp>
 
+#include "toml_reader.hpp"
+
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
@@ -19,28 +21,8 @@ namespace {
 constexpr std::size_t kMaxManifestBytes = 16u << 20;
 constexpr std::int64_t kMaxTimeoutMs = 24LL * 3600 * 1000;
 
-/// Errors as "FILE:LINE: what".
-struct Refuser {
-  const std::string& path;
-  [[noreturn]] void operator()(const toml::node& at, const std::string& why) const {
-    (*this)(at.source().begin.line, why);
-  }
-  [[noreturn]] void operator()(std::size_t line, const std::string& why) const {
-    throw HostError(path + ":" + std::to_string(line) + ": " + why);
-  }
-};
-
-std::string type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
-    case toml::node_type::boolean: return "a boolean";
-    default: return "a date or time";
-  }
-}
+using toml_reader::Refuser;
+using toml_reader::type_name;
 
 /// A TOML value as JSON (dates and times have no JSON form).
 nlohmann::json to_json(const toml::node& n, const Refuser& refuse, const std::string& field) {
@@ -61,74 +43,18 @@ nlohmann::json to_json(const toml::node& n, const Refuser& refuse, const std::st
   refuse(n, "field '" + field + "': a date or time has no JSON form");
 }
 
-class ToolReader {
+/// A [[tool]], [[skill]] or [[mcp_server]] table, named in errors by its place and aid.
+class ToolReader : public toml_reader::TableReader {
  public:
   ToolReader(const toml::table& t, const Refuser& refuse, std::size_t index, std::string kind = "tool")
-      : t_(t), refuse_(refuse), line_(t.source().begin.line), index_(index), kind_(std::move(kind)) {}
-
-  [[noreturn]] void fail(const std::string& field, const std::string& why) const {
-    const toml::node* at = t_.get(field);
-    refuse_(at != nullptr ? at->source().begin.line : line_, where() + "field '" + field + "': " + why);
-  }
-  std::string where() const {
-    return kind_ + " " + std::to_string(index_) + (aid_.empty() ? "" : " (" + aid_ + ")") + ": ";
-  }
-  void set_aid(std::string aid) { aid_ = std::move(aid); }
-  std::size_t line() const { return line_; }
-
-  const toml::node* get(const std::string& field) {
-    used_.insert(field);
-    return t_.get(field);
-  }
-  template <class T>
-  const toml::value<T>* typed(const std::string& field, const char* what) {
-    const toml::node* n = get(field);
-    if (n == nullptr) return nullptr;
-    const auto* v = n->as<T>();
-    if (v == nullptr) fail(field, std::string("must be ") + what + ", not " + type_name(*n));
-    return v;
-  }
-  std::string string(const std::string& field, bool required, std::string fallback = {}) {
-    const auto* v = typed<std::string>(field, "a string");
-    if (v == nullptr) {
-      if (required) fail(field, "is required");
-      return fallback;
-    }
-    return v->get();
-  }
-  bool boolean(const std::string& field, bool fallback) {
-    const auto* v = typed<bool>(field, "a boolean");
-    return v != nullptr ? v->get() : fallback;
-  }
-  std::vector<std::string> strings(const std::string& field) {
-    const toml::node* n = get(field);
-    std::vector<std::string> out;
-    if (n == nullptr) return out;
-    const auto* a = n->as_array();
-    if (a == nullptr) fail(field, "must be an array of strings, not " + type_name(*n));
-    for (const auto& item : *a) {
-      const auto* s = item.as_string();
-      if (s == nullptr) fail(field, "must be an array of strings; it holds " + type_name(item));
-      out.push_back(s->get());
-    }
-    return out;
-  }
-  /// Every key of the table was read (an unknown one is most often a misspelt one).
-  void no_other_keys() const {
-    for (const auto& [k, v] : t_) {
-      const std::string key(k.str());
-      if (used_.count(key) == 0) refuse_(v.source().begin.line, where() + "unknown field '" + key + "'");
-    }
+      : TableReader(t, refuse, kind + " " + std::to_string(index) + ": "), index_(index), kind_(std::move(kind)) {}
+  void set_aid(const std::string& aid) {
+    set_where(kind_ + " " + std::to_string(index_) + (aid.empty() ? "" : " (" + aid + ")") + ": ");
   }
 
  private:
-  const toml::table& t_;
-  const Refuser& refuse_;
-  std::size_t line_;
   std::size_t index_;
   std::string kind_;
-  std::string aid_;
-  std::set<std::string> used_;
 };
 
 bool is_entry(const std::string& entry) {
@@ -392,12 +318,7 @@ const std::vector<std::string>& known_guarantees() {
 
 ToolManifest parse_tool_manifest(std::string_view text, const std::string& path) {
   const Refuser refuse{path};
-  toml::table doc;
-  try {
-    doc = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    refuse(e.source().begin.line, std::string(e.description()));
-  }
+  const toml::table doc = toml_reader::parse(text, refuse);
   ToolManifest manifest;
   manifest.path = path;
   const std::string root = std::filesystem::absolute(std::filesystem::path(path)).parent_path().string();

@@ -217,6 +217,7 @@ class RequestSax {
         case Field::idempotency_key: req_.idempotency_key.reset(); break;
         case Field::lease_token: req_.lease_token.reset(); break;
         case Field::trace_id: req_.trace_id.reset(); break;
+        case Field::user: req_.user.reset(); break;
         case Field::id: req_.id_json.clear(); break;
         case Field::timeout_ms: req_.timeout_ms.reset(); break;
         case Field::aid:
@@ -274,6 +275,7 @@ class RequestSax {
       case Field::idempotency_key: req_.idempotency_key.emplace(v); return true;
       case Field::lease_token: req_.lease_token.emplace(v); return true;
       case Field::trace_id: req_.trace_id.emplace(v); return true;
+      case Field::user: req_.user.emplace(v); return true;
       case Field::id:
         req_.id_json.clear();
         append_json_string(req_.id_json, v);
@@ -331,6 +333,7 @@ class RequestSax {
     else if (k == "idempotency_key") field_ = Field::idempotency_key;
     else if (k == "_lease_token") field_ = Field::lease_token;
     else if (k == "trace_id") field_ = Field::trace_id;
+    else if (k == "user") field_ = Field::user;
     else if (k == "id") field_ = Field::id;
     else if (k == "timeout_ms") field_ = Field::timeout_ms;
     else {
@@ -363,7 +366,7 @@ class RequestSax {
   const std::string& error() const { return error_; }
 
  private:
-  enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, timeout_ms, trace_id, unknown };
+  enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, timeout_ms, trace_id, user, unknown };
 
 
   bool in_ds() const { return ds_.has_value(); }
@@ -396,6 +399,7 @@ class RequestSax {
         return fail(std::string("field 'idempotency_key' must be a string, not ") + what);
       case Field::lease_token: return fail(std::string("field '_lease_token' must be a string, not ") + what);
       case Field::trace_id: return fail(std::string("field 'trace_id' must be a string, not ") + what);
+      case Field::user: return fail(std::string("field 'user' must be a string, not ") + what);
       case Field::id: return fail(std::string("field 'id' must be a string or an integer, not ") + what);
       case Field::ds_state: return ds_fail("must be an object");
       case Field::timeout_ms: return fail(kTimeoutRule);

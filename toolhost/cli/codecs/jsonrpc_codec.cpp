@@ -153,6 +153,9 @@ bool read_call(std::string_view params, Request& request, std::string& token, st
         } else if (field == "trace_id") {
           if (!expect(Member::Type::string, "a string")) return false;
           request.trace_id = std::string(m.string);
+        } else if (field == "user") {
+          if (!expect(Member::Type::string, "a string")) return false;
+          request.user = std::string(m.string);
         } else if (field == "input_json") {
           if (!expect(Member::Type::string, "a string holding JSON text")) return false;
           request.input_json = std::string(m.string);
@@ -345,6 +348,7 @@ void JsonRpcCodec::initialize(Host& host, const std::string& id, std::string_vie
     json tools = json::array();
     for (const Tool* t : host.registry().tools()) {
       const ToolInfo& i = t->info;
+      if (!i.alias_of.empty()) continue;
       json schema = object_schema(i.input_schema.empty() ? i.listed_schema : i.input_schema);
       tools.push_back({{"name", i.aid},
                        {"description", i.description},
@@ -395,7 +399,12 @@ void JsonRpcCodec::list_tools(Host& host, const std::string& id, std::string_vie
         why);
   }
   if (!bad.empty()) return jsonrpc::append_error(out, id, jsonrpc::kInvalidParams, bad);
-  const auto all = host.registry().tools();
+  // Another name of a tool (a pack tool's seed names) would show a model the same tool
+  // twice: only primary names are listed (the others still answer calls).
+  std::vector<const Tool*> all;
+  for (const Tool* t : host.registry().tools()) {
+    if (t->info.alias_of.empty()) all.push_back(t);
+  }
   json tools = json::array();
   for (std::size_t i = from; i < all.size() && i < from + page_size_; ++i) {
     const Tool& t = *all[i];

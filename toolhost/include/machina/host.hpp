@@ -9,7 +9,9 @@
 #include <machina/lease.hpp>
 #include <machina/request.hpp>
 #include <machina/runner.hpp>
+#include <machina/policy.hpp>
 #include <machina/runners/inline_runner.hpp>
+#include <machina/runners/pack_runner.hpp>
 #include <machina/runners/process_runner.hpp>
 #include <machina/runners/python_runner.hpp>
 #include <machina/tool_registry.hpp>
@@ -112,6 +114,10 @@ class Host {
   /// not there, or naming the aid already registered; registers all of the file's tools or
   /// none. Returns the aids added.
   std::vector<std::string> load_tools(const std::string& manifest_path);
+  /// Registers the built-in tool packs (`packs`: of PackRunner::pack_names(); empty: all)
+  /// under each tool's every name, run in this process under `policy`. Throws HostError
+  /// for an unknown pack, a name already registered, or packs added before.
+  std::vector<std::string> add_packs(const std::vector<std::string>& packs, Policy policy);
   /// A session of a front's began or ended (a --serve stream, an MCP or skill connection,
   /// a Python transport): the hosted skills are told (lifecycle/onSessionStart, onSessionEnd).
   void session_started(const std::string& id);
@@ -175,6 +181,7 @@ class Host {
   // The runners outlive the registry's tools that point at them, and the inline runner's
   // watchdog stops (first, in its destructor) before anything its callbacks use goes.
   std::unique_ptr<ProcessRunner> process_;
+  std::unique_ptr<PackRunner> packs_;
   std::mutex manifest_mu_;  // one load_tools() at a time
   std::vector<std::unique_ptr<Runner>> manifest_runners_;  // a runner per manifest tool
   std::map<std::string, std::shared_ptr<PythonWorkerPool>> python_pools_;  // by interpreter and set-up

@@ -20,6 +20,8 @@ inline constexpr const char* kTimeoutRuleText =
     "field 'timeout_ms' must be a whole number of milliseconds from 1 to 2147483647";
 /// Longest `trace_id` a request may carry (it is echoed in the response's trace).
 inline constexpr std::size_t kMaxTraceIdBytes = 256;
+/// Longest `user` a request may carry.
+inline constexpr std::size_t kMaxUserBytes = 256;
 
 /// A caller's wish to stop a call it made (MCP's notifications/cancelled). The front
 /// cancels; the runner of the call says how it stops it (a worker killed, a child told),
@@ -80,6 +82,7 @@ struct Request {
   std::string id_json;  // the request's `id` as JSON text, echoed verbatim; empty: none
   std::optional<std::int64_t> timeout_ms;  // the caller's deadline for this call
   std::optional<std::string> trace_id;     // the caller's correlation id, echoed in a trace
+  std::optional<std::string> user;         // who calls: selects the tool packs' policy scope
   // The front's, for the time of the call (null: none).
   CancelToken* cancel = nullptr;
   ProgressSink* progress = nullptr;

@@ -41,6 +41,7 @@ struct RunSpec {
   std::string_view trace_id = {};  // the caller's, if the request carried one
   CancelToken* cancel = nullptr;   // the caller may stop the call (null: it cannot)
   ProgressSink* progress = nullptr;  // where to report progress (null: nobody asked)
+  std::string_view user = {};        // who calls (the request's `user`; a policy's scope)
 };
 
 struct RunOutcome {

@@ -64,9 +64,15 @@ void enter(const Walls& walls) {
   for (const auto& path : walls.hidden_files) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) continue;  // nothing there to hide
+    if (S_ISDIR(st.st_mode)) {
+      // A directory: covered by an empty, read-only one.
+      if (::mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") != 0)
+        fail("cannot hide " + path);
+      continue;
+    }
     if (!S_ISREG(st.st_mode)) {
       errno = EINVAL;
-      fail("cannot hide " + path + " (not a regular file)");
+      fail("cannot hide " + path + " (not a regular file or directory)");
     }
     if (::mount("/dev/null", path.c_str(), nullptr, MS_BIND, nullptr) != 0) fail("cannot hide " + path);
   }

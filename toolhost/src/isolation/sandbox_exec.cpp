@@ -161,6 +161,7 @@ void set_limit(int resource, std::uint64_t value, const char* what) {
     set_limit(RLIMIT_AS, spec.address_space_mb << 20, "address space");
     set_limit(RLIMIT_NOFILE, spec.open_files, "open files");
     set_limit(RLIMIT_FSIZE, spec.file_size_mb << 20, "file size");
+    set_limit(RLIMIT_CPU, spec.cpu_seconds, "CPU time");
   } catch (const HostError& e) {
     say(e.what());
     ::_exit(kCannotConfine);
@@ -242,7 +243,8 @@ std::string ExecSpec::to_json() const {
                         {"read_paths", read_paths},       {"write_paths", write_paths},
                         {"exec_paths", exec_paths},       {"hidden_files", hidden_files},
                         {"memory_mb", memory_mb},         {"address_space_mb", address_space_mb},
-                        {"open_files", open_files},       {"file_size_mb", file_size_mb}}
+                        {"open_files", open_files},       {"file_size_mb", file_size_mb},
+                        {"cpu_seconds", cpu_seconds}}
       .dump();
 }
 
@@ -264,6 +266,7 @@ ExecSpec ExecSpec::from_json(std::string_view text) {
     s.address_space_mb = j.at("address_space_mb").get<std::uint64_t>();
     s.open_files = j.at("open_files").get<std::uint64_t>();
     s.file_size_mb = j.at("file_size_mb").get<std::uint64_t>();
+    s.cpu_seconds = j.value("cpu_seconds", std::uint64_t{0});
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw HostError(std::string("not a sandbox spec: ") + e.what());

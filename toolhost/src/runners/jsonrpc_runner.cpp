@@ -4,7 +4,7 @@
 #include <machina/runners/jsonrpc_runner.hpp>
 #include <machina/tool_protocol.hpp>
 
-#include "../../../plugins/builtin/workspace.hpp"
+#include <machina/workspace.hpp>
 
 #include <nlohmann/json.hpp>
 

@@ -28,12 +28,13 @@ struct ExecSpec {
   std::vector<std::string> read_paths;
   std::vector<std::string> write_paths;
   std::vector<std::string> exec_paths;
-  std::vector<std::string> hidden_files;  // covered by /dev/null (the lease key file)
+  std::vector<std::string> hidden_files;  // files covered by /dev/null (the lease key file), directories by an empty one
   std::uint64_t memory_mb = 0;            // the init kills the program resident past this; 0: no cap
   // Resource limits set on the program before it is executed (0: none).
   std::uint64_t address_space_mb = 0;     // RLIMIT_AS
   std::uint64_t open_files = 0;           // RLIMIT_NOFILE
   std::uint64_t file_size_mb = 0;         // RLIMIT_FSIZE
+  std::uint64_t cpu_seconds = 0;          // RLIMIT_CPU
 
   std::string to_json() const;
   /// Throws HostError for a spec that is not one.

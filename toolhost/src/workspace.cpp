@@ -1,5 +1,5 @@
 // See workspace.hpp.
-#include "workspace.hpp"
+#include <machina/workspace.hpp>
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -240,6 +240,30 @@ bool Workspace::write(const std::vector<std::string>& parts, std::string_view co
     done += static_cast<std::size_t>(n);
   }
   if (::close(file.release()) != 0) return fail_file("write failed: " + errno_text(errno));
+  return true;
+}
+
+bool Workspace::remove(const std::vector<std::string>& parts, std::string& why) const {
+  Fd dir = open_directory(parts, parts.size() - 1, nullptr, why);
+  if (!dir) return false;
+  const std::string& leaf = parts.back();
+  struct stat st {};
+  if (::fstatat(dir.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    why = errno_text(errno);
+    return false;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    why = "it is a directory (only files are deleted)";
+    return false;
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+    why = "not a regular file";
+    return false;
+  }
+  if (::unlinkat(dir.get(), leaf.c_str(), 0) != 0) {
+    why = errno_text(errno);
+    return false;
+  }
   return true;
 }
 

@@ -59,6 +59,15 @@ class Workspace {
   /// that this call made is left behind (not the file, not a directory).
   bool write(const std::vector<std::string>& parts, std::string_view content, bool append, std::string& why) const;
 
+  /// Opens an existing directory (O_PATH; `parts` empty: the workspace itself). -1 with why.
+  Fd open_dir(const std::vector<std::string>& parts, std::string& why) const {
+    return open_directory(parts, parts.size(), nullptr, why);
+  }
+
+  /// Removes a regular file or a symbolic link (the link itself). False with why if
+  /// refused (a directory, a FIFO, a device ...) or missing.
+  bool remove(const std::vector<std::string>& parts, std::string& why) const;
+
  private:
   /// A directory this call made: its name in its parent, whose descriptor is kept so that
   /// removing it again never goes through a path that may have changed meanwhile.

@@ -1,0 +1,97 @@
+// policy (the tool packs' security policy): defaults, the file's tables and their errors
+// with file and line, roots made real, per-user roots, rate limits.
+#include <machina/errors.hpp>
+#include <machina/policy.hpp>
+
+#include <doctest/doctest.h>
+
+#include "temp_dir.hpp"
+
+#include <filesystem>
+#include <string>
+
+using namespace machina;
+namespace fs = std::filesystem;
+
+namespace {
+std::string error_of(const std::string& text, const std::string& workspace) {
+  try {
+    parse_policy(text, "/etc/p.toml", workspace);
+  } catch (const HostError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("without a file: the workspace, the default deny globs, no command") {
+  TempDir tmp;
+  fs::create_directories(tmp.path / "ws");
+  const Policy p = default_policy((tmp.path / "ws").string());
+  REQUIRE(p.files.roots.size() == 1);
+  CHECK(p.files.roots[0] == fs::canonical(tmp.path / "ws").string());
+  CHECK(p.files.deny == default_deny_globs());
+  CHECK(p.shell.allow.empty());
+  CHECK_FALSE(p.shell.network);
+  CHECK_FALSE(p.shell.subprocesses);
+  CHECK(p.shell.timeout_ms == 60'000);
+  std::string why;
+  CHECK(p.roots_for("", why) == &p.files.roots);
+  CHECK(p.roots_for("anyone", why) == &p.files.roots);
+}
+
+TEST_CASE("a policy file's tables") {
+  TempDir tmp;
+  fs::create_directories(tmp.path / "a");
+  fs::create_directories(tmp.path / "b");
+  fs::create_symlink(tmp.path / "b", tmp.path / "b-link");
+  const std::string text = "unknown_users = false\n"
+                           "[files]\nroots = [\"" + (tmp.path / "a").string() + "\"]\ndeny_also = [\"*.db\"]\n"
+                           "max_read_bytes = 10\n"
+                           "[shell]\nallow = [\"ls\", \"/usr/bin/git\"]\ndeny = []\ntimeout_ms = 500\nnetwork = true\n"
+                           "[rate_limits]\n\"AID.SHELL.EXEC.v1\" = \"10/min\"\n\"readFile\" = \"2.5/s\"\n"
+                           "[codebases]\nweb = \"" + (tmp.path / "b-link").string() + "\"\n"
+                           "[users.alice]\nroots = [\"" + (tmp.path / "b-link").string() + "\"]\ncodebases = [\"web\"]\n";
+  const Policy p = parse_policy(text, (tmp.path / "p.toml").string(), "");
+  CHECK(p.files.roots == std::vector<std::string>{fs::canonical(tmp.path / "a").string()});
+  CHECK(p.files.deny.back() == "*.db");
+  CHECK(p.files.deny.size() == default_deny_globs().size() + 1);
+  CHECK(p.files.max_read_bytes == 10);
+  CHECK(p.shell.allow == std::vector<std::string>{"ls", "/usr/bin/git"});
+  CHECK(p.shell.deny.empty());
+  CHECK(p.shell.timeout_ms == 500);
+  CHECK(p.shell.network);
+  CHECK(p.rate_limits.at("AID.SHELL.EXEC.v1").calls == 10);
+  CHECK(p.rate_limits.at("AID.SHELL.EXEC.v1").per_seconds == 60);
+  CHECK(p.rate_limits.at("readFile").calls == doctest::Approx(2.5));
+  // Roots are kept as their real paths (a link in a root's own path is resolved once).
+  CHECK(p.codebases.at("web") == fs::canonical(tmp.path / "b").string());
+  std::string why;
+  REQUIRE(p.roots_for("alice", why) != nullptr);
+  CHECK(*p.roots_for("alice", why) == std::vector<std::string>{fs::canonical(tmp.path / "b").string()});
+  CHECK(p.roots_for("bob", why) == nullptr);
+  CHECK(why == "user 'bob' is not in the policy");
+}
+
+TEST_CASE("relative roots are the policy file's folder's") {
+  TempDir tmp;
+  fs::create_directories(tmp.path / "conf" / "work");
+  const Policy p = parse_policy("[files]\nroots = [\"work\"]\n", (tmp.path / "conf" / "p.toml").string(), "");
+  CHECK(p.files.roots[0] == fs::canonical(tmp.path / "conf" / "work").string());
+}
+
+TEST_CASE("errors name the file, the line, the table and the field") {
+  TempDir tmp;
+  const std::string ws = tmp.path.string();
+  CHECK(error_of("[files]\nroots = [\"/no/such\"]\n", ws) ==
+        "/etc/p.toml:2: [files]: field 'roots': '/no/such' is not a directory");
+  CHECK(error_of("[shell]\nallow = 3\n", ws) == "/etc/p.toml:2: [shell]: field 'allow': must be an array of strings, not an integer");
+  CHECK(error_of("[shell]\ntimeout_ms = 0\n", ws) == "/etc/p.toml:2: [shell]: field 'timeout_ms': must be from 1 to 86400000");
+  CHECK(error_of("[shell]\nallw = []\n", ws) == "/etc/p.toml:2: [shell]: unknown field 'allw'");
+  CHECK(error_of("[rate_limits]\nx = \"0/s\"\n", ws) ==
+        "/etc/p.toml:2: [rate_limits]: field 'x': must be like \"10/s\", \"100/min\" or \"1000/h\"");
+  CHECK(error_of("[code]\nrg = \"rg\"\n", ws) == "/etc/p.toml:2: [code]: field 'rg': must be an absolute path");
+  CHECK(error_of("shell = 1\n", ws) == "/etc/p.toml:1: 'shell' must be a table ([shell])");
+  CHECK(error_of("[users]\nbob = 1\n", ws) == "/etc/p.toml:2: [users]: 'bob' must be a table ([users.bob])");
+  CHECK(error_of("x = [\n", ws).rfind("/etc/p.toml:", 0) == 0);
+}

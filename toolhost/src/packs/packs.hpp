@@ -1,0 +1,126 @@
+// Inside the pack runner (runners/pack_runner.hpp): one call of a pack tool as its
+// handler sees it, what a handler answers, and the table of the packs' tools.
+#pragma once
+
+#include <machina/errors.hpp>
+#include <machina/policy.hpp>
+#include <machina/runner.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace machina {
+class Spawner;
+}
+
+namespace machina::packs {
+
+/// Which answer a name of a tool gives: ours (an object with every detail) or the seed's
+/// (`data` exactly as seed 002 shows it).
+enum class Shape { ours, seed };
+
+struct Call {
+  const nlohmann::json& input;  // an object (the schema said so)
+  const Policy& policy;
+  std::string_view user;        // the request's `user` ("" when none)
+  const RunSpec& spec;
+  Shape shape;
+  const std::string& executable;  // machina-toolhost (shell.exec's launcher); "" if unknown
+  Spawner* spawner;
+};
+
+/// A handler's answer: output, or a refusal whose text starts with the seed's error type.
+struct Result {
+  ErrorKind kind = ErrorKind::none;
+  std::string error;
+  nlohmann::json output;
+  RunOutcome::Ending ending = RunOutcome::Ending::ran;  // timed_out, cancelled: no output
+
+  static Result ok(nlohmann::json out) {
+    Result r;
+    r.output = std::move(out);
+    return r;
+  }
+  /// A call that did not run to its end: cancelled, or timed out (`why` says how).
+  static Result stopped(RunOutcome::Ending ending, std::string why = {}) {
+    Result r;
+    r.ending = ending;
+    r.error = std::move(why);
+    return r;
+  }
+  static Result fail(ErrorKind kind, std::string error) {
+    Result r;
+    r.kind = kind;
+    r.error = std::move(error);
+    return r;
+  }
+};
+
+inline Result denied(const std::string& why) { return Result::fail(ErrorKind::access_denied, "AccessDenied: " + why); }
+inline Result missing(const std::string& why) {
+  return Result::fail(ErrorKind::target_not_found, "NotFound: " + why);
+}
+inline Result invalid(const std::string& why) { return Result::fail(ErrorKind::invalid_input, "InvalidInput: " + why); }
+inline Result system_error(const std::string& why) {
+  return Result::fail(ErrorKind::system_error, "SystemError: " + why);
+}
+
+using Handler = Result (*)(const Call&);
+
+/// One tool of a pack, with its three names.
+struct Entry {
+  const char* pack;       // "files", "shell"
+  const char* aid;        // AID.FILE.READ.v1
+  const char* subject;    // tools.file.read (seed 002's NATS subject)
+  const char* function;   // readFile (the function name an LLM calls)
+  const char* name;       // file_read (ours, for listings)
+  Handler handler;
+  const char* description;
+  const char* schema;       // ours (aid)
+  const char* seed_schema;  // the seed names'
+  int tier;
+  std::vector<std::string> side_effects;
+  bool read_only;
+};
+
+const std::vector<Entry>& entries();
+
+/// A path as it may be quoted back in an error: at most 200 characters of it.
+std::string excerpt(std::string_view path);
+
+/// Where a caller's path leads: a root and the parts beneath it.
+struct Target {
+  const std::string* root = nullptr;
+  std::vector<std::string> parts;
+};
+
+/// The caller's path resolved as text (roots, `..`, NUL, deny globs), or the refusal.
+/// `root_ok`: the path may name a root itself (a listing, a working directory).
+bool resolve_path(const Call& c, const std::string& path, bool root_ok, Target& t, Result& refusal);
+
+/// A failure to open or change a path, by its reason: missing → NotFound; a link, a
+/// FIFO, a device, a hard link, no permission → AccessDenied; anything else SystemError.
+Result open_failed(const std::string& path, const std::string& why);
+
+/// Whether a path beneath its root matches a deny glob.
+bool denied_by_name(const Policy& policy, const std::vector<std::string>& parts);
+
+/// ripgrep: the policy's, else beside `executable` or this program (or in a bin/ above
+/// them), else on PATH; "" when there is none.
+std::string find_rg(const Policy& policy, const std::string& executable);
+
+/// The paths beneath `root` that match the policy's deny globs (not looked into further),
+/// looking at up to `cap` names; false past the cap.
+bool denied_beneath(const Policy& policy, const std::string& root, std::uint64_t cap, std::vector<std::string>& found);
+
+Result file_read(const Call& c);
+Result file_write(const Call& c);
+Result file_delete(const Call& c);
+Result file_list(const Call& c);
+Result shell_exec(const Call& c);
+Result code_grep(const Call& c);
+
+}  // namespace machina::packs

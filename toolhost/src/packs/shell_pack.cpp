@@ -1,0 +1,273 @@
+// shell.exec: one program with its arguments, never through a shell, if the policy's
+// allow list names it and its deny list does not; run in the sandbox launcher's walls (no
+// network, no new processes, writing only beneath the caller's roots, CPU, memory, file
+// size and open-file limits, the lease key hidden), with a clean environment, in a
+// directory beneath the roots; killed with its whole process group at its deadline; its
+// stdout and stderr kept up to a cap each (the rest read and dropped, `truncated` said).
+#include "packs.hpp"
+
+#include <machina/child_process.hpp>
+#include <machina/isolation/sandbox_exec.hpp>
+#include <machina/workspace.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace machina::packs {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::size_t kMaxArgs = 1024;
+constexpr std::size_t kMaxArgBytes = 256 * 1024;
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool is_name(const std::string& s) {
+  if (s.empty() || s.size() > 255 || s == "." || s == "..") return false;
+  return std::all_of(s.begin(), s.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-' || ch == '+';
+  });
+}
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+/// Whether `list` names the command (by its name, or by an absolute path).
+bool listed(const std::vector<std::string>& list, const std::string& name, const std::string& resolved) {
+  for (const auto& entry : list) {
+    if (entry.front() == '/' ? entry == resolved : (entry == name || entry == base_name(resolved))) return true;
+  }
+  return false;
+}
+
+bool executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+/// Reads what is there without blocking; keeps up to `cap` bytes. False at end of file.
+bool drain(int fd, std::string& kept, std::size_t cap, bool& truncated) {
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      const std::size_t room = cap > kept.size() ? cap - kept.size() : 0;
+      kept.append(buf, std::min(room, static_cast<std::size_t>(n)));
+      if (static_cast<std::size_t>(n) > room) truncated = true;
+      continue;
+    }
+    if (n == 0) return false;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+}
+
+}  // namespace
+
+Result shell_exec(const Call& c) {
+  const ShellPolicy& policy = c.policy.shell;
+  const std::string command = c.input.at("command").get<std::string>();
+  std::vector<std::string> args;
+  if (auto it = c.input.find("args"); it != c.input.end()) args = it->get<std::vector<std::string>>();
+  std::size_t arg_bytes = 0;
+  for (const auto& a : args) {
+    if (a.find('\0') != std::string::npos) return invalid("an argument contains a NUL character");
+    arg_bytes += a.size() + 1;
+  }
+  if (args.size() > kMaxArgs || arg_bytes > kMaxArgBytes) {
+    return invalid("at most " + std::to_string(kMaxArgs) + " arguments of " + std::to_string(kMaxArgBytes) +
+                   " bytes in all");
+  }
+  const bool absolute = !command.empty() && command.front() == '/';
+  if (!absolute && !is_name(command)) {
+    return invalid("command " + excerpt(command) +
+                   " is not a program's name or absolute path (no shell runs here: give the program in 'command' "
+                   "and each argument in 'args')");
+  }
+  const std::string name = base_name(command);
+  const std::string refused = "Command '" + excerpt(name) + "' is not allowed by security policy";
+  if (listed(policy.deny, name, command)) return denied(refused);
+  // Where the program is: the absolute path given, else the first in the policy's path.
+  std::string program;
+  if (absolute) {
+    if (command.find("/../") != std::string::npos || command.ends_with("/..")) return denied(refused);
+    if (executable_file(command)) program = command;
+  } else {
+    for (const auto& dir : policy.path) {
+      if (executable_file(dir + "/" + command)) {
+        program = dir + "/" + command;
+        break;
+      }
+    }
+  }
+  if (program.empty()) {
+    if (!listed(policy.allow, name, command)) return denied(refused);
+    std::string where;
+    for (const auto& d : policy.path) where += (where.empty() ? "" : ":") + d;
+    return missing("command " + excerpt(command) + " not found" + (absolute ? "" : " in " + where));
+  }
+  std::error_code ec;
+  const std::string real = std::filesystem::canonical(program, ec).string();
+  if (ec) return missing("command " + excerpt(command) + ": " + ec.message());
+  // Both the name called and the file it is (a link's target) must pass.
+  if (listed(policy.deny, base_name(real), real)) return denied(refused);
+  if (!listed(policy.allow, name, program) && !listed(policy.allow, base_name(real), real)) {
+    return denied(refused + (policy.allow.empty() ? " (the policy allows no command)" : ""));
+  }
+
+  // The working directory: beneath the caller's roots (default: the first root).
+  std::string why;
+  const std::vector<std::string>* roots = c.policy.roots_for(c.user, why);
+  if (roots == nullptr) return denied(why);
+  std::string cwd = roots->front();
+  if (auto it = c.input.find("cwd"); it != c.input.end() && !it->get_ref<const std::string&>().empty()) {
+    const std::string& asked = it->get_ref<const std::string&>();
+    std::vector<std::string> parts;
+    const std::string* root = &roots->front();
+    std::string rest = asked;
+    if (asked.front() == '/') {
+      root = nullptr;
+      for (const auto& r : *roots) {
+        if (asked == r || (asked.compare(0, r.size(), r) == 0 && asked.size() > r.size() && asked[r.size()] == '/')) {
+          root = &r;
+          rest = asked.substr(r.size());
+          break;
+        }
+      }
+      if (root == nullptr) return denied("cwd " + excerpt(asked) + " is outside the allowed directories");
+      while (!rest.empty() && rest.front() == '/') rest.erase(0, 1);
+    }
+    if (!rest.empty() && !workspace::split(rest, parts, why)) {
+      if (why.find("names the workspace itself") == std::string::npos) {
+        return why.find("'..'") != std::string::npos ? denied("cwd " + excerpt(asked) + ": '..' is not allowed")
+                                                     : invalid("cwd " + excerpt(asked) + ": " + why);
+      }
+      parts.clear();
+    }
+    workspace::Workspace ws;
+    if (!ws.open(*root, why)) return system_error(why);
+    workspace::Fd dir = ws.open_dir(parts, why);
+    if (!dir) {
+      return why == std::strerror(ENOENT) ? missing("cwd " + excerpt(asked) + ": " + why)
+                                          : denied("cwd " + excerpt(asked) + ": " + why);
+    }
+    cwd = *root;
+    for (const auto& p : parts) cwd += "/" + p;
+  }
+
+  // The walls.
+  const sandbox::Support& support = sandbox::support();
+  if (!support.namespaces) return system_error("commands cannot be confined here: " + support.namespaces_why);
+  if (c.executable.empty()) return system_error("commands cannot be confined: the machina-toolhost launcher is unknown");
+  sandbox::ExecSpec walls;
+  walls.own_network = walls.no_sockets = !policy.network;
+  walls.no_processes = !policy.subprocesses;
+  walls.memory_mb = policy.memory_mb;
+  walls.cpu_seconds = policy.cpu_seconds;
+  walls.file_size_mb = policy.file_size_mb;
+  walls.open_files = policy.open_files;
+  if (support.landlock_abi >= 1) {
+    walls.restrict_write = true;
+    walls.write_paths = *roots;
+    walls.restrict_read = true;
+    walls.read_paths = policy.read_paths;
+  }
+  // What the file tools refuse by name, the command does not see either.
+  for (const auto& root : *roots) {
+    if (!denied_beneath(c.policy, root, policy.max_scanned_entries, walls.hidden_files)) {
+      return system_error("more than " + std::to_string(policy.max_scanned_entries) + " names beneath " + root +
+                          " to look through for denied ones (narrow the roots, or raise [shell] max_scanned_entries)");
+    }
+  }
+  if (const char* key = std::getenv("MACHINA_LEASE_KEY_FILE"); key != nullptr && *key != '\0') {
+    walls.hidden_files.emplace_back(key);
+  }
+
+  ChildSpec child;
+  child.executable = c.executable;
+  child.argv = {c.executable, "--sandbox-exec", walls.to_json(), "--", program};
+  child.argv.insert(child.argv.end(), args.begin(), args.end());
+  std::string path_var;
+  for (const auto& d : policy.path) path_var += (path_var.empty() ? "" : ":") + d;
+  child.env = {"PATH=" + path_var, "HOME=" + cwd, "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TERM=dumb"};
+  child.stdio = ChildSpec::Stdio::pipes;
+  child.cwd = cwd;
+  child.tail_bytes = 1;
+
+  const std::int64_t started = now_ms();
+  const std::int64_t deadline = std::min(c.spec.deadline_ms, started + policy.timeout_ms);
+  std::unique_ptr<ChildProcess> proc;
+  try {
+    proc = std::make_unique<ChildProcess>(child, c.spawner);
+  } catch (const HostError& e) {
+    return system_error(std::string("cannot start ") + excerpt(command) + ": " + e.what());
+  }
+  proc->close_input();
+  if (c.spec.cancel != nullptr) c.spec.cancel->on_cancel([p = proc.get()] { p->kill(); });
+  std::string out, err;
+  bool out_cut = false, err_cut = false, out_open = true, err_open = true, timed_out = false;
+  const std::size_t cap = policy.max_output_bytes;
+  while (out_open || err_open) {
+    const std::int64_t left = deadline - now_ms();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd fds[2] = {{out_open ? proc->stdout_fd() : -1, POLLIN, 0}, {err_open ? proc->output_fd() : -1, POLLIN, 0}};
+    const int n = ::poll(fds, 2, static_cast<int>(std::min<std::int64_t>(left, 1000)));
+    if (n < 0 && errno != EINTR) break;
+    if (out_open && fds[0].revents != 0) out_open = drain(proc->stdout_fd(), out, cap, out_cut);
+    if (err_open && fds[1].revents != 0) err_open = drain(proc->output_fd(), err, cap, err_cut);
+  }
+  // Its streams are closed; the program itself may still be running (it closed them).
+  while (!timed_out && !proc->wait_exit(std::chrono::milliseconds(std::clamp<std::int64_t>(deadline - now_ms(), 0, 100)))) {
+    if (now_ms() >= deadline) timed_out = true;
+  }
+  if (c.spec.cancel != nullptr) c.spec.cancel->on_cancel(nullptr);
+  const bool cancelled = c.spec.cancel != nullptr && c.spec.cancel->cancelled();
+  proc->end(50);
+  const int code = proc->exit_code();
+  if (cancelled) return Result::stopped(RunOutcome::Ending::cancelled);
+  if (timed_out) {
+    return Result::stopped(RunOutcome::Ending::timed_out, "command " + excerpt(command) + " ran past " +
+                                                              std::to_string(deadline - started) +
+                                                              " ms; its process group was killed");
+  }
+  if (code == 126 && err.find("machina-toolhost") != std::string::npos) {
+    return system_error("command " + excerpt(command) + " could not be confined: " + err.substr(0, 500));
+  }
+  json o{{"stdout", json(out).dump(-1, ' ', false, json::error_handler_t::replace)},
+         {"stderr", json(err).dump(-1, ' ', false, json::error_handler_t::replace)}};
+  // Text that is not UTF-8 is shown with replacement characters.
+  o["stdout"] = json::parse(o["stdout"].get<std::string>());
+  o["stderr"] = json::parse(o["stderr"].get<std::string>());
+  o["exit_code"] = code;
+  if (c.shape == Shape::ours) {
+    o["truncated"] = out_cut || err_cut;
+    o["stdout_truncated"] = out_cut;
+    o["stderr_truncated"] = err_cut;
+    o["duration_ms"] = now_ms() - started;
+    if (code == sandbox::kMemoryCapStatus) o["killed"] = "memory limit of " + std::to_string(policy.memory_mb) + " MB";
+  } else {
+    o["truncated"] = out_cut || err_cut;
+  }
+  return Result::ok(std::move(o));
+}
+
+}  // namespace machina::packs

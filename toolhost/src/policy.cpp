@@ -1,0 +1,253 @@
+// See policy.hpp.
+#include <machina/policy.hpp>
+
+#include "toml_reader.hpp"
+
+#include <machina/errors.hpp>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+namespace machina {
+namespace {
+
+using toml_reader::Refuser;
+using toml_reader::TableReader;
+
+constexpr std::size_t kMaxPolicyBytes = 1u << 20;
+
+std::string absolute_from(const std::string& p, const std::string& base) {
+  std::filesystem::path path(p);
+  if (path.is_relative()) path = std::filesystem::path(base) / path;
+  return path.lexically_normal().string();
+}
+
+/// A root as the file tools use it: absolute, normal, an existing directory (its real path,
+/// so that a prefix test on what callers give cannot be fooled by a link in the root's own
+/// path), without a trailing slash.
+std::string root_dir(TableReader& r, const std::string& field, const std::string& p, const std::string& base) {
+  std::error_code ec;
+  const std::string abs = absolute_from(p, base);
+  const auto real = std::filesystem::canonical(abs, ec);
+  if (ec || !std::filesystem::is_directory(real, ec)) r.fail(field, "'" + p + "' is not a directory");
+  std::string s = real.string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+std::vector<std::string> roots(TableReader& r, const std::string& field, const std::string& base) {
+  std::vector<std::string> out;
+  for (const auto& p : r.strings(field)) out.push_back(root_dir(r, field, p, base));
+  return out;
+}
+
+void protect(Policy& policy, const char* path) {
+  struct stat st {};
+  if (path != nullptr && *path != '\0' && ::stat(path, &st) == 0) policy.protected_files.emplace_back(st.st_dev, st.st_ino);
+}
+
+void check_command_names(TableReader& r, const std::string& field, const std::vector<std::string>& names) {
+  for (const auto& n : names) {
+    if (n.empty() || (n.find('/') != std::string::npos && n.front() != '/'))
+      r.fail(field, "'" + n + "' is neither a command name nor an absolute path");
+  }
+}
+
+RateLimit rate(TableReader& r, const std::string& field, const toml::node& n) {
+  RateLimit limit;
+  if (const auto* s = n.as_string()) {
+    // "N/s", "N/min", "N/h"
+    const std::string text = s->get();
+    const auto slash = text.find('/');
+    char* end = nullptr;
+    limit.calls = slash == std::string::npos ? -1 : std::strtod(text.c_str(), &end);
+    const std::string unit = slash == std::string::npos ? "" : text.substr(slash + 1);
+    if (slash == std::string::npos || end != text.c_str() + slash || !(limit.calls > 0)) {
+      r.fail(field, "must be like \"10/s\", \"100/min\" or \"1000/h\"");
+    }
+    if (unit == "s") limit.per_seconds = 1;
+    else if (unit == "min") limit.per_seconds = 60;
+    else if (unit == "h") limit.per_seconds = 3600;
+    else r.fail(field, "must be like \"10/s\", \"100/min\" or \"1000/h\" (unit s, min or h)");
+    return limit;
+  }
+  r.fail(field, "must be a string like \"10/s\", not " + toml_reader::type_name(n));
+}
+
+}  // namespace
+
+const std::vector<std::string>& default_deny_globs() {
+  static const std::vector<std::string> globs = {
+      ".env", ".env.*", "*.pem", "*.key", "*.p12", "id_*", "credentials.json", ".git/config",
+      ".ssh", ".aws", ".gnupg", ".netrc", ".pypirc", ".npmrc", ".docker/config.json"};
+  return globs;
+}
+
+const std::vector<std::string>* Policy::roots_for(std::string_view user, std::string& why) const {
+  if (user.empty()) return &files.roots;
+  auto it = users.find(std::string(user));
+  if (it == users.end()) {
+    if (unknown_users) return &files.roots;
+    why = "user '" + std::string(user.substr(0, 100)) + "' is not in the policy";
+    return nullptr;
+  }
+  return it->second.roots.empty() ? &files.roots : &it->second.roots;
+}
+
+bool Policy::is_protected(dev_t dev, ino_t ino) const {
+  return std::find(protected_files.begin(), protected_files.end(), std::make_pair(dev, ino)) != protected_files.end();
+}
+
+Policy default_policy(const std::string& workspace) {
+  Policy policy;
+  std::error_code ec;
+  const std::string base = std::filesystem::current_path(ec).string();
+  const auto real = std::filesystem::weakly_canonical(absolute_from(workspace.empty() ? "." : workspace, base), ec);
+  std::string root = real.string();
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  policy.files.roots = {root};
+  protect(policy, std::getenv("MACHINA_LEASE_KEY_FILE"));
+  return policy;
+}
+
+Policy parse_policy(std::string_view text, const std::string& path, const std::string& workspace) {
+  const Refuser refuse{path};
+  const toml::table doc = toml_reader::parse(text, refuse);
+  Policy policy = default_policy(workspace);
+  policy.source = path;
+  std::error_code ec;
+  const std::string base =
+      std::filesystem::absolute(std::filesystem::path(path), ec).parent_path().string();  // relative roots: the file's folder
+  TableReader top(doc, refuse, "");
+  auto table = [&](const char* key) -> const toml::table* {
+    const toml::node* n = top.get(key);
+    if (n == nullptr) return nullptr;
+    if (n->as_table() == nullptr) refuse(*n, "'" + std::string(key) + "' must be a table ([" + key + "])");
+    return n->as_table();
+  };
+  if (const auto* t = table("files")) {
+    TableReader r(*t, refuse, "[files]: ");
+    if (r.has("roots")) {
+      policy.files.roots = roots(r, "roots", base);
+      if (policy.files.roots.empty()) r.fail("roots", "must name at least one directory");
+    }
+    if (r.has("deny")) policy.files.deny = r.strings("deny");
+    for (const auto& g : r.strings("deny_also")) policy.files.deny.push_back(g);
+    policy.files.max_read_bytes = static_cast<std::uint64_t>(
+        r.integer("max_read_bytes", static_cast<std::int64_t>(policy.files.max_read_bytes), 0, 1 << 30));
+    policy.files.max_write_bytes = static_cast<std::uint64_t>(
+        r.integer("max_write_bytes", static_cast<std::int64_t>(policy.files.max_write_bytes), 0, 1 << 30));
+    policy.files.max_list_entries = static_cast<std::uint64_t>(
+        r.integer("max_list_entries", static_cast<std::int64_t>(policy.files.max_list_entries), 1, 1'000'000));
+    policy.files.max_list_depth = static_cast<std::uint64_t>(
+        r.integer("max_list_depth", static_cast<std::int64_t>(policy.files.max_list_depth), 1, 256));
+    r.no_other_keys();
+  }
+  if (const auto* t = table("shell")) {
+    TableReader r(*t, refuse, "[shell]: ");
+    ShellPolicy& s = policy.shell;
+    s.allow = r.strings("allow");
+    check_command_names(r, "allow", s.allow);
+    if (r.has("deny")) s.deny = r.strings("deny");
+    check_command_names(r, "deny", s.deny);
+    s.timeout_ms = r.integer("timeout_ms", s.timeout_ms, 1, 24LL * 3600 * 1000);
+    s.memory_mb = static_cast<std::uint64_t>(r.integer("memory_mb", static_cast<std::int64_t>(s.memory_mb), 0, 1 << 20));
+    s.cpu_seconds =
+        static_cast<std::uint64_t>(r.integer("cpu_seconds", static_cast<std::int64_t>(s.cpu_seconds), 0, 86'400));
+    s.file_size_mb =
+        static_cast<std::uint64_t>(r.integer("file_size_mb", static_cast<std::int64_t>(s.file_size_mb), 0, 1 << 20));
+    s.open_files =
+        static_cast<std::uint64_t>(r.integer("open_files", static_cast<std::int64_t>(s.open_files), 0, 1 << 20));
+    s.network = r.boolean("network", s.network);
+    s.subprocesses = r.boolean("subprocesses", s.subprocesses);
+    s.max_output_bytes = static_cast<std::uint64_t>(
+        r.integer("max_output_bytes", static_cast<std::int64_t>(s.max_output_bytes), 0, 256 * 1024));
+    if (r.has("read_paths")) {
+      s.read_paths = r.strings("read_paths");
+      for (const auto& p : s.read_paths) {
+        if (p.empty() || p.front() != '/') r.fail("read_paths", "'" + p + "' is not an absolute path");
+      }
+    }
+    s.max_scanned_entries = static_cast<std::uint64_t>(
+        r.integer("max_scanned_entries", static_cast<std::int64_t>(s.max_scanned_entries), 1, 10'000'000));
+    if (r.has("path")) {
+      s.path = r.strings("path");
+      for (const auto& p : s.path) {
+        if (p.empty() || p.front() != '/') r.fail("path", "'" + p + "' is not an absolute directory");
+      }
+    }
+    r.no_other_keys();
+  }
+  if (const auto* t = table("code")) {
+    TableReader r(*t, refuse, "[code]: ");
+    CodePolicy& c = policy.code;
+    c.rg = r.string("rg", false);
+    if (!c.rg.empty() && c.rg.front() != '/') r.fail("rg", "must be an absolute path");
+    c.max_results = static_cast<std::uint64_t>(r.integer("max_results", static_cast<std::int64_t>(c.max_results), 1, 10'000));
+    c.max_file_bytes = static_cast<std::uint64_t>(
+        r.integer("max_file_bytes", static_cast<std::int64_t>(c.max_file_bytes), 1, std::int64_t{1} << 32));
+    r.no_other_keys();
+  }
+  if (const auto* t = table("rate_limits")) {
+    TableReader r(*t, refuse, "[rate_limits]: ");
+    for (const auto& [k, v] : *t) {
+      const std::string name(k.str());
+      r.get(name);
+      policy.rate_limits[name] = rate(r, name, v);
+    }
+  }
+  if (const auto* t = table("codebases")) {
+    TableReader r(*t, refuse, "[codebases]: ");
+    for (const auto& [k, v] : *t) {
+      const std::string id(k.str());
+      const auto* s = v.as_string();
+      r.get(id);
+      if (s == nullptr) r.fail(id, "must be a directory's path, not " + toml_reader::type_name(v));
+      policy.codebases[id] = root_dir(r, id, s->get(), base);
+    }
+  }
+  if (const auto* t = table("users")) {
+    for (const auto& [k, v] : *t) {
+      const std::string name(k.str());
+      if (v.as_table() == nullptr) refuse(v, "[users]: '" + name + "' must be a table ([users." + name + "])");
+      TableReader r(*v.as_table(), refuse, "[users." + name + "]: ");
+      UserScope scope;
+      scope.roots = roots(r, "roots", base);
+      scope.codebases = r.strings("codebases");
+      for (const auto& id : scope.codebases) {
+        if (policy.codebases.count(id) == 0) r.fail("codebases", "'" + id + "' is not in [codebases]");
+      }
+      r.no_other_keys();
+      policy.users[name] = std::move(scope);
+    }
+  }
+  policy.unknown_users = top.boolean("unknown_users", true);
+  top.no_other_keys();
+  return policy;
+}
+
+Policy load_policy(const std::string& path, const std::string& workspace) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw HostError("cannot read policy file " + path);
+  std::string text;
+  text.resize(kMaxPolicyBytes + 1);
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxPolicyBytes) throw HostError("policy file " + path + " is larger than 1 MiB");
+  return parse_policy(text, path, workspace);
+}
+
+Policy policy_from_env() {
+  const char* ws = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
+  const std::string workspace = ws != nullptr ? ws : "";
+  const char* file = std::getenv("MACHINA_TOOLHOST_POLICY");
+  return file != nullptr && *file != '\0' ? load_policy(file, workspace) : default_policy(workspace);
+}
+
+}  // namespace machina
