@@ -472,3 +472,17 @@ def test_grep_cuts_long_lines(packs: Packs) -> None:
     (packs.ws / "long.txt").write_text("needle" + "é" * 2000 + "\n")
     (match,) = output(packs.call("grepCode", pattern="needle"))
     assert match["content"].startswith("needle") and len(match["content"].encode()) <= 500
+
+
+def test_without_landlock_commands_are_refused_not_run_unconfined(packs: Packs) -> None:
+    packs.policy('[shell]\nallow = ["touch"]\n')
+    r = packs.serve({"aid": "AID.SHELL.EXEC.v1", "input_json": json.dumps({"command": "touch", "args": ["made"]})},
+                    env={"MACHINA_TOOLHOST_NO_LANDLOCK": "1"})[0]
+    refused(r, "system_error", "needs Landlock")
+    assert not (packs.ws / "made").exists()
+
+
+def test_git_hooks_cannot_be_written(packs: Packs) -> None:
+    refused(packs.call("writeFile", path=".git/hooks/pre-commit", content="#!/bin/sh\nrm -rf ~\n"), "access_denied",
+            "'.git/hooks'")
+    assert not (packs.ws / ".git").exists()

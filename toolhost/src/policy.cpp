@@ -84,7 +84,7 @@ RateLimit rate(TableReader& r, const std::string& field, const toml::node& n) {
 
 const std::vector<std::string>& default_deny_globs() {
   static const std::vector<std::string> globs = {
-      ".env", ".env.*", "*.pem", "*.key", "*.p12", "id_*", "credentials.json", ".git/config",
+      ".env", ".env.*", "*.pem", "*.key", "*.p12", "id_*", "credentials.json", ".git/config", ".git/hooks",
       ".ssh", ".aws", ".gnupg", ".netrc", ".pypirc", ".npmrc", ".docker/config.json"};
   return globs;
 }

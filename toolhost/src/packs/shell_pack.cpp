@@ -182,7 +182,11 @@ Result shell_exec(const Call& c) {
   walls.cpu_seconds = policy.cpu_seconds;
   walls.file_size_mb = policy.file_size_mb;
   walls.open_files = policy.open_files;
-  if (support.landlock_abi >= 1) {
+  if (support.landlock_abi < 1) {
+    return system_error("commands cannot be confined here: writing only beneath the roots needs Landlock, which "
+                        "this kernel does not offer (or MACHINA_TOOLHOST_NO_LANDLOCK=1 turned it off)");
+  }
+  {
     walls.restrict_write = true;
     walls.write_paths = *roots;
     walls.restrict_read = true;
