@@ -486,3 +486,17 @@ def test_git_hooks_cannot_be_written(packs: Packs) -> None:
     refused(packs.call("writeFile", path=".git/hooks/pre-commit", content="#!/bin/sh\nrm -rf ~\n"), "access_denied",
             "'.git/hooks'")
     assert not (packs.ws / ".git").exists()
+
+
+def test_the_rate_limit_table_is_bounded(packs: Packs) -> None:
+    # Buckets are kept per tool and user, at most 10 000: a flood of user names empties the
+    # table (no bucket was full again, so all go) instead of growing it.
+    packs.policy('[rate_limits]\n"AID.FILE.LIST.v1" = "1/h"\n')
+    listing = {"aid": "AID.FILE.LIST.v1", "input_json": "{}"}
+    r = packs.serve({**listing, "user": "u0"}, {**listing, "user": "u0"},
+                    *({**listing, "user": f"u{i}"} for i in range(1, 10_000)),
+                    {**listing, "user": "u0"}, {**listing, "user": "u10000"}, {**listing, "user": "u0"})
+    assert r[0]["ok"] is True and r[1]["code"] == "rate_limited"
+    assert all(x["ok"] for x in r[2:10_001])
+    assert r[10_001]["code"] == "rate_limited"  # u0's bucket is still there: the table is full, not past it
+    assert r[10_002]["ok"] is True and r[10_003]["ok"] is True  # the 10 001st user emptied it

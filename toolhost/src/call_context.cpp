@@ -8,14 +8,7 @@ namespace {
 CallContext& ctx(machina_call* call) { return *reinterpret_cast<CallContext*>(call); }
 
 int api_set_output(machina_call* call, const char* json, std::size_t len) {
-  CallContext& c = ctx(call);
-  if (len > c.max_output) {
-    c.output_overflow = true;
-    return -1;
-  }
-  c.output.assign(json, len);
-  c.output_set = true;
-  return 0;
+  return ctx(call).set_output(std::string_view(json, len)) ? 0 : -1;
 }
 
 void api_set_error(machina_call* call, const char* message, std::size_t len) {

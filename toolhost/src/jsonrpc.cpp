@@ -362,9 +362,13 @@ bool parse(std::string_view line, Message& out, std::string& why) {
 }
 
 void append_request(std::string& out, std::string_view id, std::string_view method, std::string_view params) {
-  put(out, "{\"jsonrpc\":\"2.0\",\"id\":");
-  out.append(id);
-  put(out, ",\"method\":");
+  put(out, "{\"jsonrpc\":\"2.0\",");
+  if (!id.empty()) {
+    put(out, "\"id\":");
+    out.append(id);
+    out.push_back(',');
+  }
+  put(out, "\"method\":");
   append_json_string(out, method);
   if (!params.empty()) {
     put(out, ",\"params\":");
@@ -374,13 +378,7 @@ void append_request(std::string& out, std::string_view id, std::string_view meth
 }
 
 void append_notification(std::string& out, std::string_view method, std::string_view params) {
-  put(out, "{\"jsonrpc\":\"2.0\",\"method\":");
-  append_json_string(out, method);
-  if (!params.empty()) {
-    put(out, ",\"params\":");
-    out.append(params);
-  }
-  put(out, "}\n");
+  append_request(out, {}, method, params);
 }
 
 void append_result(std::string& out, std::string_view id, std::string_view result) {

@@ -148,6 +148,15 @@ class AnswerSax {
 
 }  // namespace
 
+int apply_answer(const Answer& answer, CallContext& call) {
+  if (answer.ok) {
+    call.set_output(answer.result);
+    return MACHINA_TOOL_OK;
+  }
+  call.error = answer.error_type + (answer.error_message.empty() ? "" : ": " + answer.error_message);
+  return MACHINA_TOOL_ERROR;
+}
+
 void encode_local_call(const Call& c, std::string& out) {
   put(out, "{\"protocol_version\":1,\"tool\":");
   append_json_string(out, c.tool);

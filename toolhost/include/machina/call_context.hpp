@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace machina {
 
@@ -25,6 +26,26 @@ struct CallContext {
   std::shared_ptr<const Slots> base;     // the state the tool reads: taken on first read
   std::unique_ptr<SlotChanges> changes;  // what the tool wrote: made on first write
   std::string trace_json;                // the runner's trace of the call (a JSON object), if any
+
+  /// The tool's output, unless it is over max_output (then output_overflow, and false).
+  bool set_output(std::string_view json) {
+    if (json.size() > max_output) {
+      output_overflow = true;
+      return false;
+    }
+    output.assign(json);
+    output_set = true;
+    return true;
+  }
+  bool set_output(std::string&& json) {
+    if (json.size() > max_output) {
+      output_overflow = true;
+      return false;
+    }
+    output = std::move(json);
+    output_set = true;
+    return true;
+  }
 
   const Slots& state();
   SlotChanges& writes();

@@ -69,7 +69,8 @@ std::string find_id(std::string_view head);
 /// "an object", "a string", ... (for messages naming a value's type).
 const char* type_name(Member::Type type);
 
-/// Appends one line (with its '\n'). `id` and the JSON parts are raw JSON texts.
+/// Appends one line (with its '\n'). `id` and the JSON parts are raw JSON texts; an empty `id` makes a
+/// notification.
 void append_request(std::string& out, std::string_view id, std::string_view method, std::string_view params);
 void append_notification(std::string& out, std::string_view method, std::string_view params);
 void append_result(std::string& out, std::string_view id, std::string_view result);

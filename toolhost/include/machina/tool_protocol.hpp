@@ -4,6 +4,7 @@
 // and the `trace` object the host adds to every such call's response.
 #pragma once
 
+#include <machina/call_context.hpp>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -49,6 +50,11 @@ struct Answer {
 /// no boolean `ok`. An `error` may be an object or a bare message; a `trace` that is not
 /// an object is ignored.
 bool decode_answer(std::string_view text, Answer& out, std::string& why);
+
+/// What an answer says of the call: its result as the output (unless over the cap), or its
+/// error as "ErrorType: message". Returns the tool's result code (MACHINA_TOOL_OK or
+/// MACHINA_TOOL_ERROR).
+int apply_answer(const Answer& answer, CallContext& call);
 
 /// A fresh trace id: a random (version 4) UUID.
 std::string new_trace_id();

@@ -171,18 +171,6 @@ void set_limit(int resource, std::uint64_t value, const char* what) {
   ::_exit(kCannotConfine);
 }
 
-std::uint64_t resident_mb(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/statm", static_cast<int>(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char text[128] = {};
-  const ssize_t n = ::read(fd, text, sizeof text - 1);
-  ::close(fd);
-  unsigned long long size = 0, resident = 0;
-  if (n <= 0 || std::sscanf(text, "%llu %llu", &size, &resident) != 2) return 0;
-  return resident * static_cast<unsigned long long>(sysconf(_SC_PAGESIZE)) / (1024 * 1024);
-}
 
 /// Waits for `pid`, reaping whatever else ends meanwhile; its wait status.
 int wait_for(pid_t pid, std::uint64_t memory_mb) {
@@ -235,6 +223,19 @@ int wait_for(pid_t pid, std::uint64_t memory_mb) {
 }
 
 }  // namespace
+
+std::uint64_t resident_mb(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/statm", static_cast<int>(pid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[128] = {};
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  unsigned long long size = 0, resident = 0;
+  if (n <= 0 || std::sscanf(text, "%llu %llu", &size, &resident) != 2) return 0;
+  return resident * static_cast<unsigned long long>(sysconf(_SC_PAGESIZE)) / (1024 * 1024);
+}
 
 std::string ExecSpec::to_json() const {
   return nlohmann::json{{"own_network", own_network},     {"no_sockets", no_sockets},

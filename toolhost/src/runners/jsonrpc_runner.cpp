@@ -484,12 +484,7 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
         }
         output = output_of(result);
       }
-      if (output.size() > spec.call.max_output) {
-        spec.call.output_overflow = true;
-      } else {
-        spec.call.output = std::move(output);
-        spec.call.output_set = true;
-      }
+      spec.call.set_output(std::move(output));
       out.rc = MACHINA_TOOL_OK;
       return finish(child->pid());
     }

@@ -1,6 +1,7 @@
 // See python_runner.hpp.
 #include <machina/errors.hpp>
 #include <machina/host.hpp>
+#include <machina/isolation/sandbox_exec.hpp>
 #include <machina/json_text.hpp>
 #include <machina/python_worker_source.hpp>
 #include <machina/runners/python_runner.hpp>
@@ -207,6 +208,13 @@ void PythonWorkerPool::kill(Worker& w, std::string why) {
   w.child->kill();
   // Out of the pool at once, so that a replacement may start; whoever reads it next sees
   // its end and settles its calls; the reaper reaps it.
+  retire(w);
+  changed_.notify_all();
+  // Nobody reading it: settle its calls now (its reader would have).
+  if (!w.reading) lost(w, w.kill_reason + tail_note(w.child->tail()));
+}
+
+void PythonWorkerPool::retire(Worker& w) {
   for (auto it = workers_.begin(); it != workers_.end(); ++it) {
     if (it->get() == &w) {
       to_reap_.push_back(*it);
@@ -216,9 +224,6 @@ void PythonWorkerPool::kill(Worker& w, std::string why) {
   }
   if (!closing_) ++stats_.replaced;
   reap_cv_.notify_all();
-  changed_.notify_all();
-  // Nobody reading it: settle its calls now (its reader would have).
-  if (!w.reading) lost(w, w.kill_reason + tail_note(w.child->tail()));
 }
 
 void PythonWorkerPool::lost(Worker& w, const std::string& why) {
@@ -226,15 +231,7 @@ void PythonWorkerPool::lost(Worker& w, const std::string& why) {
   w.settled = true;
   if (!w.dead) {
     w.dead = true;
-    for (auto it = workers_.begin(); it != workers_.end(); ++it) {
-      if (it->get() == &w) {
-        to_reap_.push_back(*it);
-        workers_.erase(it);
-        break;
-      }
-    }
-    if (!closing_) ++stats_.replaced;
-    reap_cv_.notify_all();
+    retire(w);
   }
   bool first = !w.running_settled;  // the first in the queue may have started; none after it has
   for (auto& call : w.queue) {
@@ -266,7 +263,7 @@ std::uint64_t PythonWorkerPool::interpreter_mb(Worker& w) const {
       if (w.interpreter == 0) return 0;
     }
   }
-  return resident_mb(w.interpreter);
+  return sandbox::resident_mb(w.interpreter);
 }
 
 void PythonWorkerPool::take_answers(Worker& w) {
@@ -582,20 +579,6 @@ PythonWorkerPool::Stats PythonWorkerPool::stats() const {
   return s;
 }
 
-std::uint64_t PythonWorkerPool::resident_mb(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/statm", static_cast<int>(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char text[128] = {};
-  const ssize_t n = ::read(fd, text, sizeof text - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  unsigned long long size = 0, resident = 0;
-  if (std::sscanf(text, "%llu %llu", &size, &resident) != 2) return 0;
-  static const long page = sysconf(_SC_PAGESIZE);
-  return resident * static_cast<unsigned long long>(page) / (1024 * 1024);
-}
 
 // --- the runner -------------------------------------------------------------------------
 
@@ -663,20 +646,7 @@ RunOutcome PythonRunner::run(const RunSpec& spec) {
     return finish({}, ex.pid, nullptr);
   }
   out.ending = RunOutcome::Ending::ran;
-  if (answer.ok) {
-    if (answer.result.size() > spec.call.max_output) {
-      spec.call.output_overflow = true;
-    } else {
-      spec.call.output.assign(answer.result);
-      spec.call.output_set = true;
-    }
-    out.rc = MACHINA_TOOL_OK;
-  } else {
-    std::string message = answer.error_type;
-    if (!answer.error_message.empty()) message += ": " + answer.error_message;
-    spec.call.error = std::move(message);
-    out.rc = MACHINA_TOOL_ERROR;
-  }
+  out.rc = tool_protocol::apply_answer(answer, spec.call);
   return finish(answer.trace, ex.pid, &answer);
 }
 

@@ -167,17 +167,8 @@ RunOutcome ServiceRunner::run(const RunSpec& spec) {
                 "bad service answer: " + why + (reply.body.empty() ? "" : " (" + body_excerpt(reply.body) + ")"));
   }
   out.ending = RunOutcome::Ending::ran;
-  if (answer.ok) {
-    if (answer.result.size() > spec.call.max_output) {
-      spec.call.output_overflow = true;
-    } else {
-      spec.call.output.assign(answer.result);
-      spec.call.output_set = true;
-    }
-    out.rc = MACHINA_TOOL_OK;
-  } else {
-    spec.call.error = answer.error_type + (answer.error_message.empty() ? "" : ": " + answer.error_message);
-    out.rc = MACHINA_TOOL_ERROR;
+  out.rc = tool_protocol::apply_answer(answer, spec.call);
+  if (!answer.ok) {
     trace["error_type"] = answer.error_type;
     trace["error_message"] = answer.error_message;
     if (!answer.reason_code.empty()) trace["reason_code"] = answer.reason_code;

@@ -58,6 +58,9 @@ const Support& support();
 /// says why on stderr and returns 126; the program then never runs.
 int exec_in_sandbox(const ExecSpec& spec, char** argv);
 
+/// A process's resident memory in MiB (from /proc/PID/statm); 0 when it cannot be read.
+std::uint64_t resident_mb(pid_t pid);
+
 /// The ELF interpreter (dynamic loader) a program names, resolved; "" for none.
 std::string elf_interpreter(const std::string& program);
 

@@ -37,7 +37,6 @@ class PackRunner final : public Runner {
 
   RunOutcome run(const RunSpec& spec) override;
   std::string_view kind() const override { return "pack"; }
-  std::vector<std::string> enforced_guarantees() const override;
 
   const Policy& policy() const { return policy_; }
 

@@ -76,8 +76,6 @@ class PythonWorkerPool {
 
   const PythonPoolOptions& options() const { return options_; }
   Stats stats() const;
-  /// Resident memory of a process in MiB (0 if it cannot be read).
-  static std::uint64_t resident_mb(pid_t pid);
 
  private:
   struct Pending;
@@ -97,6 +95,8 @@ class PythonWorkerPool {
   /// The worker is gone (ended, or killed for `why`): fails the call it was running and
   /// hands the others back to be sent again. With mu_ held.
   void lost(Worker& worker, const std::string& why);
+  /// Takes the worker out of the pool, for the reaper. With mu_ held.
+  void retire(Worker& worker);
   /// Kills the worker for `why` (out of the pool at once). With mu_ held.
   void kill(Worker& worker, std::string why);
   /// Stops a call at its caller's request: its worker killed if it runs, skipped if queued.
