@@ -6,7 +6,7 @@
     python -m bench --only serve lockstep --out results/
 
 Scenarios: serve, lockstep, python, spawn, inprocess, workers, idempotency, payload,
-tools, ds_state, isolation, python_tools, jsonrpc, packs (see bench/scenarios.py). The report goes to
+tools, ds_state, isolation, python_tools, jsonrpc, packs, nats (see bench/scenarios.py). The report goes to
 OUT/report.md with PNG plots and results.json beside it.
 """
 

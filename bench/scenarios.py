@@ -1102,6 +1102,63 @@ def packs(ctx: Ctx) -> Section:
     return s
 
 
+def nats_scaleout(ctx: Ctx) -> Section:
+    """Calls through NATS (machina-toolhost-nats hosts in one queue group) against the pool of
+    --serve processes, side by side."""
+    import machina_dispatch as md
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from nats_support import Front, nats_server
+
+    s = Section("nats", "NATS: 1, 2 and 3 hosts in a queue group against the direct pool",
+                "Echo calls from one Python process: throughput with `acall_many` of N calls, and lock-step "
+                "latency (one `call` at a time, p50) — through a local nats-server to `machina-toolhost-nats` "
+                "hosts sharing a queue group, and through `Pool` (the same number of `--serve` processes over "
+                "pipes, no broker). What the broker costs per call is the lock-step difference.")
+    n = ctx.n(4_000, 40_000)
+    lock_n = ctx.n(500, 5_000)
+    calls = [("AID.ECHO.v1", {"i": i}) for i in range(n)]
+
+    def measure(t: md.Transport) -> tuple[float, float]:
+        asyncio.run(t.acall_many(calls[:200]))  # warm
+        t0 = time.perf_counter()
+        asyncio.run(t.acall_many(calls))
+        rate = n / (time.perf_counter() - t0)
+        lat = []
+        for i in range(lock_n):
+            t1 = time.perf_counter_ns()
+            t.call("AID.ECHO.v1", {"i": i})
+            lat.append(time.perf_counter_ns() - t1)
+        return rate, statistics.median(lat)
+
+    rows = []
+    with nats_server(jetstream=False) as url:
+        for hosts in (1, 2, 3):
+            ctx.status(f"nats, {hosts} host(s)")
+            fronts = [Front(url, ["--packs", "none"]) for _ in range(hosts)]
+            try:
+                with md.Nats(url) as t:
+                    nats_rate, nats_p50 = measure(t)
+            finally:
+                for f in fronts:
+                    f.stop()
+            ctx.status(f"pool of {hosts}")
+            with md.Pool(hosts, executable=ctx.host) as pool:
+                pool_rate, pool_p50 = measure(pool)
+            s.headline[f"nats_{hosts}_calls_per_s"] = nats_rate
+            s.headline[f"nats_{hosts}_p50_us"] = nats_p50 / 1e3
+            s.headline[f"pool_{hosts}_calls_per_s"] = pool_rate
+            rows.append([str(hosts), f"{nats_rate:,.0f}", f"{pool_rate:,.0f}", ratio(nats_rate, pool_rate),
+                         us(nats_p50), us(pool_p50), us(nats_p50 - pool_p50)])
+    s.headline["nats_broker_cost_us"] = float(rows[0][6])
+    s.tables.append(Table(f"Echo, {n:,} calls with acall_many and {lock_n:,} lock-step calls",
+                          ["hosts", "NATS calls/s", "pool calls/s", "NATS ÷ pool", "NATS p50 µs", "pool p50 µs",
+                           "broker cost µs"], rows))
+    s.notes.append("On this 2-vCPU machine the broker, the client and every host share two cores, so more hosts "
+                   "add contention rather than capacity; across machines each host brings its own cores.")
+    return s
+
+
 SCENARIOS: dict[str, Callable[[Ctx], Section]] = {
     "serve": serve_file,
     "lockstep": lockstep,
@@ -1117,5 +1174,6 @@ SCENARIOS: dict[str, Callable[[Ctx], Section]] = {
     "python_tools": python_tools,
     "jsonrpc": jsonrpc,
     "packs": packs,
+    "nats": nats_scaleout,
 }
 

@@ -14,6 +14,8 @@ import process_tree
 from conftest import TOOLHOST, base_env
 
 TRANSPORTS = ("inprocess", "pool", "spawn")
+# The parity suite also runs over NATS (a nats-server and one machina-toolhost-nats host).
+PARITY_TRANSPORTS = (*TRANSPORTS, "nats")
 
 
 @contextlib.contextmanager
@@ -50,6 +52,14 @@ def make_transport(name: str, plugins: list[str], env: Mapping[str, str] | None 
             transport = md.Pool(1, executable=TOOLHOST, plugins=plugins, tools=tools, args=args, env=env_full)
         elif name == "spawn":
             transport = md.Spawn(TOOLHOST, plugins=plugins, tools=tools, args=args, env=env_full)
+        elif name == "nats":
+            from nats_support import Front, nats_server
+
+            url = stack.enter_context(nats_server(jetstream=False))
+            front_args = [a for p in plugins for a in ("--plugin", p)]
+            front_args += [a for t in tools or [] for a in ("--tools", t)]
+            stack.enter_context(Front(url, [*front_args, *(args or [])], env=env_full))
+            transport = md.Nats(url)
         else:
             raise ValueError(name)
         try:

@@ -18,7 +18,7 @@ from typing import Any
 import machina_dispatch as md
 import pytest
 from conftest import LEASE_SECRET
-from dispatch_support import TRANSPORTS, make_transport
+from dispatch_support import PARITY_TRANSPORTS, make_transport
 from python_support import python_tool, write_pack
 
 Scenario = Callable[[md.Transport], list[Any]]
@@ -224,7 +224,7 @@ def plugins(misbehaving: str) -> list[str]:
 def outcomes(plugins: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], Any]]:
     results: dict[tuple[str, str], Any] = {}
     for name, (_, stateful) in SCENARIOS.items():
-        for transport in TRANSPORTS:
+        for transport in PARITY_TRANSPORTS:
             if stateful and transport == "spawn":
                 continue
             results[(name, transport)] = run_scenario(name, transport, plugins,
@@ -234,7 +234,7 @@ def outcomes(plugins: list[str], tmp_path_factory: pytest.TempPathFactory) -> It
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_transports_agree(name: str, outcomes: dict[tuple[str, str], Any]) -> None:
-    runs = {t: outcomes[(name, t)] for t in TRANSPORTS if (name, t) in outcomes}
+    runs = {t: outcomes[(name, t)] for t in PARITY_TRANSPORTS if (name, t) in outcomes}
     reference = runs["inprocess"]
     for transport, results in runs.items():
         assert results == reference, f"{transport} differs from inprocess in {name}"

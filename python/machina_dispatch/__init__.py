@@ -1,11 +1,12 @@
 """machina_dispatch: call machina-toolhost tools from Python.
 
-Three transports, one API (``call``, ``acall``, ``call_many``, ``acall_many``), one
+Four transports, one API (``call``, ``acall``, ``call_many``, ``acall_many``), one
 result type (:class:`ToolResult`) and one exception hierarchy (:class:`ToolhostError`):
 
 - :class:`InProcess` — the C++ host in this process (fastest);
 - :class:`Pool` — a pool of ``machina-toolhost --serve`` processes, pipelined (``Toolhost``
   is its earlier name);
+- :class:`Nats` — the hosts of a ``machina-toolhost-nats`` group, over NATS (docs/nats.md);
 - :class:`Spawn` — one ``machina-toolhost --run`` process per call
   (and :func:`run_machina_toolhost`, the seed's dispatch function, which returns dicts).
 
@@ -53,10 +54,18 @@ from ._transport import Call, Transport
 from .ds_state import Artifact, DsDelta, DsState
 from .inprocess import InProcess, builtin_plugin_path
 from .jsonrpc import Mcp, Skill
+from .llm import ToolCall, ToolCatalog, arun_tool_calls, parse_tool_calls, run_tool_calls, tool_name
+from .nats_client import Nats
 from .pool import Pool, Toolhost
 from .spawn import Spawn, run_machina_toolhost
 
 __all__ = [
+    "ToolCall",
+    "ToolCatalog",
+    "arun_tool_calls",
+    "parse_tool_calls",
+    "run_tool_calls",
+    "tool_name",
     "Artifact",
     "BreakerOpen",
     "AccessDenied",
@@ -77,6 +86,7 @@ __all__ = [
     "LeaseRejected",
     "LeaseRequired",
     "Mcp",
+    "Nats",
     "Overloaded",
     "Pool",
     "ProtocolError",
