@@ -55,7 +55,8 @@ def make_transport(name: str, plugins: list[str], env: Mapping[str, str] | None 
         elif name == "nats":
             from nats_support import Front, nats_server
 
-            url = stack.enter_context(nats_server(jetstream=False))
+            # Messages up to 16 MiB: the host's own 10 MiB request cap is what refuses a large one.
+            url = stack.enter_context(nats_server(jetstream=False, max_payload=16 * 1024 * 1024))
             front_args = [a for p in plugins for a in ("--plugin", p)]
             front_args += [a for t in tools or [] for a in ("--tools", t)]
             stack.enter_context(Front(url, [*front_args, *(args or [])], env=env_full))

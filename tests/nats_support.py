@@ -38,11 +38,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def nats_server(jetstream: bool = True) -> Iterator[str]:
-    """A nats-server of its own (JetStream in a temporary folder); yields its URL."""
+def nats_server(jetstream: bool = True, max_payload: int | None = None) -> Iterator[str]:
+    """A nats-server of its own (JetStream in a temporary folder; messages up to
+    `max_payload` bytes, else the server's 1 MiB); yields its URL."""
     with tempfile.TemporaryDirectory(prefix="machina-nats-") as store:
         port = free_port()
         argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port)]
+        if max_payload is not None:
+            conf = Path(store) / "server.conf"
+            conf.write_text(f"max_payload: {max_payload}\n")
+            argv += ["-c", str(conf)]
         if jetstream:
             argv += ["-js", "-sd", store]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -170,6 +170,8 @@ def test_transport_api_results_and_errors(url: str, workspace: Path, tmp_path: P
         assert t.call("readFile", {"path": "notes.txt"}).output_json == '"hello\\n"'
         with pytest.raises(md.InvalidInput):
             t.call("AID.ECHO.v1", {1, 2})  # refused before sending
+        big = t.call("AID.ECHO.v1", "x" * (2 * 1024 * 1024), check=False)  # over the server's 1 MiB max_payload
+        assert big.kind == "request_too_large" and big.status == "INVALID_PICK" and "max_payload" in big.error
         state = md.DsState()
         t.call("AID.STATE.PUT.v1", {"slot": 3, "type": "t", "content": "x"}, state=state)
         assert state[3].type == "t" and state[3].content == "x"

@@ -211,10 +211,13 @@ class Nats(Transport):
         if key is not None:
             envelope["idempotency_key"] = key
         if lease is not None:
-            envelope["lease_token"] = lease
+            envelope["_lease_token"] = lease
         body = orjson.dumps(envelope)
         if state_json is not None:  # already JSON text: spliced in, not parsed again
             body = body[:-1] + b',"ds_state":' + state_json.encode() + b"}"
+        if len(body) > self._nc.max_payload:
+            return ToolResult.failure(aid, "request_too_large", f"request of {len(body)} bytes exceeds the NATS "
+                                      f"server's max_payload of {self._nc.max_payload} bytes", status="INVALID_PICK")
         try:
             data = await (self._durable_request(body, seconds) if self.durable else self._request(body, seconds))
         except Exception as e:

@@ -365,7 +365,7 @@ class NatsFront:
         if headers.get(HDR_USER):
             options["user"] = headers[HDR_USER]
         if headers.get(HDR_LEASE):
-            options["lease_token"] = headers[HDR_LEASE]
+            options["_lease_token"] = headers[HDR_LEASE]
         if headers.get(HDR_TIMEOUT_MS):
             try:
                 options["timeout_ms"] = int(headers[HDR_TIMEOUT_MS])
@@ -465,8 +465,10 @@ class NatsFront:
             # Inline, the host answers a call past its deadline only once the tool gives its
             # thread back: the front answers on time instead, and the thread finishes alone
             # (process isolation kills the tool at the deadline; the host counts stuck calls).
-            return host_response("TOOL_ERROR", "timeout", f"timeout: {call.aid or 'the call'} ran past its deadline "
-                                                          f"of {deadline_ms} ms")
+            response = host_response("TOOL_ERROR", "timeout",
+                                     f"timeout: {call.aid or 'the call'} did not finish within {deadline_ms} ms")
+            response["ds_state"] = {"delta": True, "slots": {}, "removed_slots": []}  # as the host answers it
+            return response
         response: dict[str, Any] = orjson.loads(text)
         return response
 
