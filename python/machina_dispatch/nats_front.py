@@ -465,10 +465,10 @@ class NatsFront:
             # Inline, the host answers a call past its deadline only once the tool gives its
             # thread back: the front answers on time instead, and the thread finishes alone
             # (process isolation kills the tool at the deadline; the host counts stuck calls).
-            response = host_response("TOOL_ERROR", "timeout",
-                                     f"timeout: {call.aid or 'the call'} did not finish within {deadline_ms} ms")
-            response["ds_state"] = {"delta": True, "slots": {}, "removed_slots": []}  # as the host answers it
-            return response
+            late = host_response("TOOL_ERROR", "timeout",
+                                 f"timeout: {call.aid or 'the call'} did not finish within {deadline_ms} ms")
+            late["ds_state"] = {"delta": True, "slots": {}, "removed_slots": []}  # as the host answers it
+            return late
         response: dict[str, Any] = orjson.loads(text)
         return response
 
