@@ -15,7 +15,7 @@ from conftest import REPO, not_sanitized
 pytestmark = not_sanitized
 
 SCENARIOS = ["serve", "lockstep", "python", "spawn", "inprocess", "workers", "idempotency", "payload", "tools",
-             "ds_state", "isolation", "python_tools", "jsonrpc", "packs"]
+             "ds_state", "isolation", "python_tools", "jsonrpc", "packs", "nats"]
 PLOTS = ["serve_throughput.png", "lockstep_cdf.png", "pool_pipelined.png", "workers_scaling.png", "payload.png",
          "tools.png", "ds_state.png"]
 
@@ -41,7 +41,8 @@ def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
                 "mcp_sdk_ratio", "unique_keys_ratio", "isolation_added_one_cpu_us", "run_vs_true",
                 "python_lockstep_p50_us", "python_fresh_ratio", "python_pipelined_cps",
                 "mcp_front_lockstep_ratio_one_cpu", "mcp_front_pipelined_ratio", "skill_runner_added_us",
-                "skill_16x10ms_ms", "pack_read_serve_p50_us", "pack_read_inprocess_us", "grep_vs_grep_rn_ratio"]:
+                "skill_16x10ms_ms", "pack_read_serve_p50_us", "pack_read_inprocess_us", "grep_vs_grep_rn_ratio",
+                "nats_1_calls_per_s", "nats_1_p50_us", "nats_broker_cost_us"]:
         assert headline[key] > 0, key
     assert "## Goals" in report and "| --serve echo, file-fed | ≥ 1 M req/s |" in report
 
