@@ -4,7 +4,11 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
+#include <random>
+#include <string>
 #include <thread>
+#include <vector>
 
 using namespace machina;
 using Outcome = IdempotencyCache::Outcome;
@@ -49,6 +53,72 @@ TEST_CASE("a duplicate in flight waits for the first call's answer") {
   const Response waited = cache.wait(second);
   finisher.join();
   CHECK(waited.output_json == "\"done\"");
+}
+
+TEST_CASE("many duplicates wait on one flight; the entry is reused at once after") {
+  IdempotencyCache cache({.max_entries = 1});
+  Response hit;
+  const auto first = cache.begin("AID.A", "k", kFp, 0, hit);
+  std::vector<IdempotencyCache::Ticket> waiting;
+  for (int i = 0; i < 4; ++i) {
+    waiting.push_back(cache.begin("AID.A", "k", kFp, 0, hit));
+    REQUIRE(waiting.back().outcome == Outcome::wait);
+    CHECK(waiting.back().slot == first.slot);  // all wait for the one call
+  }
+  std::vector<std::string> got(waiting.size());
+  std::vector<std::thread> waiters;
+  for (std::size_t i = 0; i < waiting.size(); ++i) {
+    waiters.emplace_back([&, i] { got[i] = cache.wait(waiting[i]).output_json; });
+  }
+  cache.complete(first, answer("7"), false, 1);  // not kept: freed once the last waiter has its answer
+  for (auto& t : waiters) t.join();
+  for (const auto& g : got) CHECK(g == "7");
+  CHECK(cache.size() == 0);
+  const auto next = cache.begin("AID.A", "other", kFp, 2, hit);
+  CHECK(next.outcome == Outcome::run);
+  CHECK(cache.begin("AID.A", "k", kFp, 2, hit).outcome == Outcome::full);  // the one entry is running
+}
+
+TEST_CASE("the index agrees with a plain map through heavy churn") {
+  // Random keys (many colliding in the low bits of a small table), kept and dropped,
+  // expiring and evicted: every lookup answers as a model of the cache does.
+  IdempotencyCache cache({.max_entries = 64, .ttl_ms = 50});
+  struct Model {
+    std::string output;
+    std::int64_t expires_at;
+  };
+  std::map<std::string, Model> model;  // kept entries only
+  std::vector<std::string> order;      // kept keys, oldest first
+  std::mt19937 rng(12345);
+  Response hit;
+  for (int step = 0; step < 20'000; ++step) {
+    const std::int64_t now = step / 40;
+    const std::string key = "k" + std::to_string(rng() % 300);
+    // The model's view: expired entries go first, oldest first.
+    while (!order.empty() && model.at(order.front()).expires_at <= now) {
+      model.erase(order.front());
+      order.erase(order.begin());
+    }
+    const auto t = cache.begin("AID.A", key, kFp, now, hit);
+    if (const auto m = model.find(key); m != model.end()) {
+      REQUIRE(t.outcome == Outcome::hit);
+      CHECK(hit.output_json == m->second.output);
+      continue;
+    }
+    REQUIRE(t.outcome == Outcome::run);
+    if (model.size() == 64) {  // full: the oldest kept entry made room
+      model.erase(order.front());
+      order.erase(order.begin());
+    }
+    const bool keep = rng() % 4 != 0;
+    const std::string output = std::to_string(step);
+    cache.complete(t, answer(output), keep, now);
+    if (keep) {
+      model[key] = Model{output, now + 50};
+      order.push_back(key);
+    }
+    REQUIRE(cache.size() == model.size());
+  }
 }
 
 TEST_CASE("entries expire after the TTL") {
