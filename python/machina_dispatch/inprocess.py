@@ -89,8 +89,8 @@ class InProcess(Transport):
     call = _core._inprocess_call
 
     def close(self) -> None:
-        """Ends the host's isolated worker processes, Python workers, skills and MCP servers;
-        later calls raise RuntimeError."""
+        """Ends the host's isolated worker processes, Python workers, skills and MCP servers,
+        and writes out its audit store; later calls raise RuntimeError."""
         self._fast = None
         session, self._session = getattr(self, "_session", None), None
         if session is not None:

@@ -457,7 +457,8 @@ class NatsFront:
 
     async def _run_on_host(self, call: Call) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        running = loop.run_in_executor(self._pool, self.host.call_json, call.request, _core.Session(), call.check_aid)
+        running = loop.run_in_executor(self._pool, self.host.call_json, call.request, _core.Session(), call.check_aid,
+                                       "nats")
         deadline_ms = self._deadline_ms(call)
         try:
             text = await asyncio.wait_for(asyncio.shield(running), deadline_ms / 1000 + TAKEOVER_MARGIN_S)
@@ -651,6 +652,8 @@ def _host_option_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, action="store_true", default=None, help="tools get no network (process isolation)")
         elif name == "worker_env":
             group.add_argument(flag, action="append", metavar="NAME", help="pass this variable to tools (repeatable)")
+        elif name in ("audit_db", "audit_jsonl"):
+            group.add_argument(flag, metavar="FILE", help=f"the audit store's {name[6:]} file (docs/tool-packs.md)")
         else:
             group.add_argument(flag, type=int, metavar="N", help=f"the host's {name}")
     group.add_argument("--tool-timeout", action="append", metavar="AID=MS", default=[],

@@ -82,8 +82,20 @@ const std::vector<std::pair<const char*, OptionSetter>>& host_options() {
       {"worker_env", [](O& o, py::handle v) { o.workers.pass_env = as<std::vector<std::string>>(v, "worker_env", "a list of str"); }},
       {"python_workers", [](O& o, py::handle v) { o.python_workers = as<std::size_t>(v, "python_workers", "an int"); }},
       {"python_memory_mb", [](O& o, py::handle v) { o.python_memory_mb = as<std::uint64_t>(v, "python_memory_mb", "an int"); }},
+      {"audit_db", [](O& o, py::handle v) { o.audit.db_path = as<std::string>(v, "audit_db", "a str"); }},
+      {"audit_jsonl", [](O& o, py::handle v) { o.audit.jsonl_path = as<std::string>(v, "audit_jsonl", "a str"); }},
+      {"audit_retention_days", [](O& o, py::handle v) { o.audit.retention_days = as<std::int64_t>(v, "audit_retention_days", "an int"); }},
+      {"audit_max_rows", [](O& o, py::handle v) { o.audit.max_rows = as<std::int64_t>(v, "audit_max_rows", "an int"); }},
   };
   return table;
+}
+
+machina::Front front_named(const std::string& name) {
+  for (auto f : {machina::Front::run, machina::Front::serve, machina::Front::mcp, machina::Front::skill,
+                 machina::Front::http, machina::Front::python, machina::Front::nats}) {
+    if (machina::front_name(f) == name) return f;
+  }
+  throw machina::HostError("unknown front '" + name + "' (run, serve, mcp, skill, http, python, nats)");
 }
 
 machina::HostOptions make_options(const py::kwargs& kwargs) {
@@ -319,6 +331,7 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept
     auto& host = bound<machina::Host>(args[0]);
     auto& session = bound<machina::Session>(args[3]);
     machina::Request req;
+    req.front = machina::Front::python;
     req.aid = utf8(args[1], "aid");
     req.input_json = utf8(args[2], "input_json");
     req.idempotency_key = optional_str(args[4], "idempotency_key");
@@ -385,6 +398,7 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     PyObject* const* helpers = &PyTuple_GET_ITEM(info.ptr(), 0);
     auto& host = bound<machina::Host>(helpers[0]);
     machina::Request req;
+    req.front = machina::Front::python;
     req.aid = utf8(v[aid_], "aid");
     req.idempotency_key = optional_str(given(key_) ? v[key_] : Py_None, "idempotency_key");
     req.lease_token = optional_str(given(token_) ? v[token_] : Py_None, "lease_token");
@@ -455,6 +469,7 @@ PyObject* fast_encode_request(PyObject*, PyObject* const* args, Py_ssize_t nargs
     const long long id = PyLong_AsLongLong(args[0]);
     if (id == -1 && PyErr_Occurred()) throw py::error_already_set();
     machina::Request req;
+    req.front = machina::Front::python;
     req.aid = utf8(args[1], "aid");
     req.input_json = utf8(args[2], "input_json");
     req.idempotency_key = optional_str(arg(3), "idempotency_key");
@@ -792,14 +807,17 @@ PYBIND11_MODULE(_core, m) {
            "The registered tools, as --list shows them (see tool_list.hpp).")
       .def(
           "call_json",
-          [](machina::Host& h, const std::string& request, machina::Session& session, const std::string& aid) {
+          [](machina::Host& h, const std::string& request, machina::Session& session, const std::string& aid,
+             const std::string& front) {
             std::string out;
-            machina::ndjson::respond(h, request, session, out, nullptr, aid, /*nul_terminated=*/true);
+            machina::ndjson::respond(h, request, session, out, nullptr, aid, /*nul_terminated=*/true,
+                                     front_named(front));
             out.pop_back();  // the trailing newline belongs to the NDJSON framing
             return out;
           },
-          "request"_a, "session"_a, "aid"_a = "", py::call_guard<py::gil_scoped_release>(),
-          "Handles one JSON request exactly as --serve would (with `aid`: as --run would); returns the response JSON.")
+          "request"_a, "session"_a, "aid"_a = "", "front"_a = "python", py::call_guard<py::gil_scoped_release>(),
+          "Handles one JSON request exactly as --serve would (with `aid`: as --run would); returns the response JSON. "
+          "`front` names the front the audit store records (python, nats, http, ...).")
       .def(
           "stats",
           [](const machina::Host& h) {

@@ -204,6 +204,7 @@ std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target,
   const auto j = nlohmann::json::parse(body, nullptr, false);
   if (!j.is_object()) return {400, refusal("malformed_request", "the request body must be a JSON object")};
   Request req;
+  req.front = Front::http;
   std::string name;
   if (j.contains("tool_name") && j["tool_name"].is_string()) name = j["tool_name"].get<std::string>();
   else if (target.rfind("/tools/", 0) == 0) name = target.substr(7);

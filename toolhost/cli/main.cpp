@@ -11,6 +11,8 @@
 #include <machina/policy.hpp>
 #include <machina/spin_wait.hpp>
 #include <machina/tool_list.hpp>
+
+#include <nlohmann/json.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
 #include <machina/isolation/worker.hpp>
 
@@ -206,12 +208,18 @@ int execute(Invocation& inv) {
     const int rc = machina::cli::run_once(host, inv.aid, STDIN_FILENO, wire);
     // The one response is written: tearing the host down (registry, schemas, plugins)
     // would only cost time. Worker processes are stopped properly.
-    if (inv.options.isolation == machina::Isolation::inline_threads) _exit(rc);
+    if (inv.options.isolation == machina::Isolation::inline_threads) {
+      host.flush_audit();
+      _exit(rc);
+    }
     return rc;
   }
   if (inv.mode == Invocation::Mode::http) {
     const int rc = machina::cli::serve_http(host, inv.http);
-    if (rc != 0 || host.stuck_calls() > 0) _exit(rc);  // (threads still in tools: no teardown under them)
+    if (rc != 0 || host.stuck_calls() > 0) {  // (threads still in tools: no teardown under them)
+      host.flush_audit();
+      _exit(rc);
+    }
     return rc;
   }
   const std::chrono::microseconds spin(machina::may_run_on_two_cpus() ? inv.spin_us : 0);
@@ -236,6 +244,7 @@ int execute(Invocation& inv) {
     const std::string text = "machina-toolhost: exiting with " + std::to_string(stuck) +
                              " call(s) still stuck in tools past their deadline\n";
     (void)!::write(STDERR_FILENO, text.data(), text.size());
+    host.flush_audit();
     _exit(rc);
   }
   return rc;
@@ -463,6 +472,31 @@ int main(int argc, char** argv) {
                  "MACHINA_TOOLHOST_WORKSPACE and the sanitizer options otherwise")
       ->type_name("NAME")
       ->group("Deadlines and isolation");
+  machina::AuditOptions& audit = options.audit;
+  app.add_option("--audit-db", audit.db_path,
+                 "Record every call (tool, front, user, a digest of its arguments, status, duration) in this SQLite "
+                 "database (made if missing; also MACHINA_TOOLHOST_AUDIT_DB)")
+      ->type_name("FILE")
+      ->group("Audit");
+  app.add_option("--audit-jsonl", audit.jsonl_path,
+                 "Also write each call as a JSON line to this file (also MACHINA_TOOLHOST_AUDIT_JSONL)")
+      ->type_name("FILE")
+      ->group("Audit");
+  app.add_option("--audit-retention-days", audit.retention_days, "Calls older than this are deleted from the database")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{36'500}))
+      ->capture_default_str()
+      ->group("Audit");
+  app.add_option("--audit-max-rows", audit.max_rows, "The database keeps at most this many calls (the newest)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str()
+      ->group("Audit");
+  std::uint64_t audit_jsonl_max_mb = audit.jsonl_max_bytes >> 20;
+  app.add_option("--audit-jsonl-max-mb", audit_jsonl_max_mb,
+                 "The JSON lines file is moved to FILE.1 (replacing it) when it would grow past this")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->capture_default_str()
+      ->group("Audit");
+
   // The worker side of --isolation process (started by the host itself, not by people).
   bool worker_mode = false;
   long parent_pid = 0;
@@ -489,13 +523,31 @@ int main(int argc, char** argv) {
   issue_cmd->add_option("--aid", lease_aid, "The tool the lease is for")->required();
   issue_cmd->add_option("--ttl", lease_ttl_s, "Seconds the lease stays valid")->capture_default_str();
 
+  auto* audit_cmd = app.add_subcommand("audit", "Questions about the audit store");
+  audit_cmd->require_subcommand(1);
+  auto* report_cmd = audit_cmd->add_subcommand(
+      "report", "Most used tools, most accessed paths, error rates and latency percentiles per tool, over a time range");
+  machina::AuditReportOptions report;
+  std::string report_since, report_until, report_format = "text";
+  report_cmd->add_option("--db", report.db_path, "The audit database (default: $MACHINA_TOOLHOST_AUDIT_DB)")
+      ->type_name("FILE");
+  report_cmd->add_option("--since", report_since, "From this time (UTC YYYY-MM-DD[THH:MM[:SS]], or 24h, 7d ... ago)");
+  report_cmd->add_option("--until", report_until, "Until this time (excluded), as --since");
+  report_cmd->add_option("--top", report.top, "How many tools, paths and users to list")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}))
+      ->capture_default_str();
+  report_cmd->add_option("--format", report_format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+
   app.footer(
       "Environment: MACHINA_LEASE_ENFORCE=1 (tools of tier > 0 need a lease), MACHINA_LEASE_SECRET /\n"
       "MACHINA_LEASE_KEY_FILE (the lease secret, read once at start: MACHINA_LEASE_SECRET is then taken out of\n"
       "the environment, and the key file must lie outside the workspace), MACHINA_LEASE_LEDGER (directory that\n"
       "makes single use hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (load the built-in tools from\n"
       "machina_builtin_tools.so in this directory), MACHINA_TOOLHOST_WORKSPACE (the file tools' folder),\n"
-      "MACHINA_TOOLHOST_POLICY (the tool packs' policy file).\n"
+      "MACHINA_TOOLHOST_POLICY (the tool packs' policy file), MACHINA_TOOLHOST_AUDIT_DB and\n"
+      "MACHINA_TOOLHOST_AUDIT_JSONL (the audit store, as --audit-db and --audit-jsonl).\n"
       "Protocol: docs/protocol.md");
 
   try {
@@ -509,7 +561,9 @@ int main(int argc, char** argv) {
   if (serve_args.size() == 1 && !serve_args[0].empty()) plugins.push_back(serve_args[0]);
 #ifdef MACHINA_LINKED_TOOLS
   // Tool manifests too: their HTTP services' host names need the C library's resolver.
-  if (!*issue_cmd && needs_plugin_loader(!plugins.empty() || !manifests.empty())) hand_over_to_plugin_loader(argv);
+  if (!*issue_cmd && !*audit_cmd && needs_plugin_loader(!plugins.empty() || !manifests.empty())) {
+    hand_over_to_plugin_loader(argv);
+  }
 #endif
 
   if (worker_mode) {
@@ -551,6 +605,17 @@ int main(int argc, char** argv) {
     }
     if (app.get_option("--python-workers")->count() == 0) options.python_workers = workers;
     report_events(options);
+    audit.jsonl_max_bytes = audit_jsonl_max_mb << 20;
+    if (*report_cmd) {
+      if (report.db_path.empty()) report.db_path = options.audit.db_path;
+      if (report.db_path.empty()) throw machina::HostError("audit report: name the database (--db FILE)");
+      const std::int64_t now = machina::unix_now_ms();
+      if (!report_since.empty()) report.since_ms = machina::parse_audit_time(report_since, now);
+      if (!report_until.empty()) report.until_ms = machina::parse_audit_time(report_until, now);
+      const auto result = machina::audit_report(report);
+      std::cout << (report_format == "json" ? result.dump(2) + "\n" : machina::audit_report_text(result));
+      return 0;
+    }
     if (*issue_cmd) {
       machina::LeaseAuthority authority(machina::load_lease_secret(), {});
       const auto ttl_ms = machina::lease_ttl_ms(lease_ttl_s, authority.options().max_ttl_ms);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,6 +18,11 @@ namespace machina {
 std::int64_t steady_now_ms() noexcept {
   using namespace std::chrono;
   return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::int64_t steady_now_ns() noexcept {
+  using namespace std::chrono;
+  return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
 std::int64_t steady_now_ms_not_before() noexcept {
@@ -50,6 +56,8 @@ HostOptions HostOptions::from_env() {
                              ? std::string(runtime) + "/machina-toolhost/leases"
                              : "/tmp/machina-toolhost-" + std::to_string(getuid()) + "/leases";
   }
+  if (const char* v = std::getenv("MACHINA_TOOLHOST_AUDIT_DB"); v != nullptr && *v != '\0') o.audit.db_path = v;
+  if (const char* v = std::getenv("MACHINA_TOOLHOST_AUDIT_JSONL"); v != nullptr && *v != '\0') o.audit.jsonl_path = v;
   return o;
 }
 
@@ -65,6 +73,7 @@ struct Host::Scope final : Overrun {
   const Request* request = nullptr;
   Session* session = nullptr;
   std::int64_t timeout_ms = 0;
+  std::int64_t started_ns = 0;        // when the host took the request (steady clock)
   std::shared_ptr<const Slots> base;  // the state the request set, if it sent one
   const IdempotencyCache::Ticket* ticket = nullptr;  // set: complete it
   Takeover* takeover = nullptr;
@@ -89,6 +98,7 @@ Host::Host(HostOptions options)
   }
   if (options_.default_timeout_ms < 1 || options_.max_timeout_ms < 1)
     throw HostError("timeouts must be at least 1 ms");
+  if (options_.audit.enabled()) audit_ = std::make_unique<AuditLog>(options_.audit);
   for (const auto& [aid, ms] : options_.tool_timeouts_ms) {
     if (ms < 1) throw HostError("the timeout for " + aid + " must be at least 1 ms");
   }
@@ -126,6 +136,30 @@ void Host::refuse_key_file_in_workspace() const {
   }
 }
 
+void Host::keep_audit_out_of_reach(Policy& policy) const {
+  // The store records what every tool did: no tool may read, change or remove it. Roots
+  // that hold it are refused; its files are protected by identity as the lease key is.
+  std::vector<std::string> roots = policy.files.roots;
+  for (const auto& [name, scope] : policy.users) roots.insert(roots.end(), scope.roots.begin(), scope.roots.end());
+  for (const auto& [id, root] : policy.codebases) roots.push_back(root);
+  for (const auto& file : audit_->files()) {
+    std::error_code ec;
+    const auto path = std::filesystem::weakly_canonical(file, ec);
+    if (ec) continue;
+    for (const auto& root : roots) {
+      const auto base = std::filesystem::weakly_canonical(root, ec);
+      if (ec) continue;
+      const auto rel = path.lexically_relative(base);
+      if (!rel.empty() && *rel.begin() != "..") {
+        throw HostError("the audit store's file " + path.string() + " lies inside the tools' root " + base.string() +
+                        ": put it where no tool reaches");
+      }
+    }
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) policy.protected_files.emplace_back(st.st_dev, st.st_ino);
+  }
+}
+
 Runner* Host::plugin_runner() {
   if (process_) return process_.get();
   return &inline_;
@@ -144,6 +178,7 @@ std::vector<std::string> Host::add_packs(const std::vector<std::string>& packs, 
       throw HostError("unknown tool pack '" + p + "' (there are: " + names + ")");
     }
   }
+  if (audit_) keep_audit_out_of_reach(policy);
   auto runner = std::make_unique<PackRunner>(std::move(policy), options_.workers.executable);
   const auto added = registry_.add_described("tool packs", runner->tools(packs), runner.get());
   packs_ = std::move(runner);
@@ -162,8 +197,11 @@ std::vector<std::string> Host::add_linked_plugin(PluginEntryPoints entry) {
 
 void Host::close() {
   if (process_) process_->close();
-  std::lock_guard lock(manifest_mu_);
-  for (auto& runner : manifest_runners_) runner->close();
+  {
+    std::lock_guard lock(manifest_mu_);
+    for (auto& runner : manifest_runners_) runner->close();
+  }
+  flush_audit();  // what was recorded is in the store once the owner is done with the host
 }
 
 HostStats Host::stats() const {
@@ -210,18 +248,36 @@ Response Host::timeout_response(const Tool& tool, std::int64_t timeout_ms, const
 }
 
 Response Host::handle(Request& request, Session& session, Takeover* takeover) {
+  // One clock read serves the deadline and the audit record.
+  const std::int64_t started_ns = steady_now_ns();
   // Built where it is returned: a Response is five strings and a state, and moving it
   // twice per call showed in the profile.
   Response r = [&]() -> Response {
     try {
-      return handle_checked(request, session, takeover);
+      return handle_checked(request, session, takeover, started_ns);
     } catch (const std::exception& e) {
       return Response::failure(ErrorKind::internal_error, std::string("internal error: ") + e.what());
     }
   }();
+  // (An abandoned response was recorded when the takeover answered.)
+  if (audit_ && !r.abandoned) record_call(request, r, started_ns);
   r.id_json = std::move(request.id_json);
   if (request.ds_state && request.ds_state->numbered) r.ds_state.numbered = true;  // answered as asked
   return r;
+}
+
+void Host::record_call(const Request& request, const Response& response, std::int64_t started_ns) const {
+  AuditCall call;
+  call.front = request.front;
+  call.kind = response.kind;
+  call.idempotent_hit = response.idempotent_hit;
+  call.started_ns = started_ns;
+  call.ended_ns = steady_now_ns();
+  call.aid = request.aid;
+  if (request.user) call.user = *request.user;
+  call.input_json = request.input_json;
+  call.output_bytes = response.output_json.size();
+  audit_->record(call);
 }
 
 namespace {
@@ -241,7 +297,7 @@ std::size_t request_bytes(const Request& r) {
 
 }  // namespace
 
-Response Host::handle_checked(Request& request, Session& session, Takeover* takeover) {
+Response Host::handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns) {
   // The rules on the request itself, applied here so that every front gets them (a front
   // that reads lines has refused an oversized line before decoding it).
   if (request_bytes(request) > options_.max_request_bytes) return request_too_large();
@@ -290,7 +346,8 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   Scope scope;
   scope.takeover = takeover;
   scope.base = std::move(base);
-  const std::int64_t now = steady_now_ms();
+  scope.started_ns = started_ns;
+  const std::int64_t now = started_ns / 1'000'000;
   if (!request.idempotency_key) return execute(*tool, request, session, now, scope);
   return run_keyed(*tool, request, session, now, scope);
 }
@@ -467,6 +524,7 @@ void Host::Scope::overrun() noexcept {
   if (ticket != nullptr) h.idempotency_.complete(*ticket, r, false, now);
   finished = true;
   if (takeover != nullptr) {
+    if (h.audit_) h.record_call(*request, r, started_ns);  // what the caller gets, now
     r.id_json = request->id_json;
     delivered = true;
     takeover->deliver_overrun(std::move(r));

@@ -6,8 +6,9 @@ namespace machina::ndjson {
 namespace {
 
 Response decode_and_handle(Host& host, std::string_view text, Session& session, Takeover* takeover,
-                           std::string_view run_aid, bool nul_terminated) {
+                           std::string_view run_aid, bool nul_terminated, Front front) {
   Request request;
+  request.front = front;
   Response error;
   if (!decode_request(text, request, error, nul_terminated, /*aid_required=*/run_aid.empty())) return error;
   if (!run_aid.empty()) {
@@ -26,12 +27,12 @@ Response decode_and_handle(Host& host, std::string_view text, Session& session, 
 }  // namespace
 
 Handled respond(Host& host, std::string_view text, Session& session, std::string& out, Takeover* takeover,
-                std::string_view run_aid, bool nul_terminated) {
+                std::string_view run_aid, bool nul_terminated, Front front) {
   if (text.size() > host.options().max_request_bytes) {
     respond_too_large(host, out);
     return {};
   }
-  const Response response = decode_and_handle(host, text, session, takeover, run_aid, nul_terminated);
+  const Response response = decode_and_handle(host, text, session, takeover, run_aid, nul_terminated, front);
   if (response.abandoned) return {false, true};
   encode_response(response, out);
   return {!response.id_json.empty(), false};

@@ -434,6 +434,7 @@ void JsonRpcCodec::call(Host& host, const std::string& id, std::string_view para
   ErrorKind kind = ErrorKind::malformed_request;
   if (!read_call(params, request, token, why, kind)) return invalid_params(out, id, why, kind);
   request.id_json = id;
+  request.front = dialect_ == Dialect::mcp ? Front::mcp : Front::skill;
   CancelToken cancel;
   std::optional<TokenProgress> progress;
   if (!token.empty() && dialect_ == Dialect::mcp) {

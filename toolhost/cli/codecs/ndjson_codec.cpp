@@ -15,15 +15,17 @@ namespace {
 /// the process then ends, since its only job is done.
 class RunTakeover final : public Takeover {
  public:
-  explicit RunTakeover(int out_fd) : out_fd_(out_fd) {}
+  RunTakeover(const Host& host, int out_fd) : host_(host), out_fd_(out_fd) {}
   void deliver_overrun(Response response) override {
     std::string out;
     encode_response(response, out);
     write_all(out_fd_, out);
+    host_.flush_audit();  // (the host recorded the timeout before handing it over)
     _exit(0);
   }
 
  private:
+  const Host& host_;
   int out_fd_;
 };
 
@@ -51,8 +53,8 @@ int run_once(Host& host, std::string_view aid, int in_fd, int out_fd) {
                     out);
   } else {
     Session session(/*respond_with_delta=*/false);
-    RunTakeover takeover(out_fd);
-    ndjson::respond(host, body, session, out, &takeover, aid, /*nul_terminated=*/true);
+    RunTakeover takeover(host, out_fd);
+    ndjson::respond(host, body, session, out, &takeover, aid, /*nul_terminated=*/true, Front::run);
   }
   write_all(out_fd, out);
   return 0;

@@ -3,6 +3,7 @@
 // ds_state delta) for every front.
 #pragma once
 
+#include <machina/audit.hpp>
 #include <machina/circuit_breaker.hpp>
 #include <machina/http_client.hpp>
 #include <machina/idempotency_cache.hpp>
@@ -62,6 +63,9 @@ struct HostOptions {
   // unless a tool's manifest entry says otherwise.
   std::size_t python_workers = 1;       // workers per interpreter (calls of its tools at once)
   std::uint64_t python_memory_mb = 0;   // a worker resident past this is replaced; 0: no cap
+
+  /// The audit store (off unless a database or a JSON lines file is named).
+  AuditOptions audit;
 
   /// Notable events (a call overran its deadline, a worker was lost), one line each,
   /// for the front to log; empty: not reported.
@@ -144,9 +148,18 @@ class Host {
   HostStats stats() const;
 
   /// Ends the isolated worker processes (calls running in them fail with
-  /// `tool_crashed`; later isolated calls fail too). Inline tools are unaffected. For
-  /// owners that must release processes before the host object itself goes away.
+  /// `tool_crashed`; later isolated calls fail too) and writes out the audit store. Inline
+  /// tools are unaffected. For owners that must release processes before the host object
+  /// itself goes away.
   void close();
+  /// The audit store (null unless HostOptions::audit names one). Its files are out of every
+  /// tool pack's reach (add_packs refuses roots that hold them).
+  AuditLog* audit() const { return audit_.get(); }
+  /// Writes out what the audit store has been given (before a quick exit).
+  void flush_audit() const {
+    if (audit_) audit_->flush();
+  }
+
   /// Inline calls still running past their deadline (cheap; see HostStats::stuck_now).
   std::uint64_t stuck_calls() const { return inline_.stuck_now(); }
 
@@ -156,7 +169,8 @@ class Host {
  private:
   struct Scope;
 
-  Response handle_checked(Request& request, Session& session, Takeover* takeover);
+  Response handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns);
+  void record_call(const Request& request, const Response& response, std::int64_t started_ns) const;
   Response execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope);
   /// A call with an idempotency key: the cache first, then execute().
   Response run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope);
@@ -165,6 +179,7 @@ class Host {
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
   void refuse_key_file_in_workspace() const;
+  void keep_audit_out_of_reach(Policy& policy) const;
   /// The runner for native plugin tools (the isolation option chooses).
   Runner* plugin_runner();
   /// Starts a manifest's skills and MCP servers and describes their tools (all or none).
@@ -174,6 +189,7 @@ class Host {
   void event(const std::string& line) const;
 
   HostOptions options_;
+  std::unique_ptr<AuditLog> audit_;  // goes last of all: runners may record until they stop
   IdempotencyCache idempotency_;
   std::unique_ptr<LeaseAuthority> leases_;
   std::atomic<std::uint64_t> calls_{0}, timeouts_{0}, crashes_{0};
@@ -193,6 +209,7 @@ class Host {
 
 /// Milliseconds on the monotonic clock (breaker, idempotency) and since the epoch (leases).
 std::int64_t steady_now_ms() noexcept;
+std::int64_t steady_now_ns() noexcept;
 std::int64_t unix_now_ms() noexcept;
 /// The monotonic clock in milliseconds, cheaply, never earlier than steady_now_ms() (at most one clock tick later).
 std::int64_t steady_now_ms_not_before() noexcept;

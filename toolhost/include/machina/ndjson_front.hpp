@@ -18,7 +18,7 @@ struct Handled {
 /// `run_aid`: --run's aid from the command line (the body then may name the same aid or
 /// none). `nul_terminated`: text[size] is readable and '\0' (decoding goes faster).
 Handled respond(Host& host, std::string_view text, Session& session, std::string& out, Takeover* takeover = nullptr,
-                std::string_view run_aid = {}, bool nul_terminated = false);
+                std::string_view run_aid = {}, bool nul_terminated = false, Front front = Front::serve);
 
 /// The response line to a request refused by size before it was read.
 void respond_too_large(const Host& host, std::string& out);

@@ -71,6 +71,10 @@ class ProgressSink {
   virtual void progress(double done, double total, std::string_view message) = 0;
 };
 
+/// Which front a request came through (the audit store records it with each call).
+enum class Front : std::uint8_t { unknown, run, serve, mcp, skill, http, python, nats };
+std::string_view front_name(Front front);
+
 /// A request as every front hands it to Host::handle, which applies every rule to it
 /// (sizes, `aid`, `timeout_ms`): a front only translates its wire format.
 struct Request {
@@ -83,6 +87,7 @@ struct Request {
   std::optional<std::int64_t> timeout_ms;  // the caller's deadline for this call
   std::optional<std::string> trace_id;     // the caller's correlation id, echoed in a trace
   std::optional<std::string> user;         // who calls: selects the tool packs' policy scope
+  Front front = Front::unknown;            // set by the front that decoded it
   // The front's, for the time of the call (null: none).
   CancelToken* cancel = nullptr;
   ProgressSink* progress = nullptr;

@@ -1,0 +1,178 @@
+// The audit store (audit.hpp): the digest of a call's arguments, recording from many
+// threads into SQLite with nothing lost, the bounds, and the report's figures.
+#include <machina/audit.hpp>
+#include <machina/sqlite_db.hpp>
+
+#include "temp_dir.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <thread>
+#include <vector>
+
+using namespace machina;
+using json = nlohmann::json;
+
+namespace {
+
+json digest(std::string_view input, std::string* path = nullptr) { return json::parse(audit_digest(input, false, path)); }
+
+std::int64_t count(const std::string& db, const char* sql) {
+  sql::Db d(db, false, true);
+  auto st = d.prepare(sql);
+  REQUIRE(st.step());
+  return st.integer(0);
+}
+
+AuditCall call(std::string_view aid, std::string_view input, std::int64_t duration_us = 10) {
+  AuditCall c;
+  c.front = Front::serve;
+  c.aid = aid;
+  c.input_json = input;
+  c.started_ns = 1'000'000;
+  c.ended_ns = 1'000'000 + duration_us * 1000;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the digest keeps where a call reaches and never what it carries") {
+  std::string path;
+  CHECK(digest(R"({"path":"/srv/a.txt","content":"secret","append":true,"n":3,"opts":{"x":1},"tags":["a"]})", &path) ==
+        json::parse(R"({"path":"/srv/a.txt","content":"<string, 6 bytes>","append":true,"n":"<number>",)"
+                    R"("opts":"<object>","tags":"<array>"})"));
+  CHECK(path == "/srv/a.txt");
+  CHECK(digest(R"({"command":"ls","args":["-la","/tmp",3,null],"cwd":"src"})", &path) ==
+        json::parse(R"({"command":"ls","args":["-la","/tmp","<number>",null],"cwd":"src"})"));
+  CHECK(path == "src");
+  CHECK(digest(R"({"query":"async handler","limit":10})") == json::parse(R"({"query":"async handler","limit":"<number>"})"));
+  // Not an object, not JSON, cut: described.
+  CHECK(digest("[1,2,3]") == json::parse(R"({"<input>":"<array, 7 bytes>"})"));
+  CHECK(digest("\"text\"") == json::parse(R"({"<input>":"<string, 6 bytes>"})"));
+  CHECK(digest("{not json") == json::parse(R"({"<input>":"<input, 9 bytes, not digested>"})"));
+  CHECK(json::parse(audit_digest(R"({"path":"x")", true, &path)) == json::parse(R"({"<input>":"<input cut at 11 bytes>"})"));
+  CHECK(path.empty());
+}
+
+TEST_CASE("the digest is bounded, member by member and in all") {
+  const std::string long_path(5000, 'p');
+  std::string path;
+  const json d = digest(json{{"path", long_path}}.dump(), &path);
+  CHECK(d["path"].get<std::string>().size() <= kAuditMaxValue + 3);  // cut, with an ellipsis
+  CHECK(path.size() <= kAuditMaxValue + 3);
+  json many = json::object();
+  for (int i = 0; i < 500; ++i) many["member_" + std::to_string(i)] = "value";
+  const std::string text = audit_digest(many.dump(), false, nullptr);
+  CHECK(text.size() <= kAuditMaxDigest);
+  const json parsed = json::parse(text);
+  CHECK(parsed.contains("<more>"));
+  json args = json::array();
+  for (int i = 0; i < 1000; ++i) args.push_back("argument-" + std::to_string(i));
+  const json cmd = digest(json{{"command", "x"}, {"args", args}}.dump());
+  CHECK(cmd["args"].back() == "…");
+  CHECK(cmd["args"].dump().size() <= kAuditMaxValue + 16);
+}
+
+TEST_CASE("calls recorded from many threads are all written, in one store") {
+  TempDir dir;
+  const std::string db = dir.path.string() + "/a.db";
+  {
+    AuditOptions o;
+    o.db_path = db;
+    o.buffer_bytes = 64 * 1024;  // small: the threads wait for the writer again and again
+    AuditLog log(o);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&log, t] {
+        const std::string aid = "AID.T" + std::to_string(t) + ".v1";
+        for (int i = 0; i < 5000; ++i) log.record(call(aid, R"({"path":"f"})"));
+      });
+    }
+    for (auto& t : threads) t.join();
+    log.flush();
+    CHECK(log.written() == 20'000);
+    CHECK(count(db, "SELECT count(*) FROM calls") == 20'000);
+    CHECK(count(db, "SELECT count(DISTINCT tool) FROM call_log") == 4);
+    CHECK(count(db, "SELECT count(*) FROM args") == 1);  // one digest, stored once
+  }
+  // A thread that ended left nothing behind unwritten.
+  {
+    AuditOptions o;
+    o.db_path = db;
+    AuditLog log(o);
+    std::thread([&log] { log.record(call("AID.LATE.v1", "{}")); }).join();
+  }
+  CHECK(count(db, "SELECT count(*) FROM call_log WHERE tool = 'AID.LATE.v1'") == 1);
+}
+
+TEST_CASE("the store keeps at most max_rows calls, the newest") {
+  TempDir dir;
+  AuditOptions o;
+  o.db_path = dir.path.string() + "/a.db";
+  o.max_rows = 100;
+  {
+    AuditLog log(o);
+    for (int i = 0; i < 250; ++i) log.record(call("AID.X.v1", "{\"i\":" + std::to_string(i) + "}"));
+  }
+  CHECK(count(o.db_path, "SELECT count(*) FROM calls") == 100);
+  CHECK(count(o.db_path, "SELECT min(rowid) FROM calls") == 151);
+}
+
+TEST_CASE("bad settings and foreign files are refused") {
+  TempDir dir;
+  AuditOptions o;
+  o.db_path = dir.path.string() + "/a.db";
+  o.retention_days = 0;
+  CHECK_THROWS_AS(AuditLog{o}, HostError);
+  o.retention_days = 1;
+  o.db_path = dir.path.string() + "/missing/dir/a.db";
+  CHECK_THROWS_WITH_AS(AuditLog{o}, doctest::Contains("cannot open"), HostError);
+  o.db_path = dir.path.string() + "/foreign.db";
+  {
+    sql::Db d(o.db_path);
+    d.exec("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES('schema', 'x 2')");
+  }
+  CHECK_THROWS_WITH_AS(AuditLog{o}, doctest::Contains("it holds 'x 2'"), HostError);
+}
+
+TEST_CASE("the report's percentiles are nearest-rank over the range asked") {
+  TempDir dir;
+  AuditOptions o;
+  o.db_path = dir.path.string() + "/a.db";
+  {
+    AuditLog log(o);
+    for (int i = 1; i <= 100; ++i) log.record(call("AID.X.v1", "{}", i));  // 1 .. 100 µs
+    AuditCall failed = call("AID.Y.v1", R"({"path":"/p"})");
+    failed.kind = ErrorKind::access_denied;
+    log.record(failed);
+  }
+  AuditReportOptions ro;
+  ro.db_path = o.db_path;
+  const json r = audit_report(ro);
+  CHECK(r["calls"] == 101);
+  CHECK(r["errors"] == 1);
+  const json& x = r["tools"][0];
+  CHECK(x["tool"] == "AID.X.v1");
+  CHECK(x["latency_us"] == json::parse(R"({"p50":50,"p90":90,"p95":95,"p99":99,"max":100})"));
+  CHECK(r["tools"][1]["errors_by_type"] == json::parse(R"({"AccessDenied":1})"));
+  CHECK(r["most_accessed_paths"] == json::parse(R"([{"path":"/p","calls":1,"tools":["AID.Y.v1"]}])"));
+  ro.since_ms = 4'000'000'000'000;  // far in the future
+  CHECK(audit_report(ro)["calls"] == 0);
+  CHECK(audit_report_text(r).find("AID.X.v1") != std::string::npos);
+}
+
+TEST_CASE("report times: dates, moments and spans back from now") {
+  const std::int64_t now = 1'800'000'000'000;
+  CHECK(parse_audit_time("now", now) == now);
+  CHECK(parse_audit_time("90s", now) == now - 90'000);
+  CHECK(parse_audit_time("24h", now) == now - 86'400'000);
+  CHECK(parse_audit_time("7d", now) == now - 7 * 86'400'000);
+  CHECK(parse_audit_time("2026-11-25", now) == 1'795'564'800'000);
+  CHECK(parse_audit_time("2026-11-25T14:30", now) == 1'795'564'800'000 + (14 * 60 + 30) * 60'000);
+  CHECK(parse_audit_time("2026-11-25T14:30:05Z", now) == 1'795'564'800'000 + (14 * 60 + 30) * 60'000 + 5000);
+  for (const char* bad : {"yesterday", "7w", "2026-13-01", "2026-11-25T25:00", "", "h", "2026-11-25 14:30"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_audit_time(bad, now), HostError);
+  }
+}

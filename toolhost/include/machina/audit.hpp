@@ -1,0 +1,128 @@
+// The audit store: every tool call, through every front, recorded — when it ended, the
+// tool, the front, the caller's user, a bounded digest of its arguments (paths, commands
+// and queries in full; contents never), its status and error type, its duration — into a
+// SQLite database (WAL) bounded by retention settings, and optionally as JSON lines.
+//
+// Recording costs the calling thread a clock read and a copy into a buffer of its own;
+// everything else (digests, names, SQL) happens on the log's writer thread, in batches.
+// A thread whose buffer is full waits for the writer: a record is never dropped.
+// See docs/tool-packs.md (the audit store) for the schema and `machina-toolhost audit report`.
+#pragma once
+
+#include <machina/errors.hpp>
+#include <machina/request.hpp>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace machina {
+
+struct AuditOptions {
+  std::string db_path;     // the SQLite database ("" with jsonl_path "": no audit)
+  std::string jsonl_path;  // also one JSON line per call ("" : none)
+  std::int64_t retention_days = 30;        // older calls are deleted
+  std::int64_t max_rows = 10'000'000;      // the oldest calls beyond this are deleted
+  std::uint64_t jsonl_max_bytes = 100u << 20;  // the JSON lines file is rotated (to FILE.1) past this
+  std::size_t buffer_bytes = 8u << 20;     // per recording thread: past this it waits for the writer
+  std::int64_t flush_interval_ms = 20;     // how often the writer takes what the threads recorded
+
+  bool enabled() const { return !db_path.empty() || !jsonl_path.empty(); }
+};
+
+/// What a call was, as the host saw it when it answered.
+struct AuditCall {
+  Front front = Front::unknown;
+  ErrorKind kind = ErrorKind::none;
+  bool idempotent_hit = false;
+  std::int64_t started_ns = 0;  // steady clock
+  std::int64_t ended_ns = 0;
+  std::string_view aid;
+  std::string_view user;        // "" when none
+  std::string_view input_json;  // digested on the writer thread; never stored
+  std::size_t output_bytes = 0;
+};
+
+/// Limits of what one record keeps of a call.
+inline constexpr std::size_t kAuditMaxAid = 256;          // bytes of the aid
+inline constexpr std::size_t kAuditMaxInput = 16 * 1024;  // bytes of the input the digest is made from
+inline constexpr std::size_t kAuditMaxDigest = 2048;      // bytes of the digest
+inline constexpr std::size_t kAuditMaxValue = 1024;       // bytes of one path/command/query kept
+
+/// A call's arguments as they are kept: a JSON object text of at most kAuditMaxDigest
+/// bytes. Members named like paths, commands and queries (path, cwd, command, args,
+/// pattern, query, url, …) keep their values (each cut at kAuditMaxValue); booleans and
+/// null keep theirs; every other value is replaced by its kind ("<number>", "<array>",
+/// "<object>") or, for a string, its kind and size ("<string, 12 bytes>"). An input that is
+/// not an object (or not JSON, or cut) is described the same way. `path` is set to the
+/// first path-like member's value.
+std::string audit_digest(std::string_view input_json, bool input_cut, std::string* path);
+void audit_digest_into(std::string& out, std::string_view input_json, bool input_cut, std::string* path);
+
+class AuditLog {
+ public:
+  /// Opens (or makes) the store; throws HostError when it cannot (a bad path, a database
+  /// of another schema, a JSON lines file that cannot be opened).
+  explicit AuditLog(AuditOptions options);
+  /// Writes everything recorded, then closes the store.
+  ~AuditLog();
+  AuditLog(const AuditLog&) = delete;
+  AuditLog& operator=(const AuditLog&) = delete;
+
+  /// Records one call (thread-safe; cheap: see above).
+  void record(const AuditCall& call);
+  /// Blocks until every call recorded before this one is written (and committed).
+  void flush();
+
+  const AuditOptions& options() const { return options_; }
+  /// The files of the store (database, its WAL and shared-memory files, the JSON lines):
+  /// no tool may reach them.
+  std::vector<std::string> files() const;
+  /// Calls written so far (for tests and stats).
+  std::uint64_t written() const { return written_.load(std::memory_order_relaxed); }
+
+  struct Buffer;  // one recording thread's (audit.cpp)
+
+ private:
+  class Writer;
+  Buffer& buffer_of_this_thread();
+  void run();
+
+  AuditOptions options_;
+  const std::uint64_t id_;  // tells this log apart from an earlier one at the same address
+  std::unique_ptr<Writer> writer_;
+  std::mutex mu_;  // buffers_, wake_, and the writer's sleep
+  std::condition_variable wake_;
+  std::condition_variable flushed_;
+  std::vector<std::shared_ptr<Buffer>> buffers_;
+  std::uint64_t flush_asked_ = 0, flush_done_ = 0;
+  bool stop_ = false;
+  std::atomic<std::uint64_t> written_{0};
+  std::thread thread_;
+};
+
+/// What `machina-toolhost audit report` answers: calls in [since, until) (unix ms; none:
+/// unbounded), the `top` most used tools, accessed paths and active users, and for every
+/// tool its calls, error rate, errors by type and latency percentiles (nearest rank).
+struct AuditReportOptions {
+  std::string db_path;
+  std::optional<std::int64_t> since_ms, until_ms;
+  std::size_t top = 10;
+};
+/// Throws HostError for a missing store, one of another schema, or an unreadable one.
+nlohmann::json audit_report(const AuditReportOptions& options);
+std::string audit_report_text(const nlohmann::json& report);
+/// A time for --since / --until: YYYY-MM-DD[THH:MM[:SS]][Z] in UTC, `now`, or a span back
+/// from now (90s, 30m, 24h, 7d). Throws HostError otherwise.
+std::int64_t parse_audit_time(const std::string& text, std::int64_t now_ms);
+
+}  // namespace machina

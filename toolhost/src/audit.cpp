@@ -1,0 +1,928 @@
+// See audit.hpp.
+#include <machina/audit.hpp>
+#include <machina/json_text.hpp>
+#include <machina/rapid_sax.hpp>
+#include <machina/sqlite_db.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <time.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <unordered_map>
+
+namespace machina {
+
+std::string_view front_name(Front front) {
+  switch (front) {
+    case Front::run: return "run";
+    case Front::serve: return "serve";
+    case Front::mcp: return "mcp";
+    case Front::skill: return "skill";
+    case Front::http: return "http";
+    case Front::python: return "python";
+    case Front::nats: return "nats";
+    case Front::unknown: break;
+  }
+  return "unknown";
+}
+
+namespace {
+
+/// The seed's error types (docs/tool-packs.md) for our codes; "" for success.
+std::string_view error_type(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::none: return "";
+    case ErrorKind::lease_required:
+    case ErrorKind::lease_rejected:
+    case ErrorKind::access_denied:
+    case ErrorKind::rate_limited:
+    case ErrorKind::guarantee_blocked:
+    case ErrorKind::coverage_missing: return "AccessDenied";
+    case ErrorKind::tool_not_found:
+    case ErrorKind::target_not_found: return "NotFound";
+    case ErrorKind::request_too_large:
+    case ErrorKind::malformed_request:
+    case ErrorKind::invalid_ds_state:
+    case ErrorKind::invalid_input:
+    case ErrorKind::schema_violation:
+    case ErrorKind::idempotency_conflict: return "InvalidInput";
+    case ErrorKind::timeout: return "Timeout";
+    case ErrorKind::tool_error: return "ToolError";
+    case ErrorKind::cancelled: return "Cancelled";
+    default: return "SystemError";
+  }
+}
+
+// --- the digest of a call's arguments -----------------------------------------------
+
+/// Members whose values are kept (cut at kAuditMaxValue): where a call reaches, what it runs.
+bool kept_member(std::string_view key) {
+  static constexpr std::array<std::string_view, 18> kKept = {
+      "path", "paths", "cwd", "file", "filename", "dir", "directory", "target", "command", "args",
+      "pattern", "query", "url", "codebase_id", "package", "packages", "install_packages", "session_id"};
+  return std::find(kKept.begin(), kKept.end(), key) != kKept.end();
+}
+bool path_member(std::string_view key) {
+  return key == "path" || key == "file" || key == "filename" || key == "dir" || key == "directory" || key == "cwd";
+}
+
+std::string cut_utf8(std::string_view s, std::size_t n) {
+  if (s.size() <= n) return std::string(s);
+  std::size_t end = n;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return std::string(s.substr(0, end)) + "…";
+}
+
+/// Builds the digest from SAX events of the input (RapidJSON's fast path), straight into
+/// one string.
+class DigestSax {
+ public:
+  DigestSax(std::string& out, std::string* path) : out_(out), path_(path) { out_.assign(1, '{'); }
+
+  bool null() { return literal("null"); }
+  bool boolean(bool b) { return literal(b ? "true" : "false"); }
+  bool number_integer(std::int64_t) { return number(); }
+  bool number_unsigned(std::uint64_t) { return number(); }
+  bool number_float(double, const std::string&) { return number(); }
+  bool string_view_value(std::string_view v) {
+    if (depth_ == 0) {
+      top_ = "string";
+      return true;
+    }
+    if (depth_ == 1) {
+      if (keep_) {
+        if (path_ != nullptr && path_->empty() && path_member(key_)) *path_ = cut_utf8(v, kAuditMaxValue);
+        value_cut(v);
+      } else {
+        described("<string, ", v.size(), " bytes>");
+      }
+    } else if (depth_ == 2 && in_kept_array_) {
+      element_cut(v);
+    }
+    return true;
+  }
+  bool key_view(std::string_view k) {
+    if (depth_ == 1) {
+      key_.assign(k);
+      keep_ = kept_member(k);
+    }
+    return true;
+  }
+  bool start_object(std::size_t) { return open(false); }
+  bool start_array(std::size_t) { return open(true); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+
+  /// Closes the digest (call once, after the parse).
+  void finish(std::size_t input_bytes) {
+    if (top_ != nullptr) {
+      out_.assign("{\"<input>\":\"<");
+      out_.append(top_).append(", ").append(std::to_string(input_bytes)).append(" bytes>\"}");
+      return;
+    }
+    if (dropped_ > 0) {
+      if (members_ > 0) out_ += ',';
+      out_.append("\"<more>\":\"").append(std::to_string(dropped_)).append(" more members\"");
+    }
+    out_ += '}';
+  }
+
+ private:
+  // A member is written as `"key":` then its value; past the bound it is taken back.
+  bool begin_member() {
+    mark_ = out_.size();
+    if (out_.size() + key_.size() + 80 > kAuditMaxDigest) {
+      ++dropped_;
+      return false;
+    }
+    if (members_ > 0) out_ += ',';
+    append_json_string(out_, std::string_view(key_).substr(0, 128));
+    out_ += ':';
+    return true;
+  }
+  void end_member() {
+    if (out_.size() + 64 > kAuditMaxDigest) {  // the value was too long for what is left
+      out_.resize(mark_);
+      ++dropped_;
+      return;
+    }
+    ++members_;
+  }
+  bool literal(const char* text) {
+    if (depth_ == 0) top_ = "scalar";
+    else if (depth_ == 1 && begin_member()) {
+      out_ += text;
+      end_member();
+    } else if (depth_ == 2 && in_kept_array_) {
+      element(text);
+    }
+    return true;
+  }
+  bool number() {
+    if (depth_ == 0) top_ = "number";
+    else if (depth_ == 1 && begin_member()) {
+      out_ += "\"<number>\"";
+      end_member();
+    } else if (depth_ == 2 && in_kept_array_) {
+      element("\"<number>\"");
+    }
+    return true;
+  }
+  void described(const char* before, std::size_t n, const char* after) {
+    if (!begin_member()) return;
+    out_.append(1, '"').append(before).append(std::to_string(n)).append(after).append(1, '"');
+    end_member();
+  }
+  void value_cut(std::string_view v) {
+    if (!begin_member()) return;
+    append_json_string(out_, cut_utf8(v, kAuditMaxValue));
+    end_member();
+  }
+  // Elements of a kept array (a command's args), kept while the member's share lasts.
+  void element(std::string_view json) {
+    if (array_bytes_ + json.size() + 1 > kAuditMaxValue) {
+      array_cut_ = true;
+      return;
+    }
+    if (elements_ > 0) out_ += ',';
+    out_.append(json);
+    array_bytes_ += json.size() + 1;
+    ++elements_;
+  }
+  void element_cut(std::string_view v) {
+    std::string text;
+    append_json_string(text, cut_utf8(v, kAuditMaxValue));
+    element(text);
+  }
+  bool open(bool array) {
+    ++depth_;
+    if (depth_ == 1) {
+      if (array) top_ = "array";
+    } else if (depth_ == 2) {
+      in_kept_array_ = keep_ && array;
+      if (in_kept_array_) {
+        if (begin_member()) {
+          out_ += '[';
+          elements_ = 0;
+          array_bytes_ = 0;
+          array_cut_ = false;
+        } else {
+          in_kept_array_ = false;
+        }
+      } else if (begin_member()) {
+        out_ += array ? "\"<array>\"" : "\"<object>\"";  // (its size is not known yet: the kind says enough)
+        end_member();
+      }
+    }
+    return true;
+  }
+  bool close() {
+    if (depth_ == 2 && in_kept_array_) {
+      if (array_cut_) out_ += elements_ > 0 ? ",\"…\"" : "\"…\"";
+      out_ += ']';
+      end_member();
+      in_kept_array_ = false;
+    }
+    --depth_;
+    return true;
+  }
+
+  std::string& out_;
+  std::string* path_;
+  int depth_ = 0;
+  std::string key_;
+  bool keep_ = false;
+  bool in_kept_array_ = false, array_cut_ = false;
+  std::size_t elements_ = 0, array_bytes_ = 0;
+  std::size_t members_ = 0, dropped_ = 0, mark_ = 0;
+  const char* top_ = nullptr;
+};
+
+}  // namespace
+
+void audit_digest_into(std::string& out, std::string_view input_json, bool input_cut, std::string* path) {
+  if (path != nullptr) path->clear();
+  if (!input_cut) {
+    DigestSax sax(out, path);
+    if (detail::rapid_parse(input_json, sax) == detail::RapidOutcome::accepted) {
+      sax.finish(input_json.size());
+      return;
+    }
+  }
+  // Not JSON RapidJSON takes whole (cut at kAuditMaxInput, not JSON at all, or one of the
+  // rare texts only the reference parser judges): described, not digested.
+  if (path != nullptr) path->clear();
+  out.assign("{\"<input>\":\"<");
+  out.append(input_cut ? "input cut at " : "input, ").append(std::to_string(input_json.size()));
+  out.append(input_cut ? " bytes>\"}" : " bytes, not digested>\"}");
+}
+
+std::string audit_digest(std::string_view input_json, bool input_cut, std::string* path) {
+  std::string out;
+  audit_digest_into(out, input_json, input_cut, path);
+  return out;
+}
+
+// --- recording ------------------------------------------------------------------------
+
+namespace {
+
+/// How a call is laid out in a thread's buffer: this head, then its aid, user and input bytes.
+struct RecordHead {
+  std::uint32_t aid_len;
+  std::uint32_t user_len;
+  std::uint32_t input_len;
+  std::uint8_t front;
+  std::uint8_t flags;  // 1: idempotent hit; 2: input cut
+  std::uint16_t kind;
+  std::int64_t started_ns;
+  std::int64_t ended_ns;
+  std::uint64_t input_bytes;
+  std::uint64_t output_bytes;
+};
+constexpr std::uint8_t kHit = 1, kCut = 2;
+
+std::atomic<std::uint64_t> next_log_id{1};
+
+std::int64_t realtime_minus_steady_ns() {
+  timespec rt{}, mono{};
+  clock_gettime(CLOCK_REALTIME, &rt);
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  return (static_cast<std::int64_t>(rt.tv_sec) - mono.tv_sec) * 1'000'000'000 + (rt.tv_nsec - mono.tv_nsec);
+}
+
+std::string iso_time(std::int64_t unix_ms) {
+  const time_t secs = static_cast<time_t>(unix_ms / 1000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
+                t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(unix_ms % 1000));
+  return buf;
+}
+
+constexpr const char* kSchema = "machina-toolhost audit 1";
+constexpr int kRowsPerInsert = 32;
+constexpr int kColumns = 5;
+constexpr std::size_t kMaxCachedNames = 100'000;
+
+}  // namespace
+
+/// Bytes that keep their memory when emptied (no zero-filling as they grow).
+struct AuditBytes {
+  std::unique_ptr<char[]> p;
+  std::size_t size = 0, cap = 0;
+
+  const char* data() const { return p.get(); }
+  bool empty() const { return size == 0; }
+  void clear() { size = 0; }
+  /// Room for `n` more bytes (at most `limit` in all): false if they would not fit.
+  bool reserve_more(std::size_t n, std::size_t limit) {
+    if (size + n <= cap) return true;
+    if (size + n > limit && size > 0) return false;
+    const std::size_t grown = std::max({size + n, std::min(cap * 2, limit), std::size_t{64} * 1024});
+    auto bigger = std::make_unique_for_overwrite<char[]>(grown);
+    if (size > 0) std::memcpy(bigger.get(), p.get(), size);
+    p = std::move(bigger);
+    cap = grown;
+    return true;
+  }
+};
+
+/// One recording thread's buffer. The thread appends under `lock` (a flag: the only other
+/// taker is the writer, once per pass); a thread that finds it full waits on `space`.
+struct AuditLog::Buffer {
+  std::atomic_flag lock;
+  AuditBytes data;   // records appended by the thread
+  AuditBytes taken;  // the writer's side (only the writer touches it)
+  std::mutex wait_mu;
+  std::condition_variable space;  // the writer took the data: room again
+  std::atomic<bool> waiting{false};
+
+  void acquire() {
+    for (int spins = 0; lock.test_and_set(std::memory_order_acquire); ++spins) {
+      if (spins > 64) std::this_thread::yield();
+    }
+  }
+  void release() { lock.clear(std::memory_order_release); }
+};
+
+/// The writer thread's side: the database, the JSON lines file, the names it has seen.
+class AuditLog::Writer {
+ public:
+  explicit Writer(const AuditOptions& options) : options_(options) {
+    if (!options_.db_path.empty()) open_db();
+    if (!options_.jsonl_path.empty()) open_jsonl();
+  }
+  ~Writer() {
+    if (db_.is_open()) {
+      try {
+        prune();  // the bounds hold when the store is left, too
+      } catch (const sql::Error& e) {
+        complain(std::string("audit store ") + options_.db_path + ": " + e.what());
+      }
+    }
+    if (jsonl_ != nullptr) std::fclose(jsonl_);
+  }
+
+  /// Writes the records in `chunks` (each a run of RecordHead + bytes), in one transaction,
+  /// a few hundred rows at a time; returns how many.
+  std::size_t write(const std::vector<const AuditBytes*>& chunks) {
+    const std::int64_t offset_ns = realtime_minus_steady_ns();
+    std::size_t total = 0;
+    std::optional<sql::Transaction> tx;
+    try {
+      if (db_.is_open()) tx.emplace(db_);
+      n_ = 0;
+      for (const auto* chunk : chunks) {
+        const char* p = chunk->data();
+        const char* end = p + chunk->size;
+        while (p < end) {
+          RecordHead h;
+          std::memcpy(&h, p, sizeof h);
+          p += sizeof h;
+          Row& row = rows_[n_++];  // (reused: its strings keep their capacity)
+          row.ts_ms = (h.ended_ns + offset_ns) / 1'000'000;
+          row.aid.assign(p, h.aid_len);
+          p += h.aid_len;
+          row.user.assign(p, h.user_len);
+          p += h.user_len;
+          digest(std::string_view(p, h.input_len), (h.flags & kCut) != 0, row);
+          p += h.input_len;
+          row.front = static_cast<Front>(h.front);
+          row.kind = static_cast<ErrorKind>(h.kind);
+          row.hit = (h.flags & kHit) != 0;
+          row.duration_us = std::max<std::int64_t>(0, (h.ended_ns - h.started_ns) / 1000);
+          row.input_bytes = h.input_bytes;
+          row.output_bytes = h.output_bytes;
+          if (n_ == rows_.size()) total += put_rows();
+        }
+      }
+      total += put_rows();
+      if (tx) {
+        tx->commit();
+        since_prune_ += total;
+        const auto now = std::chrono::steady_clock::now();
+        if (since_prune_ >= 100'000 || now - last_prune_ > std::chrono::seconds(10)) prune();
+      }
+    } catch (const sql::Error& e) {
+      // The store is full or broken: say so (once a minute at most) and keep serving.
+      tx.reset();  // rolled back: the ids it added are gone too
+      args_ids_.clear();
+      shape_ids_.clear();
+      tool_ids_.clear();
+      user_ids_.clear();
+      front_names_.clear();
+      front_ids_.fill(-1);
+      std::size_t lost = 0;
+      for (const auto* chunk : chunks) lost += count_records(*chunk);
+      complain(std::string("audit store ") + options_.db_path + ": " + e.what() + " (" + std::to_string(lost) +
+               " calls not recorded)");
+      return 0;
+    }
+    return total;
+  }
+
+  static std::size_t count_records(const AuditBytes& chunk) {
+    std::size_t n = 0;
+    for (const char* p = chunk.data(); p < chunk.data() + chunk.size; ++n) {
+      RecordHead h;
+      std::memcpy(&h, p, sizeof h);
+      p += sizeof h + h.aid_len + h.user_len + h.input_len;
+    }
+    return n;
+  }
+
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    if (!options_.db_path.empty()) {
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) out.push_back(options_.db_path + suffix);
+    }
+    if (!options_.jsonl_path.empty()) {
+      out.push_back(options_.jsonl_path);
+      out.push_back(options_.jsonl_path + ".1");
+    }
+    return out;
+  }
+
+ private:
+  struct Row {
+    std::int64_t ts_ms = 0;
+    std::string aid, user, path, args;
+    Front front = Front::unknown;
+    ErrorKind kind = ErrorKind::none;
+    bool hit = false;
+    std::int64_t duration_us = 0;
+    std::uint64_t input_bytes = 0, output_bytes = 0;
+  };
+  /// The digest of an input, remembered for short inputs seen again (agents repeat calls).
+  void digest(std::string_view input, bool cut, Row& row) {
+    if (cut || input.size() > kMaxCachedInput) {
+      audit_digest_into(row.args, input, cut, &row.path);
+      return;
+    }
+    if (const auto it = digests_.find(input); it != digests_.end()) {
+      row.args = it->second.first;
+      row.path = it->second.second;
+      return;
+    }
+    audit_digest_into(row.args, input, cut, &row.path);
+    if (digests_.size() >= kMaxCachedDigests) digests_.clear();
+    digests_.emplace(std::string(input), std::make_pair(row.args, row.path));
+  }
+
+  /// Ids of names (tools, users) and digests already in the database, bounded: past the
+  /// bound the cache starts again (the tables keep everything).
+  using Ids = std::unordered_map<std::string, std::int64_t>;
+
+  void open_db() {
+    try {
+      db_ = sql::Db(options_.db_path);
+      // Switching a new store to WAL needs it to itself: hosts starting together retry
+      // (SQLite's busy handler does not cover this one), for as long as it would.
+      for (int attempt = 0;; ++attempt) {
+        try {
+          db_.exec("PRAGMA journal_mode=WAL");
+          break;
+        } catch (const sql::Error&) {
+          if (attempt >= 500) throw;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+      db_.exec("PRAGMA synchronous=NORMAL");
+      // Set up in one write transaction: hosts starting together on one store take turns.
+      sql::Transaction setup(db_);
+      // A call is a row of numbers; what repeats (tool, front, user, status, the digest of
+      // its arguments) is stored once, in tables of their own, and the view call_log joins
+      // it back.
+      db_.exec(
+          "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+          "CREATE TABLE IF NOT EXISTS tools(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+          "CREATE TABLE IF NOT EXISTS fronts(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+          "CREATE TABLE IF NOT EXISTS users(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+          "CREATE TABLE IF NOT EXISTS codes(id INTEGER PRIMARY KEY, code TEXT NOT NULL UNIQUE, status TEXT NOT NULL,"
+          " error_type TEXT);"
+          "CREATE TABLE IF NOT EXISTS args(id INTEGER PRIMARY KEY, digest TEXT NOT NULL UNIQUE, path TEXT);"
+          // What a call was, but for its time and sizes (user 0: none).
+          "CREATE TABLE IF NOT EXISTS shapes(id INTEGER PRIMARY KEY, tool INTEGER NOT NULL, front INTEGER NOT NULL,"
+          " user INTEGER NOT NULL, code INTEGER NOT NULL, args INTEGER NOT NULL, idempotent_hit INTEGER NOT NULL,"
+          " UNIQUE(tool, front, user, code, args, idempotent_hit));"
+          "CREATE TABLE IF NOT EXISTS calls(ts_ms INTEGER NOT NULL, shape INTEGER NOT NULL,"
+          " duration_us INTEGER NOT NULL, input_bytes INTEGER NOT NULL, output_bytes INTEGER NOT NULL);"
+          "CREATE VIEW IF NOT EXISTS call_log AS SELECT c.rowid AS id, c.ts_ms,"
+          " strftime('%Y-%m-%dT%H:%M:%fZ', c.ts_ms / 1000.0, 'unixepoch') AS time, t.name AS tool, f.name AS front,"
+          " u.name AS user, k.status, k.code, k.error_type, c.duration_us, c.input_bytes, c.output_bytes,"
+          " s.idempotent_hit, a.path, a.digest AS args FROM calls c JOIN shapes s ON s.id = c.shape"
+          " JOIN tools t ON t.id = s.tool JOIN fronts f ON f.id = s.front LEFT JOIN users u ON u.id = s.user"
+          " JOIN codes k ON k.id = s.code JOIN args a ON a.id = s.args;");
+      auto schema = db_.prepare("SELECT value FROM meta WHERE key = 'schema'");
+      if (schema.step()) {
+        if (schema.text(0) != kSchema) {
+          throw sql::Error("it holds '" + std::string(schema.text(0)) + "', not '" + kSchema + "'");
+        }
+        schema.reset();  // (a statement left open would hold its read snapshot)
+      } else {
+        db_.prepare("INSERT INTO meta VALUES('schema', ?)").bind(1, std::string_view(kSchema)).run();
+      }
+      std::string values = "(?,?,?,?,?)";
+      std::string many = "INSERT INTO calls VALUES" + values;
+      for (int i = 1; i < kRowsPerInsert; ++i) many += "," + values;
+      insert_one_ = db_.prepare("INSERT INTO calls VALUES" + values);
+      insert_many_ = db_.prepare(many);
+      for (const char* table : {"tools", "fronts", "users"}) {
+        add_name_[table] = db_.prepare(std::string("INSERT OR IGNORE INTO ") + table + "(name) VALUES(?)");
+        find_name_[table] = db_.prepare(std::string("SELECT id FROM ") + table + " WHERE name = ?");
+      }
+      add_args_ = db_.prepare("INSERT OR IGNORE INTO args(digest, path) VALUES(?, ?)");
+      add_shape_ = db_.prepare(
+          "INSERT OR IGNORE INTO shapes(tool, front, user, code, args, idempotent_hit) VALUES(?, ?, ?, ?, ?, ?)");
+      find_shape_ = db_.prepare(
+          "SELECT id FROM shapes WHERE tool = ? AND front = ? AND user = ? AND code = ? AND args = ? AND "
+          "idempotent_hit = ?");
+      find_args_ = db_.prepare("SELECT id FROM args WHERE digest = ?");
+      auto add_code = db_.prepare("INSERT OR IGNORE INTO codes(code, status, error_type) VALUES(?, ?, ?)");
+      add_code.bind(1, std::string_view("ok")).bind(2, std::string_view("OK")).bind_null(3).run();
+      for (const auto& info : all_error_kinds()) {
+        add_code.bind(1, std::string_view(info.code))
+            .bind(2, status_name(info.status))
+            .bind(3, error_type(info.kind))
+            .run();
+      }
+      auto codes = db_.prepare("SELECT id, code FROM codes");
+      std::unordered_map<std::string, std::int64_t> by_code;
+      while (codes.step()) by_code[std::string(codes.text(1))] = codes.integer(0);
+      codes.reset();
+      code_by_kind_.assign(all_error_kinds().size() + 1, by_code.at("ok"));
+      for (const auto& info : all_error_kinds()) {
+        code_by_kind_.at(static_cast<std::size_t>(info.kind)) = by_code.at(std::string(info.code));
+      }
+      front_ids_.fill(-1);
+      // Calls are appended in time order: the old ones are a prefix of the rowids. One
+      // range goes: below the first call young enough (all, if none is), and below the
+      // newest max_rows. Digests no call refers to any more go after them.
+      retention_ = db_.prepare(
+          "DELETE FROM calls WHERE rowid < max("
+          "coalesce((SELECT rowid FROM calls WHERE ts_ms >= ?1 ORDER BY rowid LIMIT 1),"
+          " (SELECT coalesce(max(rowid), 0) + 1 FROM calls)),"
+          " (SELECT coalesce(max(rowid), 0) FROM calls) - ?2 + 1)");
+      orphan_shapes_ = db_.prepare("DELETE FROM shapes WHERE id NOT IN (SELECT DISTINCT shape FROM calls)");
+      orphan_args_ = db_.prepare("DELETE FROM args WHERE id NOT IN (SELECT DISTINCT args FROM shapes)");
+      prune();
+      setup.commit();
+    } catch (const sql::Error& e) {
+      throw HostError("audit store " + options_.db_path + ": " + e.what());
+    }
+  }
+
+  void open_jsonl() {
+    jsonl_ = std::fopen(options_.jsonl_path.c_str(), "ae");
+    if (jsonl_ == nullptr) {
+      throw HostError("audit JSON lines file " + options_.jsonl_path + ": cannot be opened: " + std::strerror(errno));
+    }
+    struct stat st {};
+    jsonl_bytes_ = ::fstat(fileno(jsonl_), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+  }
+
+  std::int64_t name_id(const char* table, Ids& cache, const std::string& name) {
+    if (auto it = cache.find(name); it != cache.end()) return it->second;
+    if (cache.size() >= kMaxCachedNames) cache.clear();
+    add_name_[table].bind(1, name, true).run();
+    auto& find = find_name_[table];
+    find.bind(1, name, true);
+    if (!find.step()) throw sql::Error(std::string("no id for a name in ") + table);
+    const std::int64_t id = find.integer(0);
+    find.reset();
+    cache.emplace(name, id);
+    return id;
+  }
+
+  std::int64_t args_id(const Row& r) {
+    if (auto it = args_ids_.find(r.args); it != args_ids_.end()) return it->second;
+    if (args_ids_.size() >= kMaxCachedNames) args_ids_.clear();
+    add_args_.bind(1, r.args, true);
+    if (r.path.empty()) add_args_.bind_null(2);
+    else add_args_.bind(2, r.path, true);
+    add_args_.run();
+    find_args_.bind(1, r.args, true);
+    if (!find_args_.step()) throw sql::Error("no id for a digest");
+    const std::int64_t id = find_args_.integer(0);
+    find_args_.reset();
+    args_ids_.emplace(r.args, id);
+    return id;
+  }
+
+  std::int64_t front_id(Front f) {
+    std::int64_t& id = front_ids_.at(static_cast<std::size_t>(f));
+    if (id < 0) id = name_id("fronts", front_names_, std::string(front_name(f)));
+    return id;
+  }
+
+  std::int64_t shape_id(const Row& r) {
+    Shape key{name_id("tools", tool_ids_, r.aid), front_id(r.front),
+              r.user.empty() ? 0 : name_id("users", user_ids_, r.user),
+              code_by_kind_.at(static_cast<std::size_t>(r.kind)), args_id(r), r.hit ? 1 : 0};
+    if (auto it = shape_ids_.find(key); it != shape_ids_.end()) return it->second;
+    if (shape_ids_.size() >= kMaxCachedNames) shape_ids_.clear();
+    for (auto* st : {&add_shape_, &find_shape_}) {
+      st->bind(1, key.tool).bind(2, key.front).bind(3, key.user).bind(4, key.code).bind(5, key.args).bind(6, key.hit);
+    }
+    add_shape_.run();
+    if (!find_shape_.step()) throw sql::Error("no id for a call's shape");
+    const std::int64_t id = find_shape_.integer(0);
+    find_shape_.reset();
+    shape_ids_.emplace(key, id);
+    return id;
+  }
+
+  void bind_row(sql::Stmt& st, int base, const Row& r) {
+    st.bind(base + 1, r.ts_ms);
+    st.bind(base + 2, shape_id(r));
+    st.bind(base + 3, r.duration_us);
+    st.bind(base + 4, static_cast<std::int64_t>(r.input_bytes));
+    st.bind(base + 5, static_cast<std::int64_t>(r.output_bytes));
+  }
+
+  /// Writes rows_[0, n_) (inside the caller's transaction) and starts them again.
+  std::size_t put_rows() {
+    const std::size_t n = n_;
+    if (db_.is_open()) {
+      std::size_t i = 0;
+      for (; i + kRowsPerInsert <= n; i += kRowsPerInsert) {
+        for (int k = 0; k < kRowsPerInsert; ++k) bind_row(insert_many_, k * kColumns, rows_[i + static_cast<std::size_t>(k)]);
+        insert_many_.run();
+      }
+      for (; i < n; ++i) {
+        bind_row(insert_one_, 0, rows_[i]);
+        insert_one_.run();
+      }
+    }
+    if (jsonl_ != nullptr) write_jsonl();
+    n_ = 0;
+    return n;
+  }
+
+  void prune() {
+    const std::int64_t cutoff =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count() -
+        options_.retention_days * 86'400'000;
+    retention_.bind(1, cutoff).bind(2, options_.max_rows).run();
+    if (db_.changes() > 0) {
+      orphan_shapes_.run();
+      orphan_args_.run();
+      shape_ids_.clear();
+      args_ids_.clear();
+    }
+    since_prune_ = 0;
+    last_prune_ = std::chrono::steady_clock::now();
+  }
+
+  void write_jsonl() {
+    std::string& out = jsonl_text_;
+    out.clear();
+    std::string line;
+    for (std::size_t i = 0; i < n_ && jsonl_ != nullptr; ++i) {
+      const Row& r = rows_[i];
+      line = "{\"time\":\"" + iso_time(r.ts_ms) + "\",\"ts_ms\":" + std::to_string(r.ts_ms) + ",\"tool\":";
+      append_json_string(line, r.aid);
+      line += ",\"front\":\"" + std::string(front_name(r.front)) + "\",\"user\":";
+      if (r.user.empty()) line += "null";
+      else append_json_string(line, r.user);
+      const ErrorKindInfo& info = error_info(r.kind);
+      line += ",\"status\":\"" + std::string(status_name(info.status)) + "\",\"code\":\"" +
+              (r.kind == ErrorKind::none ? std::string("ok") : std::string(info.code)) + "\",\"error_type\":";
+      if (r.kind == ErrorKind::none) line += "null";
+      else append_json_string(line, error_type(r.kind));
+      line += ",\"duration_us\":" + std::to_string(r.duration_us) + ",\"input_bytes\":" +
+              std::to_string(r.input_bytes) + ",\"output_bytes\":" + std::to_string(r.output_bytes) +
+              ",\"idempotent_hit\":" + (r.hit ? "true" : "false") + ",\"path\":";
+      if (r.path.empty()) line += "null";
+      else append_json_string(line, r.path);
+      line += ",\"args\":" + r.args + "}\n";
+      // The file never grows past its bound: what would go over starts the next file.
+      if (jsonl_bytes_ + out.size() + line.size() > options_.jsonl_max_bytes && jsonl_bytes_ + out.size() > 0) {
+        put_jsonl(out);
+        rotate_jsonl();
+      }
+      out += line;
+    }
+    if (jsonl_ != nullptr) put_jsonl(out);
+  }
+
+  void put_jsonl(std::string& text) {
+    if (text.empty() || jsonl_ == nullptr) return;
+    if (std::fwrite(text.data(), 1, text.size(), jsonl_) != text.size() || std::fflush(jsonl_) != 0) {
+      complain("audit JSON lines file " + options_.jsonl_path + ": " + std::strerror(errno));
+    }
+    jsonl_bytes_ += text.size();
+    text.clear();
+  }
+
+  void rotate_jsonl() {
+    std::fclose(jsonl_);
+    std::rename(options_.jsonl_path.c_str(), (options_.jsonl_path + ".1").c_str());
+    jsonl_ = std::fopen(options_.jsonl_path.c_str(), "ae");
+    jsonl_bytes_ = 0;
+    if (jsonl_ == nullptr) {
+      complain("audit JSON lines file " + options_.jsonl_path + ": cannot be opened again: " + std::strerror(errno));
+    }
+  }
+
+  void complain(const std::string& what) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_complaint_ < std::chrono::minutes(1)) return;
+    last_complaint_ = now;
+    std::fprintf(stderr, "machina-toolhost: %s\n", what.c_str());
+  }
+
+  const AuditOptions& options_;
+  sql::Db db_;
+  sql::Stmt insert_one_, insert_many_, retention_, orphan_shapes_, orphan_args_, add_args_, find_args_, add_shape_,
+      find_shape_;
+  struct Shape {
+    std::int64_t tool, front, user, code, args, hit;
+    bool operator==(const Shape&) const = default;
+  };
+  struct ShapeHash {
+    std::size_t operator()(const Shape& k) const noexcept {
+      std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+      for (std::int64_t v : {k.tool, k.front, k.user, k.code, k.args, k.hit}) {
+        h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ULL;
+      }
+      return static_cast<std::size_t>(h ^ (h >> 29));
+    }
+  };
+  std::unordered_map<Shape, std::int64_t, ShapeHash> shape_ids_;
+  std::unordered_map<std::string, sql::Stmt> add_name_, find_name_;
+  Ids tool_ids_, user_ids_, front_names_, args_ids_;
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  static constexpr std::size_t kMaxCachedInput = 256, kMaxCachedDigests = 4096;
+  std::unordered_map<std::string, std::pair<std::string, std::string>, Hash, std::equal_to<>> digests_;  // input -> (digest, path)
+  std::array<std::int64_t, 8> front_ids_{};
+  std::vector<std::int64_t> code_by_kind_;  // codes.id by ErrorKind
+  std::vector<Row> rows_ = std::vector<Row>(512);
+  std::size_t n_ = 0;  // rows_ in use
+  std::string jsonl_text_;
+  std::size_t since_prune_ = 0;
+  std::chrono::steady_clock::time_point last_prune_{}, last_complaint_{};
+  std::FILE* jsonl_ = nullptr;
+  std::uint64_t jsonl_bytes_ = 0;
+};
+
+AuditLog::AuditLog(AuditOptions options)
+    : options_(std::move(options)), id_(next_log_id.fetch_add(1)), writer_(std::make_unique<Writer>(options_)) {
+  if (options_.retention_days < 1) throw HostError("the audit retention must be at least 1 day");
+  if (options_.max_rows < 1) throw HostError("the audit store must keep at least 1 call");
+  if (options_.buffer_bytes < 64 * 1024) throw HostError("the audit buffer must be at least 64 KiB");
+  thread_ = std::thread([this] { run(); });
+}
+
+AuditLog::~AuditLog() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+std::vector<std::string> AuditLog::files() const { return writer_->files(); }
+
+namespace {
+// The buffer this thread used last, and its log's id (plain values: no guard on access).
+thread_local std::uint64_t last_id = 0;
+thread_local AuditLog::Buffer* last = nullptr;
+}  // namespace
+
+AuditLog::Buffer& AuditLog::buffer_of_this_thread() {
+  // The last buffer this thread used, then the thread's buffers by log. An entry whose log
+  // has gone (the log no longer shares its buffer) is dropped when the list grows.
+  if (last_id == id_) [[likely]] return *last;
+  thread_local std::vector<std::pair<std::uint64_t, std::shared_ptr<Buffer>>> mine;
+  for (auto& [id, buffer] : mine) {
+    if (id == id_) {
+      last_id = id;
+      last = buffer.get();
+      return *buffer;
+    }
+  }
+  if (mine.size() >= 8) {
+    std::erase_if(mine, [](const auto& entry) { return entry.second.use_count() == 1; });
+  }
+  auto buffer = std::make_shared<Buffer>();
+  {
+    std::lock_guard lock(mu_);
+    buffers_.push_back(buffer);
+  }
+  mine.emplace_back(id_, buffer);
+  last_id = id_;
+  last = buffer.get();
+  return *last;
+}
+
+void AuditLog::record(const AuditCall& call) {
+  Buffer& b = buffer_of_this_thread();
+  RecordHead h;
+  h.aid_len = static_cast<std::uint32_t>(std::min(call.aid.size(), kAuditMaxAid));
+  h.user_len = static_cast<std::uint32_t>(std::min<std::size_t>(call.user.size(), 256));
+  h.input_len = static_cast<std::uint32_t>(std::min(call.input_json.size(), kAuditMaxInput));
+  h.front = static_cast<std::uint8_t>(call.front);
+  h.flags = static_cast<std::uint8_t>((call.idempotent_hit ? kHit : 0) | (call.input_json.size() > kAuditMaxInput ? kCut : 0));
+  h.kind = static_cast<std::uint16_t>(call.kind);
+  h.started_ns = call.started_ns;
+  h.ended_ns = call.ended_ns;
+  h.input_bytes = call.input_json.size();
+  h.output_bytes = call.output_bytes;
+  const std::size_t need = sizeof h + h.aid_len + h.user_len + h.input_len;
+  b.acquire();
+  while (!b.data.reserve_more(need, options_.buffer_bytes)) {
+    // Full: the writer has fallen behind. Wait for it to take the buffer (a record is
+    // never dropped); the thread is told, or looks again after a while.
+    b.release();
+    {
+      std::unique_lock lock(b.wait_mu);
+      b.waiting.store(true);
+      wake_.notify_one();
+      b.space.wait_for(lock, std::chrono::milliseconds(10), [&] { return !b.waiting.load(); });
+    }
+    b.acquire();
+  }
+  char* p = b.data.p.get() + b.data.size;
+  std::memcpy(p, &h, sizeof h);
+  p += sizeof h;
+  std::memcpy(p, call.aid.data(), h.aid_len);
+  p += h.aid_len;
+  std::memcpy(p, call.user.data(), h.user_len);
+  p += h.user_len;
+  std::memcpy(p, call.input_json.data(), h.input_len);
+  b.data.size += need;
+  b.release();
+}
+
+void AuditLog::flush() {
+  std::unique_lock lock(mu_);
+  const std::uint64_t target = ++flush_asked_;
+  wake_.notify_all();
+  flushed_.wait(lock, [&] { return flush_done_ >= target; });
+}
+
+void AuditLog::run() {
+  std::vector<std::shared_ptr<Buffer>> buffers;
+  std::vector<const AuditBytes*> chunks;
+  for (;;) {
+    std::uint64_t asked = 0;
+    bool stopping = false;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
+                     [&] { return stop_ || flush_asked_ > flush_done_; });
+      stopping = stop_;
+      asked = flush_asked_;
+      // A buffer only this log still holds belongs to a thread that has ended: once
+      // drained (below, on an earlier pass), it goes.
+      std::erase_if(buffers_, [](const auto& b) { return b.use_count() == 1 && b->data.empty() && b->taken.empty(); });
+      buffers = buffers_;
+    }
+    chunks.clear();
+    for (const auto& b : buffers) {
+      b->acquire();
+      std::swap(b->taken, b->data);
+      b->release();
+      if (b->waiting.load()) {
+        {
+          std::lock_guard lock(b->wait_mu);
+          b->waiting.store(false);
+        }
+        b->space.notify_all();
+      }
+      if (!b->taken.empty()) chunks.push_back(&b->taken);
+    }
+    if (!chunks.empty()) {
+      try {
+        written_.fetch_add(writer_->write(chunks), std::memory_order_relaxed);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "machina-toolhost: audit: %s\n", e.what());
+      }
+    }
+    for (const auto& b : buffers) b->taken.clear();
+    buffers.clear();
+    {
+      std::lock_guard lock(mu_);
+      flush_done_ = std::max(flush_done_, asked);
+    }
+    flushed_.notify_all();
+    if (stopping) return;
+  }
+}
+
+}  // namespace machina
