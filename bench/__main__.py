@@ -5,7 +5,7 @@
     python -m bench --quick          # every scenario, small (under 2 minutes)
     python -m bench --only serve lockstep --out results/
 
-Scenarios: serve, lockstep, python, spawn, inprocess, workers, idempotency, payload,
+Scenarios: serve, lockstep, python, spawn, inprocess, workers, idempotency, audit, payload,
 tools, ds_state, isolation, python_tools, jsonrpc, packs, nats (see bench/scenarios.py). The report goes to
 OUT/report.md with PNG plots and results.json beside it.
 """

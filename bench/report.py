@@ -28,6 +28,8 @@ GOALS: list[tuple[str, str, str, Callable[[float], bool], Callable[[float], str]
      lambda v: v >= 100, lambda v: f"{v:.0f}×"),
     ("unique_keys_ratio", "throughput with unique idempotency keys ÷ without", "≥ 0.9×", lambda v: v >= 0.9,
      lambda v: f"{v:.2f}×"),
+    ("audit_ratio", "echo throughput with the audit store on ÷ off (every call recorded)", "≥ 0.9×",
+     lambda v: v >= 0.9, lambda v: f"{v:.2f}×"),
     ("isolation_added_one_cpu_us", "isolation adds per call (lock-step p50, one vCPU)", "≤ 15 µs",
      lambda v: v <= 15, lambda v: f"{v:.1f} µs"),
     ("isolation_added_two_cpu_us", "isolation adds per call (lock-step p50, two vCPUs)", "≤ 15 µs",

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -596,6 +597,58 @@ def idempotency(ctx: Ctx) -> Section:
     return s
 
 
+def audit(ctx: Ctx) -> Section:
+    s = Section("audit", "The audit store",
+                "File-fed --serve of echo calls without the audit store and with it (`--audit-db`, a fresh "
+                "database each run): every call recorded, and the host ends only once every record is written "
+                "(the time runs until then). Two inputs: the same on every call (its digest is remembered) and "
+                "a different one on every call (each digested anew). Ratio = throughput ÷ the same input "
+                "without the store.")
+    n = ctx.n(200_000, 1_000_000)
+    same = ctx.lines("idem-none", ECHO_REQUEST, n)
+    varied = ctx.work / "audit-varied.ndjson"
+    if not varied.exists():
+        with varied.open("w") as f:
+            for i in range(n):
+                f.write(json.dumps({"aid": "AID.ECHO.v1", "input_json": json.dumps({"msg": "hello", "n": i})}) + "\n")
+    out = ctx.work / "out.ndjson"
+    db = ctx.work / "audit.db"
+    counted: dict[str, int] = {}
+
+    def case(name: str, src: Path, on: bool) -> Callable[[], float]:
+        def run() -> float:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(db) + suffix).unlink(missing_ok=True)
+            cmd = [ctx.host, "--serve", *(["--audit-db", str(db)] if on else [])]
+            seconds = file_fed(cmd, src, out, n).seconds
+            if on:
+                con = sqlite3.connect(db)
+                counted[name] = con.execute("SELECT count(*) FROM calls").fetchone()[0]
+                con.close()
+            return seconds
+
+        return run
+
+    cases = {"same input, no audit": case("same input, no audit", same, False),
+             "same input, audit on": case("same input, audit on", same, True),
+             "a new input each call, no audit": case("a new input each call, no audit", varied, False),
+             "a new input each call, audit on": case("a new input each call, audit on", varied, True)}
+    ctx.status("audit, interleaved")
+    measured = interleaved(cases, ctx.reps)
+    for name, got in counted.items():
+        if got != n:
+            raise RuntimeError(f"{name}: {got} calls in the store for {n} made")
+    spreads = {name: Spread([n / t for t in runs]) for name, runs in measured.items()}
+    base = spreads["same input, no audit"].median
+    rows = [[name, spread_rate(sp), ratio(sp.median, base)] for name, sp in spreads.items()]
+    s.headline["audit_ratio"] = spreads["same input, audit on"].median / base
+    s.headline["audit_ratio_new_inputs"] = (spreads["a new input each call, audit on"].median /
+                                            spreads["a new input each call, no audit"].median)
+    s.tables.append(Table(f"{n:,} requests per run, {ctx.reps} runs", ["run", "requests/s (min–max)", "÷ no audit"],
+                          rows))
+    return s
+
+
 # --- 8. payload sizes -------------------------------------------------------------------
 
 
@@ -1167,6 +1220,7 @@ SCENARIOS: dict[str, Callable[[Ctx], Section]] = {
     "inprocess": inprocess,
     "workers": workers,
     "idempotency": idempotency,
+    "audit": audit,
     "payload": payload,
     "tools": tools,
     "ds_state": ds_state,

@@ -14,8 +14,8 @@ from conftest import REPO, not_sanitized
 
 pytestmark = not_sanitized
 
-SCENARIOS = ["serve", "lockstep", "python", "spawn", "inprocess", "workers", "idempotency", "payload", "tools",
-             "ds_state", "isolation", "python_tools", "jsonrpc", "packs", "nats"]
+SCENARIOS = ["serve", "lockstep", "python", "spawn", "inprocess", "workers", "idempotency", "audit", "payload",
+             "tools", "ds_state", "isolation", "python_tools", "jsonrpc", "packs", "nats"]
 PLOTS = ["serve_throughput.png", "lockstep_cdf.png", "pool_pipelined.png", "workers_scaling.png", "payload.png",
          "tools.png", "ds_state.png"]
 
@@ -38,7 +38,8 @@ def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
         assert f"]({png})" in report
     headline = {k: v for s in results["sections"] for k, v in s["headline"].items()}
     for key in ["serve_rps", "lockstep_p50_one_cpu_us", "inprocess_overhead_us", "pool_pipelined_cps",
-                "mcp_sdk_ratio", "unique_keys_ratio", "isolation_added_one_cpu_us", "run_vs_true",
+                "mcp_sdk_ratio", "unique_keys_ratio",
+                "audit_ratio", "audit_ratio_new_inputs", "isolation_added_one_cpu_us", "run_vs_true",
                 "python_lockstep_p50_us", "python_fresh_ratio", "python_pipelined_cps",
                 "mcp_front_lockstep_ratio_one_cpu", "mcp_front_pipelined_ratio", "skill_runner_added_us",
                 "skill_16x10ms_ms", "pack_read_serve_p50_us", "pack_read_inprocess_us", "grep_vs_grep_rn_ratio",

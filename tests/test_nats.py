@@ -370,3 +370,24 @@ def test_cli_errors_and_clean_stop(url: str, tmp_path: Path) -> None:
         assert front.stop() == 0, front.stderr()
         assert fut.result(10).ok
     assert os.path.exists(front.log)
+
+
+def test_calls_through_nats_are_in_the_audit_store(url: str, workspace: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    store = tmp_path / "audit" / "calls.db"
+    store.parent.mkdir()
+    front = Front(url, ["--audit-db", str(store), "--packs", "files"],
+                  env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)})
+    try:
+        with Nats(url) as t:
+            assert t.call("AID.FILE.READ.v1", {"path": "notes.txt"}).ok
+        data, _ = request(url, "tools.file.read", {"path": ".env"})
+        assert data["data"] is None and data["error"].startswith("AccessDenied")
+    finally:
+        assert front.stop() == 0
+    con = sqlite3.connect(store)
+    rows = con.execute("SELECT front, tool, code, path FROM call_log ORDER BY id").fetchall()
+    con.close()
+    assert rows == [("nats", "AID.FILE.READ.v1", "ok", "notes.txt"),
+                    ("nats", "tools.file.read", "access_denied", ".env")]
