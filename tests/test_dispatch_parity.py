@@ -9,6 +9,7 @@ call, which test_spawn_is_stateless pins down.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -117,6 +118,27 @@ def tool_packs(t: md.Transport) -> list[Any]:
                  ("AID.SHELL.EXEC.v1", {"command": "ls; rm -rf ."}))         # invalid_input: not a name
 
 
+@scenario()
+def per_user(t: md.Transport) -> list[Any]:
+    # Each user sees its own roots (see run_scenario): alice/ holds a.txt, bob/ holds b.txt;
+    # no user: the workspace; a user the policy does not list is refused.
+    read = "AID.FILE.READ.v1"
+    results = [t.call(read, {"path": "a.txt"}, user="alice", check=False),
+               t.call(read, {"path": "a.txt"}, user="bob", check=False),         # target_not_found
+               t.call(read, {"path": "b.txt"}, user="bob", check=False),
+               t.call(read, {"path": "notes.txt"}, check=False),
+               t.call(read, {"path": "notes.txt"}, user="mallory", check=False),  # access_denied
+               t.call(read, {"path": "a.txt"}, user="", check=False)]             # malformed_request
+    results += t.call_many([md.Call(read, {"path": "b.txt"}, user="bob"), (read, {"path": "a.txt"}, None, None,
+                                                                           None, None, "alice")], check=False)
+    results += asyncio.run(t.acall_many([md.Call(read, {"path": "a.txt"}, user="bob")], check=False))
+
+    async def one() -> md.ToolResult:
+        return await t.acall(read, {"path": "a.txt"}, user="alice", check=False)
+    results.append(asyncio.run(one()))
+    return results
+
+
 @scenario(stateful=True)
 def pack_rate_limit(t: md.Transport) -> list[Any]:
     # The policy allows AID.FILE.LIST.v1 twice an hour (see run_scenario).
@@ -203,6 +225,15 @@ def run_scenario(name: str, transport: str, plugins: list[str], tmp_path: Path) 
            "MACHINA_TOOLHOST_WORKSPACE": str(tmp_path)}
     if name == "lease_gate":
         env.update(LEASE_ENV)
+    if name == "per_user":
+        for who, file in (("alice", "a.txt"), ("bob", "b.txt")):
+            (tmp_path / who).mkdir()
+            (tmp_path / who / file).write_text(f"{who}'s\n")
+        (tmp_path / "notes.txt").write_text("hello\n")
+        policy = tmp_path / "policy.toml"
+        policy.write_text(f'unknown_users = false\n[users.alice]\nroots = ["{tmp_path / "alice"}"]\n'
+                          f'[users.bob]\nroots = ["{tmp_path / "bob"}"]\n')
+        env["MACHINA_TOOLHOST_POLICY"] = str(policy)
     if name in ("tool_packs", "pack_rate_limit"):
         (tmp_path / "notes.txt").write_text("hello\n")
         (tmp_path / ".env").write_text("SECRET=1\n")
@@ -312,6 +343,13 @@ def test_expected_values(outcomes: dict[tuple[str, str], Any]) -> None:
     assert slotfail.code == "tool_error" and slotfail.ds_delta == md.DsDelta()
     assert sorted(final) == ["DS1"]
     assert empty_get.output["present"] is False and put2.ok and get2.output["present"] is False
+    alice, bob_a, bob_b, nobody, stranger, empty_user, *batch = outcomes[("per_user", "inprocess")]
+    assert alice.output["content"] == "alice's\n" and bob_b.output["content"] == "bob's\n"
+    assert bob_a.code == "target_not_found" and nobody.output["content"] == "hello\n"
+    assert stranger.code == "access_denied" and "'mallory' is not in the policy" in stranger.error
+    assert empty_user.code == "malformed_request" and "user must be from 1 to 256 bytes" in empty_user.error
+    assert [r.output.get("content") if r.ok else r.code for r in batch] == [
+        "bob's\n", "alice's\n", "target_not_found", "alice's\n"]
     required, malformed, wrong, granted, consumed, tier0 = outcomes[("lease_gate", "inprocess")]
     assert required.code == "lease_required" and required.details == {"tier": 1, "aid": "AID.FILE.WRITE.v1"}
     assert [r.details for r in (malformed, wrong, consumed)] == [

@@ -169,9 +169,9 @@ class Host(_core.Host):
 
     def call(self, aid: str, input_json: str, session: Session, idempotency_key: str | None = None,
              lease_token: str | None = None, timeout_ms: int | None = None,
-             ds_state_json: str | None = None) -> ToolResult:
+             ds_state_json: str | None = None, user: str | None = None) -> ToolResult:
         """Runs one call without a JSON envelope (the GIL is released while the tool runs).
         Never raises for a failed call: see the result's ``ok``."""
         result: ToolResult = _core.call(self, aid, input_json, session, idempotency_key, lease_token, timeout_ms,
-                                        ds_state_json)
+                                        ds_state_json, user)
         return result

@@ -20,6 +20,7 @@ def call(
     lease_token: str | None,
     timeout_ms: int | None,
     ds_state_json: str | None,
+    user: str | None = None,
     /,
 ) -> Any: ...
 # InProcess.call compiled: an instance method (see machina_dispatch.inprocess).
@@ -52,6 +53,7 @@ def encode_request(
     lease_token: str | None = None,
     timeout_ms: int | None = None,
     ds_state_json: str | None = None,
+    user: str | None = None,
     /,
 ) -> bytes: ...
 def encode_requests(calls: list[tuple[Any, ...]]) -> bytes: ...

@@ -50,6 +50,11 @@ def _failure(aid: str, kind: str, detail: str) -> ToolResult:
     return ToolResult.failure(aid, kind, detail)
 
 
+#: A call ready to send: (aid, input_json, idempotency_key, lease_token, timeout_ms,
+#: ds_state_json, user).
+Prepared = tuple[str, str, str | None, str | None, int, str | None, str | None]
+
+
 class Session:
     """What both drivers share: the host process, request ids, the aids of the requests
     open on it, the bytes of a response line read in part, and how it ended."""
@@ -396,12 +401,12 @@ class SyncSession(Session):
     # --- one call, many calls -----------------------------------------------------------
 
     def call(self, aid: str, input_json: str, key: str | None, token: str | None, ms: int,
-             state_json: str | None, deadline: float) -> ToolResult:
+             state_json: str | None, deadline: float, user: str | None = None) -> ToolResult:
         reg = self.register(aid, deadline)
         if isinstance(reg, ToolResult):
             return reg
         rid, entry = reg
-        line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json)
+        line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json, user)
         leading = self.read_lock.acquire(False)
         if leading and self.write_lock.acquire(False):
             try:
@@ -436,7 +441,7 @@ class SyncSession(Session):
         elif written < len(line):
             self.gave_up_writing(deadline)
 
-    def call_batch(self, items: list[tuple[str, str, str | None, str | None, int, str | None]],
+    def call_batch(self, items: list[Prepared],
                    deadline: float) -> list[ToolResult]:
         """Pipelines many calls: writes while reading, within the request window."""
         answers: _BatchAnswers = {}
@@ -455,12 +460,12 @@ class SyncSession(Session):
                 with self.mu:
                     room = self.max_in_flight - len(self.pending) if self.dead is None else 0
                     while sent < len(items) and room > 0:
-                        aid, input_json, key, token, ms, state_json = items[sent]
+                        aid, input_json, key, token, ms, state_json, user = items[sent]
                         rid = next(self.ids)
                         self.pending[rid] = answers
                         self.aids[rid] = aid
                         rids.append(rid)
-                        batch.append((rid, aid, input_json, key, token, ms, state_json))
+                        batch.append((rid, aid, input_json, key, token, ms, state_json, user))
                         sent += 1
                         room -= 1
                 if batch:
@@ -511,7 +516,7 @@ class _Batch:
 
     __slots__ = ("items", "deadlines", "sent", "results", "left", "done")
 
-    def __init__(self, items: list[tuple[str, str, str | None, str | None, int, str | None]], deadlines: list[float],
+    def __init__(self, items: list[Prepared], deadlines: list[float],
                  done: asyncio.Future[list[ToolResult]]) -> None:
         self.items = items
         self.deadlines = deadlines
@@ -605,13 +610,13 @@ class AsyncSession(Session):
     # --- calls ---------------------------------------------------------------------------
 
     def start(self, aid: str, input_json: str, key: str | None, token: str | None, ms: int, state_json: str | None,
-              deadline: float, state: State | None, check: bool) -> asyncio.Future[ToolResult]:
+              deadline: float, state: State | None, check: bool, user: str | None = None) -> asyncio.Future[ToolResult]:
         fut: asyncio.Future[ToolResult] = self.loop.create_future()
         if self.dead is not None:
             settle(fut, _failure(aid, "crash", self.dead), state, check)
             return fut
         rid = next(self.ids)
-        line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json)
+        line = _core.encode_request(rid, aid, input_json, key, token, ms, state_json, user)
         if self.queue or len(self.pending) >= self.window:
             q = (rid, aid, line, fut, state, check, deadline)
             self.queue.append(q)
@@ -623,7 +628,7 @@ class AsyncSession(Session):
         self._watch_soon(deadline + self.grace, rid, None)
         return fut
 
-    def start_many(self, items: list[tuple[str, str, str | None, str | None, int, str | None]],
+    def start_many(self, items: list[Prepared],
                    deadlines: list[float]) -> asyncio.Future[list[ToolResult]]:
         batch = _Batch(items, deadlines, self.loop.create_future())
         if self.dead is not None:
@@ -664,11 +669,11 @@ class AsyncSession(Session):
             last = min(first + room, len(head.items))
             chunk = []
             for i in range(first, last):
-                aid, input_json, key, token, ms, state_json = head.items[i]
+                aid, input_json, key, token, ms, state_json, user = head.items[i]
                 rid = next(self.ids)
                 pending[rid] = (head, i, None)
                 self.aids[rid] = aid
-                chunk.append((rid, aid, input_json, key, token, ms, state_json))
+                chunk.append((rid, aid, input_json, key, token, ms, state_json, user))
             head.sent = last
             self._send(_core.encode_requests(chunk))
             self._watch(min(head.deadlines[first:last]) + self.grace, chunk[0][0],

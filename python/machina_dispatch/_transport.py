@@ -119,6 +119,7 @@ class Call(NamedTuple):
     lease_token: str | None = None
     timeout: float | None = None
     state: State | None = None
+    user: str | None = None
 
 
 def as_call(item: Call | tuple[Any, ...] | str) -> Call:
@@ -133,11 +134,17 @@ _MORE_FIELDS = (None,) * (len(Call._fields) - 1)
 
 
 def call_fields(item: Call | tuple[Any, ...] | str) -> tuple[Any, ...]:
-    """A batch item's six fields, in Call's order. A plain tuple is padded rather than
+    """A batch item's seven fields, in Call's order. A plain tuple is padded rather than
     made a Call: a batch's own cost per call is a few microseconds, and a Call is one."""
     if type(item) is tuple and 0 < len(item) <= len(Call._fields):
         return item + _MORE_FIELDS[len(item) - 1:]
     return as_call(item)
+
+
+def as_user(user: str | None) -> dict[str, str]:
+    """`user` as a keyword, only when one is given: a transport written before `user`
+    existed (a subclass of Transport outside this package) keeps working."""
+    return {} if user is None else {"user": user}
 
 
 def apply_state(state: State | None, result: ToolResult) -> None:
@@ -170,7 +177,7 @@ class Transport(ABC):
     @abstractmethod
     def call(self, aid: str, inputs: Any = None, *, state: State | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
-             timeout: float | None = None, check: bool = True) -> ToolResult:
+             timeout: float | None = None, check: bool = True, user: str | None = None) -> ToolResult:
         """Runs one tool call.
 
         Args:
@@ -185,6 +192,8 @@ class Transport(ABC):
             timeout: seconds; see the module docstring.
             check: raise on failure (the default, as for every method of every transport)
                 or return the failed result.
+            user: who calls (1 to 256 bytes): selects the tool packs' policy scope (that
+                user's roots and codebases) and is recorded in the audit store.
 
         Raises:
             ToolhostError: with ``check``, the subclass for the failure's kind.
@@ -192,7 +201,7 @@ class Transport(ABC):
 
     def acall(self, aid: str, inputs: Any = None, *, state: State | None = None,
               idempotency_key: str | None = None, lease_token: str | None = None,
-              timeout: float | None = None, check: bool = True) -> Awaitable[ToolResult]:
+              timeout: float | None = None, check: bool = True, user: str | None = None) -> Awaitable[ToolResult]:
         """:meth:`call` for asyncio: returns an awaitable (a coroutine, or a future on
         transports with a native asyncio path). The call runs in the default executor unless
         the transport has such a path, so the event loop never waits for a tool.
@@ -204,7 +213,7 @@ class Transport(ABC):
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(
                 None, lambda: self.call(aid, inputs, state=state, idempotency_key=idempotency_key,
-                                        lease_token=lease_token, timeout=timeout, check=check))
+                                        lease_token=lease_token, timeout=timeout, check=check, **as_user(user)))
         return run()
 
     def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = True) -> list[ToolResult]:
@@ -215,7 +224,7 @@ class Transport(ABC):
                 failed call (all calls still ran); ``check=False`` returns every result.
         """
         results = [self.call(c.aid, c.inputs, state=c.state, idempotency_key=c.idempotency_key,
-                             lease_token=c.lease_token, timeout=c.timeout, check=False)
+                             lease_token=c.lease_token, timeout=c.timeout, check=False, **as_user(c.user))
                    for c in map(as_call, calls)]
         return check_all(results) if check else results
 
@@ -229,7 +238,8 @@ class Transport(ABC):
         items = [as_call(c) for c in calls]
         results = list(await asyncio.gather(*(
             self.acall(c.aid, c.inputs, state=c.state, idempotency_key=c.idempotency_key,
-                       lease_token=c.lease_token, timeout=c.timeout, check=False) for c in items)))
+                       lease_token=c.lease_token, timeout=c.timeout, check=False, **as_user(c.user))
+            for c in items)))
         return check_all(results) if check else results
 
     def close(self) -> None:  # noqa: B027 - transports without resources need nothing

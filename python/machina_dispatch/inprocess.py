@@ -84,7 +84,7 @@ class InProcess(Transport):
                                               apply_state, timeout_ms)
 
     # call(aid, inputs=None, *, state=None, idempotency_key=None, lease_token=None,
-    # timeout=None, check=True): Transport.call, compiled in _core — a Python method cost
+    # timeout=None, check=True, user=None): Transport.call, compiled in _core — a Python method cost
     # as much as the call itself.
     call = _core._inprocess_call
 

@@ -62,12 +62,12 @@ class _Hosted(InProcess):
 
     def call(self, aid: str, inputs: Any = None, *, state: State | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
-             timeout: float | None = None, check: bool = True) -> ToolResult:
+             timeout: float | None = None, check: bool = True, user: str | None = None) -> ToolResult:
         """As :meth:`Transport.call <machina_dispatch.Transport.call>`; `aid` may be the
         child's own name for the tool."""
         result: ToolResult = _core._inprocess_call(self, self.tools.get(aid, aid), inputs, state=state,
                                                    idempotency_key=idempotency_key, lease_token=lease_token,
-                                                   timeout=timeout, check=check)
+                                                   timeout=timeout, check=check, user=user)
         return result
 
 

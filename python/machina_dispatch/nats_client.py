@@ -107,13 +107,14 @@ class Nats(Transport):
 
     def call(self, aid: str, inputs: Any = None, *, state: State | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
-             timeout: float | None = None, check: bool = True) -> ToolResult:
-        return self._submit(aid, inputs, state, idempotency_key, lease_token, timeout, check).result()
+             timeout: float | None = None, check: bool = True, user: str | None = None) -> ToolResult:
+        return self._submit(aid, inputs, state, idempotency_key, lease_token, timeout, check, user).result()
 
     def acall(self, aid: str, inputs: Any = None, *, state: State | None = None,
               idempotency_key: str | None = None, lease_token: str | None = None,
-              timeout: float | None = None, check: bool = True) -> Awaitable[ToolResult]:
-        return asyncio.wrap_future(self._submit(aid, inputs, state, idempotency_key, lease_token, timeout, check))
+              timeout: float | None = None, check: bool = True, user: str | None = None) -> Awaitable[ToolResult]:
+        return asyncio.wrap_future(self._submit(aid, inputs, state, idempotency_key, lease_token, timeout, check,
+                                                user))
 
     def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = True) -> list[ToolResult]:
         results = self._submit_many(calls).result()
@@ -169,7 +170,7 @@ class Nats(Transport):
     # ---- the calls, on the transport's loop
 
     def _submit(self, aid: str, inputs: Any, state: State | None, key: str | None, lease: str | None,
-                timeout: float | None, check: bool) -> Future[ToolResult]:
+                timeout: float | None, check: bool, user: str | None = None) -> Future[ToolResult]:
         if self._closed:
             raise RuntimeError("the NATS transport is closed")
         texts = call_texts(aid, inputs, state)
@@ -182,7 +183,7 @@ class Nats(Transport):
             return done
 
         async def run() -> ToolResult:
-            result = await self._one(aid, texts[0], texts[1], key, lease, timeout)
+            result = await self._one(aid, texts[0], texts[1], key, lease, timeout, user)
             apply_state(state, result)
             return result.raise_for_error() if check else result
         return asyncio.run_coroutine_threadsafe(run(), self._loop)
@@ -194,22 +195,24 @@ class Nats(Transport):
 
         async def run() -> list[ToolResult]:
             async def one(aid: str, inputs: Any, key: str | None, lease: str | None, timeout: float | None,
-                          state: State | None) -> ToolResult:
+                          state: State | None, user: str | None) -> ToolResult:
                 texts = call_texts(aid, inputs, state)
                 if isinstance(texts, ToolResult):
                     return texts
-                result = await self._one(aid, texts[0], texts[1], key, lease, timeout)
+                result = await self._one(aid, texts[0], texts[1], key, lease, timeout, user)
                 apply_state(state, result)
                 return result
             return list(await asyncio.gather(*(one(*item) for item in items)))
         return asyncio.run_coroutine_threadsafe(run(), self._loop)
 
     async def _one(self, aid: str, input_json: str, state_json: str | None, key: str | None, lease: str | None,
-                   timeout: float | None) -> ToolResult:
+                   timeout: float | None, user: str | None = None) -> ToolResult:
         seconds = self.timeout if timeout is None else float(timeout)
         envelope: dict[str, Any] = {"aid": aid, "input_json": input_json, "timeout_ms": timeout_ms(seconds)}
         if key is not None:
             envelope["idempotency_key"] = key
+        if user is not None:
+            envelope["user"] = user
         if lease is not None:
             envelope["_lease_token"] = lease
         body = orjson.dumps(envelope)

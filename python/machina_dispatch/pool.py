@@ -23,7 +23,7 @@ from typing import Any
 
 from ._locate import NOT_FOUND, check_setup, find_executable
 from ._result import ToolResult
-from ._session import AsyncSession, SyncSession, settle
+from ._session import AsyncSession, Prepared, SyncSession, settle
 from ._transport import (
     Call,
     State,
@@ -194,17 +194,17 @@ class Pool(Transport):
         return input_json, ms, state_json, (time.monotonic() if now is None else now) + ms / 1000.0
 
     def _prepare_batch(self, calls: Iterable[Call | tuple[Any, ...] | str]) -> tuple[
-            list[tuple[str, str, str | None, str | None, int, str | None]], list[float], list[tuple[int, State]],
+            list[Prepared], list[float], list[tuple[int, State]],
             dict[int, ToolResult]]:
         """A batch's requests and their deadlines, the calls that carry a state, and the
         calls refused before sending (both by their index in the batch)."""
-        prepared: list[tuple[str, str, str | None, str | None, int, str | None]] = []
+        prepared: list[Prepared] = []
         deadlines: list[float] = []
         states: list[tuple[int, State]] = []
         refused: dict[int, ToolResult] = {}
         now = time.monotonic()  # one clock read for the batch
         for i, c in enumerate(calls):
-            aid, inputs, key, token, timeout, state = call_fields(c)
+            aid, inputs, key, token, timeout, state, user = call_fields(c)
             ready = self._prepare(aid, inputs, state, timeout, now)
             if isinstance(ready, ToolResult):
                 refused[i] = ready
@@ -212,7 +212,7 @@ class Pool(Transport):
             if state is not None:
                 states.append((i, state))
             input_json, ms, state_json, d = ready
-            prepared.append((aid, input_json, key, token, ms, state_json))
+            prepared.append((aid, input_json, key, token, ms, state_json, user))
             deadlines.append(d)
         return prepared, deadlines, states, refused
 
@@ -228,7 +228,7 @@ class Pool(Transport):
 
     def call(self, aid: str, inputs: Any = None, *, state: State | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
-             timeout: float | None = None, check: bool = True) -> ToolResult:
+             timeout: float | None = None, check: bool = True, user: str | None = None) -> ToolResult:
         """See :meth:`Transport.call`.
 
         Raises:
@@ -238,7 +238,7 @@ class Pool(Transport):
         if isinstance(ready, ToolResult):
             return refuse(ready, check)
         input_json, ms, state_json, deadline = ready
-        r = self._sync_process().call(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline)
+        r = self._sync_process().call(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline, user)
         apply_state(state, r)
         if check and not r.ok:
             r.raise_for_error()
@@ -246,7 +246,7 @@ class Pool(Transport):
 
     def acall(self, aid: str, inputs: Any = None, *, state: State | None = None,
               idempotency_key: str | None = None, lease_token: str | None = None,
-              timeout: float | None = None, check: bool = True) -> asyncio.Future[ToolResult]:
+              timeout: float | None = None, check: bool = True, user: str | None = None) -> asyncio.Future[ToolResult]:
         """See :meth:`Transport.acall`; read by the running event loop, no threads. Returns
         a future (await it, or hand it to ``asyncio.gather``): a call costs no task.
 
@@ -265,7 +265,7 @@ class Pool(Transport):
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(e)
             return fut
-        return proc.start(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline, state, check)
+        return proc.start(aid, input_json, idempotency_key, lease_token, ms, state_json, deadline, state, check, user)
 
     def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = True) -> list[ToolResult]:
         """Pipelines the calls over the pool's processes (one writer-reader per process);

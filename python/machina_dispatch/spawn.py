@@ -80,7 +80,7 @@ class Spawn(Transport):
 
     def call(self, aid: str, inputs: Any = None, *, state: State | None = None,
              idempotency_key: str | None = None, lease_token: str | None = None,
-             timeout: float | None = None, check: bool = True) -> ToolResult:
+             timeout: float | None = None, check: bool = True, user: str | None = None) -> ToolResult:
         """See :meth:`Transport.call`.
 
         Raises:
@@ -93,7 +93,7 @@ class Spawn(Transport):
         seconds = self.timeout if timeout is None else float(timeout)
         ms = timeout_ms(seconds)
         try:
-            r = self._call(aid, input_json, sent_state, idempotency_key, lease_token, ms, seconds)
+            r = self._call(aid, input_json, sent_state, idempotency_key, lease_token, ms, seconds, user)
         except Exception as e:  # anything else on the Python side: the seed's "exception"
             r = ToolResult.failure(aid, "exception", f"{type(e).__name__}: {e}")
         apply_state(state, r)
@@ -102,8 +102,8 @@ class Spawn(Transport):
         return r
 
     def _call(self, aid: str, input_json: str, sent_state: str | None, idempotency_key: str | None,
-              lease_token: str | None, ms: int, timeout: float) -> ToolResult:
-        request = _core.encode_request(0, aid, input_json, idempotency_key, lease_token, ms, sent_state)
+              lease_token: str | None, ms: int, timeout: float, user: str | None = None) -> ToolResult:
+        request = _core.encode_request(0, aid, input_json, idempotency_key, lease_token, ms, sent_state, user)
         try:
             run = run_once([self.executable, *self.args, "--run", aid], self.env, request, timeout + GRACE_S,
                            self.max_output_bytes)

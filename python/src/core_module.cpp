@@ -242,13 +242,14 @@ class ResultFactory {
 /// Appends the request line of one pooled call.
 void encode_call(std::int64_t id, std::string aid, std::string input_json, std::optional<std::string> key,
                  std::optional<std::string> token, std::optional<std::int64_t> timeout_ms,
-                 const std::optional<std::string>& ds_state_json, std::string& out) {
+                 const std::optional<std::string>& ds_state_json, std::optional<std::string> user, std::string& out) {
   machina::Request r;
   r.aid = std::move(aid);
   r.input_json = std::move(input_json);
   r.idempotency_key = std::move(key);
   r.lease_token = std::move(token);
   r.timeout_ms = timeout_ms;
+  r.user = std::move(user);
   machina::encode_request(r, id, ds_state_json ? std::string_view(*ds_state_json) : std::string_view(), out);
 }
 
@@ -324,10 +325,10 @@ machina::Response handle_in_process(machina::Host& host, machina::Request& req, 
 }
 
 /// Host.call without pybind11's argument machinery (positional only): the raw binding.
-/// _core.call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json)
+/// _core.call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json[, user])
 PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept {
   try {
-    if (nargs != 8) throw py::type_error("call() takes exactly 8 positional arguments");
+    if (nargs != 8 && nargs != 9) throw py::type_error("call() takes 8 or 9 positional arguments");
     auto& host = bound<machina::Host>(args[0]);
     auto& session = bound<machina::Session>(args[3]);
     machina::Request req;
@@ -341,6 +342,7 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept
       if (ms == -1 && PyErr_Occurred()) throw py::error_already_set();
       req.timeout_ms = ms;
     }
+    if (nargs == 9) req.user = optional_str(args[8], "user");
     const machina::Response r = handle_in_process(host, req, session, optional_str(args[7], "ds_state_json"));
     return results().make(py::reinterpret_borrow<py::object>(args[1]), r).release().ptr();
   } catch (...) {
@@ -361,14 +363,14 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
   static PyObject* const names[] = {PyUnicode_InternFromString("aid"),          PyUnicode_InternFromString("inputs"),
                                     PyUnicode_InternFromString("state"),        PyUnicode_InternFromString("idempotency_key"),
                                     PyUnicode_InternFromString("lease_token"),  PyUnicode_InternFromString("timeout"),
-                                    PyUnicode_InternFromString("check")};
-  enum { aid_, inputs_, state_, key_, token_, timeout_, check_, n_ };
+                                    PyUnicode_InternFromString("check"),        PyUnicode_InternFromString("user")};
+  enum { aid_, inputs_, state_, key_, token_, timeout_, check_, user_, n_ };
   try {
     if (nargs > 3) {
       throw py::type_error("call() takes from 1 to 2 positional arguments but " + std::to_string(nargs - 1) +
                            " were given");
     }
-    PyObject* v[n_] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+    PyObject* v[n_] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
     for (Py_ssize_t i = 1; i < nargs; ++i) v[i - 1] = args[i];
     const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; ++i) {
@@ -402,6 +404,7 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     req.aid = utf8(v[aid_], "aid");
     req.idempotency_key = optional_str(given(key_) ? v[key_] : Py_None, "idempotency_key");
     req.lease_token = optional_str(given(token_) ? v[token_] : Py_None, "lease_token");
+    req.user = optional_str(given(user_) ? v[user_] : Py_None, "user");
     // A helper's answer: the text to send, or the failed result that refuses the call.
     py::object refused;
     const auto text_or_refusal = [&](PyObject* helper, PyObject* value, std::string& into, const char* what) -> bool {
@@ -455,16 +458,17 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
 
 PyMethodDef kInProcessCall = {
     "call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&inprocess_call)), METH_FASTCALL | METH_KEYWORDS,
-    "call($self, aid, inputs=None, *, state=None, idempotency_key=None, lease_token=None, timeout=None, check=True)\n"
+    "call($self, aid, inputs=None, *, state=None, idempotency_key=None, lease_token=None, timeout=None, check=True, "
+    "user=None)\n"
     "--\n\n"
     "Runs one tool call (see Transport.call)."};
 
 /// _core.encode_request(id, aid, input_json, idempotency_key=None, lease_token=None,
-/// timeout_ms=None, ds_state_json=None) -> bytes, positional only: one request line (with
-/// its newline) for --serve. Raw, as the pool encodes one per call.
+/// timeout_ms=None, ds_state_json=None, user=None) -> bytes, positional only: one request
+/// line (with its newline) for --serve. Raw, as the pool encodes one per call.
 PyObject* fast_encode_request(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept {
   try {
-    if (nargs < 3 || nargs > 7) throw py::type_error("encode_request() takes 3 to 7 positional arguments");
+    if (nargs < 3 || nargs > 8) throw py::type_error("encode_request() takes 3 to 8 positional arguments");
     auto arg = [&](Py_ssize_t i) { return i < nargs ? args[i] : Py_None; };
     const long long id = PyLong_AsLongLong(args[0]);
     if (id == -1 && PyErr_Occurred()) throw py::error_already_set();
@@ -474,6 +478,7 @@ PyObject* fast_encode_request(PyObject*, PyObject* const* args, Py_ssize_t nargs
     req.input_json = utf8(args[2], "input_json");
     req.idempotency_key = optional_str(arg(3), "idempotency_key");
     req.lease_token = optional_str(arg(4), "lease_token");
+    req.user = optional_str(arg(7), "user");
     if (arg(5) != Py_None) {
       const long long ms = PyLong_AsLongLong(arg(5));
       if (ms == -1 && PyErr_Occurred()) throw py::error_already_set();
@@ -499,9 +504,10 @@ PyMethodDef kFastMethods[] = {
     {"encode_request", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_encode_request)),
      METH_FASTCALL,
      "encode_request(id, aid, input_json, idempotency_key=None, lease_token=None, timeout_ms=None, "
-     "ds_state_json=None, /) -> bytes: one request line (with its newline) for --serve"},
+     "ds_state_json=None, user=None, /) -> bytes: one request line (with its newline) for --serve"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)), METH_FASTCALL,
-     "call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json) -> ToolResult"},
+     "call(host, aid, input_json, session, idempotency_key, lease_token, timeout_ms, ds_state_json, user=None) -> "
+     "ToolResult"},
     {nullptr, nullptr, 0, nullptr}};
 
 machina::ChildSpec child_spec(const std::string& executable, const std::vector<std::string>& argv,
@@ -699,14 +705,15 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "encode_requests",
       [](const py::list& calls) {
-        // Each item: (id, aid, input_json, idempotency_key, lease_token, timeout_ms, ds_state_json).
+        // Each item: (id, aid, input_json, idempotency_key, lease_token, timeout_ms, ds_state_json, user).
         std::string out;
         out.reserve(calls.size() * 64);
         for (const py::handle item : calls) {
           const auto t = item.cast<py::tuple>();
           encode_call(t[0].cast<std::int64_t>(), t[1].cast<std::string>(), t[2].cast<std::string>(),
                       t[3].cast<std::optional<std::string>>(), t[4].cast<std::optional<std::string>>(),
-                      t[5].cast<std::optional<std::int64_t>>(), t[6].cast<std::optional<std::string>>(), out);
+                      t[5].cast<std::optional<std::int64_t>>(), t[6].cast<std::optional<std::string>>(),
+                      t.size() > 7 ? t[7].cast<std::optional<std::string>>() : std::nullopt, out);
         }
         return py::bytes(out);
       },

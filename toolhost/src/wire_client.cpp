@@ -184,6 +184,10 @@ void encode_request(const Request& r, std::optional<std::int64_t> id, std::strin
     put(out, ",\"trace_id\":");
     append_json_string(out, *r.trace_id);
   }
+  if (r.user) {
+    put(out, ",\"user\":");
+    append_json_string(out, *r.user);
+  }
   if (!ds_state_json.empty()) {
     put(out, ",\"ds_state\":");
     out.append(ds_state_json);
