@@ -514,3 +514,28 @@ def test_concurrent_searches_share_one_index_and_read_each_file_once(s: Search) 
     assert sum(f["index"]["indexed"] for f in found) == 300          # one refresh at a time: each file read once
     assert all(f["index"]["files"] == 300 for f in found)
     assert len({json.dumps(f["results"]) for f in found}) == 1
+
+
+def test_over_nats_the_seed_subject_answers_data_or_error(s: Search) -> None:
+    from nats_support import Front, nats_server
+    from test_nats import request
+
+    filler(s, files=5)
+    s.write("src/handler.ts", "\nasync function handler(req, res) {...}\n")
+    (s.tmp / "policy.toml").write_text(s.policy_text)
+    env = {"MACHINA_TOOLHOST_WORKSPACE": str(s.ws), "MACHINA_TOOLHOST_POLICY": str(s.tmp / "policy.toml")}
+    with nats_server(jetstream=False) as url, Front(url, env=env, log_dir=s.tmp):
+        body, _ = request(url, "tools.code.search", {"query": "async function handler", "limit": 1})
+        assert body == {"data": [{"path": "src/handler.ts", "line": 2,
+                                  "snippet": "async function handler(req, res) {...}",
+                                  "similarity": body["data"][0]["similarity"]}], "error": None}
+        body, headers = request(url, "tools.code.search", {"query": "x", "codebase_id": "my-proj"})
+        assert body == {"data": None, "error": "AccessDenied: codebase 'my-proj' is not available to this caller"}
+        assert headers["Nats-Service-Error-Code"] == "403"
+        body, _ = request(url, "tools.code.search", {"query": ""})
+        assert body["data"] is None and body["error"].startswith("InvalidInput: ")
+        call = {"tool_call_id": "call_1", "function": {"name": "searchCode",
+                                                       "arguments": json.dumps({"query": "handler"})}}
+        body, _ = request(url, "tools.code.search", call)
+        assert body["tool_call_id"] == "call_1" and body["name"] == "searchCode"
+        assert json.loads(body["content"])[0]["path"] == "src/handler.ts"
