@@ -90,7 +90,7 @@ TEST_CASE("a file is cut into chunks of kChunkLines lines, line numbers kept") {
   }
 }
 
-TEST_CASE("chunks of nothing but white space are left out; their lines still count") {
+TEST_CASE("chunks of nothing but white space are left out, their lines still count") {
   std::string text(40, '\n');
   text += "  \t\n";
   text += "found here\n";
@@ -104,7 +104,7 @@ TEST_CASE("chunks of nothing but white space are left out; their lines still cou
   CHECK(chunk_text("no newline at the end")[0].lines == 1);
 }
 
-TEST_CASE("long lines are indexed in part, never cut inside a character; hit markers become spaces") {
+TEST_CASE("long lines are indexed in part, never cut inside a character, and hit markers become spaces") {
   std::string line = "a";
   for (int i = 0; i < 1500; ++i) line += "\xc3\xa9";  // é: two bytes
   const auto chunks = chunk_text(line + "\nnext\n");
@@ -161,7 +161,7 @@ TEST_CASE("identifiers are found whole and by their parts, across naming styles"
   CHECK(fts.search("getusername") == std::vector<std::int64_t>{1});
 }
 
-TEST_CASE("similarity is a monotone map of the BM25 score into (0, 1]") {
+TEST_CASE("similarity is a monotone map of the BM25 score, above 0 and at most 1") {
   CHECK(similarity(-kHalfScore) == doctest::Approx(0.5));
   CHECK(similarity(0) > 0);
   CHECK(similarity(1e-3) > 0);   // (FTS5 never gives a positive score; still in range)
@@ -175,7 +175,7 @@ TEST_CASE("similarity is a monotone map of the BM25 score into (0, 1]") {
   }
 }
 
-TEST_CASE("the best line holds the most different words hit; the first on a tie") {
+TEST_CASE("the best line holds the most different words hit, the first on a tie") {
   const std::string a = "\x01" "handler" "\x02";
   CHECK(best_line("no hit\n" + a + " here\nasync " + a + " \x01" "async" "\x02", "\n\n") == 2);
   CHECK(best_line(a + "\n" + a + " " + a + " " + a, "\n") == 0);  // a word hit three times counts once
