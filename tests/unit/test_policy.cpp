@@ -95,3 +95,60 @@ TEST_CASE("errors name the file, the line, the table and the field") {
   CHECK(error_of("[users]\nbob = 1\n", ws) == "/etc/p.toml:2: [users]: 'bob' must be a table ([users.bob])");
   CHECK(error_of("x = [\n", ws).rfind("/etc/p.toml:", 0) == 0);
 }
+
+TEST_CASE("code.search's settings: the index folder outside every root, codebases per caller") {
+  TempDir tmp;
+  for (const char* d : {"ws", "web", "api", "alice"}) fs::create_directories(tmp.path / d);
+  const std::string t = tmp.path.string();
+  const Policy p = parse_policy("[code]\nindex_dir = \"idx\"\nmax_index_files = 7\nmax_index_bytes = 8\n"
+                                "max_refresh_bytes = 9\ndefault_codebases = [\"api\"]\n"
+                                "[codebases]\nweb = \"" + t + "/web\"\napi = \"" + t + "/api\"\n"
+                                "[users.alice]\nroots = [\"" + t + "/alice\"]\ncodebases = [\"web\"]\n[users.bob]\n",
+                                t + "/p.toml", t + "/ws");
+  CHECK(p.code.index_dir == fs::canonical(tmp.path).string() + "/idx");  // relative: the policy file's folder
+  CHECK(p.code.index_dir_conflict.empty());
+  CHECK(p.code.max_index_files == 7);
+  CHECK(p.code.max_index_bytes == 8);
+  CHECK(p.code.max_refresh_bytes == 9);
+  std::string why;
+  CHECK(*p.codebases_for("alice", why) == std::vector<std::string>{"web"});
+  CHECK(p.codebases_for("bob", why)->empty());                          // listed: their own (none)
+  CHECK(*p.codebases_for("", why) == std::vector<std::string>{"api"});  // no user: the defaults
+  CHECK(*p.codebases_for("carol", why) == std::vector<std::string>{"api"});
+  const Policy strict = parse_policy("unknown_users = false\n", t + "/p.toml", t + "/ws");
+  CHECK(strict.codebases_for("carol", why) == nullptr);
+  CHECK(why == "user 'carol' is not in the policy");
+  CHECK(strict.codebases_for("", why)->empty());
+
+  // Overlapping a root either way is refused at load, naming the line.
+  CHECK(root_overlapping(p, t + "/web/x") == fs::canonical(tmp.path / "web").string());
+  CHECK(root_overlapping(p, t) == fs::canonical(tmp.path / "ws").string());  // holds a root
+  CHECK(root_overlapping(p, t + "/webby") == "");
+  CHECK(error_of("[code]\nindex_dir = \"" + t + "/ws/.idx\"\n", t + "/ws") ==
+        "/etc/p.toml:2: [code]: field 'index_dir': '" + t + "/ws/.idx' overlaps the root '" + t +
+            "/ws' (the index must lie outside every root, codebase and user root)");
+  CHECK(error_of("\n[code]\ndefault_codebases = [\"web\"]\n", t) ==
+        "/etc/p.toml:3: [code]: field 'default_codebases': 'web' is not in [codebases]");
+}
+
+TEST_CASE("the default index folder: the user's cache, unless it falls in a root") {
+  TempDir tmp;
+  fs::create_directories(tmp.path / "ws");
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("XDG_CACHE_HOME", (tmp.path / "cache").c_str(), 1);
+  CHECK(default_index_dir() == (tmp.path / "cache" / "machina-toolhost" / "code-index").string());
+  const Policy fine = default_policy((tmp.path / "ws").string());
+  CHECK(fine.code.index_dir_conflict.empty());
+  ::setenv("XDG_CACHE_HOME", (tmp.path / "ws" / ".cache").c_str(), 1);
+  const Policy inside = default_policy((tmp.path / "ws").string());
+  CHECK(inside.code.index_dir_conflict.find("overlaps the root " + fs::canonical(tmp.path / "ws").string()) !=
+        std::string::npos);
+  const Policy set = parse_policy("[code]\nindex_dir = \"" + (tmp.path / "idx").string() + "\"\n",
+                                  (tmp.path / "p.toml").string(), (tmp.path / "ws").string());
+  CHECK(set.code.index_dir_conflict.empty());  // set in the file: the default's conflict is no more
+  ::setenv("XDG_CACHE_HOME", "relative/ignored", 1);
+  CHECK(default_index_dir().find("relative") == std::string::npos);
+  if (old != nullptr) ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else ::unsetenv("XDG_CACHE_HOME");
+}

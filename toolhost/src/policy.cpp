@@ -6,6 +6,7 @@
 #include <machina/errors.hpp>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -45,6 +46,30 @@ std::vector<std::string> roots(TableReader& r, const std::string& field, const s
   std::vector<std::string> out;
   for (const auto& p : r.strings(field)) out.push_back(root_dir(r, field, p, base));
   return out;
+}
+
+/// A directory as real as it can be made before it exists (its existing part resolved).
+std::string real_dir(const std::string& p) {
+  std::error_code ec;
+  std::string s = std::filesystem::weakly_canonical(p, ec).string();
+  if (ec) s = std::filesystem::path(p).lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+/// The default index_dir, and why code.search may not use it when it overlaps a root.
+void default_index(Policy& policy) {
+  policy.code.index_dir = real_dir(default_index_dir());
+  policy.code.index_dir_conflict.clear();
+  const std::string root = root_overlapping(policy, policy.code.index_dir);
+  if (!root.empty()) {
+    policy.code.index_dir_conflict.append("the default index_dir ")
+        .append(policy.code.index_dir)
+        .append(" overlaps the root ")
+        .append(root)
+        .append(" (a file tool could reach the index): set [code] index_dir in the policy to a folder outside "
+                "every root");
+  }
 }
 
 void protect(Policy& policy, const char* path) {
@@ -100,6 +125,44 @@ const std::vector<std::string>* Policy::roots_for(std::string_view user, std::st
   return it->second.roots.empty() ? &files.roots : &it->second.roots;
 }
 
+const std::vector<std::string>* Policy::codebases_for(std::string_view user, std::string& why) const {
+  auto it = user.empty() ? users.end() : users.find(std::string(user));
+  if (it != users.end()) return &it->second.codebases;
+  if (!user.empty() && !unknown_users) {
+    why = "user '" + std::string(user.substr(0, 100)) + "' is not in the policy";
+    return nullptr;
+  }
+  return &code.default_codebases;
+}
+
+std::string default_index_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return (std::filesystem::path(xdg) / "machina-toolhost" / "code-index").string();
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] == '/' && home[1] != '\0') {
+    return (std::filesystem::path(home) / ".cache" / "machina-toolhost" / "code-index").string();
+  }
+  std::string dir = "/tmp/machina-toolhost-";
+  dir.append(std::to_string(::geteuid())).append("/code-index");
+  return dir;
+}
+
+std::string root_overlapping(const Policy& policy, const std::string& dir) {
+  auto inside = [](const std::string& a, const std::string& b) {  // a is b or lies beneath it
+    return a == b || b == "/" || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '/');
+  };
+  std::vector<const std::string*> all;
+  for (const auto& r : policy.files.roots) all.push_back(&r);
+  for (const auto& [name, scope] : policy.users) {
+    for (const auto& r : scope.roots) all.push_back(&r);
+  }
+  for (const auto& [id, root] : policy.codebases) all.push_back(&root);
+  for (const std::string* r : all) {
+    if (inside(dir, *r) || inside(*r, dir)) return *r;
+  }
+  return {};
+}
+
 bool Policy::is_protected(dev_t dev, ino_t ino) const {
   return std::find(protected_files.begin(), protected_files.end(), std::make_pair(dev, ino)) != protected_files.end();
 }
@@ -113,6 +176,7 @@ Policy default_policy(const std::string& workspace) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   policy.files.roots = {root};
   protect(policy, std::getenv("MACHINA_LEASE_KEY_FILE"));
+  default_index(policy);
   return policy;
 }
 
@@ -125,6 +189,7 @@ Policy parse_policy(std::string_view text, const std::string& path, const std::s
   const std::string base =
       std::filesystem::absolute(std::filesystem::path(path), ec).parent_path().string();  // relative roots: the file's folder
   TableReader top(doc, refuse, "");
+  std::size_t index_dir_line = 0, default_codebases_line = 0;  // where they were set (checked at the end)
   auto table = [&](const char* key) -> const toml::table* {
     const toml::node* n = top.get(key);
     if (n == nullptr) return nullptr;
@@ -192,6 +257,20 @@ Policy parse_policy(std::string_view text, const std::string& path, const std::s
     c.max_results = static_cast<std::uint64_t>(r.integer("max_results", static_cast<std::int64_t>(c.max_results), 1, 10'000));
     c.max_file_bytes = static_cast<std::uint64_t>(
         r.integer("max_file_bytes", static_cast<std::int64_t>(c.max_file_bytes), 1, std::int64_t{1} << 32));
+    if (r.has("index_dir")) {
+      const std::string dir = r.string("index_dir", true);
+      if (dir.empty()) r.fail("index_dir", "must name a directory");
+      c.index_dir = real_dir(absolute_from(dir, base));
+      index_dir_line = r.get("index_dir")->source().begin.line;
+    }
+    c.max_index_files = static_cast<std::uint64_t>(
+        r.integer("max_index_files", static_cast<std::int64_t>(c.max_index_files), 1, 1'000'000));
+    c.max_index_bytes = static_cast<std::uint64_t>(
+        r.integer("max_index_bytes", static_cast<std::int64_t>(c.max_index_bytes), 1, std::int64_t{1} << 40));
+    c.max_refresh_bytes = static_cast<std::uint64_t>(
+        r.integer("max_refresh_bytes", static_cast<std::int64_t>(c.max_refresh_bytes), 1, std::int64_t{1} << 40));
+    c.default_codebases = r.strings("default_codebases");
+    if (r.has("default_codebases")) default_codebases_line = r.get("default_codebases")->source().begin.line;
     r.no_other_keys();
   }
   if (const auto* t = table("rate_limits")) {
@@ -226,6 +305,22 @@ Policy parse_policy(std::string_view text, const std::string& path, const std::s
       r.no_other_keys();
       policy.users[name] = std::move(scope);
     }
+  }
+  for (const auto& id : policy.code.default_codebases) {
+    if (policy.codebases.count(id) == 0) {
+      refuse(default_codebases_line, "[code]: field 'default_codebases': '" + id + "' is not in [codebases]");
+    }
+  }
+  // code.search's indexes hold what the roots hold: no tool may reach them through a root.
+  if (index_dir_line != 0) {
+    policy.code.index_dir_conflict.clear();  // (what the defaults said of the default folder)
+    const std::string root = root_overlapping(policy, policy.code.index_dir);
+    if (!root.empty()) {
+      refuse(index_dir_line, "[code]: field 'index_dir': '" + policy.code.index_dir + "' overlaps the root '" + root +
+                                 "' (the index must lie outside every root, codebase and user root)");
+    }
+  } else {
+    default_index(policy);
   }
   policy.unknown_users = top.boolean("unknown_users", true);
   top.no_other_keys();

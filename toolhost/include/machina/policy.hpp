@@ -53,7 +53,16 @@ struct ShellPolicy {
 struct CodePolicy {
   std::string rg;                         // ripgrep ("": found beside the host, or on PATH)
   std::uint64_t max_results = 200;        // matches a grep returns at most (truncated: true)
-  std::uint64_t max_file_bytes = 10 << 20;  // larger files are not searched
+  std::uint64_t max_file_bytes = 10 << 20;  // larger files are not searched (nor indexed)
+  // code.search: its indexes live in `index_dir`, never beneath a root any tool can reach
+  // (a policy file that puts it there is refused; a default that falls there leaves
+  // `index_dir_conflict` saying so, and code.search refuses to run).
+  std::string index_dir;                        // absolute (default: default_index_dir())
+  std::string index_dir_conflict;               // why code.search may not use the default index_dir
+  std::uint64_t max_index_files = 20'000;       // files looked at and indexed per root (the first by path)
+  std::uint64_t max_index_bytes = 256 << 20;    // bytes of files indexed per root
+  std::uint64_t max_refresh_bytes = 64 << 20;   // bytes read by one refresh; the rest waits for the next
+  std::vector<std::string> default_codebases;   // what a caller without a [users] entry may search
 };
 
 /// At most `calls` calls in any `per_seconds` (a token bucket: `calls` at once, refilled
@@ -84,8 +93,18 @@ struct Policy {
   /// The roots a user's calls may use (the user's own, or the [files] roots); empty with
   /// `why` when the user may use none.
   const std::vector<std::string>* roots_for(std::string_view user, std::string& why) const;
+  /// The codebase ids a user may search (a listed user's own `codebases`, else
+  /// [code] default_codebases); null with `why` when the user may use none.
+  const std::vector<std::string>* codebases_for(std::string_view user, std::string& why) const;
   bool is_protected(dev_t dev, ino_t ino) const;
 };
+
+/// Where code.search keeps its indexes by default: $XDG_CACHE_HOME/machina-toolhost/code-index,
+/// else ~/.cache/machina-toolhost/code-index, else /tmp/machina-toolhost-UID/code-index.
+std::string default_index_dir();
+
+/// The first root (of [files], of a user, of a codebase) that `dir` lies in or holds, or "".
+std::string root_overlapping(const Policy& policy, const std::string& dir);
 
 /// The defaults: files under `workspace` (made absolute; "" for the working directory).
 Policy default_policy(const std::string& workspace);

@@ -72,6 +72,19 @@ const std::vector<Entry>& entries() {
        R"({"type":"object","properties":{"pattern":{"type":"string","minLength":1},"path":{"type":"string"},)"
        R"("ignore_case":{"type":"boolean"}},"required":["pattern"]})",
        0, {}, true},
+      {"code", "AID.CODE.SEARCH.v1", "tools.code.search", "searchCode", "code_search", code_search,
+       "Ranked search (SQLite FTS5, BM25) over the files beneath the policy's roots, or over a codebase the "
+       "policy grants the caller (codebase_id), for plain words: identifiers are found whole and by their "
+       "camelCase and snake_case parts. Each result is a path, the best line of the hit (a number and a snippet "
+       "of at most 500 characters) and a similarity in (0, 1], best first, at most `limit` (default 10). The index "
+       "is brought up to date first (new and changed files read, removed ones dropped); .gitignore is respected, "
+       "hidden and binary files, denied names and links are left out.",
+       R"({"type":"object","properties":{"query":{"type":"string"},"limit":{"type":"integer","minimum":1,"maximum":100},)"
+       R"("codebase_id":{"type":"string","minLength":1,"maxLength":256}},"required":["query"],)"
+       R"("additionalProperties":false})",
+       R"({"type":"object","properties":{"query":{"type":"string"},"limit":{"type":["integer","null"]},)"
+       R"("codebase_id":{"type":["string","null"]}},"required":["query"]})",
+       0, {}, true},
   };
   return list;
 }

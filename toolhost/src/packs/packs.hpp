@@ -122,5 +122,6 @@ Result file_delete(const Call& c);
 Result file_list(const Call& c);
 Result shell_exec(const Call& c);
 Result code_grep(const Call& c);
+Result code_search(const Call& c);
 
 }  // namespace machina::packs

@@ -1,11 +1,11 @@
-// The built-in tool packs (docs/tool-packs.md): file tools and shell.exec, run in the
-// host by the pack runner, each call checked against the security policy (policy.hpp)
-// first. Every tool is reachable under our aid (AID.FILE.READ.v1 ...) and under the
-// seed's names (the NATS subject `tools.file.read` and the function name `readFile`),
-// which answer in the seed's shapes. A refusal is a structured error whose text starts
+// The built-in tool packs (docs/tool-packs.md): file tools, shell.exec, code.grep and
+// code.search, run in the host by the pack runner, each call checked against the security
+// policy (policy.hpp) first. Every tool is reachable under our aid (AID.FILE.READ.v1 ...)
+// and under the seed's names (the NATS subject `tools.file.read` and the function name
+// `readFile`), which answer in the seed's shapes. A refusal is a structured error whose text starts
 // with the seed's error type ("AccessDenied: ...", "NotFound: ...", "InvalidInput: ...",
 // "SystemError: ...") and whose `code` is ours (access_denied, not_found, invalid_input,
-// system_error, rate_limited; a command past its time: timeout).
+// system_error, rate_limited; a command or a search past its time: timeout).
 #pragma once
 
 #include <machina/policy.hpp>
@@ -30,7 +30,7 @@ class PackRunner final : public Runner {
   PackRunner(Policy policy, std::string executable);
   ~PackRunner() override;
 
-  /// The packs' tools (`packs`: "files", "shell"; empty: all), every name of each.
+  /// The packs' tools (`packs`: "files", "shell", "code"; empty: all), every name of each.
   std::vector<ToolInfo> tools(const std::vector<std::string>& packs) const;
   /// The pack names there are.
   static const std::vector<std::string>& pack_names();
