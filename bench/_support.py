@@ -239,8 +239,8 @@ class Native:
 
 def run_lockstep(driver: Path, cmd: list[str], n: int, warmup: int, request: str, *, pre: Sequence[str] = (),
                  expect: str = '"ok":true', driver_cpu: int | None = None, host_cpu: int | None = None,
-                 env: dict[str, str] | None = None) -> Latency:
-    args = [str(driver)]
+                 env: dict[str, str] | None = None, poll: bool = False) -> Latency:
+    args = [str(driver), *(["-p"] if poll else [])]
     if driver_cpu is not None:
         args += ["-c", str(driver_cpu)]
     if host_cpu is not None:

@@ -1000,6 +1000,27 @@ def jsonrpc(ctx: Ctx) -> Section:
         s.headline[f"mcp_front_lockstep_ratio_{key}_cpu"] = sdk.mean / ours.mean
         s.notes.append(f"{where}: the most any server could reach here, a pipe round trip with no work (cat), is "
                        f"{sdk.mean / floor.mean:.0f}× the SDK's calls/s; --mcp reaches {sdk.mean / ours.mean:.0f}×.")
+    # The same across two vCPUs with a driver that polls for each answer: on this VM a
+    # sleeping driver's wake-up alone costs tens of microseconds whoever answers; polling
+    # leaves each server's own time (and the pipe's). Neither is pinned, so a server that
+    # polls for its next request (--mcp does, for --spin-us, when it may run on two vCPUs)
+    # can.
+    if len(placements(ctx)) > 1:
+        where, dcpu, hcpu = "two vCPUs, not pinned, driver polling", None, None
+        ctx.status(f"MCP lock-step, {where}")
+        ours = run_lockstep(driver, [ctx.host, "--mcp"], n, 1000, MCP_CALL_OURS, pre=pre, expect='"isError":false',
+                            driver_cpu=dcpu, host_cpu=hcpu, poll=True)
+        sdk = run_lockstep(driver, mcp_server(), n_sdk, 100, MCP_CALL, pre=pre, expect='"isError":false',
+                           driver_cpu=dcpu, host_cpu=hcpu, env=env, poll=True)
+        floor = run_lockstep(driver, ["cat"], n, 1000, MCP_CALL_OURS[:-1] + ',"isError":false}',
+                             expect='"isError":false', driver_cpu=dcpu, host_cpu=hcpu, poll=True)
+        base = 1e9 / ours.mean
+        for name, lat in (("machina-toolhost --mcp", ours), ("MCP Python SDK, stdio", sdk),
+                          ("cat (floor: no work at all)", floor)):
+            rows.append([name, where, us(lat.p(50)), us(lat.p(99)), rate(1e9 / lat.mean), ratio(base, 1e9 / lat.mean)])
+        s.headline["mcp_front_lockstep_ratio_polling"] = sdk.mean / ours.mean
+        s.notes.append(f"{where}: --mcp reaches {sdk.mean / ours.mean:.0f}× the SDK's calls/s (a pipe round trip "
+                       f"with no work, cat: {sdk.mean / floor.mean:.0f}×).")
     s.tables.append(Table(f"Lock-step MCP tools/call round trips ({n:,} each, {n_sdk:,} for the SDK); last "
                           "column: machina-toolhost --mcp calls/s ÷ this row's",
                           ["server", "placement", "p50 µs", "p99 µs", "calls/s", "--mcp ÷ this"], rows))

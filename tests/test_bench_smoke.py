@@ -41,7 +41,8 @@ def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
                 "mcp_sdk_ratio", "unique_keys_ratio",
                 "audit_ratio", "audit_ratio_new_inputs", "isolation_added_one_cpu_us", "run_vs_true",
                 "python_lockstep_p50_us", "python_fresh_ratio", "python_pipelined_cps",
-                "mcp_front_lockstep_ratio_one_cpu", "mcp_front_pipelined_ratio", "skill_runner_added_us",
+                "mcp_front_lockstep_ratio_one_cpu", "mcp_front_lockstep_ratio_polling", "mcp_front_pipelined_ratio",
+                "skill_runner_added_us",
                 "skill_16x10ms_ms", "pack_read_serve_p50_us", "pack_read_inprocess_us", "grep_vs_grep_rn_ratio",
                 "code_search_first_ms", "code_search_warm_ms", "nats_1_calls_per_s", "nats_1_p50_us",
                 "nats_broker_cost_us"]:

@@ -3,13 +3,18 @@
  * nanoseconds, one per line. A native driver, so that the figure is the host's and the
  * pipe's, not a Python client's.
  *
- *   lockstep [-c DRIVER_CPU] [-C HOST_CPU] [-e EXPECT] N WARMUP REQUEST [PRE...] -- CMD [ARG...]
+ *   lockstep [-c DRIVER_CPU] [-C HOST_CPU] [-e EXPECT] [-p] N WARMUP REQUEST [PRE...] -- CMD [ARG...]
+ *
+ * With -p the driver polls for each response instead of sleeping until it comes: what is
+ * measured is then the host's own time and the pipe's, without the driver's wake-up (which
+ * across two vCPUs of a virtual machine costs tens of microseconds, whoever the host is).
  *
  * PRE lines are sent once before the loop: "R:<line>" waits for one response line,
  * "N:<line>" expects none (e.g. a JSON-RPC notification). Every measured response must
  * contain EXPECT (default "\"ok\":true"); the exit status is non-zero otherwise. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -24,6 +29,7 @@ enum { MAX_LINE = 16 << 20 };
 
 static char* buf;
 static size_t cap = 1 << 16, len;
+static int polling;
 
 static void pin(int cpu) {
   if (cpu < 0) return;
@@ -63,7 +69,7 @@ static void read_line(int fd) {
       buf = realloc(buf, cap);
     }
     ssize_t r = read(fd, buf + len, cap - len);
-    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EINTR || (polling && errno == EAGAIN))) continue;
     if (r <= 0) {
       fprintf(stderr, "host closed its output\n");
       exit(2);
@@ -86,8 +92,9 @@ static int64_t now_ns(void) {
 int main(int argc, char** argv) {
   int driver_cpu = -1, host_cpu = -1, opt;
   const char* expect = "\"ok\":true";
-  while ((opt = getopt(argc, argv, "+c:C:e:")) != -1) {
-    if (opt == 'c') driver_cpu = atoi(optarg);
+  while ((opt = getopt(argc, argv, "+c:C:e:p")) != -1) {
+    if (opt == 'p') polling = 1;
+    else if (opt == 'c') driver_cpu = atoi(optarg);
     else if (opt == 'C') host_cpu = atoi(optarg);
     else if (opt == 'e') expect = optarg;
     else return 2;
@@ -95,7 +102,7 @@ int main(int argc, char** argv) {
   int sep = optind;
   while (sep < argc && strcmp(argv[sep], "--") != 0) ++sep;
   if (argc - optind < 3 || sep + 1 >= argc) {
-    fprintf(stderr, "usage: lockstep [-c CPU] [-C CPU] [-e EXPECT] N WARMUP REQUEST [PRE...] -- CMD [ARG...]\n");
+    fprintf(stderr, "usage: lockstep [-c CPU] [-C CPU] [-e EXPECT] [-p] N WARMUP REQUEST [PRE...] -- CMD [ARG...]\n");
     return 2;
   }
   long n = atol(argv[optind]), warmup = atol(argv[optind + 1]);
@@ -130,6 +137,7 @@ int main(int argc, char** argv) {
     write_all(to_host[1], "\n", 1);
     if (pre[0] == 'R') read_line(from_host[0]);
   }
+  if (polling) fcntl(from_host[0], F_SETFL, fcntl(from_host[0], F_GETFL) | O_NONBLOCK);
   int64_t* lat = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
   long bad = 0;
   for (long i = -warmup; i < n; ++i) {
