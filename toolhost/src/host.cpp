@@ -163,6 +163,7 @@ std::vector<std::string> Host::add_linked_plugin(PluginEntryPoints entry) {
 void Host::close() {
   if (process_) process_->close();
   std::lock_guard lock(manifest_mu_);
+  if (packs_) packs_->close();
   for (auto& runner : manifest_runners_) runner->close();
 }
 

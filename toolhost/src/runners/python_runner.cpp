@@ -159,6 +159,7 @@ PythonWorkerPool::PythonWorkerPool(PythonPoolOptions options)
     argv_.emplace_back("--root");
     argv_.push_back(root);
   }
+  argv_.insert(argv_.end(), options_.worker_args.begin(), options_.worker_args.end());
   reaper_ = std::thread([this] { reap_loop(); });
 }
 
@@ -179,7 +180,8 @@ std::shared_ptr<PythonWorkerPool::Worker> PythonWorkerPool::start() {
   spec.env = options_.env;
   spec.stdio = ChildSpec::Stdio::pipes;
   spec.tail_bytes = options_.stderr_tail_bytes;
-  if (!options_.roots.empty()) spec.cwd = options_.roots.front();
+  if (!options_.cwd.empty()) spec.cwd = options_.cwd;
+  else if (!options_.roots.empty()) spec.cwd = options_.roots.front();
   auto w = std::make_shared<Worker>();
   w->child = std::make_unique<ChildProcess>(spec, &spawner_);
   w->child->drain_in_background();
@@ -498,7 +500,7 @@ PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::in
         kill(*w, "was killed at the deadline and replaced");
         return {Exchange::Ending::timed_out, {},
                 "its Python worker " + std::to_string(w->pid) + " was killed and replaced" + tail_note(w->child->tail()),
-                w->pid};
+                w->pid, true};
       }
       // Queued behind another call: the worker skips it, its deadline being past.
       call->state = Pending::State::abandoned;
@@ -534,7 +536,7 @@ void PythonWorkerPool::cancel_call(const std::shared_ptr<Pending>& call) {
       w->queue.pop_front();
       w->running_settled = true;
       call->result = {Exchange::Ending::cancelled, {}, "its Python worker " + std::to_string(w->pid) + " was killed and replaced",
-                      w->pid};
+                      w->pid, true};
       kill(*w, "was killed: its call was cancelled");
     } else {
       // Queued: the worker skips it.

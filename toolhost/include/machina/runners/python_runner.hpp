@@ -29,6 +29,8 @@ namespace machina {
 struct PythonPoolOptions {
   std::string python;               // the interpreter, an absolute path
   std::vector<std::string> roots;   // modules are imported from these first; the first is the working directory
+  std::string cwd;                  // the working directory instead of the first root ("": the first root)
+  std::vector<std::string> worker_args;  // more arguments for the worker (tool_worker.py's --module ...)
   std::vector<std::string> env;     // the workers' whole environment
   /// Argument vector that starts the interpreter inside its sandbox (the interpreter's own
   /// arguments follow it); empty: the interpreter is started directly.
@@ -53,6 +55,7 @@ class PythonWorkerPool {
     std::string answer;  // the answer line (answered)
     std::string detail;  // what happened (otherwise)
     pid_t pid = 0;       // the worker that had it
+    bool killed = false; // timed_out, cancelled: it had started, and its worker was killed for it
   };
   struct Stats {
     std::uint64_t started = 0;   // workers started
