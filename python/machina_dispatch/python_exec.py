@@ -12,16 +12,17 @@ next call of this worker; else a fresh namespace), ``session_new``, ``max_output
 (of stdout and of stderr each), ``max_result_bytes``, ``cpu_seconds`` and ``memory_mb``
 (for the advice). The answer is always a result (the call itself succeeded)::
 
-    {"success": true, "result": ..., "stdout": "...", "stderr": "...", "stdout_truncated": false,
-     "stderr_truncated": false, "result_truncated": false, "execution_ms": 1.2, "threads": 0}
-    {"success": false, "error": "NameError: name 'x' is not defined", "error_type": "NameError",
-     "traceback": "...", "advice": "..." or null, "line": 3 or null, "stdout": ..., ...}
+    {"threads": 0, "success": true, "result": ..., "result_truncated": false, "stdout": "...",
+     "stderr": "...", "stdout_truncated": false, "stderr_truncated": false, "execution_ms": 1.2}
+    {"threads": 0, "success": false, "error": "NameError: name 'x' is not defined",
+     "error_type": "NameError", "traceback": "...", "advice": "..." or null, "line": 3 or null, ...}
 
 A result with no JSON form is represented, never refused: ``{"repr": ..., "type": ...}`` in
 its place (NaN and the infinities, bytes, sets, objects; a container past 100 levels or
 100 000 values; an integer of more than 4 000 digits), and one over ``max_result_bytes`` by
 a cut repr with ``"truncated": true``. ``threads`` counts the threads the code left running
-(a worker shared by calls without a session is replaced when there are any).
+(a worker shared by calls without a session is replaced when there are any); it comes first,
+so that the host can read it without parsing the rest.
 
 ``list_packages(payload)`` lists the distributions the interpreter can import, the first of
 each name on its path, with ``installed`` true for those in the workspace's own environment
@@ -136,11 +137,20 @@ def _type_name(value: Any) -> str:
     t = type(value)
     module = getattr(t, "__module__", "")
     name = getattr(t, "__qualname__", t.__name__)
-    return name if module in ("builtins", "", None) else f"{module}.{name}"
+    return name if module in ("builtins", "__main__", "", None) else f"{module}.{name}"
+
+
+class _Shortener(reprlib.Repr):
+    """reprlib's abbreviations, but a __repr__ that fails says so (reprlib would show an
+    address instead, which changes from run to run)."""
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        text = builtins.repr(x)
+        return text if len(text) <= self.maxother else text[:self.maxother - 3] + "..."
 
 
 def _repr_of(value: Any, limit: int) -> str:
-    shortener = reprlib.Repr()
+    shortener = _Shortener()
     shortener.maxlevel = 6
     shortener.maxstring = shortener.maxother = shortener.maxlong = limit
     for attribute in ("maxlist", "maxtuple", "maxset", "maxfrozenset", "maxdeque", "maxdict", "maxarray"):
@@ -397,17 +407,17 @@ def execute(payload: dict[str, Any]) -> dict[str, Any]:
         sys.stdout, sys.stderr, sys.stdin = saved
         _unlimit_cpu()
         signal.signal(signal.SIGXCPU, previous)
-    answer: dict[str, Any]
+    # `threads` first: the host reads it without parsing the rest.
+    answer: dict[str, Any] = {"threads": _thread._count()}
     if failure is None:
         result, cut = represent(None if value is _NOTHING else value, int(payload.get("max_result_bytes", 65536)))
-        answer = {"success": True, "result": result, "result_truncated": cut}
+        answer.update(success=True, result=result, result_truncated=cut)
     else:
-        answer = {"success": False, "error": _message(failure),
-                  "error_type": type(failure).__name__,
-                  "traceback": _format_traceback(failure), "advice": _advice(failure, payload),
-                  "line": _error_line(failure)}
+        answer.update(success=False, error=_message(failure), error_type=type(failure).__name__,
+                      traceback=_format_traceback(failure), advice=_advice(failure, payload),
+                      line=_error_line(failure))
     answer.update(stdout=out.getvalue(), stderr=err.getvalue(), stdout_truncated=out.truncated,
-                  stderr_truncated=err.truncated, execution_ms=round(elapsed * 1000, 3), threads=_thread._count())
+                  stderr_truncated=err.truncated, execution_ms=round(elapsed * 1000, 3))
     return answer
 
 

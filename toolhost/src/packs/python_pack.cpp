@@ -561,9 +561,6 @@ Result PythonPack::execute(const Call& c) {
     extra["synced"] = {{"files", copied.files}, {"bytes", copied.bytes}, {"skipped", copied.skipped}};
   }
 
-  const std::int64_t limit_at = steady_now_ms() + p.timeout_ms;
-  const bool limit_first = limit_at < c.spec.deadline_ms;
-  const std::int64_t deadline = std::min(limit_at, c.spec.deadline_ms);
   const json payload = {{"code", code},
                         {"cwd", dir},
                         {"session", session != nullptr},
@@ -574,11 +571,22 @@ Result PythonPack::execute(const Call& c) {
                         {"memory_mb", p.memory_mb}};
   const std::string payload_text = payload.dump(-1, ' ', false, json::error_handler_t::replace);
   std::string line;
-  tool_protocol::encode_local_call({"execute_python", kEntryExecute, payload_text, true, c.spec.trace_id, {}, deadline},
-                                   line);
+  tool_protocol::encode_local_call(
+      {"execute_python", kEntryExecute, payload_text, true, c.spec.trace_id, {}, c.spec.deadline_ms}, line);
   line.push_back('\n');
+  // Threads a call without a session left running would go on beside the next caller's
+  // code: its worker is replaced before it takes another call. (The code runner writes
+  // `threads` first in its answer.)
+  static const PythonWorkerPool::Retire left_threads = [](std::string_view text) {
+    tool_protocol::Answer a;
+    std::string ignored;
+    return !tool_protocol::decode_answer(text, a, ignored) || !a.ok || a.result.rfind("{\"threads\":0,", 0) != 0;
+  };
   const std::int64_t ran_from = steady_now_ms();
-  const PythonWorkerPool::Exchange ex = pool->call(line, deadline, c.spec.cancel);
+  // The time limit counts from when the code starts: waiting for a free worker is bounded by
+  // the call's deadline alone.
+  const PythonWorkerPool::Exchange ex =
+      pool->call(line, c.spec.deadline_ms, c.spec.cancel, session ? nullptr : &left_threads, p.timeout_ms);
   const double ran_ms = static_cast<double>(steady_now_ms() - ran_from);
   const std::string lost = session ? "; session " + session_id + "'s variables are lost (its interpreter was killed)"
                                    : std::string();
@@ -597,7 +605,7 @@ Result PythonPack::execute(const Call& c) {
     case Ending::timed_out:
       if (!ex.killed) return Result::stopped(RunOutcome::Ending::timed_out, ex.detail);
       keep = false;
-      if (!limit_first) return Result::stopped(RunOutcome::Ending::timed_out, "the code ran past the call's deadline" + lost);
+      if (!ex.over_run) return Result::stopped(RunOutcome::Ending::timed_out, "the code ran past the call's deadline" + lost);
       answer = failure("TimeoutError",
                        "the code ran past its time limit of " + std::to_string(p.timeout_ms) + " ms and was stopped",
                        "Make the code faster, or split the work over several calls" +
@@ -632,10 +640,6 @@ Result PythonPack::execute(const Call& c) {
     case Ending::cancelled:
       keep = !ex.killed;
       return Result::stopped(RunOutcome::Ending::cancelled, ex.detail);
-  }
-  if (!session && answer.value("threads", 0) > 0) {
-    // Threads the code left running would go on beside the next caller's code.
-    pool->condemn(ex.pid, "left threads running after its call and was replaced");
   }
   json o = shaped(answer, c.shape);
   if (c.shape == Shape::ours) {
