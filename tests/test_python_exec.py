@@ -381,9 +381,28 @@ def test_calls_without_a_session_start_afresh(py: Py, confined: None) -> None:
         h.run("x = 1\nopen('left.txt', 'w').write('x')")
         code_failed(h.run("x"), "NameError")
         assert h.run("import os\nos.listdir('.')")["result"] == []  # a folder of its own each time
+        # The import system's finder for each call's folder goes with the folder.
+        count = ("import sys\ntry:\n    import surely_missing_module\nexcept ImportError:\n    pass\n"
+                 "len(sys.path_importer_cache)")
+        sizes = [h.run(count)["result"] for _ in range(4)]
+        assert sizes == [sizes[0]] * 4, sizes
         # A thread left running would run beside the next caller's code: its worker is replaced.
         h.run("import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()")
         assert h.run("import threading\nthreading.active_count()")["result"] == 1
+    finally:
+        h.close()
+
+
+def test_call_folders_kept_for_reuse_are_capped(py: Py, confined: None) -> None:
+    # Each call without a session takes a folder before it waits for an interpreter; emptied
+    # folders are kept for later calls, at most 64 of them.
+    py.settings.update(workers=1)
+    h = py.host(workers=80)
+    try:
+        ids = [h.send(EXECUTE, code="import os, time\ntime.sleep(0.02)\nlen(os.listdir('.'))") for _ in range(80)]
+        assert all(output(h.answer(i))["result"] == 0 for i in ids)
+        (calls,) = py.pyws.glob("default/run/*/calls")
+        assert len(list(calls.iterdir())) == 64  # (80 were taken at once)
     finally:
         h.close()
 

@@ -352,6 +352,17 @@ def _remember_source(filename: str, code: str) -> None:
         linecache.cache.pop(old, None)
 
 
+def _leave(folder: str) -> None:
+    """Out of a call's own folder (the host removes it): its import finder forgotten (the
+    import system keeps one per working directory searched, which would grow call by call),
+    the working directory its parent."""
+    sys.path_importer_cache.pop(folder, None)
+    try:
+        os.chdir(os.path.dirname(folder))
+    except OSError:
+        pass
+
+
 def _namespace(session: bool) -> dict[str, Any]:
     global _session_globals
     fresh = {"__name__": "__main__", "__builtins__": builtins, "__doc__": None}
@@ -407,6 +418,8 @@ def execute(payload: dict[str, Any]) -> dict[str, Any]:
         sys.stdout, sys.stderr, sys.stdin = saved
         _unlimit_cpu()
         signal.signal(signal.SIGXCPU, previous)
+        if not session:
+            _leave(payload["cwd"])
     # `threads` first: the host reads it without parsing the rest.
     answer: dict[str, Any] = {"threads": _thread._count()}
     if failure is None:

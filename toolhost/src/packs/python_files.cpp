@@ -95,6 +95,18 @@ bool clear(int dir, int top, int depth, std::uint64_t& serial, bool& hoisted, st
   return true;
 }
 
+/// Empties the open folder `top`, in passes while folders too deep were moved up into it.
+bool clear_all(int top, std::string& why) {
+  std::uint64_t serial = 0;
+  for (int pass = 0; pass < kMaxRemovePasses; ++pass) {
+    bool again = false;
+    if (!clear(top, top, 1, serial, again, why)) return false;
+    if (!again) return true;
+  }
+  why = "something kept being written into the folder being removed";
+  return false;
+}
+
 /// Removes the entry `name` of the open folder `parent`, whatever it is.
 bool remove_at(int parent, const std::string& name, std::string& why) {
   if (::unlinkat(parent, name.c_str(), 0) == 0 || errno == ENOENT) return true;
@@ -108,12 +120,7 @@ bool remove_at(int parent, const std::string& name, std::string& why) {
     why = error_text("cannot open " + name + " to remove it");
     return false;
   }
-  std::uint64_t serial = 0;
-  for (int pass = 0; pass < kMaxRemovePasses; ++pass) {
-    bool again = false;
-    if (!clear(top.get(), top.get(), 1, serial, again, why)) return false;
-    if (!again) break;
-  }
+  if (!clear_all(top.get(), why)) return false;
   if (::unlinkat(parent, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
     why = error_text("cannot remove " + name);
     return false;
@@ -301,6 +308,15 @@ bool remove_tree(const std::string& path, std::string& why) {
     return false;
   }
   return remove_at(dir.get(), name, why);
+}
+
+bool empty_tree(const std::string& path, std::string& why) {
+  Fd top(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!top) {
+    why = error_text("cannot open " + path);
+    return false;
+  }
+  return clear_all(top.get(), why);
 }
 
 CopyEnd copy_root(const Policy& policy, const std::string& root, const std::string& dest,

@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -27,6 +29,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kMaxSessionIdBytes = 128;
+constexpr std::size_t kFreeFolders = 64;  // emptied call folders kept for reuse, per workspace
 constexpr const char* kEntryExecute = "machina_python_exec:execute";
 constexpr const char* kEntryList = "machina_python_exec:list_packages";
 
@@ -316,6 +319,35 @@ std::shared_ptr<PythonWorkerPool> PythonPack::make_pool(const Workspace& ws, con
   return std::make_shared<PythonWorkerPool>(std::move(o));
 }
 
+std::string PythonPack::take_folder(Workspace& ws, std::string& why) {
+  {
+    std::lock_guard lock(ws.folders_mu);
+    if (!ws.free_folders.empty()) {
+      std::string dir = std::move(ws.free_folders.back());
+      ws.free_folders.pop_back();
+      return dir;
+    }
+  }
+  std::string dir = ws.calls + "/" + std::to_string(++ws.serial);
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    why = "cannot make " + dir + ": " + std::strerror(errno);
+    return {};
+  }
+  return dir;
+}
+
+void PythonPack::give_back_folder(Workspace& ws, const std::string& dir) {
+  std::string why;
+  if (python_files::empty_tree(dir, why)) {
+    std::lock_guard lock(ws.folders_mu);
+    if (ws.free_folders.size() < kFreeFolders) {
+      ws.free_folders.push_back(dir);
+      return;
+    }
+  }
+  python_files::remove_tree(dir, why);
+}
+
 std::shared_ptr<PythonWorkerPool> PythonPack::stateless_pool(Workspace& ws) {
   std::lock_guard lock(ws.pool_mu);
   if (!ws.pool) ws.pool = make_pool(ws, ws.calls, policy_.python.workers);
@@ -523,25 +555,22 @@ Result PythonPack::execute(const Call& c) {
     dir = session->dir;
     pool = session->pool;
   } else {
-    dir = ws->calls + "/" + std::to_string(++ws->serial);
-    if (!python_files::make_dirs(dir, why)) return system_error("a folder for the code cannot be made: " + why);
+    dir = take_folder(*ws, why);
+    if (dir.empty()) return system_error("a folder for the code cannot be made: " + why);
     pool = stateless_pool(*ws);
   }
   bool keep = true;  // the session (false: its worker is gone, and with it its names)
   struct Done {
     PythonPack* pack;
+    Workspace& ws;
     std::shared_ptr<Session>& session;
     const std::string& dir;
     bool& keep;
     ~Done() {
-      if (session) {
-        pack->release(session, keep);
-      } else {
-        std::string ignored;
-        python_files::remove_tree(dir, ignored);
-      }
+      if (session) pack->release(session, keep);
+      else give_back_folder(ws, dir);
     }
-  } done{this, session, dir, keep};
+  } done{this, *ws, session, dir, keep};
 
   if (sync) {
     std::string root_why;
