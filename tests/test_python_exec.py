@@ -350,6 +350,13 @@ def test_a_call_past_its_time_limit_is_answered_on_time_and_its_worker_killed(py
                 "the code ran past the call's deadline")
         assert time.monotonic() - t0 < 5
         assert h.run("2 + 2")["result"] == 4
+        # An interpreter that ends itself: a result, the session gone with it.
+        h.run("y = 1", session_id="gone")
+        ended = h.run("import os\nos._exit(3)", session_id="gone")
+        code_failed(ended, "SystemError", "variables are lost")
+        assert "exited with status 3" in ended["error"] and ended["session_ended"] is True
+        code_failed(h.run("import os\nos._exit(3)"), "SystemError", "The interpreter itself stopped")
+        assert h.run("3 + 3")["result"] == 6
     finally:
         h.close()
 
@@ -393,13 +400,18 @@ def test_calls_without_a_session_start_afresh(py: Py, confined: None) -> None:
         h.close()
 
 
-def test_call_folders_kept_for_reuse_are_capped(py: Py, confined: None) -> None:
+def test_interpreters_and_call_folders_are_capped(py: Py, confined: None) -> None:
     # Each call without a session takes a folder before it waits for an interpreter; emptied
     # folders are kept for later calls, at most 64 of them.
     py.settings.update(workers=1)
     h = py.host(workers=80)
     try:
         ids = [h.send(EXECUTE, code="import os, time\ntime.sleep(0.02)\nlen(os.listdir('.'))") for _ in range(80)]
+        most = 0
+        for _ in range(10):  # (the calls take 1.6 s, one at a time)
+            most = max(most, len(sandbox_launchers(h.proc.pid)))
+            time.sleep(0.05)
+        assert most == 1  # [python] workers = 1: one interpreter, whatever the calls waiting
         assert all(output(h.answer(i))["result"] == 0 for i in ids)
         (calls,) = py.pyws.glob("default/run/*/calls")
         assert len(list(calls.iterdir())) == 64  # (80 were taken at once)
@@ -535,6 +547,25 @@ def test_an_install_stops_at_the_first_failure_with_pips_words(py: Py, confined:
     assert output(r[3])["error"].startswith("Failed to install package x2: ")
     seed = output(r[4])
     assert set(seed) == {"success", "error"} and seed["success"] is False
+
+
+def test_pip_reaches_the_network_the_code_never_does_and_is_stopped_at_its_limit(py: Py, confined: None,
+                                                                                 listener: socket.socket) -> None:
+    # An index that takes the connection and never answers: pip (in the installer's walls)
+    # connects, and is stopped at install_timeout_ms; the code cannot even make a socket.
+    port = listener.getsockname()[1]
+    py.settings.update(index_url=f"http://127.0.0.1:{port}/simple/", install_timeout_ms=3000)
+    t0 = time.monotonic()
+    r = py.serve(request(INSTALL, package="tinypkg"),
+                 request(EXECUTE, code=f"import socket\nsocket.create_connection(('127.0.0.1', {port}))"))
+    assert time.monotonic() - t0 < 60
+    failed = output(r[0])
+    assert failed["success"] is False, failed
+    assert failed["error"] == ("Failed to install package tinypkg: pip ran past the install time limit of 3000 ms "
+                               "([python] install_timeout_ms) and was stopped")
+    connection, _ = listener.accept()  # pip's
+    connection.close()
+    code_failed(output(r[1]), "PermissionError", "no network")  # (refused at socket(2): it never connected)
 
 
 @pytest.mark.parametrize(

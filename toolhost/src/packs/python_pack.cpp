@@ -300,8 +300,7 @@ std::shared_ptr<PythonWorkerPool> PythonPack::make_pool(const Workspace& ws, con
   if (const char* key = std::getenv("MACHINA_LEASE_KEY_FILE"); key != nullptr && *key != '\0') {
     walls.hidden_files.emplace_back(key);
   }
-  walls.memory_mb = p.memory_mb;
-  walls.address_space_mb = p.memory_mb;
+  walls.address_space_mb = p.memory_mb;  // (resident memory cannot grow past it: no watch needed)
   walls.open_files = p.open_files;
   walls.file_size_mb = p.file_size_mb;
 
@@ -650,20 +649,11 @@ Result PythonPack::execute(const Call& c) {
         return system_error("the code's interpreter could not be started in its walls: " + ex.detail.substr(0, 2000));
       }
       keep = false;
-      if (ex.detail.find("memory cap") != std::string::npos) {
-        answer = failure("MemoryError",
-                         "the code grew past the memory limit of " + std::to_string(p.memory_mb) +
-                             " MB and its interpreter was killed",
-                         "Work on smaller pieces (read files in chunks, use generators) and keep less in memory at once" +
-                             std::string(session ? "; this session's variables are lost, so define them again first." : "."),
-                         ran_ms);
-      } else {
-        answer = failure("SystemError", "the interpreter running the code ended: " + ex.detail.substr(0, 2000),
-                         "The interpreter itself stopped (os._exit, a signal, a crash in an extension module)" +
-                             std::string(session ? "; this session's variables are lost, so define them again first."
-                                                 : "."),
-                         ran_ms);
-      }
+      answer = failure("SystemError", "the interpreter running the code ended: " + ex.detail.substr(0, 2000),
+                       "The interpreter itself stopped (os._exit, a signal, a crash in an extension module)" +
+                           std::string(session ? "; this session's variables are lost, so define them again first."
+                                               : "."),
+                       ran_ms);
       break;
     case Ending::closed: keep = false; return Result::stopped(RunOutcome::Ending::closed);
     case Ending::cancelled:
