@@ -47,6 +47,7 @@ import reprlib
 import resource
 import signal
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -396,6 +397,8 @@ def execute(payload: dict[str, Any]) -> dict[str, Any]:
     filename = f"<code #{_calls}>" if session else "<code>"
     _remember_source(filename, code)
     os.chdir(payload["cwd"])
+    # Temporary files and the home folder are the call's own folder too.
+    os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = payload["cwd"]
     importlib.invalidate_caches()  # packages installed since the last call
     namespace = _namespace(session)
     sys.argv = [""]

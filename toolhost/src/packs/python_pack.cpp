@@ -327,9 +327,16 @@ std::string PythonPack::take_folder(Workspace& ws, std::string& why) {
       return dir;
     }
   }
-  std::string dir = ws.calls + "/" + std::to_string(++ws.serial);
+  const std::string name = std::to_string(++ws.serial);
+  {
+    std::lock_guard lock(ws.folders_mu);
+    ws.folders.insert(name);  // (before it exists: a sweep never takes it for a stray)
+  }
+  std::string dir = ws.calls + "/" + name;
   if (::mkdir(dir.c_str(), 0700) != 0) {
     why = "cannot make " + dir + ": " + std::strerror(errno);
+    std::lock_guard lock(ws.folders_mu);
+    ws.folders.erase(name);
     return {};
   }
   return dir;
@@ -337,14 +344,29 @@ std::string PythonPack::take_folder(Workspace& ws, std::string& why) {
 
 void PythonPack::give_back_folder(Workspace& ws, const std::string& dir) {
   std::string why;
+  bool kept = false;
   if (python_files::empty_tree(dir, why)) {
     std::lock_guard lock(ws.folders_mu);
     if (ws.free_folders.size() < kFreeFolders) {
       ws.free_folders.push_back(dir);
-      return;
+      kept = true;
     }
   }
-  python_files::remove_tree(dir, why);
+  if (!kept) {
+    python_files::remove_tree(dir, why);
+    std::lock_guard lock(ws.folders_mu);
+    ws.folders.erase(dir.substr(dir.rfind('/') + 1));
+  }
+  // Code may write beside its folder (their parent is the interpreters' writable root):
+  // whatever is not a call folder goes.
+  std::error_code ec;
+  std::vector<std::string> strays;
+  for (const auto& e : std::filesystem::directory_iterator(ws.calls, ec)) {
+    const std::string name = e.path().filename().string();
+    std::lock_guard lock(ws.folders_mu);
+    if (ws.folders.count(name) == 0) strays.push_back(e.path().string());
+  }
+  for (const auto& stray : strays) python_files::remove_tree(stray, why);
 }
 
 std::shared_ptr<PythonWorkerPool> PythonPack::stateless_pool(Workspace& ws) {

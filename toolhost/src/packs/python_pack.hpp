@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,7 +68,8 @@ class PythonPack {
   /// A folder of its own for a call without a session: an emptied one again, or a new one
   /// (making and removing a folder costs milliseconds on some file systems); "" with `why`.
   static std::string take_folder(Workspace& ws, std::string& why);
-  /// The call is done with its folder: emptied and kept for another call, else removed.
+  /// The call is done with its folder: emptied and kept for another call, else removed. What
+  /// code left beside the call folders (their parent is writable to it) is removed too.
   static void give_back_folder(Workspace& ws, const std::string& dir);
   /// Installs `specs` one at a time; stops at the first failure (its text in `failure`).
   /// A refusal (a spec the policy does not allow) comes before anything runs.
@@ -108,6 +110,7 @@ struct PythonPack::Workspace {
   std::atomic<std::uint64_t> serial{0};    // names of call and session folders
   std::mutex folders_mu;
   std::vector<std::string> free_folders;   // emptied call folders, to be used again (at most kFreeFolders)
+  std::set<std::string> folders;           // the names of the call folders there are (in use or free)
   ~Workspace();
 };
 
