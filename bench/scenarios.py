@@ -1208,6 +1208,56 @@ def packs(ctx: Ctx) -> Section:
     return s
 
 
+def python_exec(ctx: Ctx) -> Section:
+    s = Section("python_exec", "execute_python: warm sandboxed interpreters against python -c",
+                "The same small piece of code (`sum(range(100))`) run by `execute_python` lock-step through "
+                "`--serve` (the native driver): without a session (a fresh namespace and folder each call, on "
+                "the workspace's warm interpreters) and in one session (its reserved interpreter); against "
+                "starting the interpreter the workspace's environment is made from for each call "
+                "(`python3 -c '...'`, no sandbox at all). Every execute_python call runs in the full walls "
+                "(namespaces, seccomp, Landlock, limits) and answers the seed's fields.")
+    code = "sum(range(100))"
+    work = ctx.work / "python-exec"
+    (work / "ws").mkdir(parents=True, exist_ok=True)
+    policy = work / "policy.toml"
+    policy.write_text(f"[python]\nworkspaces = {json.dumps(str(work / 'workspaces'))}\n"
+                      f"python = {json.dumps(sys.executable)}\n")
+    driver = ctx.native.lockstep()
+    n = ctx.n(2_000, 20_000)
+    env = env_with(MACHINA_TOOLHOST_WORKSPACE=str(work / "ws"))
+    expect = '\\"success\\":true'
+    results = {}
+    for label, inputs in (("stateless", {"code": code}), ("session", {"code": code, "session_id": "bench"})):
+        ctx.status(f"execute_python, {label}")
+        request = json.dumps({"aid": "execute_python", "input_json": json.dumps(inputs)})
+        results[label] = run_lockstep(driver, [ctx.host, "--serve", "--policy", str(policy)], n, 200, request,
+                                      expect=expect, env=env)
+    ctx.status("python -c per call")
+    base = getattr(sys, "_base_executable", sys.executable)
+    fresh = []
+    for _ in range(ctx.n(20, 100)):
+        t0 = time.perf_counter_ns()
+        out = subprocess.run([base, "-c", f"print({code})"], capture_output=True, check=True).stdout
+        fresh.append(float(time.perf_counter_ns() - t0))
+        assert out.strip() == b"4950"
+    fresh_lat = Latency(fresh)
+    stateless, session = results["stateless"], results["session"]
+    s.headline["python_exec_p50_us"] = stateless.p(50) / 1e3
+    s.headline["python_exec_session_p50_us"] = session.p(50) / 1e3
+    s.headline["python_exec_fresh_ratio"] = fresh_lat.p(50) / stateless.p(50)
+    s.tables.append(Table(f"Lock-step round trips ({n:,} of each execute_python; {len(fresh):,} interpreters "
+                          "started); last column: python -c's p50 ÷ this row's",
+                          ["how", "p50 µs", "p99 µs", "python -c ÷ this"],
+                          [["execute_python via --serve, no session", us(stateless.p(50)), us(stateless.p(99)),
+                            ratio(fresh_lat.p(50), stateless.p(50))],
+                           ["execute_python via --serve, one session", us(session.p(50)), us(session.p(99)),
+                            ratio(fresh_lat.p(50), session.p(50))],
+                           [f"{Path(base).name} -c per call (no sandbox)", us(fresh_lat.p(50)), us(fresh_lat.p(99)),
+                            "1.00×"]]))
+    s.notes.append("A call without a session also makes and removes its own folder; a session's call does not.")
+    return s
+
+
 def nats_scaleout(ctx: Ctx) -> Section:
     """Calls through NATS (machina-toolhost-nats hosts in one queue group) against the pool of
     --serve processes, side by side."""
@@ -1281,6 +1331,7 @@ SCENARIOS: dict[str, Callable[[Ctx], Section]] = {
     "python_tools": python_tools,
     "jsonrpc": jsonrpc,
     "packs": packs,
+    "python_exec": python_exec,
     "nats": nats_scaleout,
 }
 

@@ -15,7 +15,7 @@ from conftest import REPO, not_sanitized
 pytestmark = not_sanitized
 
 SCENARIOS = ["serve", "lockstep", "python", "spawn", "inprocess", "workers", "idempotency", "audit", "payload",
-             "tools", "ds_state", "isolation", "python_tools", "jsonrpc", "packs", "nats"]
+             "tools", "ds_state", "isolation", "python_tools", "jsonrpc", "packs", "python_exec", "nats"]
 PLOTS = ["serve_throughput.png", "lockstep_cdf.png", "pool_pipelined.png", "workers_scaling.png", "payload.png",
          "tools.png", "ds_state.png"]
 
@@ -44,8 +44,9 @@ def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
                 "mcp_front_lockstep_ratio_one_cpu", "mcp_front_lockstep_ratio_polling", "mcp_front_pipelined_ratio",
                 "skill_runner_added_us",
                 "skill_16x10ms_ms", "pack_read_serve_p50_us", "pack_read_inprocess_us", "grep_vs_grep_rn_ratio",
-                "code_search_first_ms", "code_search_warm_ms", "nats_1_calls_per_s", "nats_1_p50_us",
-                "nats_broker_cost_us"]:
+                "code_search_first_ms", "code_search_warm_ms",
+                "python_exec_p50_us", "python_exec_session_p50_us", "python_exec_fresh_ratio",
+                "nats_1_calls_per_s", "nats_1_p50_us", "nats_broker_cost_us"]:
         assert headline[key] > 0, key
     assert "## Goals" in report and "| --serve echo, file-fed | ≥ 1 M req/s |" in report
 

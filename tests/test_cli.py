@@ -74,7 +74,7 @@ def test_list_describes_builtin_tools() -> None:
         assert 0 <= t["tier"] <= 3
         if "pack" in t["tags"]:
             # The host's tool packs: under our aid, and under the seed's names (alias_of).
-            assert t["runner"] == "pack" and t["plugin"] in ("pack:files", "pack:shell", "pack:code"), t
+            assert t["runner"] == "pack" and t["plugin"] in ("pack:files", "pack:shell", "pack:code", "pack:python"), t
             assert set(t) == fields | ({"alias_of"} if not t["aid"].startswith("AID.") else set())
             continue
         assert set(t) == fields

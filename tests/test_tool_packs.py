@@ -425,7 +425,7 @@ def test_packs_can_be_chosen_or_left_out(packs: Packs) -> None:
     assert "AID.SHELL.EXEC.v1" not in aids("--packs", "files") and "AID.FILE.READ.v1" in aids("--packs", "files")
     assert not {a for a in aids("--packs", "none") if a.startswith("AID.FILE")}
     proc = subprocess.run([TOOLHOST, "--packs", "cheese", "--list"], capture_output=True, env=base_env(), timeout=30)
-    assert proc.returncode == 2 and b"unknown tool pack 'cheese' (there are: files, shell, code)" in proc.stderr
+    assert proc.returncode == 2 and b"unknown tool pack 'cheese' (there are: files, shell, code, python)" in proc.stderr
 
 
 # --- code.grep ------------------------------------------------------------------------------

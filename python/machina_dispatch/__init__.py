@@ -139,8 +139,8 @@ class Host(_core.Host):
 
     Args:
         plugins: plugin libraries to load; ``None`` loads the built-in plugin and the tool
-            packs (files, shell; docs/tool-packs.md) under the policy ``$MACHINA_TOOLHOST_POLICY``
-            names, else safe defaults (add them by hand with ``add_packs``).
+            packs (files, shell, code, python; docs/tool-packs.md) under the policy
+            ``$MACHINA_TOOLHOST_POLICY`` names, else safe defaults (add them by hand with ``add_packs``).
         **options: caps and limits (``max_request_bytes``, ``max_output_bytes``,
             ``idempotency_ttl_ms``, ``idempotency_max_entries``, ``breaker_threshold``,
             ``breaker_window_ms``, ``breaker_cooldown_ms``, ``timeout_ms``,

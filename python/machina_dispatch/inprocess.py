@@ -32,8 +32,9 @@ class InProcess(Transport):
 
     Args:
         plugins: plugin libraries to load; ``None`` loads the built-in plugin.
-        packs: the built-in tool packs to serve (``"files"``, ``"shell"``; docs/tool-packs.md);
-            ``None``: all of them when no plugin is named, else none.
+        packs: the built-in tool packs to serve (``"files"``, ``"shell"``, ``"code"``,
+            ``"python"``; docs/tool-packs.md); ``None``: all of them when no plugin is named,
+            else none.
         policy: the tool packs' policy file (TOML); ``None``: ``$MACHINA_TOOLHOST_POLICY``,
             else safe defaults.
         tools: TOML tool manifests whose tools to load too (Python tools, HTTP tool services;

@@ -25,7 +25,9 @@ input; an interpreter and its imports are then reused from call to call.
 Entries are ``module:function`` (dotted attributes allowed after the colon), imported from
 the ``--root`` directories first (the manifest's directory, as the original imports from the
 app root). Modules are imported once; a module whose source file changed on disk (mtime or
-size) is reloaded before its next call.
+size) is reloaded before its next call. ``--module NAME=SOURCE`` defines a module from source
+text given on the command line before the first call (how the host hands its own built-in
+Python code, such as execute_python's runner, to workers that may read no file of it).
 
 The protocol stream is a private copy of the original stdout: during a call ``sys.stdout`` and
 ``sys.stderr`` are captured, and anything written to descriptor 1 by other means (a C
@@ -281,6 +283,17 @@ def _protocol_stream() -> IO[bytes]:
     return stream
 
 
+def _define_module(spec: str) -> None:
+    """`NAME=SOURCE`: the module NAME, made from SOURCE and put in sys.modules."""
+    name, sep, source = spec.partition("=")
+    if not sep or not name or not all(part.isidentifier() for part in name.split(".")):
+        raise SystemExit(f"--module: expected NAME=SOURCE with NAME a module name, not {spec[:80]!r}")
+    module = types.ModuleType(name)
+    module.__file__ = f"<{name}>"
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec", dont_inherit=True), module.__dict__)
+
+
 def _die_with_parent(parent: int) -> None:
     """SIGKILL when the parent ends (prctl PR_SET_PDEATHSIG); gone already if it has."""
     import ctypes
@@ -342,12 +355,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="longest request accepted (default %(default)s)")
     parser.add_argument("--die-with-parent", type=int, metavar="PID",
                         help="end when the process PID (this one's parent) ends (Linux)")
+    parser.add_argument("--module", action="append", default=[], metavar="NAME=SOURCE",
+                        help="define the module NAME from the source text SOURCE before serving")
     args = parser.parse_args(argv)
     if args.max_line_bytes < 1:
         parser.error("--max-line-bytes must be at least 1")
     if args.die_with_parent is not None:
         _die_with_parent(args.die_with_parent)
     sink = _protocol_stream()
+    for spec in args.module:  # (after: what it prints goes to stderr)
+        _define_module(spec)
     worker = ToolWorker(args.root)
     run = _serve if args.serve else _once
     return run(worker, sys.stdin.buffer, sink, args.max_line_bytes)

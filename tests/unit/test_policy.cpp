@@ -1,5 +1,5 @@
 // policy (the tool packs' security policy): defaults, the file's tables and their errors
-// with file and line, roots made real, per-user roots, rate limits.
+// with file and line, roots made real, per-user roots, rate limits, [python].
 #include <machina/errors.hpp>
 #include <machina/policy.hpp>
 
@@ -151,4 +151,43 @@ TEST_CASE("the default index folder: the user's cache, unless it falls in a root
   CHECK(default_index_dir().find("relative") == std::string::npos);
   if (old != nullptr) ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
   else ::unsetenv("XDG_CACHE_HOME");
+}
+
+TEST_CASE("[python]: defaults, paths made absolute, scopes") {
+  TempDir tmp;
+  fs::create_directories(tmp.path / "ws");
+  const Policy d = default_policy((tmp.path / "ws").string());
+  CHECK(d.python.python == "python3");
+  CHECK(d.python.workspaces.empty());
+  CHECK(d.python.timeout_ms == 30'000);
+  CHECK(d.python.memory_mb == 512);
+  CHECK(d.python.allow == std::vector<std::string>{"*"});
+  CHECK(d.python.only_binary);
+  CHECK_FALSE(d.python.allow_urls);
+  const std::string text = "[python]\npython = \"bin/python\"\nworkspaces = \"pyws\"\ntimeout_ms = 500\n"
+                           "find_links = [\"wheels\", \"https://example.org/w/\"]\nallow = []\nmax_sessions = 0\n"
+                           "[users.alice]\n";
+  const Policy p = parse_policy(text, (tmp.path / "conf" / "p.toml").string(), "");
+  CHECK(p.python.python == (tmp.path / "conf" / "bin" / "python").string());
+  CHECK(p.python.workspaces == (tmp.path / "conf" / "pyws").string());
+  CHECK(p.python.timeout_ms == 500);
+  CHECK(p.python.find_links == std::vector<std::string>{(tmp.path / "conf" / "wheels").string(), "https://example.org/w/"});
+  CHECK(p.python.allow.empty());
+  CHECK(p.python.max_sessions == 0);
+  CHECK(p.scope_of("alice") == "alice");
+  CHECK(p.scope_of("bob").empty());  // not listed: the defaults' scope
+  CHECK(p.scope_of("").empty());
+}
+
+TEST_CASE("[python]: errors") {
+  TempDir tmp;
+  const std::string ws = tmp.path.string();
+  CHECK(error_of("[python]\nmemory_mb = -1\n", ws) == "/etc/p.toml:2: [python]: field 'memory_mb': must be from 0 to 1048576");
+  CHECK(error_of("[python]\npython = \"\"\n", ws) == "/etc/p.toml:2: [python]: field 'python': must name an interpreter");
+  CHECK(error_of("[python]\nworkers = 0\n", ws) == "/etc/p.toml:2: [python]: field 'workers': must be from 1 to 64");
+  CHECK(error_of("[python]\ndeny = [\"\"]\n", ws) ==
+        "/etc/p.toml:2: [python]: field 'deny': a package name (or glob) must not be empty");
+  CHECK(error_of("[python]\nindex_url = \"pypi.org\"\n", ws) ==
+        "/etc/p.toml:2: [python]: field 'index_url': must be an http:// or https:// URL");
+  CHECK(error_of("[python]\nsesion_idle_ms = 1\n", ws) == "/etc/p.toml:2: [python]: unknown field 'sesion_idle_ms'");
 }

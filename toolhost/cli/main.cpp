@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   std::string packs_text;
   app.add_option("--packs", packs_text,
-                 "The built-in tool packs to serve, comma-separated (files, shell, code), or none (default: all of them "
+                 "The built-in tool packs to serve, comma-separated (files, shell, code, python), or none (default: all of them "
                  "when no plugin is named, else none; docs/tool-packs.md)")
       ->type_name("LIST");
   std::string policy_file;
@@ -664,7 +664,7 @@ int main(int argc, char** argv) {
       for (std::string name; std::getline(in, name, ',');) {
         if (!name.empty()) names.push_back(name);
       }
-      if (names.empty()) throw machina::HostError("--packs: name at least one pack (files, shell, code) or none");
+      if (names.empty()) throw machina::HostError("--packs: name at least one pack (files, shell, code, python) or none");
       inv.packs = names;
     }
     inv.policy_file = policy_file;

@@ -199,6 +199,7 @@ void Host::close() {
   if (process_) process_->close();
   {
     std::lock_guard lock(manifest_mu_);
+    if (packs_) packs_->close();
     for (auto& runner : manifest_runners_) runner->close();
   }
   flush_audit();  // what was recorded is in the store once the owner is done with the host

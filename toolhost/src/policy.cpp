@@ -163,6 +163,10 @@ std::string root_overlapping(const Policy& policy, const std::string& dir) {
   return {};
 }
 
+std::string Policy::scope_of(std::string_view user) const {
+  return !user.empty() && users.count(std::string(user)) != 0 ? std::string(user) : std::string();
+}
+
 bool Policy::is_protected(dev_t dev, ino_t ino) const {
   return std::find(protected_files.begin(), protected_files.end(), std::make_pair(dev, ino)) != protected_files.end();
 }
@@ -271,6 +275,68 @@ Policy parse_policy(std::string_view text, const std::string& path, const std::s
         r.integer("max_refresh_bytes", static_cast<std::int64_t>(c.max_refresh_bytes), 1, std::int64_t{1} << 40));
     c.default_codebases = r.strings("default_codebases");
     if (r.has("default_codebases")) default_codebases_line = r.get("default_codebases")->source().begin.line;
+    r.no_other_keys();
+  }
+  if (const auto* t = table("python")) {
+    TableReader r(*t, refuse, "[python]: ");
+    PythonPolicy& p = policy.python;
+    auto count = [&](const char* field, std::uint64_t& value, std::int64_t low, std::int64_t high) {
+      value = static_cast<std::uint64_t>(r.integer(field, static_cast<std::int64_t>(value), low, high));
+    };
+    auto absolute_paths = [&](const char* field, const std::vector<std::string>& paths) {
+      for (const auto& entry : paths) {
+        if (entry.empty() || entry.front() != '/') r.fail(field, "'" + entry + "' is not an absolute path");
+      }
+    };
+    p.python = r.string("python", false, p.python);
+    if (p.python.empty()) r.fail("python", "must name an interpreter");
+    if (p.python.find('/') != std::string::npos) p.python = absolute_from(p.python, base);
+    if (r.has("workspaces")) {
+      p.workspaces = r.string("workspaces", true);
+      if (p.workspaces.empty()) r.fail("workspaces", "must name a directory");
+      p.workspaces = absolute_from(p.workspaces, base);
+    }
+    p.timeout_ms = r.integer("timeout_ms", p.timeout_ms, 1, 24LL * 3600 * 1000);
+    count("cpu_seconds", p.cpu_seconds, 0, 86'400);
+    count("memory_mb", p.memory_mb, 0, 1 << 20);
+    count("file_size_mb", p.file_size_mb, 0, 1 << 20);
+    count("open_files", p.open_files, 0, 1 << 20);
+    count("max_code_bytes", p.max_code_bytes, 1, 4 << 20);
+    count("max_output_bytes", p.max_output_bytes, 0, 256 * 1024);
+    count("max_result_bytes", p.max_result_bytes, 64, 256 * 1024);
+    count("workers", p.workers, 1, 64);
+    count("max_sessions", p.max_sessions, 0, 1024);
+    p.session_idle_ms = r.integer("session_idle_ms", p.session_idle_ms, 1, 7LL * 24 * 3600 * 1000);
+    if (r.has("read_paths")) {
+      p.read_paths = r.strings("read_paths");
+      absolute_paths("read_paths", p.read_paths);
+    }
+    if (r.has("allow")) p.allow = r.strings("allow");
+    p.deny = r.strings("deny");
+    for (const auto& [field, names] : {std::pair{"allow", &p.allow}, std::pair{"deny", &p.deny}}) {
+      for (const auto& name : *names) {
+        if (name.empty()) r.fail(field, "a package name (or glob) must not be empty");
+      }
+    }
+    p.index_url = r.string("index_url", false);
+    if (!p.index_url.empty() && p.index_url.rfind("https://", 0) != 0 && p.index_url.rfind("http://", 0) != 0) {
+      r.fail("index_url", "must be an http:// or https:// URL");
+    }
+    p.find_links = r.strings("find_links");
+    for (auto& link : p.find_links) {
+      if (link.rfind("https://", 0) == 0 || link.rfind("http://", 0) == 0) continue;
+      if (link.empty() || link.find("://") != std::string::npos) {
+        r.fail("find_links", "'" + link + "' is neither a folder nor an http(s) URL");
+      }
+      link = absolute_from(link, base);
+    }
+    p.no_index = r.boolean("no_index", p.no_index);
+    p.allow_urls = r.boolean("allow_urls", p.allow_urls);
+    p.only_binary = r.boolean("only_binary", p.only_binary);
+    p.install_timeout_ms = r.integer("install_timeout_ms", p.install_timeout_ms, 1, 24LL * 3600 * 1000);
+    count("max_install_packages", p.max_install_packages, 0, 256);
+    count("sync_max_files", p.sync_max_files, 0, 10'000'000);
+    count("sync_max_bytes", p.sync_max_bytes, 0, std::int64_t{1} << 40);
     r.no_other_keys();
   }
   if (const auto* t = table("rate_limits")) {

@@ -17,14 +17,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct InterpreterFiles {
-  std::string executable;          // sys.executable: the interpreter itself, not a shim in front of it
-  std::vector<std::string> paths;  // its prefixes and import path
-};
+std::string real(const std::string& path) {
+  std::error_code ec;
+  const auto r = fs::canonical(path, ec);
+  return ec ? path : r.string();
+}
 
-/// What an interpreter says of itself, asked once: a sandboxed worker runs the real
-/// interpreter (a version manager's shim is a shell script that starts processes) and may
-/// read only its own files.
+}  // namespace
+
+// A sandboxed worker runs the real interpreter (a version manager's shim is a shell script
+// that starts processes) and may read only its own files.
 InterpreterFiles interpreter_files(const std::string& interpreter) {
   static std::mutex mu;
   static std::map<std::string, InterpreterFiles> known;
@@ -54,14 +56,6 @@ InterpreterFiles interpreter_files(const std::string& interpreter) {
   known.emplace(interpreter, files);
   return files;
 }
-
-std::string real(const std::string& path) {
-  std::error_code ec;
-  const auto r = fs::canonical(path, ec);
-  return ec ? path : r.string();
-}
-
-}  // namespace
 
 SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& interpreter, const std::string& executable,
                                 std::uint64_t memory_mb) {

@@ -1,8 +1,9 @@
 // The security policy of the built-in tool packs (docs/tool-packs.md): where the file
 // tools may go and what they must never touch, which commands shell.exec may run and in
-// what walls, how often each tool may be called, and what each user sees. Read from a
-// TOML file (--policy, or $MACHINA_TOOLHOST_POLICY); without one, safe defaults: files
-// only under the workspace, no command at all, no network.
+// what walls, how Python code runs and what may be installed for it, how often each tool
+// may be called, and what each user sees. Read from a TOML file (--policy, or
+// $MACHINA_TOOLHOST_POLICY); without one, safe defaults: files only under the workspace, no
+// command at all, no network for anything a caller runs.
 #pragma once
 
 #include <sys/types.h>
@@ -65,6 +66,43 @@ struct CodePolicy {
   std::vector<std::string> default_codebases;   // what a caller without a [users] entry may search
 };
 
+/// execute_python and its installs (docs/tool-packs.md#execute_python).
+struct PythonPolicy {
+  std::string python = "python3";  // the interpreter: a name looked up on PATH, or an absolute path
+  std::string workspaces;          // where workspaces live ("": $XDG_STATE_HOME/machina-toolhost/python)
+  // What one call's code may use.
+  std::int64_t timeout_ms = 30'000;   // wall clock; its interpreter is killed after it
+  std::uint64_t cpu_seconds = 30;     // CPU time of one call (TimeoutError in the code past it)
+  std::uint64_t memory_mb = 512;      // the interpreter's address space (MemoryError past it)
+  std::uint64_t file_size_mb = 64;    // RLIMIT_FSIZE
+  std::uint64_t open_files = 256;     // RLIMIT_NOFILE
+  std::uint64_t max_code_bytes = 256 * 1024;
+  std::uint64_t max_output_bytes = 64 * 1024;  // of stdout and of stderr each; more is cut (truncated)
+  std::uint64_t max_result_bytes = 64 * 1024;  // the result's JSON; a larger one is a cut repr
+  // Warm interpreters and sessions.
+  std::uint64_t workers = 2;                 // warm interpreters for calls without a session, per workspace
+  std::uint64_t max_sessions = 8;            // live sessions in all; a new one ends the idlest idle one
+  std::int64_t session_idle_ms = 600'000;    // a session unused this long is ended
+  // What the code may read besides the interpreter's own files, its workspace's packages
+  // and its own folder (with Landlock; the lease key is hidden whatever this says).
+  std::vector<std::string> read_paths = {"/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib",
+                                         "/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo",
+                                         "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/mime.types"};
+  // Installs: pip, one package at a time, into the workspace's environment.
+  std::vector<std::string> allow = {"*"};  // package names (fnmatch globs) that may be installed; empty: none
+  std::vector<std::string> deny;           // names never installed; deny wins over allow
+  std::string index_url;                   // pip's --index-url ("": pip's own default)
+  std::vector<std::string> find_links;     // pip's --find-links: folders (absolute) or http(s) URLs
+  bool no_index = false;                   // pip's --no-index
+  bool allow_urls = false;                 // a requirement may be an https URL ("name @ https://...")
+  bool only_binary = true;                 // wheels only: no package's code runs while it installs
+  std::int64_t install_timeout_ms = 300'000;  // one pip run
+  std::uint64_t max_install_packages = 16;    // install_packages in one execute_python call
+  // sync_workspace: the caller's first root copied for the code, up to these.
+  std::uint64_t sync_max_files = 10'000;
+  std::uint64_t sync_max_bytes = 64ULL << 20;
+};
+
 /// At most `calls` calls in any `per_seconds` (a token bucket: `calls` at once, refilled
 /// evenly).
 struct RateLimit {
@@ -83,6 +121,7 @@ struct Policy {
   FilePolicy files;
   ShellPolicy shell;
   CodePolicy code;
+  PythonPolicy python;
   std::map<std::string, RateLimit> rate_limits;   // by tool name (aid or seed name)
   std::map<std::string, UserScope> users;
   std::map<std::string, std::string> codebases;   // id -> root directory
@@ -97,6 +136,9 @@ struct Policy {
   /// [code] default_codebases); null with `why` when the user may use none.
   const std::vector<std::string>* codebases_for(std::string_view user, std::string& why) const;
   bool is_protected(dev_t dev, ino_t ino) const;
+  /// The scope a user's calls belong to: the user's own name when [users] lists it, else
+  /// "" (the defaults' scope, shared by every user not listed).
+  std::string scope_of(std::string_view user) const;
 };
 
 /// Where code.search keeps its indexes by default: $XDG_CACHE_HOME/machina-toolhost/code-index,

@@ -23,6 +23,16 @@ struct SandboxPlan {
   std::string key;                    // workers with equal keys are alike
 };
 
+/// What an interpreter says of itself, asked once and remembered: its real executable
+/// (sys.executable, not a version manager's shim in front of it) and the folders of its
+/// own files (its prefixes and import path), which a confined worker must be able to read.
+struct InterpreterFiles {
+  std::string executable;
+  std::vector<std::string> paths;
+};
+/// Throws HostError when the interpreter cannot say.
+InterpreterFiles interpreter_files(const std::string& interpreter);
+
 /// `executable` is machina-toolhost (the launcher); `memory_mb` the workers' cap, watched
 /// inside the sandbox. Throws HostError when a sandbox is needed and the interpreter cannot
 /// say what it is and where its files are.

@@ -2,6 +2,7 @@
 #include <machina/runners/pack_runner.hpp>
 
 #include "packs.hpp"
+#include "python_pack.hpp"
 
 #include <machina/child_process.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
@@ -85,6 +86,33 @@ const std::vector<Entry>& entries() {
        R"({"type":"object","properties":{"query":{"type":"string"},"limit":{"type":["integer","null"]},)"
        R"("codebase_id":{"type":["string","null"]}},"required":["query"]})",
        0, {}, true},
+      {"python", "AID.PYTHON.EXECUTE.v1", "tools.python.execute", "execute_python", "python_execute", python_execute,
+       "Runs Python code (CPython) in a sandbox: no network, no new processes, writing only its own folder, with "
+       "time, CPU and memory limits. The value of the last expression is the result (like a REPL); stdout and "
+       "stderr are returned too. A session_id keeps variables between calls. install_packages installs packages "
+       "first (pip); sync_workspace copies the file tools' workspace into the code's folder first. On failure: "
+       "success false, the error, its traceback and advice.",
+       R"({"type":"object","properties":{"code":{"type":"string"},)"
+       R"("install_packages":{"type":"array","items":{"type":"string","minLength":1}},)"
+       R"("sync_workspace":{"type":"boolean"},"session_id":{"type":"string","minLength":1,"maxLength":128}},)"
+       R"("required":["code"],"additionalProperties":false})",
+       R"({"type":"object","properties":{"code":{"type":"string"},)"
+       R"("install_packages":{"type":"array","items":{"type":"string"}},"sync_workspace":{"type":"boolean"},)"
+       R"("session_id":{"type":"string"}},"required":["code"]})",
+       2, {"process"}, false},
+      {"python", "AID.PYTHON.INSTALL.v1", "tools.python.install", "install_python_package", "python_install",
+       python_install,
+       "Installs a Python package (a name with optional extras and version, like 'numpy>=1.26') with pip into "
+       "this workspace's environment, for execute_python; skips it when it is installed already. On failure: "
+       "success false with pip's error.",
+       R"({"type":"object","properties":{"package":{"type":"string","minLength":1}},"required":["package"],)"
+       R"("additionalProperties":false})",
+       R"({"type":"object","properties":{"package":{"type":"string"}},"required":["package"]})",
+       2, {"network", "fs_write"}, false},
+      {"python", "AID.PYTHON.LIST.v1", "tools.python.list", "list_python_packages", "python_list", python_list,
+       "Lists the Python packages execute_python can import in this workspace (name and version; ours also marks "
+       "those installed with install_python_package).",
+       R"({"type":"object","properties":{},"additionalProperties":false})", R"({"type":"object"})", 0, {}, true},
   };
   return list;
 }
@@ -113,14 +141,19 @@ constexpr std::size_t kMaxBuckets = 10'000;
 }  // namespace
 
 const std::vector<std::string>& PackRunner::pack_names() {
-  static const std::vector<std::string> names = {"files", "shell", "code"};
+  static const std::vector<std::string> names = {"files", "shell", "code", "python"};
   return names;
 }
 
 PackRunner::PackRunner(Policy policy, std::string executable)
-    : policy_(std::move(policy)), executable_(std::move(executable)), spawner_(std::make_unique<Spawner>()) {}
+    : policy_(std::move(policy)),
+      executable_(std::move(executable)),
+      spawner_(std::make_unique<Spawner>()),
+      python_(std::make_unique<packs::PythonPack>(policy_, executable_)) {}
 
 PackRunner::~PackRunner() = default;
+
+void PackRunner::close() { python_->close(); }
 
 std::vector<ToolInfo> PackRunner::tools(const std::vector<std::string>& wanted) const {
   std::vector<ToolInfo> out;
@@ -138,6 +171,14 @@ std::vector<ToolInfo> PackRunner::tools(const std::vector<std::string>& wanted) 
       if (name != e.aid) info.alias_of = e.aid;
       if (std::string_view(e.pack) == "shell") {
         info.default_timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(policy_.shell.timeout_ms, UINT32_MAX));
+      }
+      if (std::string_view(e.pack) == "python" && e.handler != packs::python_list) {
+        // The code's (or pip's) own limit comes first, answered as the tool's result; the
+        // call's deadline is later by what installs may take, and a little.
+        const PythonPolicy& p = policy_.python;
+        const std::int64_t ms = e.handler == packs::python_execute ? p.timeout_ms + p.install_timeout_ms + 1000
+                                                                   : p.install_timeout_ms + 1000;
+        info.default_timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(ms, UINT32_MAX));
       }
       info.plugin_path = "pack:" + std::string(e.pack);
       out.push_back(std::move(info));
@@ -204,7 +245,7 @@ RunOutcome PackRunner::run(const RunSpec& spec) {
   if (!input.is_object()) return refuse(ErrorKind::invalid_input, "InvalidInput: the input must be a JSON object");
   packs::Result r;
   try {
-    r = entry->handler(packs::Call{input, policy_, spec.user, spec, shape, executable_, spawner_.get()});
+    r = entry->handler(packs::Call{input, policy_, spec.user, spec, shape, executable_, spawner_.get(), python_.get()});
   } catch (const nlohmann::json::exception& e) {
     // A field of the wrong type the schema let through (the seed's names have loose schemas).
     return refuse(ErrorKind::invalid_input, std::string("InvalidInput: ") + e.what());

@@ -18,6 +18,8 @@ class Spawner;
 
 namespace machina::packs {
 
+class PythonPack;
+
 /// Which answer a name of a tool gives: ours (an object with every detail) or the seed's
 /// (`data` exactly as seed 002 shows it).
 enum class Shape { ours, seed };
@@ -30,6 +32,7 @@ struct Call {
   Shape shape;
   const std::string& executable;  // machina-toolhost (shell.exec's launcher); "" if unknown
   Spawner* spawner;
+  PythonPack* python;  // execute_python's workspaces and sessions (python_pack.hpp)
 };
 
 /// A handler's answer: output, or a refusal whose text starts with the seed's error type.
@@ -72,7 +75,7 @@ using Handler = Result (*)(const Call&);
 
 /// One tool of a pack, with its three names.
 struct Entry {
-  const char* pack;       // "files", "shell"
+  const char* pack;       // "files", "shell", "code", "python"
   const char* aid;        // AID.FILE.READ.v1
   const char* subject;    // tools.file.read (seed 002's NATS subject)
   const char* function;   // readFile (the function name an LLM calls)
@@ -123,5 +126,8 @@ Result file_list(const Call& c);
 Result shell_exec(const Call& c);
 Result code_grep(const Call& c);
 Result code_search(const Call& c);
+Result python_execute(const Call& c);
+Result python_install(const Call& c);
+Result python_list(const Call& c);
 
 }  // namespace machina::packs

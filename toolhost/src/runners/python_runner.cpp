@@ -118,6 +118,7 @@ struct PythonWorkerPool::Pending {
   std::int64_t deadline_ms = 0;
   State state = State::waiting;
   bool cancelled = false;  // by its caller (see cancel_call)
+  const Retire* retire = nullptr;
   Exchange result;
   std::condition_variable cv;  // settled, or it may now read its worker's answers
 };
@@ -159,6 +160,7 @@ PythonWorkerPool::PythonWorkerPool(PythonPoolOptions options)
     argv_.emplace_back("--root");
     argv_.push_back(root);
   }
+  argv_.insert(argv_.end(), options_.worker_args.begin(), options_.worker_args.end());
   reaper_ = std::thread([this] { reap_loop(); });
 }
 
@@ -179,7 +181,8 @@ std::shared_ptr<PythonWorkerPool::Worker> PythonWorkerPool::start() {
   spec.env = options_.env;
   spec.stdio = ChildSpec::Stdio::pipes;
   spec.tail_bytes = options_.stderr_tail_bytes;
-  if (!options_.roots.empty()) spec.cwd = options_.roots.front();
+  if (!options_.cwd.empty()) spec.cwd = options_.cwd;
+  else if (!options_.roots.empty()) spec.cwd = options_.roots.front();
   auto w = std::make_shared<Worker>();
   w->child = std::make_unique<ChildProcess>(spec, &spawner_);
   w->child->drain_in_background();
@@ -295,6 +298,11 @@ void PythonWorkerPool::take_answers(Worker& w) {
     call->state = Pending::State::answered;
     call->result = {Exchange::Ending::answered, w.buffer.substr(at, nl - at), {}, w.pid};
     call->cv.notify_one();
+    if (call->retire != nullptr && (*call->retire)(call->result.answer)) {
+      kill(w, "was retired after its call and replaced");
+      w.buffer.clear();
+      return;
+    }
   }
   w.buffer.erase(0, at);
   if (w.buffer.size() > options_.max_answer_bytes) {
@@ -449,9 +457,11 @@ PythonWorkerPool::Sent PythonWorkerPool::send(const std::shared_ptr<Pending>& ca
   }
 }
 
-PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::int64_t deadline_ms, CancelToken* cancel) {
+PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, const std::int64_t deadline_ms,
+                                                  CancelToken* cancel, const Retire* retire, std::int64_t run_ms) {
   auto call = std::make_shared<Pending>();
   call->deadline_ms = deadline_ms;
+  call->retire = retire;
   if (cancel != nullptr) {
     cancel->on_cancel([this, call] { cancel_call(call); });
   }
@@ -465,6 +475,7 @@ PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::in
     {
       std::lock_guard lock(mu_);
       if (call->cancelled) return {Exchange::Ending::cancelled, {}, "cancelled before it started", 0};
+      call->deadline_ms = deadline_ms;
     }
     std::string why;
     std::shared_ptr<Worker> w;
@@ -476,13 +487,17 @@ PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::in
                 "every Python worker (" + std::to_string(options_.workers) + ") was busy until the deadline", 0};
       case Sent::queued: break;
     }
+    const std::int64_t sent_ms = steady_now_ms();
     std::unique_lock lock(mu_);
+    // Its running time counts from now (the time it waited for a worker does not).
+    const std::int64_t until_ms = run_ms > 0 ? std::min(deadline_ms, sent_ms + run_ms) : deadline_ms;
+    call->deadline_ms = until_ms;
     if (call->cancelled && call->state == Pending::State::waiting) {  // (cancelled while it was being sent)
       lock.unlock();
       cancel_call(call);
       lock.lock();
     }
-    const auto until = Clock::time_point(std::chrono::milliseconds(deadline_ms));
+    const auto until = Clock::time_point(std::chrono::milliseconds(until_ms));
     while (call->state == Pending::State::waiting) {
       if (!w->reading && !w->settled) {
         read_for(*w, *call, lock);
@@ -490,7 +505,7 @@ PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::in
       } else if (call->cv.wait_until(lock, until) != std::cv_status::timeout || call->state != Pending::State::waiting) {
         continue;
       }
-      if (steady_now_ms() < deadline_ms) continue;
+      if (steady_now_ms() < until_ms) continue;
       if (!w->queue.empty() && w->queue.front() == call) {
         // Running: only killing its worker stops it.
         w->queue.pop_front();
@@ -498,7 +513,7 @@ PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, std::in
         kill(*w, "was killed at the deadline and replaced");
         return {Exchange::Ending::timed_out, {},
                 "its Python worker " + std::to_string(w->pid) + " was killed and replaced" + tail_note(w->child->tail()),
-                w->pid};
+                w->pid, true, until_ms < deadline_ms};
       }
       // Queued behind another call: the worker skips it, its deadline being past.
       call->state = Pending::State::abandoned;
@@ -534,7 +549,7 @@ void PythonWorkerPool::cancel_call(const std::shared_ptr<Pending>& call) {
       w->queue.pop_front();
       w->running_settled = true;
       call->result = {Exchange::Ending::cancelled, {}, "its Python worker " + std::to_string(w->pid) + " was killed and replaced",
-                      w->pid};
+                      w->pid, true};
       kill(*w, "was killed: its call was cancelled");
     } else {
       // Queued: the worker skips it.

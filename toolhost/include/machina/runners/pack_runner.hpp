@@ -1,8 +1,9 @@
 // The built-in tool packs (docs/tool-packs.md): file tools, shell.exec, code.grep and
-// code.search, run in the host by the pack runner, each call checked against the security
-// policy (policy.hpp) first. Every tool is reachable under our aid (AID.FILE.READ.v1 ...)
-// and under the seed's names (the NATS subject `tools.file.read` and the function name
-// `readFile`), which answer in the seed's shapes. A refusal is a structured error whose text starts
+// code.search, execute_python with its installs, run in the host by the pack runner, each
+// call checked against the security policy (policy.hpp) first. Every tool is reachable
+// under our aid (AID.FILE.READ.v1 ...) and under the seed's names (the NATS subject
+// `tools.file.read` and the function name `readFile`), which answer in the seed's shapes.
+// A refusal is a structured error whose text starts
 // with the seed's error type ("AccessDenied: ...", "NotFound: ...", "InvalidInput: ...",
 // "SystemError: ...") and whose `code` is ours (access_denied, not_found, invalid_input,
 // system_error, rate_limited; a command or a search past its time: timeout).
@@ -22,6 +23,9 @@
 namespace machina {
 
 class Spawner;
+namespace packs {
+class PythonPack;
+}
 
 class PackRunner final : public Runner {
  public:
@@ -30,12 +34,14 @@ class PackRunner final : public Runner {
   PackRunner(Policy policy, std::string executable);
   ~PackRunner() override;
 
-  /// The packs' tools (`packs`: "files", "shell", "code"; empty: all), every name of each.
+  /// The packs' tools (`packs`: "files", "shell", "code", "python"; empty: all), every name of each.
   std::vector<ToolInfo> tools(const std::vector<std::string>& packs) const;
   /// The pack names there are.
   static const std::vector<std::string>& pack_names();
 
   RunOutcome run(const RunSpec& spec) override;
+  /// Ends execute_python's workers and sessions; later calls of it end `closed`.
+  void close() override;
   std::string_view kind() const override { return "pack"; }
 
   const Policy& policy() const { return policy_; }
@@ -48,6 +54,7 @@ class PackRunner final : public Runner {
   Policy policy_;
   std::string executable_;
   std::unique_ptr<Spawner> spawner_;  // shell.exec's commands die with the host, not with a passing thread
+  std::unique_ptr<packs::PythonPack> python_;
   struct Bucket {
     double tokens = 0;
     std::chrono::steady_clock::time_point last;

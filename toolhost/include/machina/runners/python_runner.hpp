@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,8 @@ namespace machina {
 struct PythonPoolOptions {
   std::string python;               // the interpreter, an absolute path
   std::vector<std::string> roots;   // modules are imported from these first; the first is the working directory
+  std::string cwd;                  // the working directory instead of the first root ("": the first root)
+  std::vector<std::string> worker_args;  // more arguments for the worker (tool_worker.py's --module ...)
   std::vector<std::string> env;     // the workers' whole environment
   /// Argument vector that starts the interpreter inside its sandbox (the interpreter's own
   /// arguments follow it); empty: the interpreter is started directly.
@@ -53,6 +56,8 @@ class PythonWorkerPool {
     std::string answer;  // the answer line (answered)
     std::string detail;  // what happened (otherwise)
     pid_t pid = 0;       // the worker that had it
+    bool killed = false; // timed_out, cancelled: it had started, and its worker was killed for it
+    bool over_run = false;  // timed_out: at the end of its running time (run_ms), before the deadline
   };
   struct Stats {
     std::uint64_t started = 0;   // workers started
@@ -66,9 +71,15 @@ class PythonWorkerPool {
   PythonWorkerPool(const PythonWorkerPool&) = delete;
   PythonWorkerPool& operator=(const PythonWorkerPool&) = delete;
 
+  /// Whether the worker that gave this answer must take no other call (it is then killed
+  /// and replaced as soon as its answer is read, before another call can reach it).
+  using Retire = std::function<bool(std::string_view answer)>;
+
   /// Sends one request line (with its '\n') to a worker and waits for its answer until
-  /// `deadline_ms` (steady_now_ms). Thread-safe.
-  Exchange call(std::string_view line, std::int64_t deadline_ms, CancelToken* cancel = nullptr);
+  /// `deadline_ms` (steady_now_ms), and at most `run_ms` (if not 0) from when the line is sent
+  /// to its worker (with queue_depth 1: from when it starts). Thread-safe.
+  Exchange call(std::string_view line, std::int64_t deadline_ms, CancelToken* cancel = nullptr,
+                const Retire* retire = nullptr, std::int64_t run_ms = 0);
   /// Kills the worker `pid` (it broke the protocol): replaced, its queued calls sent again.
   void condemn(pid_t pid, const std::string& why);
   /// Ends every worker; later calls end `closed`. Idempotent.
