@@ -197,7 +197,7 @@ def test_every_registered_tool_is_declared_in_the_apis_shape(inprocess: md.InPro
                                                               api: str) -> None:
     tools = inprocess.host.list_tools()
     originals = {t["aid"]: t for t in tools if not t.get("alias_of")}
-    assert len(originals) == 15 and len(tools) == 33  # the built-in tools and the packs' (and their aliases)
+    assert len(originals) == 16 and len(tools) == 36  # the built-in tools and the packs' (and their aliases)
     decls = getattr(catalog, api)()
     assert decls == catalog.declarations(api)  # type: ignore[arg-type]
     json.dumps(decls)  # sendable as they are
@@ -228,7 +228,7 @@ def test_declarations_are_fresh_copies(catalog: ToolCatalog) -> None:
 def test_aliases_can_be_declared_and_tools_chosen(inprocess: md.InProcess) -> None:
     tools = inprocess.host.list_tools()
     everything = ToolCatalog(tools, include_aliases=True)
-    assert len(everything) == 33
+    assert len(everything) == 36
     assert everything.aid_for("tools-file-read") == "tools.file.read"
     assert everything.aid_for("readFile") == "readFile"
     assert everything.name_for("tools.shell.exec") == "tools-shell-exec"
