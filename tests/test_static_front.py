@@ -38,7 +38,8 @@ def test_static_build_runs_builtin_tools_with_nothing_beside_it(tmp_path: Path) 
     listing = json.loads(subprocess.run([str(lone), "--list"], capture_output=True, env=base_env(),
                                         timeout=30, check=True).stdout)
     # The built-in plugin, linked in, and the host's own tool packs.
-    assert {t["plugin"] for t in listing["tools"]} == {"built-in", "pack:files", "pack:shell", "pack:code"}
+    assert {t["plugin"] for t in listing["tools"]} == {"built-in", "pack:files", "pack:shell", "pack:code",
+                                                    "pack:python"}
 
 
 @static_only
@@ -76,7 +77,8 @@ def test_plugin_dir_override_loads_the_pack_from_there(tmp_path: Path) -> None:
     proc = subprocess.run([TOOLHOST, "--list"], capture_output=True,
                           env=base_env({"MACHINA_TOOLHOST_PLUGIN_DIR": str(tmp_path)}), timeout=30)
     plugins = {t["plugin"] for t in json.loads(proc.stdout)["tools"]}
-    assert plugins == {str(tmp_path / "machina_builtin_tools.so"), "pack:files", "pack:shell", "pack:code"}
+    assert plugins == {str(tmp_path / "machina_builtin_tools.so"), "pack:files", "pack:shell", "pack:code",
+                       "pack:python"}
 
 
 def test_isolated_workers_register_the_same_builtin_tools() -> None:

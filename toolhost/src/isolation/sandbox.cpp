@@ -2,6 +2,8 @@
 #include <machina/errors.hpp>
 #include <machina/isolation/sandbox.hpp>
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/securebits.h>
@@ -61,9 +63,18 @@ void enter(const Walls& walls) {
   const int more = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (walls.own_network ? CLONE_NEWNET : 0);
   if (::unshare(more) != 0) fail("cannot create the mount, PID and IPC namespaces");
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail("cannot make mounts private");
+  // Each file once, however many names it is given by (a denied name that is also the
+  // lease key): looked at before anything is covered, since a covered file looks like /dev/null.
+  std::vector<std::pair<std::string, struct stat>> to_hide;
   for (const auto& path : walls.hidden_files) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) continue;  // nothing there to hide
+    const bool seen = std::any_of(to_hide.begin(), to_hide.end(), [&](const auto& h) {
+      return h.second.st_dev == st.st_dev && h.second.st_ino == st.st_ino;
+    });
+    if (!seen) to_hide.emplace_back(path, st);
+  }
+  for (const auto& [path, st] : to_hide) {
     if (S_ISDIR(st.st_mode)) {
       // A directory: covered by an empty, read-only one.
       if (::mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") != 0)
