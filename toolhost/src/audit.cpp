@@ -264,6 +264,16 @@ void audit_digest_into(std::string& out, std::string_view input_json, bool input
   out.append(input_cut ? " bytes>\"}" : " bytes, not digested>\"}");
 }
 
+std::string audit_iso_time(std::int64_t unix_ms) {
+  const time_t secs = static_cast<time_t>(unix_ms / 1000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
+                t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(unix_ms % 1000));
+  return buf;
+}
+
 std::string audit_digest(std::string_view input_json, bool input_cut, std::string* path) {
   std::string out;
   audit_digest_into(out, input_json, input_cut, path);
@@ -296,16 +306,6 @@ std::int64_t realtime_minus_steady_ns() {
   clock_gettime(CLOCK_REALTIME, &rt);
   clock_gettime(CLOCK_MONOTONIC, &mono);
   return (static_cast<std::int64_t>(rt.tv_sec) - mono.tv_sec) * 1'000'000'000 + (rt.tv_nsec - mono.tv_nsec);
-}
-
-std::string iso_time(std::int64_t unix_ms) {
-  const time_t secs = static_cast<time_t>(unix_ms / 1000);
-  tm t{};
-  gmtime_r(&secs, &t);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
-                t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(unix_ms % 1000));
-  return buf;
 }
 
 constexpr const char* kSchema = "machina-toolhost audit 1";
@@ -693,7 +693,7 @@ class AuditLog::Writer {
     std::string line;
     for (std::size_t i = 0; i < n_ && jsonl_ != nullptr; ++i) {
       const Row& r = rows_[i];
-      line = "{\"time\":\"" + iso_time(r.ts_ms) + "\",\"ts_ms\":" + std::to_string(r.ts_ms) + ",\"tool\":";
+      line = "{\"time\":\"" + audit_iso_time(r.ts_ms) + "\",\"ts_ms\":" + std::to_string(r.ts_ms) + ",\"tool\":";
       append_json_string(line, r.aid);
       line += ",\"front\":\"" + std::string(front_name(r.front)) + "\",\"user\":";
       if (r.user.empty()) line += "null";
@@ -866,11 +866,13 @@ void AuditLog::record(const AuditCall& call) {
   char* p = b.data.p.get() + b.data.size;
   std::memcpy(p, &h, sizeof h);
   p += sizeof h;
-  std::memcpy(p, call.aid.data(), h.aid_len);
-  p += h.aid_len;
-  std::memcpy(p, call.user.data(), h.user_len);
-  p += h.user_len;
-  std::memcpy(p, call.input_json.data(), h.input_len);
+  // An empty view may hold a null pointer, which memcpy must not be given even for 0 bytes.
+  const std::string_view parts[] = {call.aid.substr(0, h.aid_len), call.user.substr(0, h.user_len),
+                                    call.input_json.substr(0, h.input_len)};
+  for (const std::string_view part : parts) {
+    if (!part.empty()) std::memcpy(p, part.data(), part.size());
+    p += part.size();
+  }
   b.data.size += need;
   b.release();
   if (wake) {

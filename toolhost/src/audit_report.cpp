@@ -19,16 +19,6 @@ namespace machina {
 
 namespace {
 
-std::string iso(std::int64_t unix_ms) {
-  const time_t secs = static_cast<time_t>(unix_ms / 1000);
-  tm t{};
-  gmtime_r(&secs, &t);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
-                t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(unix_ms % 1000));
-  return buf;
-}
-
 /// The nearest-rank percentile of `n` sorted values: the value at rank ceil(p/100 · n).
 std::size_t rank_of(double p, std::size_t n) {
   return std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(n))));
@@ -104,8 +94,8 @@ nlohmann::json audit_report(const AuditReportOptions& o) {
     };
     nlohmann::json out;
     out["db"] = o.db_path;
-    out["since"] = o.since_ms ? nlohmann::json(iso(*o.since_ms)) : nlohmann::json(nullptr);
-    out["until"] = o.until_ms ? nlohmann::json(iso(*o.until_ms)) : nlohmann::json(nullptr);
+    out["since"] = o.since_ms ? nlohmann::json(audit_iso_time(*o.since_ms)) : nlohmann::json(nullptr);
+    out["until"] = o.until_ms ? nlohmann::json(audit_iso_time(*o.until_ms)) : nlohmann::json(nullptr);
 
     auto totals = ranged(
         "SELECT count(*), coalesce(sum(k.code != 'ok'), 0), min(c.ts_ms), max(c.ts_ms) FROM calls c"
@@ -115,8 +105,8 @@ nlohmann::json audit_report(const AuditReportOptions& o) {
     out["calls"] = calls;
     out["errors"] = totals.integer(1);
     out["error_rate"] = calls > 0 ? static_cast<double>(totals.integer(1)) / static_cast<double>(calls) : 0.0;
-    out["first_call"] = calls > 0 ? nlohmann::json(iso(totals.integer(2))) : nlohmann::json(nullptr);
-    out["last_call"] = calls > 0 ? nlohmann::json(iso(totals.integer(3))) : nlohmann::json(nullptr);
+    out["first_call"] = calls > 0 ? nlohmann::json(audit_iso_time(totals.integer(2))) : nlohmann::json(nullptr);
+    out["last_call"] = calls > 0 ? nlohmann::json(audit_iso_time(totals.integer(3))) : nlohmann::json(nullptr);
 
     // Per tool: calls, errors, their types, latency percentiles (every tool; sorted by use).
     struct ToolRow {

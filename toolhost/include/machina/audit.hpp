@@ -112,6 +112,9 @@ class AuditLog {
   std::thread thread_;
 };
 
+/// Milliseconds since the epoch as UTC ISO 8601 with milliseconds (2026-11-25T14:30:05.123Z).
+std::string audit_iso_time(std::int64_t unix_ms);
+
 /// What `machina-toolhost audit report` answers: calls in [since, until) (unix ms; none:
 /// unbounded), the `top` most used tools, accessed paths and active users, and for every
 /// tool its calls, error rate, errors by type and latency percentiles (nearest rank).

@@ -207,14 +207,9 @@ Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::
   child.env = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
   child.fds = {{listed.get(), kListFd}};
   child.stdio = ChildSpec::Stdio::pipes;
-  std::unique_ptr<ChildProcess> proc;
-  try {
-    proc = std::make_unique<ChildProcess>(child, c.spawner);
-  } catch (const HostError& e) {
-    return system_error(std::string("cannot start ripgrep: ") + e.what());
-  }
-  proc->close_input();
-  proc->drain_in_background();
+  Result not_started;
+  const std::unique_ptr<ChildProcess> proc = start_rg(child, c.spawner, not_started);
+  if (!proc) return not_started;
   std::vector<std::string> names;
   const std::uint64_t cap = policy.code.max_index_files;
   {

@@ -50,6 +50,19 @@ std::string cut(const std::string& text, std::size_t n) {
 
 }  // namespace
 
+std::unique_ptr<ChildProcess> start_rg(const ChildSpec& child, Spawner* spawner, Result& failed) {
+  std::unique_ptr<ChildProcess> proc;
+  try {
+    proc = std::make_unique<ChildProcess>(child, spawner);
+  } catch (const HostError& e) {
+    failed = system_error(std::string("cannot start ripgrep: ") + e.what());
+    return nullptr;
+  }
+  proc->close_input();
+  proc->drain_in_background();
+  return proc;
+}
+
 std::string find_rg(const Policy& policy, const std::string& executable) {
   if (!policy.code.rg.empty()) return runnable(policy.code.rg) ? policy.code.rg : std::string();
   std::vector<std::string> dirs;
@@ -136,14 +149,9 @@ Result code_grep(const Call& c) {
 
   const std::int64_t started = now_ms();
   const std::int64_t deadline = c.spec.deadline_ms;
-  std::unique_ptr<ChildProcess> proc;
-  try {
-    proc = std::make_unique<ChildProcess>(child, c.spawner);
-  } catch (const HostError& e) {
-    return system_error(std::string("cannot start ripgrep: ") + e.what());
-  }
-  proc->close_input();
-  proc->drain_in_background();
+  Result not_started;
+  const std::unique_ptr<ChildProcess> proc = start_rg(child, c.spawner, not_started);
+  if (!proc) return not_started;
   if (c.spec.cancel != nullptr) c.spec.cancel->on_cancel([p = proc.get()] { p->kill(); });
 
   // What rg says, a JSON message a line; matches are kept as they come.

@@ -8,12 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace machina {
 class Spawner;
+class ChildProcess;
+struct ChildSpec;
 }
 
 namespace machina::packs {
@@ -114,6 +117,10 @@ bool denied_by_name(const Policy& policy, const std::vector<std::string>& parts)
 /// ripgrep: the policy's, else beside `executable` or this program (or in a bin/ above
 /// them), else on PATH; "" when there is none.
 std::string find_rg(const Policy& policy, const std::string& executable);
+
+/// Starts ripgrep as `child` says, its input closed and its stderr drained; null with
+/// `failed` set (a SystemError) if it cannot start.
+std::unique_ptr<ChildProcess> start_rg(const ChildSpec& child, Spawner* spawner, Result& failed);
 
 /// The paths beneath `root` that match the policy's deny globs (not looked into further),
 /// looking at up to `cap` names; false past the cap.
