@@ -628,7 +628,7 @@ def audit(ctx: Ctx) -> Section:
             seconds = file_fed(cmd, src, out, n).seconds
             if on:
                 con = sqlite3.connect(db)
-                got = con.execute("SELECT count(*) FROM calls").fetchone()[0]
+                got = con.execute("SELECT coalesce(sum(n), 0) FROM batches").fetchone()[0]
                 con.close()
                 if got != counted[name] + n:
                     raise RuntimeError(f"{name}: {got - counted[name]} calls added to the store for {n} made")

@@ -38,6 +38,21 @@ def serve(lines: list[dict[str, Any]], *args: str, cwd: Path | None = None,
     return [json.loads(x) for x in proc.stdout.decode().splitlines()]
 
 
+def age(db: Path, call_ids: range, days: int) -> None:
+    """Makes the calls `call_ids` (their ids in the view `calls`) older by `days`, in place:
+    a call's time is its batch's base_ms plus its first number."""
+    con = sqlite3.connect(db)
+    for call_id in call_ids:
+        n = con.execute("UPDATE batches SET calls = json_set(calls, '$[' || (?1 - first_call) || '][0]',"
+                        " json_extract(calls, '$[' || (?1 - first_call) || '][0]') - ?2)"
+                        " WHERE ?1 >= first_call AND ?1 < first_call + n", (call_id, days * 86_400_000)).rowcount
+        assert n == 1, f"no call {call_id}"
+    con.execute("UPDATE batches SET min_ms = base_ms + (SELECT min(json_extract(value, '$[0]')) FROM json_each(calls)),"
+                " max_ms = base_ms + (SELECT max(json_extract(value, '$[0]')) FROM json_each(calls))")
+    con.commit()
+    con.close()
+
+
 def report(db: Path, *args: str) -> dict[str, Any]:
     proc = subprocess.run([TOOLHOST, "audit", "report", "--db", str(db), "--format", "json", *args],
                           capture_output=True, timeout=60)
@@ -194,10 +209,7 @@ def test_the_report_answers_the_seeds_questions(store: Path, ws: Path, misbehavi
 
 def test_the_report_takes_a_time_range(store: Path, ws: Path) -> None:
     serve([{"aid": "AID.ECHO.v1", "input_json": "{}"}] * 3, "--audit-db", str(store), cwd=ws)
-    con = sqlite3.connect(store)
-    con.execute("UPDATE calls SET ts_ms = ts_ms - 3 * 86400000 WHERE rowid = 1")  # one call three days ago
-    con.commit()
-    con.close()
+    age(store, range(1, 2), days=3)  # one call three days ago
     assert report(store)["calls"] == 3
     assert report(store, "--since", "24h")["calls"] == 2
     assert report(store, "--until", "2d")["calls"] == 1
@@ -212,10 +224,7 @@ def test_the_report_takes_a_time_range(store: Path, ws: Path) -> None:
 def test_retention_keeps_the_store_bounded(store: Path, ws: Path) -> None:
     serve([{"aid": "AID.ECHO.v1", "input_json": json.dumps({"path": f"f{i}"})} for i in range(30)],
           "--audit-db", str(store), cwd=ws)
-    con = sqlite3.connect(store)
-    con.execute("UPDATE calls SET ts_ms = ts_ms - 10 * 86400000 WHERE rowid <= 5")  # five calls ten days old
-    con.commit()
-    con.close()
+    age(store, range(1, 6), days=10)  # five calls ten days old
     # A host starting on the store applies its bounds: older than 7 days, and past the newest 20.
     serve([{"aid": "AID.ECHO.v1", "input_json": "{}"}], "--audit-db", str(store), "--audit-retention-days", "7",
           "--audit-max-rows", "20", cwd=ws)

@@ -235,7 +235,7 @@ def test_the_audit_store_is_out_of_every_tools_reach(lab: Lab, walls: None) -> N
         call(LIST, path=str(lab.audit.parent)), call(GREP, pattern="AID", path=str(lab.audit.parent)),
         call(EXEC, command="cat", args=[store]), call(EXEC, command="ls", args=[str(lab.audit.parent)]),
         call(PYTHON, code=f"open({store!r}, 'rb').read(100)"),
-        call(PYTHON, code=f"import sqlite3\nsqlite3.connect({store!r}).execute('delete from calls')"))
+        call(PYTHON, code=f"import sqlite3\nsqlite3.connect({store!r}).execute('delete from batches')"))
     assert [a["code"] for a in answers[:5]] == ["access_denied"] * 5
     assert output(answers[5])["exit_code"] != 0 and output(answers[6])["exit_code"] != 0
     assert [output(a)["success"] for a in answers[7:]] == [False, False]

@@ -106,6 +106,31 @@ TEST_CASE("calls recorded from many threads are all written, in one store") {
   CHECK(count(db, "SELECT count(*) FROM call_log WHERE tool = 'AID.LATE.v1'") == 1);
 }
 
+TEST_CASE("calls of one shape share a row of batches; the view gives each call its own numbers") {
+  TempDir dir;
+  const std::string db = dir.path.string() + "/a.db";
+  {
+    AuditOptions o;
+    o.db_path = db;
+    AuditLog log(o);
+    for (int i = 0; i < 3000; ++i) {
+      AuditCall c = call("AID.S.v1", R"({"i":1})", i);
+      c.output_bytes = static_cast<std::size_t>(i) * 2;
+      log.record(c);
+    }
+    log.record(call("AID.OTHER.v1", "{}"));
+  }
+  CHECK(count(db, "SELECT coalesce(sum(n), 0) FROM batches") == 3001);
+  CHECK(count(db, "SELECT count(*) FROM batches") >= 4);  // at most 1024 calls a row
+  CHECK(count(db, "SELECT max(n) FROM batches") <= 1024);
+  CHECK(count(db, "SELECT count(*) FROM calls") == 3001);
+  CHECK(count(db, "SELECT count(DISTINCT id) FROM calls") == 3001);
+  CHECK(count(db, "SELECT count(*) FROM call_log WHERE tool = 'AID.S.v1' AND output_bytes = 2 * duration_us") == 3000);
+  CHECK(count(db, "SELECT sum(duration_us) FROM call_log WHERE tool = 'AID.S.v1'") == 2999 * 3000 / 2);
+  CHECK(count(db, "SELECT count(*) FROM calls c JOIN batches b ON c.id >= b.first_call AND c.id < b.first_call + b.n"
+                  " WHERE c.ts_ms < b.min_ms OR c.ts_ms > b.max_ms") == 0);
+}
+
 TEST_CASE("the store keeps at most max_rows calls, the newest") {
   TempDir dir;
   AuditOptions o;
@@ -116,7 +141,7 @@ TEST_CASE("the store keeps at most max_rows calls, the newest") {
     for (int i = 0; i < 250; ++i) log.record(call("AID.X.v1", "{\"i\":" + std::to_string(i) + "}"));
   }
   CHECK(count(o.db_path, "SELECT count(*) FROM calls") == 100);
-  CHECK(count(o.db_path, "SELECT min(rowid) FROM calls") == 151);
+  CHECK(count(o.db_path, "SELECT min(id) FROM calls") == 151);
 }
 
 TEST_CASE("bad settings and foreign files are refused") {

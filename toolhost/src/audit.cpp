@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -308,10 +309,9 @@ std::int64_t realtime_minus_steady_ns() {
   return (static_cast<std::int64_t>(rt.tv_sec) - mono.tv_sec) * 1'000'000'000 + (rt.tv_nsec - mono.tv_nsec);
 }
 
-constexpr const char* kSchema = "machina-toolhost audit 1";
 constexpr std::size_t kWakeBytes = 256 * 1024;
-constexpr int kRowsPerInsert = 32;
-constexpr int kColumns = 5;
+constexpr std::int64_t kCallsPerBatch = 1024;  // calls in one row of `batches` at most
+constexpr std::size_t kMaxOpenBatches = 4096;  // batches built at once (then written)
 constexpr std::size_t kMaxCachedNames = 100'000;
 
 }  // namespace
@@ -373,40 +373,50 @@ class AuditLog::Writer {
     if (jsonl_ != nullptr) std::fclose(jsonl_);
   }
 
-  /// Writes the records in `chunks` (each a run of RecordHead + bytes), in one transaction,
-  /// a few hundred rows at a time; returns how many.
+  /// Writes the records in `chunks` (each a run of RecordHead + bytes) in one transaction;
+  /// returns how many.
   std::size_t write(const std::vector<const AuditBytes*>& chunks) {
     const std::int64_t offset_ns = realtime_minus_steady_ns();
     std::size_t total = 0;
     std::optional<sql::Transaction> tx;
     try {
-      if (db_.is_open()) tx.emplace(db_);
-      n_ = 0;
+      if (db_.is_open()) {
+        tx.emplace(db_);
+        next_call_ = next_call_id();
+      }
+      Call prev;
       for (const auto* chunk : chunks) {
         const char* p = chunk->data();
         const char* end = p + chunk->size;
         while (p < end) {
-          RecordHead h;
-          std::memcpy(&h, p, sizeof h);
-          p += sizeof h;
-          Row& row = rows_[n_++];  // (reused: its strings keep their capacity)
-          row.ts_ms = (h.ended_ns + offset_ns) / 1'000'000;
-          row.aid.assign(p, h.aid_len);
-          p += h.aid_len;
-          row.user.assign(p, h.user_len);
-          p += h.user_len;
-          digest(std::string_view(p, h.input_len), (h.flags & kCut) != 0, row);
-          p += h.input_len;
-          row.front = static_cast<Front>(h.front);
-          row.kind = static_cast<ErrorKind>(h.kind);
-          row.hit = (h.flags & kHit) != 0;
-          row.duration_us = std::max<std::int64_t>(0, (h.ended_ns - h.started_ns) / 1000);
-          row.input_bytes = h.input_bytes;
-          row.output_bytes = h.output_bytes;
-          if (n_ == rows_.size()) total += put_rows();
+          Call c;
+          std::memcpy(&c.head, p, sizeof c.head);
+          p += sizeof c.head;
+          c.aid = std::string_view(p, c.head.aid_len);
+          p += c.head.aid_len;
+          c.user = std::string_view(p, c.head.user_len);
+          p += c.head.user_len;
+          c.input = std::string_view(p, c.head.input_len);
+          p += c.head.input_len;
+          c.ts_ms = (c.head.ended_ns + offset_ns) / 1'000'000;
+          c.duration_us = std::max<std::int64_t>(0, (c.head.ended_ns - c.head.started_ns) / 1000);
+          // Agents repeat calls: one like the last needs no digest, no names, no lookups.
+          if (total == 0 || !c.same_call(prev)) {
+            digest(c.input, (c.head.flags & kCut) != 0);
+            // (a new input often digests as the last one did: the same shape again)
+            if (db_.is_open() && (total == 0 || !c.same_but_input(prev) || args_ != shape_args_)) {
+              batch_ = batch_for(shape_id(c));
+              shape_args_ = args_;
+            }
+          }
+          if (db_.is_open()) add(batches_[batch_], c);
+          if (jsonl_ != nullptr) jsonl_line(c);
+          prev = c;
+          ++total;
         }
       }
-      total += put_rows();
+      put_batches();
+      if (jsonl_ != nullptr) put_jsonl(jsonl_text_);
       if (tx) {
         tx->commit();
         since_prune_ += total;
@@ -416,12 +426,10 @@ class AuditLog::Writer {
     } catch (const sql::Error& e) {
       // The store is full or broken: say so (once a minute at most) and keep serving.
       tx.reset();  // rolled back: the ids it added are gone too
-      args_ids_.clear();
-      shape_ids_.clear();
-      tool_ids_.clear();
-      user_ids_.clear();
-      front_names_.clear();
-      front_ids_.fill(-1);
+      forget_ids();
+      open_batches_ = 0;
+      batch_of_shape_.clear();
+      jsonl_text_.clear();
       std::size_t lost = 0;
       for (const auto* chunk : chunks) lost += count_records(*chunk);
       complain(std::string("audit store ") + options_.db_path + ": " + e.what() + " (" + std::to_string(lost) +
@@ -454,34 +462,53 @@ class AuditLog::Writer {
   }
 
  private:
-  struct Row {
-    std::int64_t ts_ms = 0;
-    std::string aid, user, path, args;
-    Front front = Front::unknown;
-    ErrorKind kind = ErrorKind::none;
-    bool hit = false;
-    std::int64_t duration_us = 0;
-    std::uint64_t input_bytes = 0, output_bytes = 0;
+  /// One record, read in place from a thread's buffer.
+  struct Call {
+    RecordHead head{};
+    std::string_view aid, user, input;
+    std::int64_t ts_ms = 0, duration_us = 0;
+
+    bool same_but_input(const Call& o) const {
+      return head.front == o.head.front && head.kind == o.head.kind && head.flags == o.head.flags && aid == o.aid &&
+             user == o.user;
+    }
+    bool same_call(const Call& o) const { return same_but_input(o) && input == o.input; }
   };
-  /// The digest of an input, remembered for short inputs seen again (agents repeat calls).
-  void digest(std::string_view input, bool cut, Row& row) {
+
+  /// The calls of one shape in this pass, as the JSON text of a `batches` row.
+  struct Batch {
+    std::int64_t shape = 0, base_ms = 0, min_ms = 0, max_ms = 0;
+    std::int64_t n = 0;
+    std::string calls;  // "[[ts_ms - base_ms, duration_us, input_bytes, output_bytes], ..."
+  };
+
+  /// The digest of an input into args_/path_, remembered for short inputs seen again (in
+  /// a table of fixed slots whose strings keep their memory: nothing is allocated once warm).
+  void digest(std::string_view input, bool cut) {
     if (cut || input.size() > kMaxCachedInput) {
-      audit_digest_into(row.args, input, cut, &row.path);
+      audit_digest_into(args_, input, cut, &path_);
       return;
     }
-    if (const auto it = digests_.find(input); it != digests_.end()) {
-      row.args = it->second.first;
-      row.path = it->second.second;
+    DigestSlot& slot = digests_[std::hash<std::string_view>{}(input) % digests_.size()];
+    if (slot.used && slot.input == input) {
+      args_ = slot.args;
+      path_ = slot.path;
       return;
     }
-    audit_digest_into(row.args, input, cut, &row.path);
-    if (digests_.size() >= kMaxCachedDigests) digests_.clear();
-    digests_.emplace(std::string(input), std::make_pair(row.args, row.path));
+    audit_digest_into(args_, input, cut, &path_);
+    slot.used = true;
+    slot.input = input;
+    slot.args = args_;
+    slot.path = path_;
   }
 
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
   /// Ids of names (tools, users) and digests already in the database, bounded: past the
   /// bound the cache starts again (the tables keep everything).
-  using Ids = std::unordered_map<std::string, std::int64_t>;
+  using Ids = std::unordered_map<std::string, std::int64_t, Hash, std::equal_to<>>;
 
   void open_db() {
     try {
@@ -498,13 +525,15 @@ class AuditLog::Writer {
         }
       }
       db_.exec("PRAGMA synchronous=NORMAL");
-      // A checkpoint (and its fsync) every 16 MiB of log rather than every 4.
-      db_.exec("PRAGMA wal_autocheckpoint=4096");
+      // A checkpoint (and its fsync) every MiB of log: what it copies is still in the cache,
+      // and closing the store has little left to copy (measured: a little faster than 4 or 16).
+      db_.exec("PRAGMA wal_autocheckpoint=256");
       // Set up in one write transaction: hosts starting together on one store take turns.
       sql::Transaction setup(db_);
-      // A call is a row of numbers; what repeats (tool, front, user, status, the digest of
-      // its arguments) is stored once, in tables of their own, and the view call_log joins
-      // it back.
+      // What repeats (tool, front, user, status, the digest of its arguments) is stored
+      // once, in tables of its own. The calls of one shape written together are one row of
+      // `batches`, their numbers a JSON array; the views `calls` and `call_log` give a row
+      // per call.
       db_.exec(
           "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
           "CREATE TABLE IF NOT EXISTS tools(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
@@ -517,9 +546,14 @@ class AuditLog::Writer {
           "CREATE TABLE IF NOT EXISTS shapes(id INTEGER PRIMARY KEY, tool INTEGER NOT NULL, front INTEGER NOT NULL,"
           " user INTEGER NOT NULL, code INTEGER NOT NULL, args INTEGER NOT NULL, idempotent_hit INTEGER NOT NULL,"
           " UNIQUE(tool, front, user, code, args, idempotent_hit));"
-          "CREATE TABLE IF NOT EXISTS calls(ts_ms INTEGER NOT NULL, shape INTEGER NOT NULL,"
-          " duration_us INTEGER NOT NULL, input_bytes INTEGER NOT NULL, output_bytes INTEGER NOT NULL);"
-          "CREATE VIEW IF NOT EXISTS call_log AS SELECT c.rowid AS id, c.ts_ms,"
+          "CREATE TABLE IF NOT EXISTS batches(id INTEGER PRIMARY KEY, first_call INTEGER NOT NULL,"
+          " shape INTEGER NOT NULL, n INTEGER NOT NULL, base_ms INTEGER NOT NULL, min_ms INTEGER NOT NULL,"
+          " max_ms INTEGER NOT NULL, calls TEXT NOT NULL);"
+          "CREATE VIEW IF NOT EXISTS calls AS SELECT b.first_call + j.key AS id,"
+          " b.base_ms + json_extract(j.value, '$[0]') AS ts_ms, b.shape AS shape,"
+          " json_extract(j.value, '$[1]') AS duration_us, json_extract(j.value, '$[2]') AS input_bytes,"
+          " json_extract(j.value, '$[3]') AS output_bytes FROM batches b, json_each(b.calls) j;"
+          "CREATE VIEW IF NOT EXISTS call_log AS SELECT c.id, c.ts_ms,"
           " strftime('%Y-%m-%dT%H:%M:%fZ', c.ts_ms / 1000.0, 'unixepoch') AS time, t.name AS tool, f.name AS front,"
           " u.name AS user, k.status, k.code, k.error_type, c.duration_us, c.input_bytes, c.output_bytes,"
           " s.idempotent_hit, a.path, a.digest AS args FROM calls c JOIN shapes s ON s.id = c.shape"
@@ -527,18 +561,16 @@ class AuditLog::Writer {
           " JOIN codes k ON k.id = s.code JOIN args a ON a.id = s.args;");
       auto schema = db_.prepare("SELECT value FROM meta WHERE key = 'schema'");
       if (schema.step()) {
-        if (schema.text(0) != kSchema) {
-          throw sql::Error("it holds '" + std::string(schema.text(0)) + "', not '" + kSchema + "'");
+        if (schema.text(0) != kAuditSchema) {
+          throw sql::Error("it holds '" + std::string(schema.text(0)) + "', not '" + std::string(kAuditSchema) + "'");
         }
         schema.reset();  // (a statement left open would hold its read snapshot)
       } else {
-        db_.prepare("INSERT INTO meta VALUES('schema', ?)").bind(1, std::string_view(kSchema)).run();
+        db_.prepare("INSERT INTO meta VALUES('schema', ?)").bind(1, kAuditSchema).run();
       }
-      std::string values = "(?,?,?,?,?)";
-      std::string many = "INSERT INTO calls VALUES" + values;
-      for (int i = 1; i < kRowsPerInsert; ++i) many += "," + values;
-      insert_one_ = db_.prepare("INSERT INTO calls VALUES" + values);
-      insert_many_ = db_.prepare(many);
+      insert_batch_ = db_.prepare(
+          "INSERT INTO batches(first_call, shape, n, base_ms, min_ms, max_ms, calls) VALUES(?, ?, ?, ?, ?, ?, ?)");
+      last_batch_ = db_.prepare("SELECT first_call + n FROM batches ORDER BY id DESC LIMIT 1");
       for (const char* table : {"tools", "fronts", "users"}) {
         add_name_[table] = db_.prepare(std::string("INSERT OR IGNORE INTO ") + table + "(name) VALUES(?)");
         find_name_[table] = db_.prepare(std::string("SELECT id FROM ") + table + " WHERE name = ?");
@@ -567,15 +599,22 @@ class AuditLog::Writer {
         code_by_kind_.at(static_cast<std::size_t>(info.kind)) = by_code.at(std::string(info.code));
       }
       front_ids_.fill(-1);
-      // Calls are appended in time order: the old ones are a prefix of the rowids. One
-      // range goes: below the first call young enough (all, if none is), and below the
-      // newest max_rows. Digests no call refers to any more go after them.
-      retention_ = db_.prepare(
-          "DELETE FROM calls WHERE rowid < max("
-          "coalesce((SELECT rowid FROM calls WHERE ts_ms >= ?1 ORDER BY rowid LIMIT 1),"
-          " (SELECT coalesce(max(rowid), 0) + 1 FROM calls)),"
-          " (SELECT coalesce(max(rowid), 0) FROM calls) - ?2 + 1)");
-      orphan_shapes_ = db_.prepare("DELETE FROM shapes WHERE id NOT IN (SELECT DISTINCT shape FROM calls)");
+      // Batches are appended in time order and their calls numbered on: the old ones are a
+      // prefix. A batch goes once its newest call is older than the retention; past the
+      // newest max_rows calls whole batches go, and the one across the line loses its
+      // older calls. Shapes and digests no call refers to any more go after them.
+      // (Each finds its line from the oldest batch on: in steady state it looks at one row.)
+      expire_ = db_.prepare(
+          "DELETE FROM batches WHERE id < coalesce((SELECT id FROM batches WHERE max_ms >= ?1 ORDER BY id LIMIT 1),"
+          " (SELECT coalesce(max(id), 0) + 1 FROM batches))");
+      drop_old_ = db_.prepare(
+          "DELETE FROM batches WHERE id < coalesce((SELECT id FROM batches WHERE first_call + n > ?1 ORDER BY id"
+          " LIMIT 1), (SELECT coalesce(max(id), 0) + 1 FROM batches))");
+      trim_ = db_.prepare(
+          "UPDATE batches SET calls = (SELECT json_group_array(json(j.value)) FROM json_each(batches.calls) j"
+          " WHERE j.key >= ?1 - batches.first_call), n = n - (?1 - first_call), first_call = ?1"
+          " WHERE id = (SELECT min(id) FROM batches) AND first_call < ?1");
+      orphan_shapes_ = db_.prepare("DELETE FROM shapes WHERE id NOT IN (SELECT DISTINCT shape FROM batches)");
       orphan_args_ = db_.prepare("DELETE FROM args WHERE id NOT IN (SELECT DISTINCT args FROM shapes)");
       prune();
       setup.commit();
@@ -593,7 +632,16 @@ class AuditLog::Writer {
     jsonl_bytes_ = ::fstat(fileno(jsonl_), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
   }
 
-  std::int64_t name_id(const char* table, Ids& cache, const std::string& name) {
+  void forget_ids() {
+    args_ids_.clear();
+    shape_ids_.clear();
+    tool_ids_.clear();
+    user_ids_.clear();
+    front_names_.clear();
+    front_ids_.fill(-1);
+  }
+
+  std::int64_t name_id(const char* table, Ids& cache, std::string_view name) {
     if (auto it = cache.find(name); it != cache.end()) return it->second;
     if (cache.size() >= kMaxCachedNames) cache.clear();
     add_name_[table].bind(1, name, true).run();
@@ -606,31 +654,31 @@ class AuditLog::Writer {
     return id;
   }
 
-  std::int64_t args_id(const Row& r) {
-    if (auto it = args_ids_.find(r.args); it != args_ids_.end()) return it->second;
+  std::int64_t args_id() {
+    if (auto it = args_ids_.find(args_); it != args_ids_.end()) return it->second;
     if (args_ids_.size() >= kMaxCachedNames) args_ids_.clear();
-    add_args_.bind(1, r.args, true);
-    if (r.path.empty()) add_args_.bind_null(2);
-    else add_args_.bind(2, r.path, true);
+    add_args_.bind(1, args_, true);
+    if (path_.empty()) add_args_.bind_null(2);
+    else add_args_.bind(2, path_, true);
     add_args_.run();
-    find_args_.bind(1, r.args, true);
+    find_args_.bind(1, args_, true);
     if (!find_args_.step()) throw sql::Error("no id for a digest");
     const std::int64_t id = find_args_.integer(0);
     find_args_.reset();
-    args_ids_.emplace(r.args, id);
+    args_ids_.emplace(args_, id);
     return id;
   }
 
   std::int64_t front_id(Front f) {
     std::int64_t& id = front_ids_.at(static_cast<std::size_t>(f));
-    if (id < 0) id = name_id("fronts", front_names_, std::string(front_name(f)));
+    if (id < 0) id = name_id("fronts", front_names_, front_name(f));
     return id;
   }
 
-  std::int64_t shape_id(const Row& r) {
-    Shape key{name_id("tools", tool_ids_, r.aid), front_id(r.front),
-              r.user.empty() ? 0 : name_id("users", user_ids_, r.user),
-              code_by_kind_.at(static_cast<std::size_t>(r.kind)), args_id(r), r.hit ? 1 : 0};
+  std::int64_t shape_id(const Call& c) {
+    Shape key{name_id("tools", tool_ids_, c.aid), front_id(static_cast<Front>(c.head.front)),
+              c.user.empty() ? 0 : name_id("users", user_ids_, c.user), code_by_kind_.at(c.head.kind), args_id(),
+              (c.head.flags & kHit) != 0 ? 1 : 0};
     if (auto it = shape_ids_.find(key); it != shape_ids_.end()) return it->second;
     if (shape_ids_.size() >= kMaxCachedNames) shape_ids_.clear();
     for (auto* st : {&add_shape_, &find_shape_}) {
@@ -644,31 +692,68 @@ class AuditLog::Writer {
     return id;
   }
 
-  void bind_row(sql::Stmt& st, int base, const Row& r) {
-    st.bind(base + 1, r.ts_ms);
-    st.bind(base + 2, shape_id(r));
-    st.bind(base + 3, r.duration_us);
-    st.bind(base + 4, static_cast<std::int64_t>(r.input_bytes));
-    st.bind(base + 5, static_cast<std::int64_t>(r.output_bytes));
+  /// The number the next call written gets (inside the write transaction: hosts sharing
+  /// the store number on from each other).
+  std::int64_t next_call_id() {
+    const std::int64_t next = last_batch_.step() ? last_batch_.integer(0) : 1;
+    last_batch_.reset();
+    return next;
   }
 
-  /// Writes rows_[0, n_) (inside the caller's transaction) and starts them again.
-  std::size_t put_rows() {
-    const std::size_t n = n_;
-    if (db_.is_open()) {
-      std::size_t i = 0;
-      for (; i + kRowsPerInsert <= n; i += kRowsPerInsert) {
-        for (int k = 0; k < kRowsPerInsert; ++k) bind_row(insert_many_, k * kColumns, rows_[i + static_cast<std::size_t>(k)]);
-        insert_many_.run();
-      }
-      for (; i < n; ++i) {
-        bind_row(insert_one_, 0, rows_[i]);
-        insert_one_.run();
-      }
+  /// The open batch of a shape (a new one if it has none in this pass).
+  std::size_t batch_for(std::int64_t shape) {
+    if (const auto it = batch_of_shape_.find(shape); it != batch_of_shape_.end()) return it->second;
+    if (open_batches_ >= kMaxOpenBatches) put_batches();  // (a pass of very many shapes)
+    if (open_batches_ == batches_.size()) batches_.emplace_back();
+    Batch& b = batches_[open_batches_];
+    b.shape = shape;
+    b.n = 0;
+    batch_of_shape_.emplace(shape, open_batches_);
+    return open_batches_++;
+  }
+
+  void add(Batch& b, const Call& c) {
+    if (b.n == 0) {
+      b.base_ms = b.min_ms = b.max_ms = c.ts_ms;
+      b.calls.assign(1, '[');
+    } else {
+      b.calls += ',';
+      b.min_ms = std::min(b.min_ms, c.ts_ms);
+      b.max_ms = std::max(b.max_ms, c.ts_ms);
     }
-    if (jsonl_ != nullptr) write_jsonl();
-    n_ = 0;
-    return n;
+    char text[96];
+    char* p = text;
+    *p++ = '[';
+    for (const std::int64_t v : {c.ts_ms - b.base_ms, c.duration_us, static_cast<std::int64_t>(c.head.input_bytes),
+                                 static_cast<std::int64_t>(c.head.output_bytes)}) {
+      p = std::to_chars(p, text + sizeof text, v).ptr;
+      *p++ = ',';
+    }
+    p[-1] = ']';
+    b.calls.append(text, static_cast<std::size_t>(p - text));
+    if (++b.n == kCallsPerBatch) put_batch(b);
+  }
+
+  void put_batch(Batch& b) {
+    if (b.n == 0) return;
+    b.calls += ']';
+    insert_batch_.bind(1, next_call_)
+        .bind(2, b.shape)
+        .bind(3, b.n)
+        .bind(4, b.base_ms)
+        .bind(5, b.min_ms)
+        .bind(6, b.max_ms)
+        .bind(7, b.calls, true)
+        .run();
+    next_call_ += b.n;
+    b.n = 0;
+  }
+
+  /// Writes every open batch, in the order their first calls came.
+  void put_batches() {
+    for (std::size_t i = 0; i < open_batches_; ++i) put_batch(batches_[i]);
+    open_batches_ = 0;
+    batch_of_shape_.clear();
   }
 
   void prune() {
@@ -676,8 +761,15 @@ class AuditLog::Writer {
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count() -
         options_.retention_days * 86'400'000;
-    retention_.bind(1, cutoff).bind(2, options_.max_rows).run();
-    if (db_.changes() > 0) {
+    expire_.bind(1, cutoff).run();
+    std::int64_t changed = db_.changes();
+    const std::int64_t keep_from = next_call_id() - options_.max_rows;
+    if (keep_from > 1) {
+      drop_old_.bind(1, keep_from).run();
+      changed += db_.changes();
+      trim_.bind(1, keep_from).run();
+    }
+    if (changed > 0) {
       orphan_shapes_.run();
       orphan_args_.run();
       shape_ids_.clear();
@@ -687,40 +779,40 @@ class AuditLog::Writer {
     last_prune_ = std::chrono::steady_clock::now();
   }
 
-  void write_jsonl() {
+  /// Appends a call's line to jsonl_text_ (the file is rotated before it would grow past
+  /// its bound).
+  void jsonl_line(const Call& c) {
+    std::string& line = jsonl_line_;
+    line = "{\"time\":\"" + audit_iso_time(c.ts_ms) + "\",\"ts_ms\":" + std::to_string(c.ts_ms) + ",\"tool\":";
+    append_json_string(line, c.aid);
+    line += ",\"front\":\"" + std::string(front_name(static_cast<Front>(c.head.front))) + "\",\"user\":";
+    if (c.user.empty()) line += "null";
+    else append_json_string(line, c.user);
+    const auto kind = static_cast<ErrorKind>(c.head.kind);
+    const ErrorKindInfo& info = error_info(kind);
+    line += ",\"status\":\"" + std::string(status_name(info.status)) + "\",\"code\":\"" +
+            (kind == ErrorKind::none ? std::string("ok") : std::string(info.code)) + "\",\"error_type\":";
+    if (kind == ErrorKind::none) line += "null";
+    else append_json_string(line, error_type(kind));
+    line += ",\"duration_us\":" + std::to_string(c.duration_us) + ",\"input_bytes\":" +
+            std::to_string(c.head.input_bytes) + ",\"output_bytes\":" + std::to_string(c.head.output_bytes) +
+            ",\"idempotent_hit\":" + ((c.head.flags & kHit) != 0 ? "true" : "false") + ",\"path\":";
+    if (path_.empty()) line += "null";
+    else append_json_string(line, path_);
+    line += ",\"args\":" + args_ + "}\n";
     std::string& out = jsonl_text_;
-    out.clear();
-    std::string line;
-    for (std::size_t i = 0; i < n_ && jsonl_ != nullptr; ++i) {
-      const Row& r = rows_[i];
-      line = "{\"time\":\"" + audit_iso_time(r.ts_ms) + "\",\"ts_ms\":" + std::to_string(r.ts_ms) + ",\"tool\":";
-      append_json_string(line, r.aid);
-      line += ",\"front\":\"" + std::string(front_name(r.front)) + "\",\"user\":";
-      if (r.user.empty()) line += "null";
-      else append_json_string(line, r.user);
-      const ErrorKindInfo& info = error_info(r.kind);
-      line += ",\"status\":\"" + std::string(status_name(info.status)) + "\",\"code\":\"" +
-              (r.kind == ErrorKind::none ? std::string("ok") : std::string(info.code)) + "\",\"error_type\":";
-      if (r.kind == ErrorKind::none) line += "null";
-      else append_json_string(line, error_type(r.kind));
-      line += ",\"duration_us\":" + std::to_string(r.duration_us) + ",\"input_bytes\":" +
-              std::to_string(r.input_bytes) + ",\"output_bytes\":" + std::to_string(r.output_bytes) +
-              ",\"idempotent_hit\":" + (r.hit ? "true" : "false") + ",\"path\":";
-      if (r.path.empty()) line += "null";
-      else append_json_string(line, r.path);
-      line += ",\"args\":" + r.args + "}\n";
-      // The file never grows past its bound: what would go over starts the next file.
-      if (jsonl_bytes_ + out.size() + line.size() > options_.jsonl_max_bytes && jsonl_bytes_ + out.size() > 0) {
-        put_jsonl(out);
-        rotate_jsonl();
-      }
-      out += line;
+    if (jsonl_bytes_ + out.size() + line.size() > options_.jsonl_max_bytes && jsonl_bytes_ + out.size() > 0) {
+      put_jsonl(out);
+      rotate_jsonl();
     }
-    if (jsonl_ != nullptr) put_jsonl(out);
+    if (jsonl_ != nullptr) out += line;
   }
 
   void put_jsonl(std::string& text) {
-    if (text.empty() || jsonl_ == nullptr) return;
+    if (text.empty() || jsonl_ == nullptr) {
+      text.clear();
+      return;
+    }
     if (std::fwrite(text.data(), 1, text.size(), jsonl_) != text.size() || std::fflush(jsonl_) != 0) {
       complain("audit JSON lines file " + options_.jsonl_path + ": " + std::strerror(errno));
     }
@@ -747,8 +839,8 @@ class AuditLog::Writer {
 
   const AuditOptions& options_;
   sql::Db db_;
-  sql::Stmt insert_one_, insert_many_, retention_, orphan_shapes_, orphan_args_, add_args_, find_args_, add_shape_,
-      find_shape_;
+  sql::Stmt insert_batch_, last_batch_, expire_, drop_old_, trim_, orphan_shapes_, orphan_args_, add_args_,
+      find_args_, add_shape_, find_shape_;
   struct Shape {
     std::int64_t tool, front, user, code, args, hit;
     bool operator==(const Shape&) const = default;
@@ -765,17 +857,21 @@ class AuditLog::Writer {
   std::unordered_map<Shape, std::int64_t, ShapeHash> shape_ids_;
   std::unordered_map<std::string, sql::Stmt> add_name_, find_name_;
   Ids tool_ids_, user_ids_, front_names_, args_ids_;
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  static constexpr std::size_t kMaxCachedInput = 256;
+  struct DigestSlot {
+    bool used = false;
+    std::string input, args, path;
   };
-  static constexpr std::size_t kMaxCachedInput = 256, kMaxCachedDigests = 4096;
-  std::unordered_map<std::string, std::pair<std::string, std::string>, Hash, std::equal_to<>> digests_;  // input -> (digest, path)
+  std::vector<DigestSlot> digests_ = std::vector<DigestSlot>(4096);
+  std::string args_, path_;  // the digest of the current call's input, and its path
+  std::string shape_args_;   // the digest batch_'s shape was found for
   std::array<std::int64_t, 8> front_ids_{};
   std::vector<std::int64_t> code_by_kind_;  // codes.id by ErrorKind
-  std::vector<Row> rows_ = std::vector<Row>(512);
-  std::size_t n_ = 0;  // rows_ in use
-  std::string jsonl_text_;
+  std::vector<Batch> batches_;              // [0, open_batches_) are open (the rest keep their memory)
+  std::size_t open_batches_ = 0, batch_ = 0;
+  std::unordered_map<std::int64_t, std::size_t> batch_of_shape_;
+  std::int64_t next_call_ = 1;
+  std::string jsonl_text_, jsonl_line_;
   std::size_t since_prune_ = 0;
   std::chrono::steady_clock::time_point last_prune_{}, last_complaint_{};
   std::FILE* jsonl_ = nullptr;

@@ -53,6 +53,9 @@ struct AuditCall {
   std::size_t output_bytes = 0;
 };
 
+/// The schema a store holds (its meta table says): a store of another is refused.
+inline constexpr std::string_view kAuditSchema = "machina-toolhost audit 2";
+
 /// Limits of what one record keeps of a call.
 inline constexpr std::size_t kAuditMaxAid = 256;          // bytes of the aid
 inline constexpr std::size_t kAuditMaxInput = 16 * 1024;  // bytes of the input the digest is made from

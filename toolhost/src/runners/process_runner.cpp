@@ -253,14 +253,13 @@ std::vector<ToolInfo> ProcessRunner::describe(const std::string& plugin) {
   auto w = start_worker({plugin}, steady_now_ms() + options_.start_timeout_ms, why);
   if (!w) {
     // The worker's own words when it said why (e.g. "plugin P: cannot load: ..."), as an
-    // inline host would have said them.
+    // inline host would have said them: its line, whatever the process printed after it
+    // on its way out (a sanitizer's report, say).
     constexpr std::string_view kSaid = "machina-toolhost worker: ";
     if (const auto at = why.rfind(kSaid); at != std::string::npos) {
       std::string said = why.substr(at + kSaid.size());
-      while (!said.empty() && said.back() == '\n') said.pop_back();
-      if (said.find('\n') == std::string::npos) {
-        throw HostError(said.starts_with("plugin ") ? said : "plugin " + plugin + ": " + said);
-      }
+      said.resize(std::min(said.size(), said.find('\n')));
+      if (!said.empty()) throw HostError(said.starts_with("plugin ") ? said : "plugin " + plugin + ": " + said);
     }
     throw HostError("plugin " + plugin + ": " + why);
   }
