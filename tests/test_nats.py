@@ -350,6 +350,19 @@ def test_pending_cap_drops_and_the_host_keeps_serving(url: str, misbehaving: str
         assert t.call("AID.ECHO.v1", {"after": "flood"}, timeout=5).ok
 
 
+def test_the_client_window_keeps_a_big_batch_within_the_hosts_pending_cap(url: str, tmp_path: Path) -> None:
+    """A batch far larger than the host's --max-pending loses nothing when the client's
+    window is below that cap; a window that is not a positive integer is refused."""
+    prefix = "win"
+    with Front(url, ["--prefix", prefix, "--max-pending", "64", "--packs", "none"], log_dir=tmp_path), \
+            Nats(url, prefix=prefix, timeout=10, max_in_flight=32) as t:
+        results = asyncio.run(t.acall_many([("AID.ECHO.v1", {"i": i}) for i in range(3000)]))
+        assert [json.loads(r.output_json)["i"] for r in results] == list(range(3000))
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="max_in_flight"):
+            Nats(url, max_in_flight=bad)  # type: ignore[arg-type]
+
+
 def test_cli_errors_and_clean_stop(url: str, tmp_path: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([front_binary(), *args], capture_output=True, text=True, timeout=60)

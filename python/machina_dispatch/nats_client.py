@@ -61,6 +61,9 @@ class Nats(Transport):
         redelivery_s: durable mode: how much longer than the deadline to wait for an answer
             (a call whose host died is delivered again after the hosts' ``--ack-wait-s``).
         timeout: default deadline in seconds (see :mod:`machina_dispatch._transport`).
+        max_in_flight: calls this transport has out at once (1024); more wait in the client.
+            A host holds at most its ``--max-pending`` waiting messages and the server drops
+            beyond that, so a window below it keeps one client's batch from being dropped.
         connect_options: more keyword arguments for ``nats.connect`` (credentials, TLS).
 
     Raises:
@@ -68,9 +71,11 @@ class Nats(Transport):
     """
 
     def __init__(self, url: str | list[str] = DEFAULT_URL, *, prefix: str = DEFAULT_PREFIX, durable: bool = False,
-                 redelivery_s: float = 60.0, timeout: float | None = None,
+                 redelivery_s: float = 60.0, timeout: float | None = None, max_in_flight: int = 1024,
                  connect_options: dict[str, Any] | None = None) -> None:
         super().__init__(timeout)
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be a positive integer, not {max_in_flight!r}")
         try:
             import nats
         except ImportError:
@@ -83,6 +88,7 @@ class Nats(Transport):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="machina-nats", daemon=True)
         self._thread.start()
+        self._window = asyncio.Semaphore(max_in_flight)  # (used on self._loop only)
         self._waiting: dict[str, asyncio.Future[bytes]] = {}
         self._inbox = ""
         self._ids = itertools.count()
@@ -222,7 +228,8 @@ class Nats(Transport):
             return ToolResult.failure(aid, "request_too_large", f"request of {len(body)} bytes exceeds the NATS "
                                       f"server's max_payload of {self._nc.max_payload} bytes", status="INVALID_PICK")
         try:
-            data = await (self._durable_request(body, seconds) if self.durable else self._request(body, seconds))
+            async with self._window:
+                data = await (self._durable_request(body, seconds) if self.durable else self._request(body, seconds))
         except Exception as e:
             return self._no_answer(aid, e, seconds)
         try:
