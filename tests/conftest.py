@@ -118,6 +118,15 @@ not_sanitized = pytest.mark.skipif(SANITIZED, reason="builds the project itself:
                                                      "sanitizer run")
 
 
+def skip_where_unconfinable(answers: Iterable[dict[str, Any]]) -> None:
+    """Skips the calling test (or module fixture) when a pack refused to run code because this
+    kernel cannot build its sandbox ("... cannot be confined ..."); any other answer is left
+    for the caller to assert on."""
+    for a in answers:
+        if not a["ok"] and a.get("code") == "system_error" and "cannot be confined" in a["error"]:
+            pytest.skip(a["error"])
+
+
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MACHINA_")}
     if CHILD_ASAN_OPTIONS:

@@ -27,7 +27,7 @@ from typing import Any
 import machina_dispatch as md
 import process_tree
 import pytest
-from conftest import LEASE_SECRET, TOOLHOST, base_env, serve
+from conftest import LEASE_SECRET, TOOLHOST, base_env, serve, skip_where_unconfinable
 
 EXECUTE = "AID.PYTHON.EXECUTE.v1"
 INSTALL = "AID.PYTHON.INSTALL.v1"
@@ -139,6 +139,12 @@ class Host:
     def run(self, code: str, **inputs: Any) -> dict[str, Any]:
         return output(self.call(EXECUTE, code=code, **inputs))
 
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
@@ -199,8 +205,7 @@ def confined(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Skips the module's sandboxed tests where this kernel cannot build the walls."""
     probe = Py(tmp_path_factory.mktemp("probe"))
     r = probe.call(EXECUTE, code="1")
-    if not r["ok"] and r.get("code") == "system_error" and "cannot be confined" in r["error"]:
-        pytest.skip(r["error"])
+    skip_where_unconfinable([r])
     assert output(r)["result"] == 1, r
 
 
@@ -331,8 +336,7 @@ def test_a_missing_module_suggests_install_python_package(py: Py, confined: None
 
 def test_a_call_past_its_time_limit_is_answered_on_time_and_its_worker_killed(py: Py, confined: None) -> None:
     py.settings.update(timeout_ms=1000, cpu_seconds=0)
-    h = py.host()
-    try:
+    with py.host() as h:
         assert h.run("x = 5", session_id="s")["session_new"] is True
         t0 = time.monotonic()
         o = h.run("while True: pass", session_id="s")
@@ -357,14 +361,11 @@ def test_a_call_past_its_time_limit_is_answered_on_time_and_its_worker_killed(py
         assert "exited with status 3" in ended["error"] and ended["session_ended"] is True
         code_failed(h.run("import os\nos._exit(3)"), "SystemError", "The interpreter itself stopped")
         assert h.run("3 + 3")["result"] == 6
-    finally:
-        h.close()
 
 
 def test_memory_and_cpu_limits_are_results_with_advice(py: Py, confined: None) -> None:
     py.settings.update(memory_mb=256, cpu_seconds=1, timeout_ms=30000)
-    h = py.host()
-    try:
+    with py.host() as h:
         code_failed(h.run("x = bytearray(600 << 20)"), "MemoryError", "limit is 256 MB")
         h.run("kept = 'still here'", session_id="cpu")
         t0 = time.monotonic()
@@ -374,8 +375,6 @@ def test_memory_and_cpu_limits_are_results_with_advice(py: Py, confined: None) -
         assert o["session_ended"] is False
         assert h.run("kept", session_id="cpu")["result"] == "still here"  # the worker lived on
         code_failed(h.run("def f(n): return f(n + 1)\nf(0)"), "RecursionError", "recursed deeper")
-    finally:
-        h.close()
 
 
 # --- sessions ---------------------------------------------------------------------------
@@ -383,8 +382,7 @@ def test_memory_and_cpu_limits_are_results_with_advice(py: Py, confined: None) -
 
 def test_calls_without_a_session_start_afresh(py: Py, confined: None) -> None:
     py.settings.update(workers=1)
-    h = py.host()
-    try:
+    with py.host() as h:
         h.run("x = 1\nopen('left.txt', 'w').write('x')")
         code_failed(h.run("x"), "NameError")
         assert h.run("import os\nos.listdir('.')")["result"] == []  # a folder of its own each time
@@ -400,16 +398,13 @@ def test_calls_without_a_session_start_afresh(py: Py, confined: None) -> None:
         # A thread left running would run beside the next caller's code: its worker is replaced.
         h.run("import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()")
         assert h.run("import threading\nthreading.active_count()")["result"] == 1
-    finally:
-        h.close()
 
 
 def test_interpreters_and_call_folders_are_capped(py: Py, confined: None) -> None:
     # Each call without a session takes a folder before it waits for an interpreter; emptied
     # folders are kept for later calls, at most 64 of them.
     py.settings.update(workers=1)
-    h = py.host(workers=80)
-    try:
+    with py.host(workers=80) as h:
         ids = [h.send(EXECUTE, code="import os, time\ntime.sleep(0.02)\nlen(os.listdir('.'))") for _ in range(80)]
         most = 0
         for _ in range(10):  # (the calls take 1.6 s, one at a time)
@@ -419,13 +414,10 @@ def test_interpreters_and_call_folders_are_capped(py: Py, confined: None) -> Non
         assert all(output(h.answer(i))["result"] == 0 for i in ids)
         (calls,) = py.pyws.glob("default/run/*/calls")
         assert len(list(calls.iterdir())) == 64  # (80 were taken at once)
-    finally:
-        h.close()
 
 
 def test_a_session_keeps_its_variables_and_sessions_are_apart(py: Py, confined: None) -> None:
-    h = py.host()
-    try:
+    with py.host() as h:
         first = h.run("import math\nx = 41\ndef f(): return x + 1", session_id="a")
         assert first["session_new"] is True and first["session_id"] == "a"
         again = h.run("f()", session_id="a")
@@ -441,14 +433,11 @@ def test_a_session_keeps_its_variables_and_sessions_are_apart(py: Py, confined: 
         # Files stay in a session's folder between its calls.
         h.run("open('kept.txt', 'w').write('kept')", session_id="a")
         assert h.run("open('kept.txt').read()", session_id="a")["result"] == "kept"
-    finally:
-        h.close()
 
 
 def test_an_idle_session_ends(py: Py, confined: None) -> None:
     py.settings.update(session_idle_ms=300)
-    h = py.host()
-    try:
+    with py.host() as h:
         h.run("x = 1", session_id="idle")
         assert len(sandbox_launchers(h.proc.pid)) == 1
         time.sleep(1.5)
@@ -456,8 +445,6 @@ def test_an_idle_session_ends(py: Py, confined: None) -> None:
         o = h.run("x", session_id="idle")
         code_failed(o, "NameError", "This session has just started")
         assert o["session_new"] is True
-    finally:
-        h.close()
 
 
 def sandbox_launchers(host: int) -> list[int]:
@@ -472,8 +459,7 @@ def sandbox_launchers(host: int) -> list[int]:
 
 def test_sessions_are_capped_the_idlest_idle_one_ends(py: Py, confined: None) -> None:
     py.settings.update(max_sessions=2)
-    h = py.host()
-    try:
+    with py.host() as h:
         h.run("x = 'one'", session_id="one")
         h.run("x = 'two'", session_id="two")
         h.run("x", session_id="one")  # now "two" is the idlest
@@ -481,14 +467,11 @@ def test_sessions_are_capped_the_idlest_idle_one_ends(py: Py, confined: None) ->
         assert h.run("x", session_id="one")["result"] == "one"
         code_failed(h.run("x", session_id="two"), "NameError", "just started")  # ended to make room
         assert len(sandbox_launchers(h.proc.pid)) <= 2
-    finally:
-        h.close()
 
 
 def test_when_every_session_is_busy_a_new_one_is_refused(py: Py, confined: None) -> None:
     py.settings.update(max_sessions=1)
-    h = py.host()
-    try:
+    with py.host() as h:
         h.run("import time", session_id="busy")
         slow = h.send(EXECUTE, code="time.sleep(2)\n'done'", session_id="busy")
         time.sleep(0.5)
@@ -498,8 +481,6 @@ def test_when_every_session_is_busy_a_new_one_is_refused(py: Py, confined: None)
         refused(py.call(EXECUTE, code="1", session_id="a/b"), "invalid_input", "session_id must be")
         py.settings.update(max_sessions=0)
         refused(py.call(EXECUTE, code="1", session_id="s"), "access_denied", "allows no Python session")
-    finally:
-        h.close()
 
 
 # --- installs ---------------------------------------------------------------------------
@@ -507,8 +488,7 @@ def test_when_every_session_is_busy_a_new_one_is_refused(py: Py, confined: None)
 
 def test_install_from_local_wheels_skips_what_is_installed_and_lists_it(py: Py, confined: None, wheels: Path) -> None:
     use_wheels(py, wheels)
-    h = py.host()
-    try:
+    with py.host() as h:
         code_failed(h.run("import tinyapp"), "ModuleNotFoundError", "install_python_package")
         first = output(h.call(INSTALL, package="tinyapp==0.3"))
         assert first["success"] is True and first["already_installed"] is False, first
@@ -529,8 +509,6 @@ def test_install_from_local_wheels_skips_what_is_installed_and_lists_it(py: Py, 
         assert with_install["result"] == "other"
         assert with_install["installed"] == [{"package": "other_pkg",
                                               "installed": [{"name": "other_pkg", "version": "2.1"}]}]
-    finally:
-        h.close()
 
 
 def test_an_install_stops_at_the_first_failure_with_pips_words(py: Py, confined: None, wheels: Path) -> None:
@@ -633,8 +611,7 @@ def test_sync_workspace_copies_what_the_file_tools_see(py: Py, confined: None) -
     (keys / "lease.key").write_text(LEASE_SECRET)
     (keys / "k.txt").write_text("k")
     code = ("import os\nsorted(os.path.relpath(os.path.join(d, f)) for d, _, fs in os.walk('.') for f in fs)")
-    h = py.host()
-    try:
+    with py.host() as h:
         seen = h.run(code, sync_workspace=True)
         assert seen["result"] == ["data/numbers.csv", "notes.txt"], seen
         assert seen["synced"] == {"files": 2, "bytes": 12, "skipped": 4}
@@ -649,8 +626,6 @@ def test_sync_workspace_copies_what_the_file_tools_see(py: Py, confined: None) -
         both = h.run("import os\nsorted(os.listdir('.'))", session_id="s", sync_workspace=True)
         assert both["result"] == ["data", "mine.txt", "notes.txt"]
         assert h.run("open('notes.txt').read()", session_id="s")["result"] == "hello again\n"
-    finally:
-        h.close()
     # The lease key is never copied, even from a root that holds it; a copy is capped.
     py.more = f'[files]\nroots = ["{keys}"]\ndeny = []\n'
     py.settings.update(sync_max_files=5)
@@ -775,8 +750,7 @@ def test_no_reading_other_sessions_or_workspaces(py: Py, confined: None) -> None
     alice = py.tmp / "alice"
     alice.mkdir()
     py.more = f'[users.alice]\nroots = ["{alice}"]\n'
-    h = py.host()
-    try:
+    with py.host() as h:
         where = h.run("import os\nopen('diary.txt', 'w').write('dear diary')\nos.getcwd()", session_id="a")["result"]
         mine = h.run("import os\nopen('x.txt', 'w').write('x')\nos.getcwd()", user="alice", session_id="a")["result"]
         assert where != mine
@@ -790,8 +764,6 @@ def test_no_reading_other_sessions_or_workspaces(py: Py, confined: None) -> None
                                     **attempt))
             assert listing["success"] is False
         assert h.run("open('diary.txt').read()", session_id="a")["result"] == "dear diary"
-    finally:
-        h.close()
 
 
 def test_resource_exhaustion_leaves_the_host_serving(py: Py, confined: None) -> None:

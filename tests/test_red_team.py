@@ -21,7 +21,7 @@ from typing import Any
 
 import process_tree
 import pytest
-from conftest import LEASE_SECRET, serve
+from conftest import LEASE_SECRET, serve, skip_where_unconfinable
 from test_tool_packs import snapshot
 
 READ, WRITE, DELETE, LIST = "AID.FILE.READ.v1", "AID.FILE.WRITE.v1", "AID.FILE.DELETE.v1", "AID.FILE.LIST.v1"
@@ -80,9 +80,7 @@ def walls(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Skips the attacks on running code where this kernel cannot build the walls."""
     probe = Lab(tmp_path_factory.mktemp("probe"))
     r = probe.serve(call(EXEC, command="echo", args=["up"]), call(PYTHON, code="1"))
-    for answer in r:
-        if not answer["ok"] and answer.get("code") == "system_error":
-            pytest.skip(answer["error"])
+    skip_where_unconfinable(r)
     assert output(r[0])["stdout"] == "up\n" and output(r[1])["result"] == 1
 
 

@@ -233,6 +233,23 @@ Result file_delete(const Call& c) {
   return Result::ok({{"path", path}, {"deleted", true}});
 }
 
+bool names_in(int dir, std::vector<std::string>& names) {
+  const int fd = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    ::close(fd);
+    return false;
+  }
+  names.clear();
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  return true;
+}
+
 namespace {
 
 struct Lister {
@@ -245,18 +262,8 @@ struct Lister {
   bool truncated = false;
 
   void walk(int dir_fd, std::size_t depth) {
-    const int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    DIR* d = ::fdopendir(fd);
-    if (d == nullptr) {
-      ::close(fd);
-      return;
-    }
     std::vector<std::string> names;
-    while (dirent* e = ::readdir(d)) {
-      const std::string name = e->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
+    if (!names_in(dir_fd, names)) return;
     std::sort(names.begin(), names.end());
     for (const auto& name : names) {
       if (truncated) break;
@@ -266,7 +273,7 @@ struct Lister {
         continue;
       }
       struct stat st {};
-      if (::fstatat(::dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
           !c.policy.is_protected(st.st_dev, st.st_ino)) {
         const char* type = S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "symlink" : "other";
         if (pattern.empty() || ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0) {
@@ -284,7 +291,7 @@ struct Lister {
           if (depth + 1 >= c.policy.files.max_list_depth) {
             truncated = true;
           } else {
-            const int sub = ::openat(::dirfd(d), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            const int sub = ::openat(dir_fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (sub >= 0) {
               walk(sub, depth + 1);
               ::close(sub);
@@ -294,7 +301,6 @@ struct Lister {
       }
       parts.pop_back();
     }
-    ::closedir(d);
   }
   std::size_t base = 0;  // parts[0..base) are the listed directory's own
 };

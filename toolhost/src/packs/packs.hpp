@@ -122,6 +122,10 @@ std::string find_rg(const Policy& policy, const std::string& executable);
 /// `failed` set (a SystemError) if it cannot start.
 std::unique_ptr<ChildProcess> start_rg(const ChildSpec& child, Spawner* spawner, Result& failed);
 
+/// The names in the open folder `dir` (without . and ..), read through a descriptor of its
+/// own; false if it cannot be read.
+bool names_in(int dir, std::vector<std::string>& names);
+
 /// The paths beneath `root` that match the policy's deny globs (not looked into further),
 /// looking at up to `cap` names; false past the cap.
 bool denied_beneath(const Policy& policy, const std::string& root, std::uint64_t cap, std::vector<std::string>& found);

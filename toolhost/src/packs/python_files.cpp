@@ -25,24 +25,6 @@ constexpr int kMaxRemovePasses = 10'000;
 
 std::string error_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-/// The names in an open folder (without . and ..), read through a descriptor of its own.
-bool names_in(int dir, std::vector<std::string>& names) {
-  const int fd = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    ::close(fd);
-    return false;
-  }
-  names.clear();
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  return true;
-}
-
 /// Opens the folder `name` in `dir` following no link; one the code made unreadable is
 /// made readable again first (it is ours: the sandbox maps the code to our user).
 Fd open_subdir(int dir, const std::string& name) {
