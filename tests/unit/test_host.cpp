@@ -55,3 +55,28 @@ TEST_CASE("the id is echoed and the ds_state form of the request is kept") {
   CHECK(out.id_json == "7");
   CHECK(out.ds_state.numbered);
 }
+
+TEST_CASE("every pack tool's input schema compiles (they are checked at first call, not at start)") {
+  Host host;
+  const auto added = host.add_packs({}, default_policy("/nonexistent-workspace"));
+  REQUIRE(added.size() > 10);
+  std::size_t with_schema = 0;
+  for (const Tool* tool : host.registry().tools()) {
+    CAPTURE(tool->info.aid);
+    if (tool->info.input_schema.empty()) continue;
+    ++with_schema;
+    const SchemaValidator* schema = nullptr;
+    CHECK_NOTHROW(schema = tool->input_validator());
+    CHECK(schema != nullptr);
+  }
+  CHECK(with_schema == added.size());
+}
+
+TEST_CASE("a deferred schema that does not compile throws when first used (Host::handle answers internal_error)") {
+  Tool bad(CircuitBreaker::Options{});
+  bad.info.aid = "AID.BAD.v1";
+  bad.info.input_schema = R"({"type":"object","patternProperties":{}})";
+  CHECK_NOTHROW(bad.compile_schema(/*defer=*/true));
+  CHECK_THROWS_AS(bad.input_validator(), HostError);
+  CHECK_THROWS_AS(bad.compile_schema(/*defer=*/false), HostError);
+}

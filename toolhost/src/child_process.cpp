@@ -114,7 +114,7 @@ int millis_until(Clock::time_point t) {
 
 }  // namespace
 
-Spawner::Spawner() : thread_([this] { loop(); }) {}
+Spawner::Spawner() = default;
 
 Spawner::~Spawner() {
   {
@@ -122,11 +122,14 @@ Spawner::~Spawner() {
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void Spawner::run(Job& job) {
   std::unique_lock lock(mu_);
+  // Started by the first child: a host that never starts one (a --run of a tool that
+  // spawns nothing) does not pay for the thread.
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   queue_.push_back(&job);
   cv_.notify_all();
   cv_.wait(lock, [&] { return job.done; });

@@ -180,7 +180,7 @@ std::vector<std::string> Host::add_packs(const std::vector<std::string>& packs, 
   }
   if (audit_) keep_audit_out_of_reach(policy);
   auto runner = std::make_unique<PackRunner>(std::move(policy), options_.workers.executable);
-  const auto added = registry_.add_described("tool packs", runner->tools(packs), runner.get());
+  const auto added = registry_.add_described("tool packs", runner->tools(packs), runner.get(), /*host_own=*/true);
   packs_ = std::move(runner);
   return added;
 }
@@ -420,9 +420,9 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
     refuse(ErrorKind::invalid_input, "input_json is not valid JSON: " + why);
     return r;
   }
-  if (tool.schema) {
+  if (const SchemaValidator* schema = tool.input_validator()) {
     const auto input = nlohmann::json::parse(request.input_json);
-    if (auto err = tool.schema->validate(input)) {
+    if (auto err = schema->validate(input)) {
       refuse(ErrorKind::schema_violation,
              "input_json does not match the input schema of " + tool.info.aid + ": " + *err);
       return r;

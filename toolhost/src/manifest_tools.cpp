@@ -227,7 +227,7 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
   const auto toolsets = start_children(manifest, described, runners);
   std::vector<std::string> added;
   try {
-    added = registry_.add_described(manifest.path, described, "tool manifest");
+    added = registry_.add_described(manifest.path, std::move(described), "tool manifest");
   } catch (...) {
     for (auto& t : toolsets) t->close();
     throw;

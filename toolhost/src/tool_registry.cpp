@@ -24,18 +24,16 @@ struct PendingRegistration {
 };
 
 /// The checks every tool passes, however it is declared: a refusal reason, or empty.
-std::string check_and_compile(Tool& tool) {
+std::string check_and_compile(Tool& tool, bool defer_schema) {
   const ToolInfo& info = tool.info;
   if (info.aid.empty()) return "a tool has an empty aid";
   if (info.tier < 0 || info.tier > 3) {
     return "tool " + info.aid + " has tier " + std::to_string(info.tier) + " (must be 0..3)";
   }
-  if (!info.input_schema.empty()) {
-    try {
-      tool.schema.emplace(info.input_schema);
-    } catch (const HostError& e) {
-      return "tool " + info.aid + ": " + e.what();
-    }
+  try {
+    tool.compile_schema(defer_schema);
+  } catch (const HostError& e) {
+    return "tool " + info.aid + ": " + e.what();
   }
   return {};
 }
@@ -74,7 +72,7 @@ int add_tool(machina_registrar* registrar, const machina_tool_desc* d) {
   info.default_timeout_ms = d->struct_size >= kHasTimeout ? d->default_timeout_ms : 0;
   info.plugin_path = reg.path;
   info.input_schema = d->input_schema != nullptr ? d->input_schema : "";
-  if (auto why = check_and_compile(*tool); !why.empty()) {
+  if (auto why = check_and_compile(*tool, reg.path == kLinkedPluginSource); !why.empty()) {
     reg.refuse(std::move(why));
     return -1;
   }
@@ -93,6 +91,19 @@ const machina_registrar_api kRegistrarApi{MACHINA_PLUGIN_ABI_VERSION, sizeof(mac
                                           &add_tool, &fail};
 
 }  // namespace
+
+void Tool::compile_schema(bool defer) {
+  if (!defer) (void)input_validator();
+}
+
+const SchemaValidator* Tool::input_validator() const {
+  if (info.input_schema.empty()) return nullptr;
+  if (schema_ready_.load(std::memory_order_acquire)) return &*schema_;
+  std::lock_guard lock(schema_mu_);
+  if (!schema_) schema_.emplace(info.input_schema);  // a throw leaves it unset
+  schema_ready_.store(true, std::memory_order_release);
+  return &*schema_;
+}
 
 ToolRegistry::ToolRegistry(CircuitBreaker::Options breaker_options) : breaker_options_(breaker_options) {
   static std::atomic<std::uint64_t> next_serial{1};
@@ -123,21 +134,23 @@ std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, Plu
   return add("plugin " + source, std::move(pending.tools));
 }
 
-std::vector<std::string> ToolRegistry::add_described(const std::string& source, const std::vector<ToolInfo>& infos,
-                                                     Runner* runner) {
+std::vector<std::string> ToolRegistry::add_described(const std::string& source, std::vector<ToolInfo> infos,
+                                                     Runner* runner, bool host_own) {
   std::vector<Described> tools;
-  for (const auto& info : infos) tools.push_back({info, runner});
-  return add_described(source, tools, "plugin");
+  tools.reserve(infos.size());
+  for (auto& info : infos) tools.push_back({std::move(info), runner, host_own});
+  return add_described(source, std::move(tools), "plugin");
 }
 
-std::vector<std::string> ToolRegistry::add_described(const std::string& source, const std::vector<Described>& described,
+std::vector<std::string> ToolRegistry::add_described(const std::string& source, std::vector<Described> described,
                                                      std::string_view what) {
   const std::string where = std::string(what) + " " + source;
   std::vector<std::unique_ptr<Tool>> tools;
-  for (const auto& d : described) {
+  tools.reserve(described.size());
+  for (auto& d : described) {
     auto tool = std::make_unique<Tool>(breaker_options_);
-    tool->info = d.info;
-    if (auto why = check_and_compile(*tool); !why.empty()) throw HostError(where + ": " + why);
+    tool->info = std::move(d.info);
+    if (auto why = check_and_compile(*tool, d.host_own); !why.empty()) throw HostError(where + ": " + why);
     tool->runner = d.runner;
     tools.push_back(std::move(tool));
   }

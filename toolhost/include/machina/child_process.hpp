@@ -51,9 +51,9 @@ class StartError : public HostError {
   int error;
 };
 
-/// A thread that starts children. A child that asks to die with its parent
-/// (PR_SET_PDEATHSIG) dies when the thread that started it ends: with a spawner that is
-/// when its owner ends, not when some passing thread does.
+/// A thread that starts children (from the first child on). A child that asks to die with
+/// its parent (PR_SET_PDEATHSIG) dies when the thread that started it ends: with a spawner
+/// that is when its owner ends, not when some passing thread does.
 class Spawner {
  public:
   Spawner();

@@ -7,7 +7,9 @@
 #include <machina/plugin_abi.h>
 #include <machina/schema_validator.hpp>
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,13 +53,27 @@ struct NativeEntry {
 
 struct Tool {
   ToolInfo info;
-  std::optional<SchemaValidator> schema;
   Runner* runner = nullptr;  // how its calls run (owned by the host; null in a worker)
   machina_tool_fn invoke = nullptr;
   void* tool_data = nullptr;
   mutable CircuitBreaker breaker;
 
   explicit Tool(const CircuitBreaker::Options& breaker_options) : breaker(breaker_options) {}
+
+  /// Checks `info.input_schema` now (throws HostError if the host cannot check it), or,
+  /// with `defer`, at the tool's first call: the host's own tools (the packs, plugins
+  /// linked into the program) are not checked at every start of a `--run` process; a
+  /// unit test compiles every one of their schemas instead.
+  void compile_schema(bool defer);
+  /// The input schema to check a call against, or null if the tool declares none.
+  /// Thread-safe. Throws HostError if a deferred schema does not compile.
+  const SchemaValidator* input_validator() const;
+
+ private:
+  // (Not std::call_once: a throwing callable aborts through libstdc++'s pthread_once.)
+  mutable std::mutex schema_mu_;
+  mutable std::atomic<bool> schema_ready_{false};
+  mutable std::optional<SchemaValidator> schema_;
 };
 
 }  // namespace machina

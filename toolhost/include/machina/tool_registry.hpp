@@ -47,18 +47,20 @@ class ToolRegistry {
 
   /// Registers tools from their descriptions alone (their code runs elsewhere, through
   /// `runner`). The same checks as for a plugin (aid, tier, schema, duplicates); all or
-  /// none. Throws HostError naming `source`.
-  std::vector<std::string> add_described(const std::string& source, const std::vector<ToolInfo>& tools,
-                                         Runner* runner);
+  /// none. Throws HostError naming `source`. `host_own`: the host's own tools (the packs),
+  /// whose schemas are checked at their first call (see Tool::compile_schema).
+  std::vector<std::string> add_described(const std::string& source, std::vector<ToolInfo> tools,
+                                         Runner* runner, bool host_own = false);
 
   /// A tool known by its description, with the runner that runs it.
   struct Described {
     ToolInfo info;
     Runner* runner = nullptr;
+    bool host_own = false;
   };
   /// Registers tools each with a runner of its own (a tool manifest's), all or none, with
   /// the checks above. Errors name "`what` `source`" (e.g. "tool manifest tools.toml").
-  std::vector<std::string> add_described(const std::string& source, const std::vector<Described>& tools,
+  std::vector<std::string> add_described(const std::string& source, std::vector<Described> tools,
                                          std::string_view what);
 
   /// The tool, or nullptr. The pointer stays valid for the registry's lifetime.
