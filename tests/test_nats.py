@@ -144,7 +144,7 @@ def test_discovery_and_per_endpoint_stats(url: str, tmp_path: Path) -> None:
 def test_a_slow_tool_delays_nothing_else(url: str, misbehaving: str, tmp_path: Path) -> None:
     prefix = "slow"
     with Front(url, ["--prefix", prefix, "--plugin", misbehaving, "--plugin", str(md.builtin_plugin_path())],
-               log_dir=tmp_path), Nats(url, prefix=prefix) as t:
+               log_dir=tmp_path) as front, Nats(url, prefix=prefix) as t:
         async def go() -> tuple[float, md.ToolResult]:
             hang = asyncio.ensure_future(t.acall("AID.TEST.HANG.v1", timeout=3, check=False))
             await asyncio.sleep(0.2)
@@ -156,6 +156,10 @@ def test_a_slow_tool_delays_nothing_else(url: str, misbehaving: str, tmp_path: P
         elapsed, hang = asyncio.run(go())
         assert elapsed < 2.0, f"200 echo calls took {elapsed:.2f} s beside a hanging call"
         assert hang.kind == "timeout"
+        # SIGTERM: the front does not wait for the thread still in the hanging tool.
+        started = time.monotonic()
+        assert front.stop(timeout=10) == 0 and time.monotonic() - started < 5
+        assert "exiting with 1 call(s) still stuck in tools past their deadline" in front.stderr()
 
 
 def test_transport_api_results_and_errors(url: str, workspace: Path, tmp_path: Path) -> None:

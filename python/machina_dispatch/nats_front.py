@@ -263,7 +263,13 @@ class NatsFront:
                 await self._durable_task
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        self._pool.shutdown(wait=True)
+        # A thread still inside a tool past its deadline (its call answered long ago) is not
+        # waited for: it may never return.
+        self._pool.shutdown(wait=self.stuck_calls() == 0)
+
+    def stuck_calls(self) -> int:
+        """Threads still inside tools past their calls' deadlines (their calls answered)."""
+        return int(self.host.stats()["stuck_now"])
 
     def _add_endpoint(self, ep: Endpoint) -> None:
         if all(e.subject != ep.subject for e in self._endpoints):
@@ -754,6 +760,7 @@ async def serve(args: argparse.Namespace) -> int:
         transport.close()
         return 1
     front = NatsFront(transport.host, options)
+    stuck = 0
     try:
         await front.start(nc)
         print(f"machina-toolhost-nats: serving {len(front._endpoints)} endpoints as {SERVICE_NAME} {front.id} "
@@ -764,8 +771,16 @@ async def serve(args: argparse.Namespace) -> int:
             await asyncio.wait_for(nc.drain(), DRAIN_TIMEOUT_S)
         except Exception:
             await nc.close()
+        stuck = front.stuck_calls()
     finally:
         transport.close()
+    if stuck > 0:
+        # Every call is answered and the host closed; the interpreter would wait at exit for
+        # the threads still inside tools, which may be for ever. (As --serve does.)
+        print(f"machina-toolhost-nats: exiting with {stuck} call(s) still stuck in tools past their deadline",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(0)
     return 0
 
 
