@@ -4,6 +4,7 @@
     python -m bench                  # every scenario, full size (about 10 minutes)
     python -m bench --quick          # every scenario, small (under 2 minutes)
     python -m bench --only serve lockstep --out results/
+    python -m bench --only audit --reps 15   # more repetitions where a ratio is near the noise
 
 Scenarios: serve, lockstep, python, spawn, inprocess, workers, idempotency, audit, payload,
 tools, ds_state, isolation, python_tools, jsonrpc, packs, nats (see bench/scenarios.py). The report goes to
@@ -33,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", choices=list(SCENARIOS), metavar="SCENARIO",
                     help=f"run only these: {', '.join(SCENARIOS)}")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
+    ap.add_argument("--reps", type=int, metavar="N",
+                    help="repetitions of each measured run (default: 5, --quick 3); more for a ratio near noise")
     args = ap.parse_args(argv)
+    if args.reps is not None and args.reps < 1:
+        ap.error("--reps must be at least 1")
 
     import machina_dispatch
     from tqdm import tqdm
@@ -49,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     bar = tqdm(names, unit="scenario", disable=args.no_progress, dynamic_ncols=True)
     ctx = Ctx(quick=args.quick, out=out, work=work, host=toolhost(), native=Native(out / "native"),
               status=lambda text: bar.set_postfix_str(text[:60], refresh=True))
+    if args.reps is not None:
+        ctx.reps = args.reps
     try:
         for name in bar:
             bar.set_description(name)
