@@ -630,8 +630,8 @@ def audit(ctx: Ctx) -> Section:
                 con = sqlite3.connect(db)
                 # The number of the last call recorded (not a count of rows: past the store's
                 # max_rows, with --reps of many runs, retention drops the oldest).
-                got = con.execute("SELECT coalesce((SELECT first_call + n - 1 FROM batches ORDER BY id DESC LIMIT 1), 0)"
-                                  ).fetchone()[0]
+                last = "SELECT first_call + n - 1 FROM batches ORDER BY id DESC LIMIT 1"
+                got = con.execute(f"SELECT coalesce(({last}), 0)").fetchone()[0]
                 con.close()
                 if got != counted[name] + n:
                     raise RuntimeError(f"{name}: {got - counted[name]} calls added to the store for {n} made")
