@@ -369,6 +369,21 @@ def test_a_command_is_walled_in(packs: Packs) -> None:
     assert names == {"PATH", "HOME", "LANG", "LC_ALL", "TERM"}, env["stdout"]
 
 
+def test_the_scan_for_denied_names_is_capped(packs: Packs) -> None:
+    """A command's walls hide the denied names beneath its roots; finding them looks at no more
+    than [shell] max_scanned_entries names, and a root with more is refused, not half-walled."""
+    for i in range(4):
+        (packs.ws / "d" / str(i)).mkdir(parents=True)
+        (packs.ws / "d" / str(i) / ".env").write_text("hunter2\n")
+    packs.policy('[shell]\nallow = ["cat"]\nmax_scanned_entries = 9\n')  # notes.txt, d, 4 folders, 4 files
+    refused(shell(packs, "cat", "d/0/.env"), "system_error", "more than 9 names beneath")
+    packs.policy('[shell]\nallow = ["cat"]\nmax_scanned_entries = 13\n')
+    hidden = output(shell(packs, "cat", "d/0/.env", "d/3/.env"))
+    assert "hunter2" not in hidden["stdout"]
+    shown = output(shell(packs, "cat", "notes.txt"))
+    assert shown["stdout"] == "hello\n"
+
+
 def test_output_is_capped_and_says_so(packs: Packs) -> None:
     packs.policy('[shell]\nallow = ["python3"]\nmax_output_bytes = 1000\n')
     out = output(shell(packs, "python3", "-c", "import sys; print('o' * 100000); print('e' * 10, file=sys.stderr)"))

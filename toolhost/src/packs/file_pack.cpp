@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 namespace machina::packs {
 namespace {
@@ -233,7 +234,12 @@ Result file_delete(const Call& c) {
   return Result::ok({{"path", path}, {"deleted", true}});
 }
 
-bool names_in(int dir, std::vector<std::string>& names) {
+namespace {
+
+/// Calls `on(name)` for each entry of the folder `dir` but "." and "..", in the order the
+/// file system gives, until it returns false. False if the folder cannot be read.
+template <class OnName>
+bool each_name(int dir, OnName&& on) {
   const int fd = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return false;
   DIR* d = ::fdopendir(fd);
@@ -241,13 +247,22 @@ bool names_in(int dir, std::vector<std::string>& names) {
     ::close(fd);
     return false;
   }
-  names.clear();
   while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
+    const std::string_view name = e->d_name;
+    if (name != "." && name != ".." && !on(name)) break;
   }
   ::closedir(d);
   return true;
+}
+
+}  // namespace
+
+bool names_in(int dir, std::vector<std::string>& names) {
+  names.clear();
+  return each_name(dir, [&](std::string_view name) {
+    names.emplace_back(name);
+    return true;
+  });
 }
 
 namespace {
@@ -311,29 +326,18 @@ namespace {
 
 bool scan(const Policy& policy, int dir_fd, const std::string& root, std::vector<std::string>& parts,
           std::uint64_t& budget, std::vector<std::string>& found) {
-  const int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return true;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    ::close(fd);
-    return true;
-  }
-  bool ok = true;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    if (budget == 0) {
-      ok = false;
-      break;
-    }
+  bool ok = true;  // (a folder that cannot be read is passed over)
+  each_name(dir_fd, [&](std::string_view entry) {
+    if (budget == 0) return ok = false;
     --budget;
-    parts.push_back(name);
+    parts.emplace_back(entry);
+    const std::string& name = parts.back();
     if (denied_by(policy, parts) != nullptr) {
       found.push_back(root + "/" + joined(parts, parts.size()));
     } else if (parts.size() < 256) {
       struct stat st {};
-      if (::fstatat(::dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-        const int sub = ::openat(::dirfd(d), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        const int sub = ::openat(dir_fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub >= 0) {
           ok = scan(policy, sub, root, parts, budget, found);
           ::close(sub);
@@ -341,9 +345,8 @@ bool scan(const Policy& policy, int dir_fd, const std::string& root, std::vector
       }
     }
     parts.pop_back();
-    if (!ok) break;
-  }
-  ::closedir(d);
+    return ok;
+  });
   return ok;
 }
 
