@@ -7,7 +7,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <cstdlib>
 #include <future>
 #include <thread>
@@ -172,4 +174,74 @@ TEST_CASE("finish closes the child's input and kills one that does not leave") {
   stubborn.finish(300);
   CHECK(steady_now_ms() - t1 < 3000);
   CHECK_FALSE(stubborn.alive());
+}
+
+TEST_CASE("a lone caller reads its own answer: no other thread is woken for it") {
+  // Before each answer the child notifies; the notification is handled by whichever thread
+  // reads. Calls made back to back read for themselves (the first may find the watch
+  // thread reading, and take the turn from it).
+  const char* program = R"(
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    print(json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {}}), flush=True)
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {}}), flush=True)
+)";
+  std::vector<std::thread::id> readers;
+  std::mutex mu;
+  JsonRpcChild child(python(program), kRefuse, [&](const jsonrpc::Message&) {
+    std::lock_guard lock(mu);
+    readers.push_back(std::this_thread::get_id());
+  });
+  constexpr int kCalls = 20;
+  for (int i = 0; i < kCalls; ++i) {
+    REQUIRE(child.call("x", "{}", in_ms(10'000)).ending == JsonRpcChild::Reply::Ending::result);
+  }
+  std::lock_guard lock(mu);
+  REQUIRE(readers.size() == kCalls);
+  const auto mine = std::count(readers.begin(), readers.end(), std::this_thread::get_id());
+  CHECK(mine >= kCalls / 2);
+}
+
+TEST_CASE("what the child writes between calls is read at once: its end is seen without a call") {
+  JsonRpcChild child(python(R"(
+import json, sys, time
+m = json.loads(sys.stdin.readline())
+print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {}}), flush=True)
+time.sleep(0.2)
+sys.stderr.write("leaving\n")
+sys.exit(3)
+)"),
+                     kRefuse, kIgnore);
+  REQUIRE(child.call("x", "{}", in_ms(10'000)).ending == JsonRpcChild::Reply::Ending::result);
+  const auto t0 = steady_now_ms();
+  while (child.alive() && steady_now_ms() - t0 < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK_FALSE(child.alive());
+  CHECK(child.ended_how().find("exited with status 3") != std::string::npos);
+  CHECK(child.ended_how().find("leaving") != std::string::npos);
+}
+
+TEST_CASE("a caller that gives up while reading hands the reading to one still waiting") {
+  // "never" is never answered; "slow" is answered after 300 ms. The first caller reads
+  // (it came first) and times out at 100 ms; the second must then read its own answer,
+  // not wait until its own deadline.
+  JsonRpcChild child(python(R"(
+import json, sys, threading, time
+def answer(m):
+    time.sleep(0.3)
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"slow": True}}), flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["method"] == "slow":
+        threading.Thread(target=answer, args=(m,)).start()
+)"),
+                     kRefuse, kIgnore);
+  auto first = std::async(std::launch::async, [&] { return child.call("never", "{}", in_ms(100)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto t0 = steady_now_ms();
+  const auto second = child.call("slow", "{}", in_ms(20'000));
+  CHECK(first.get().ending == JsonRpcChild::Reply::Ending::timed_out);
+  CHECK(second.ending == JsonRpcChild::Reply::Ending::result);
+  CHECK(second.result == R"({"slow": true})");
+  CHECK(steady_now_ms() - t0 < 5000);
 }

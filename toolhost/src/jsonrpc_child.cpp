@@ -4,17 +4,24 @@
 #include <machina/jsonrpc_child.hpp>
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstring>
 
 namespace machina {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kChunkBytes = 64 * 1024;
+// How long the reading turn stays free before the watch thread takes it: calls made back
+// to back keep it among the callers; the child's output between calls waits at most this.
+constexpr auto kIdleTakeover = std::chrono::milliseconds(2);
 
 /// The id as we sent it (an integer), from the raw JSON an answer carries: 7 or "7".
 bool id_of(std::string_view raw, std::int64_t& id) {
@@ -27,8 +34,11 @@ bool id_of(std::string_view raw, std::int64_t& id) {
 
 JsonRpcChild::JsonRpcChild(JsonRpcChildOptions options, RequestHandler on_request, NotificationHandler on_notification,
                            Spawner* spawner)
-    : options_(std::move(options)), on_request_(std::move(on_request)), on_notification_(std::move(on_notification)) {
+    : options_(std::move(options)), on_request_(std::move(on_request)), on_notification_(std::move(on_notification)),
+      chunk_(new char[kChunkBytes]) {
   if (options_.argv.empty()) throw HostError("a JSON-RPC child needs a command");
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) throw HostError(std::string("cannot make an eventfd: ") + std::strerror(errno));
   ChildSpec spec;
   spec.executable = options_.argv.front();
   spec.argv = options_.argv;
@@ -36,16 +46,30 @@ JsonRpcChild::JsonRpcChild(JsonRpcChildOptions options, RequestHandler on_reques
   spec.cwd = options_.cwd;
   spec.stdio = ChildSpec::Stdio::pipes;
   spec.tail_bytes = options_.stderr_tail_bytes;
-  child_ = std::make_unique<ChildProcess>(spec, spawner);
+  try {
+    child_ = std::make_unique<ChildProcess>(spec, spawner);
+  } catch (...) {
+    ::close(wake_fd_);
+    throw;
+  }
   child_->drain_in_background();
-  reader_ = std::thread([this] { read_loop(); });
+  watch_ = std::thread([this] { watch(); });
 }
 
 JsonRpcChild::~JsonRpcChild() {
   child_->kill();
-  if (reader_.joinable()) reader_.join();
-  std::lock_guard lock(mu_);
-  fail_all(Reply::Ending::closed, "the child was closed");
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  wake_reader();
+  if (watch_.joinable()) watch_.join();
+  {
+    std::lock_guard lock(mu_);
+    fail_all(Reply::Ending::closed, "the child was closed");
+  }
+  ::close(wake_fd_);
 }
 
 void JsonRpcChild::fail_all(Reply::Ending ending, const std::string& why) {
@@ -57,6 +81,12 @@ void JsonRpcChild::fail_all(Reply::Ending ending, const std::string& why) {
     p->cv.notify_all();
   }
   pending_.clear();
+  watch_cv_.notify_all();
+}
+
+void JsonRpcChild::wake_reader() const {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
 }
 
 bool JsonRpcChild::write_line(std::string_view line, std::int64_t deadline_ms) {
@@ -90,6 +120,13 @@ bool JsonRpcChild::notify(std::string_view method, std::string_view params) {
   std::string line;
   jsonrpc::append_notification(line, method, params);
   return write_line(line, steady_now_ms() + 5000);
+}
+
+std::shared_ptr<JsonRpcChild::Pending> JsonRpcChild::next_reader() const {
+  for (const auto& [id, p] : pending_) {
+    if (!p->done && p->waiting) return p;
+  }
+  return nullptr;
 }
 
 JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view params, std::int64_t deadline_ms,
@@ -126,27 +163,52 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
   }
   if (cancel != nullptr) {
     cancel->on_cancel([this, id, p] {
-      std::lock_guard lock(mu_);
-      if (p->done) return;
-      pending_.erase(id);
-      p->done = true;
-      p->reply.ending = Reply::Ending::cancelled;
-      p->reply.message = "cancelled by its caller";
+      {
+        std::lock_guard lock(mu_);
+        if (p->done) return;
+        pending_.erase(id);
+        p->done = true;
+        p->reply.ending = Reply::Ending::cancelled;
+        p->reply.message = "cancelled by its caller";
+      }
       p->cv.notify_all();
+      wake_reader();  // (its thread may be the one reading)
     });
   }
-  std::unique_lock lock(mu_);
   const auto until = Clock::time_point(std::chrono::milliseconds(deadline_ms));
+  std::unique_lock lock(mu_);
   while (!p->done) {
-    if (p->cv.wait_until(lock, until) == std::cv_status::timeout && !p->done && steady_now_ms() >= deadline_ms) {
+    const std::int64_t left = deadline_ms - steady_now_ms();
+    if (left <= 0) {
       pending_.erase(id);
       p->done = true;
       p->reply.ending = Reply::Ending::timed_out;
       p->reply.message = "no answer before the deadline";
+      break;
     }
+    if (!reading_ && !gone_) {
+      // The turn is free: this thread reads, for every call in flight.
+      reading_ = true;
+      lock.unlock();
+      read_some(static_cast<int>(std::min<std::int64_t>(left, 1 << 30)));
+      lock.lock();
+      reading_ = false;
+      turn_free_since_ = Clock::now();
+      continue;
+    }
+    if (watch_reading_ && !watch_woken_) {
+      watch_woken_ = true;
+      wake_reader();  // the watch thread gives the turn up
+    }
+    p->waiting = true;
+    p->cv.wait_until(lock, until);
+    p->waiting = false;
   }
   Reply reply = p->reply;
+  // Leaving with the turn free: the next caller waiting for its answer reads now.
+  std::shared_ptr<Pending> next = reading_ || gone_ ? nullptr : next_reader();
   lock.unlock();
+  if (next) next->cv.notify_all();
   if (cancel != nullptr) cancel->on_cancel(nullptr);
   return reply;
 }
@@ -187,46 +249,82 @@ std::string JsonRpcChild::ended_how() const {
   return how_;
 }
 
-void JsonRpcChild::read_loop() {
-  const int fd = child_->stdout_fd();
-  std::string buffer;
-  char chunk[64 * 1024];
-  std::string why;
-  for (;;) {
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      pollfd p{fd, POLLIN, 0};
-      ::poll(&p, 1, -1);
+void JsonRpcChild::watch() {
+  std::unique_lock lock(mu_);
+  // (After the child is gone it still reads, up to the end of the output: then the child
+  // is reaped at once and its end described.)
+  while (!ended_ && !stopping_) {
+    if (reading_ || (!gone_ && Clock::now() - turn_free_since_ < kIdleTakeover)) {
+      watch_cv_.wait_for(lock, kIdleTakeover);
       continue;
     }
-    if (n <= 0) break;
-    buffer.append(chunk, static_cast<std::size_t>(n));
-    std::size_t at = 0;
-    for (std::size_t nl; (nl = buffer.find('\n', at)) != std::string::npos; at = nl + 1) {
-      std::string_view line(buffer.data() + at, nl - at);
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
-      jsonrpc::Message m;
-      if (!jsonrpc::parse(line, m, why) || m.kind == jsonrpc::Message::Kind::invalid) {
-        const std::string what = m.kind == jsonrpc::Message::Kind::invalid && why.empty() ? m.why : why;
-        kill("wrote something that is not JSON-RPC (" + what + "): " + excerpt(line));
-        buffer.clear();
-        at = 0;
-        break;
+    reading_ = watch_reading_ = true;
+    lock.unlock();
+    read_some(-1);
+    lock.lock();
+    reading_ = watch_reading_ = watch_woken_ = false;
+    turn_free_since_ = Clock::now();
+    if (auto next = next_reader()) {
+      lock.unlock();
+      next->cv.notify_all();
+      lock.lock();
+    }
+  }
+}
+
+bool JsonRpcChild::read_some(int timeout_ms) {
+  const int fd = child_->stdout_fd();
+  pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  if (::poll(fds, 2, timeout_ms) <= 0) return true;  // (the caller looks at its deadline)
+  if (fds[1].revents != 0) {
+    std::uint64_t count;
+    [[maybe_unused]] const auto n = ::read(wake_fd_, &count, sizeof count);
+  }
+  if (fds[0].revents == 0) return true;
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk_.get(), kChunkBytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) {
+      ended();
+      return false;
+    }
+    buffer_.append(chunk_.get(), static_cast<std::size_t>(n));
+    if (static_cast<std::size_t>(n) < kChunkBytes) break;  // (a pipe gives what it holds: drained)
+    if (buffer_.size() > options_.max_line_bytes) break;
+  }
+  std::size_t at = 0;
+  for (std::size_t nl; (nl = buffer_.find('\n', at)) != std::string::npos; at = nl + 1) {
+    std::string_view line(buffer_.data() + at, nl - at);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+    jsonrpc::Message m;
+    std::string why;
+    if (!jsonrpc::parse(line, m, why) || m.kind == jsonrpc::Message::Kind::invalid) {
+      const std::string what = m.kind == jsonrpc::Message::Kind::invalid && why.empty() ? m.why : why;
+      kill("wrote something that is not JSON-RPC (" + what + "): " + excerpt(line));
+      buffer_.clear();
+      return true;  // (its end is read next)
+    }
+    if (m.kind == jsonrpc::Message::Kind::request) {
+      std::string reply;
+      on_request_(m, reply);
+      if (!write_line(reply, steady_now_ms() + 5000)) {
+        kill("does not read its input (a reply to its request could not be written)");
+        buffer_.clear();
+        return true;
       }
-      if (m.kind == jsonrpc::Message::Kind::request) {
-        std::string reply;
-        on_request_(m, reply);
-        if (!write_line(reply, steady_now_ms() + 5000)) break;
-      } else if (m.kind == jsonrpc::Message::Kind::notification) {
-        on_notification_(m);
-      } else {
-        std::int64_t id = 0;
-        if (!id_of(m.id, id)) continue;  // an answer to nothing we sent (a null id): dropped
+    } else if (m.kind == jsonrpc::Message::Kind::notification) {
+      on_notification_(m);
+    } else {
+      std::int64_t id = 0;
+      if (!id_of(m.id, id)) continue;  // an answer to nothing we sent (a null id): dropped
+      std::shared_ptr<Pending> p;
+      {
         std::lock_guard lock(mu_);
         auto it = pending_.find(id);
         if (it == pending_.end()) continue;  // late: its call gave up already
-        auto p = std::move(it->second);
+        p = std::move(it->second);
         pending_.erase(it);
         p->done = true;
         if (m.kind == jsonrpc::Message::Kind::result) {
@@ -238,21 +336,28 @@ void JsonRpcChild::read_loop() {
           p->reply.message = std::move(m.error_message);
           p->reply.data.assign(m.error_data);
         }
-        p->cv.notify_all();
       }
-    }
-    buffer.erase(0, at);
-    if (buffer.size() > options_.max_line_bytes) {
-      kill("wrote a message over " + std::to_string(options_.max_line_bytes) + " bytes");
-      buffer.clear();
+      // Told once the lock is free: woken under it, the caller would only wait for it
+      // again (two more thread switches a call on one CPU).
+      p->cv.notify_all();
     }
   }
-  // Ended: how, and the last of what it wrote to stderr.
+  buffer_.erase(0, at);
+  if (buffer_.size() > options_.max_line_bytes) {
+    kill("wrote a message over " + std::to_string(options_.max_line_bytes) + " bytes");
+    buffer_.clear();
+  }
+  return true;
+}
+
+void JsonRpcChild::ended() {
+  // How it ended, and the last of what it wrote to stderr.
   const std::string how = child_->end(200);
   std::string tail = child_->tail();
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
   std::lock_guard lock(mu_);
   if (how_.empty()) how_ = how + (tail.empty() ? "" : "; stderr: " + tail);
+  ended_ = true;
   fail_all(Reply::Ending::crashed, how_);
 }
 

@@ -4,12 +4,21 @@
 // child's stderr kept as a bounded tail. A child that writes something that is not a
 // message, a line over the cap, or ends, fails every call in flight on it (`crashed`);
 // its owner decides whether to start another.
+//
+// Who reads the child's output: one thread at a time holds the reading turn. A caller
+// waiting for its answer takes the turn when it is free and reads for everyone (so a lone
+// call costs no hand-over between threads: on one CPU, two thread switches fewer); it
+// passes the turn to another waiting caller once its own answer is in. While no caller
+// has taken the turn for a little while (kIdleTakeover), a watch thread holds it, so that
+// what the child writes between calls (notifications, its end) is still read at once; a
+// caller that needs the turn then asks the watch thread to give it up.
 #pragma once
 
 #include <machina/child_process.hpp>
 #include <machina/jsonrpc.hpp>
 #include <machina/request.hpp>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -34,9 +43,9 @@ struct JsonRpcChildOptions {
 class JsonRpcChild {
  public:
   /// A request of the child's: append exactly one response line (jsonrpc::append_result /
-  /// append_error) to `reply`. Called on the child's reader thread.
+  /// append_error) to `reply`. Called by the thread reading (see above), one call at a time.
   using RequestHandler = std::function<void(const jsonrpc::Message& request, std::string& reply)>;
-  /// A notification of the child's (progress, log messages ...). On the reader thread.
+  /// A notification of the child's (progress, log messages ...). By the thread reading.
   using NotificationHandler = std::function<void(const jsonrpc::Message& notification)>;
 
   struct Reply {
@@ -48,7 +57,7 @@ class JsonRpcChild {
     std::string data;    // raw JSON of error.data, if any
   };
 
-  /// Starts the child (on `spawner`'s thread, for PR_SET_PDEATHSIG) and its reader.
+  /// Starts the child (on `spawner`'s thread, for PR_SET_PDEATHSIG) and its watch thread.
   /// Throws as ChildProcess does.
   JsonRpcChild(JsonRpcChildOptions options, RequestHandler on_request, NotificationHandler on_notification,
                Spawner* spawner = nullptr);
@@ -83,9 +92,23 @@ class JsonRpcChild {
   struct Pending {
     Reply reply;
     bool done = false;
+    bool waiting = false;  // its caller waits on cv (not reading, not still writing)
     std::condition_variable cv;
   };
-  void read_loop();
+  /// With the reading turn: waits up to `timeout_ms` (-1: until something comes or
+  /// wake_reader() is called) for the child's output and handles every whole line of it.
+  /// False once the output has ended (every call in flight then failed).
+  bool read_some(int timeout_ms);
+  void handle_line(std::string_view line);
+  /// The output ended: how, and every call in flight failed.
+  void ended();
+  /// The watch thread: holds the reading turn while no caller has for kIdleTakeover.
+  void watch();
+  /// With mu_ held, the turn free: a caller waiting for its answer, to be told (after mu_
+  /// is released) that it may read.
+  std::shared_ptr<Pending> next_reader() const;
+  /// Makes the thread reading return from read_some().
+  void wake_reader() const;
   /// With mu_ held: fails every call in flight and marks the child gone.
   void fail_all(Reply::Ending ending, const std::string& why);
   bool write_line(std::string_view line, std::int64_t deadline_ms);
@@ -94,13 +117,24 @@ class JsonRpcChild {
   RequestHandler on_request_;
   NotificationHandler on_notification_;
   std::unique_ptr<ChildProcess> child_;
+  int wake_fd_ = -1;  // an eventfd in the reader's poll set
   mutable std::mutex mu_;
   std::map<std::int64_t, std::shared_ptr<Pending>> pending_;
   std::int64_t next_id_ = 1;
-  bool gone_ = false;
+  bool gone_ = false;   // no call goes to it any more
+  bool ended_ = false;  // its output has ended (it is reaped)
   std::string how_;
+  bool reading_ = false;          // a thread holds the reading turn
+  bool watch_reading_ = false;    // ... the watch thread
+  bool watch_woken_ = false;      // ... and it was asked to give it up
+  bool stopping_ = false;         // the watch thread leaves
+  std::chrono::steady_clock::time_point turn_free_since_{};
+  std::condition_variable watch_cv_;
+  // The reader's (whoever holds the turn): a line begun, and the chunk read into.
+  std::string buffer_;
+  std::unique_ptr<char[]> chunk_;
   std::mutex write_mu_;
-  std::thread reader_;
+  std::thread watch_;
 };
 
 }  // namespace machina

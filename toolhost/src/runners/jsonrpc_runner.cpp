@@ -201,7 +201,7 @@ JsonRpcToolRunner::JsonRpcToolRunner(std::shared_ptr<JsonRpcToolset> toolset, st
 struct JsonRpcToolset::InFlight {
   CallContext* call = nullptr;
   ProgressSink* progress = nullptr;
-  std::mutex mu;  // the call's context, between the reader thread and the caller
+  std::mutex mu;  // the call's context, between the thread reading the child and the caller
 };
 
 JsonRpcToolset::JsonRpcToolset(JsonRpcToolsetOptions options) : options_(std::move(options)) {
