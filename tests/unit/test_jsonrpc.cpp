@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <vector>
+
 using namespace machina::jsonrpc;
 
 namespace {
@@ -97,4 +100,97 @@ TEST_CASE("the elements of an array, each with its own text") {
   int seen = 0;
   CHECK_FALSE(machina::jsonrpc::for_each_element("[1,2,3]", [&](const machina::jsonrpc::Member&) { return ++seen < 2; }, why));
   CHECK(seen == 2);
+}
+
+namespace {
+struct Seen {
+  std::string key, raw, string;
+  Member::Type type;
+  bool operator==(const Seen&) const = default;
+};
+std::vector<Seen> members_of(const Message& m, bool from_parse) {
+  std::vector<Seen> out;
+  std::string why;
+  auto each = [&](const Member& x) {
+    out.push_back({std::string(x.key), std::string(x.raw), std::string(x.string), x.type});
+    return true;
+  };
+  if (from_parse) CHECK(each_param(m, each, why));
+  else CHECK(for_each_member(m.params, each, why));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("params' members are found by the message's own parse, as a second pass would find them") {
+  const Message m = read(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params": {"name" : "a\"b\u00e9",)"
+                         R"( "arguments":{"x":[1,{"y":2}],"z":"w"}, "n":-1.5e3, "t":true, "f":false, "z0":null,)"
+                         R"( "list":[ "p", {"q":[]} ], "_meta":{}}})");
+  REQUIRE(m.params_members_found);
+  CHECK(m.params_member_count == 8);
+  const auto found = members_of(m, true);
+  CHECK(found == members_of(m, false));
+  REQUIRE(found.size() == 8);
+  CHECK(found[0].key == "name");
+  CHECK(found[0].string == "a\"b\xc3\xa9");
+  CHECK(found[0].raw == R"("a\"b\u00e9")");
+  CHECK(found[1].raw == R"({"x":[1,{"y":2}],"z":"w"})");
+  CHECK(found[1].type == Member::Type::object);
+  CHECK(found[2].type == Member::Type::number);
+  CHECK(found[2].raw == "-1.5e3");
+  CHECK(found[3].type == Member::Type::boolean);
+  CHECK(found[5].type == Member::Type::null);
+  CHECK(found[6].raw == R"([ "p", {"q":[]} ])");
+  CHECK(found[6].type == Member::Type::array);
+}
+
+TEST_CASE("params the parse does not keep are read again: too many members, an array, given twice") {
+  // Nine members: past what a message keeps, each_param reads the text itself.
+  Message m = read(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}})");
+  CHECK_FALSE(m.params_members_found);
+  CHECK(members_of(m, true).size() == 9);
+  // An array is no object: each_param says so, as for_each_member does.
+  m = read(R"({"jsonrpc":"2.0","id":1,"method":"m","params":[1,2]})");
+  CHECK_FALSE(m.params_members_found);
+  std::string why;
+  CHECK_FALSE(each_param(m, [](const Member&) { return true; }, why));
+  // Given twice, the last params counts, for its text and its members alike.
+  m = read(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1},"params":{"b":"two"}})");
+  CHECK(m.params == R"({"b":"two"})");
+  REQUIRE(m.params_members_found);
+  CHECK(members_of(m, true) == std::vector<Seen>{{"b", R"("two")", "two", Member::Type::string}});
+  m = read(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1},"params":[3]})");
+  CHECK_FALSE(m.params_members_found);
+  // A message read into a Message that held another keeps nothing of the first.
+  std::string ignored;
+  REQUIRE(parse(R"({"jsonrpc":"2.0","id":2,"method":"n"})", m, ignored));
+  CHECK(m.params.empty());
+  CHECK_FALSE(m.params_members_found);
+  CHECK(m.params_member_count == 0);
+}
+
+TEST_CASE("a parse inside another's callback reads its own text") {
+  const Message m = read(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"outer":{"inner":[1,2,3]},"k":"v"}})");
+  std::vector<std::string> seen;
+  std::string why;
+  CHECK(for_each_member(
+      m.params,
+      [&](const Member& outer) {
+        seen.push_back(std::string(outer.key));
+        if (outer.type == Member::Type::object) {
+          std::string inner_why;
+          CHECK(for_each_member(
+              outer.raw,
+              [&](const Member& inner) {
+                seen.push_back(std::string(inner.key) + "=" + std::string(inner.raw));
+                Message nested;
+                CHECK(parse(R"({"jsonrpc":"2.0","method":"x","params":{"z":0}})", nested, inner_why));
+                CHECK(nested.method == "x");
+                return true;
+              },
+              inner_why));
+        }
+        return true;
+      },
+      why));
+  CHECK(seen == std::vector<std::string>{"outer", "inner=[1,2,3]", "k"});
 }

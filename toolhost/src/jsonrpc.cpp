@@ -23,9 +23,10 @@ class MessageSax {
   MessageSax(Message& out, const rapidjson::MemoryStream& stream, std::string_view text)
       : out_(out), stream_(stream), text_(text) {}
 
-  bool Null() { return scalar(Type::null); }
-  bool Bool(bool) { return scalar(Type::other); }
+  bool Null() { return param(Member::Type::null, {}) && scalar(Type::null); }
+  bool Bool(bool) { return param(Member::Type::boolean, {}) && scalar(Type::other); }
   bool RawNumber(const char* s, rapidjson::SizeType n, bool) {
+    param(Member::Type::number, {});
     if (depth_ == 2 && field_ == Field::error && error_field_ == ErrorField::code) {
       int code = 0;
       const auto [end, ec] = std::from_chars(s, s + n, code);
@@ -42,6 +43,7 @@ class MessageSax {
   bool Uint64(std::uint64_t) { return scalar(Type::number); }
   bool Double(double) { return scalar(Type::number); }
   bool String(const char* s, rapidjson::SizeType n, bool) {
+    param(Member::Type::string, std::string_view(s, n));
     if (depth_ == 1) {
       if (field_ == Field::jsonrpc) version_ok_ = std::string_view(s, n) == "2.0";
       else if (field_ == Field::method) out_.method.assign(s, n), saw_method_ = true;
@@ -62,6 +64,13 @@ class MessageSax {
       else if (k == "result") field_ = Field::result;
       else if (k == "error") field_ = Field::error;
       else field_ = Field::other;
+    } else if (depth_ == 2 && field_ == Field::params) {
+      start2_ = stream_.Tell();
+      if (params_object_ && out_.params_member_count < Message::kParamsMembers) {
+        out_.params_members[out_.params_member_count].key.assign(s, n);
+      } else {
+        params_overflow_ = true;
+      }
     } else if (depth_ == 2 && field_ == Field::error) {
       start2_ = stream_.Tell();
       if (k == "code") error_field_ = ErrorField::code;
@@ -132,6 +141,8 @@ class MessageSax {
         case Field::params:
           out_.params = raw(start1_);
           params_type_ = type;
+          out_.params_members_found = type == Type::object && params_object_ && !params_overflow_;
+          if (!out_.params_members_found) out_.params_member_count = 0;
           break;
         case Field::result:
           out_.result = raw(start1_);
@@ -155,9 +166,27 @@ class MessageSax {
     if (depth_ == 0) {
       if (object) object_ = true;
       else batch_ = true;
+    } else if (depth_ == 1 && field_ == Field::params) {
+      // (given twice, the last params counts, as for out_.params)
+      params_object_ = object;
+      params_overflow_ = false;
+      out_.params_member_count = 0;
     }
     ++depth_;
     return true;
+  }
+  /// A value began at depth 2 inside an object `params`: a scalar member (containers end
+  /// in end()).
+  bool param(Member::Type type, std::string_view decoded) {
+    if (depth_ == 2 && field_ == Field::params) add_param(type, decoded);
+    return true;
+  }
+  void add_param(Member::Type type, std::string_view decoded) {
+    if (!params_object_ || params_overflow_) return;
+    auto& m = out_.params_members[out_.params_member_count++];
+    m.raw = raw(start2_);
+    m.type = type;
+    if (type == Member::Type::string) m.string.assign(decoded);
   }
   bool end() {
     --depth_;
@@ -166,12 +195,18 @@ class MessageSax {
       const std::string_view value = raw(start1_);  // an object or an array: its first character says
       ended(!value.empty() && value.front() == '{' ? Type::object : Type::array);
     } else if (depth_ == 2) {
+      if (field_ == Field::params) {
+        const std::string_view value = raw(start2_);
+        add_param(!value.empty() && value.front() == '{' ? Member::Type::object : Member::Type::array, {});
+      }
       ended(Type::other);
     }
     return true;
   }
 
   Message& out_;
+  // (A MemoryStream: the reader works on this one, not on a local copy of it as it does for
+  // string streams, so that its position is right in the callbacks.)
   const rapidjson::MemoryStream& stream_;
   std::string_view text_;
   int depth_ = 0;
@@ -181,6 +216,7 @@ class MessageSax {
   bool object_ = false, batch_ = false, version_ok_ = false, saw_method_ = false, saw_result_ = false,
        saw_error_ = false, saw_code_ = false, saw_message_ = false;
   Type id_type_ = Type::none, params_type_ = Type::none;
+  bool params_object_ = false, params_overflow_ = false;
 };
 
 /// The members of one object, each with its raw text (see for_each_member).
@@ -274,13 +310,31 @@ class MemberSax {
   bool object_ = false, array_ = false, stopped_ = false;
 };
 
+/// One reader per thread, kept between messages (its parse stack is allocated once, not
+/// per line); a parse that starts while the thread's reader is busy (a handler parsing
+/// inside another parse) gets a reader of its own.
+template <class Sax>
+rapidjson::ParseResult parse_with(rapidjson::MemoryStream& stream, Sax& sax) {
+  thread_local rapidjson::Reader shared;
+  thread_local bool busy = false;
+  constexpr unsigned kFlags = rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseStopWhenDoneFlag;
+  if (busy) {
+    rapidjson::Reader own;
+    return own.Parse<kFlags>(stream, sax);
+  }
+  busy = true;
+  struct Release {
+    ~Release() { busy = false; }
+  } release;
+  return shared.Parse<kFlags>(stream, sax);
+}
+
 }  // namespace
 
 bool for_each_member(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
   rapidjson::MemoryStream stream(text.data(), text.size());
   MemberSax sax(stream, text, each);
-  rapidjson::Reader reader;
-  const auto result = reader.Parse<rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseStopWhenDoneFlag>(stream, sax);
+  const auto result = parse_with(stream, sax);
   if (sax.stopped()) {
     why = "stopped";
     return false;
@@ -297,11 +351,27 @@ bool for_each_member(std::string_view text, const std::function<bool(const Membe
   return true;
 }
 
+bool each_param(const Message& message, const std::function<bool(const Member&)>& each, std::string& why) {
+  if (!message.params_members_found) return for_each_member(message.params, each, why);
+  for (std::size_t i = 0; i < message.params_member_count; ++i) {
+    const auto& found = message.params_members[i];
+    Member m;
+    m.key = found.key;
+    m.raw = found.raw;
+    m.type = found.type;
+    if (found.type == Member::Type::string) m.string = found.string;
+    if (!each(m)) {
+      why = "stopped";
+      return false;
+    }
+  }
+  return true;
+}
+
 bool for_each_element(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
   rapidjson::MemoryStream stream(text.data(), text.size());
   MemberSax sax(stream, text, each);
-  rapidjson::Reader reader;
-  const auto result = reader.Parse<rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseStopWhenDoneFlag>(stream, sax);
+  const auto result = parse_with(stream, sax);
   if (sax.stopped()) {
     why = "stopped";
     return false;
@@ -338,12 +408,29 @@ const char* type_name(Member::Type type) {
   return "a value";
 }
 
+namespace {
+
+void reset(Message& m) {
+  m.kind = Message::Kind::invalid;
+  m.id = {};
+  m.method.clear();
+  m.params = {};
+  m.result = {};
+  m.error_code = 0;
+  m.error_message.clear();
+  m.error_data = {};
+  m.why.clear();
+  m.params_member_count = 0;
+  m.params_members_found = false;
+}
+
+}  // namespace
+
 bool parse(std::string_view line, Message& out, std::string& why) {
-  out = Message{};
+  reset(out);
   rapidjson::MemoryStream stream(line.data(), line.size());
   MessageSax sax(out, stream, line);
-  rapidjson::Reader reader;
-  const auto result = reader.Parse<rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseStopWhenDoneFlag>(stream, sax);
+  const auto result = parse_with(stream, sax);
   if (!result) {
     why = "not JSON (" + std::string(rapidjson::GetParseError_En(result.Code())) + " at byte " +
           std::to_string(result.Offset()) + ")";

@@ -70,7 +70,9 @@ class TokenProgress final : public ProgressSink {
 
 /// A tools/call's params: the request it stands for, and the progress token if any.
 /// False with `why` (and the kind of error) when they are not what a call needs.
-bool read_call(std::string_view params, Request& request, std::string& token, std::string& why, ErrorKind& kind) {
+bool read_call(const jsonrpc::Message& message, Request& request, std::string& token, std::string& why,
+               ErrorKind& kind) {
+  const std::string_view params = message.params;
   if (params.empty() || params.front() != '{') {
     why = "malformed request: params must be an object with the tool's name";
     return false;
@@ -84,8 +86,8 @@ bool read_call(std::string_view params, Request& request, std::string& token, st
     seen = true;
     return bad.empty();
   };
-  const bool ok = jsonrpc::for_each_member(
-      params,
+  const bool ok = jsonrpc::each_param(
+      message,
       [&](const Member& m) {
         if (m.key == "name") {
           if (!twice(named, m.key)) return false;
@@ -307,7 +309,7 @@ LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Sessi
   const std::string id(m.id);
   const std::string& method = m.method;
   if (method == "tools/call") {
-    call(host, id, m.params, session, out, takeover, handled);
+    call(host, id, m, session, out, takeover, handled);
     return handled;
   }
   if (method == "initialize") {
@@ -427,12 +429,12 @@ void JsonRpcCodec::list_tools(Host& host, const std::string& id, std::string_vie
   jsonrpc::append_result(out, id, result.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-void JsonRpcCodec::call(Host& host, const std::string& id, std::string_view params, Session& session, std::string& out,
-                        Takeover* takeover, Handled& handled) {
+void JsonRpcCodec::call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
+                        std::string& out, Takeover* takeover, Handled& handled) {
   Request request;
   std::string token, why;
   ErrorKind kind = ErrorKind::malformed_request;
-  if (!read_call(params, request, token, why, kind)) return invalid_params(out, id, why, kind);
+  if (!read_call(m, request, token, why, kind)) return invalid_params(out, id, why, kind);
   request.id_json = id;
   request.front = dialect_ == Dialect::mcp ? Front::mcp : Front::skill;
   CancelToken cancel;

@@ -7,6 +7,8 @@
 
 #include "../serve_kit.hpp"
 
+#include <machina/jsonrpc.hpp>
+
 #include <deque>
 #include <mutex>
 #include <string>
@@ -28,7 +30,7 @@ class JsonRpcCodec final : public LineCodec {
   void attach(WriteNow write_now) override { write_now_ = std::move(write_now); }
 
  private:
-  void call(Host& host, const std::string& id, std::string_view params, Session& session, std::string& out,
+  void call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session, std::string& out,
             Takeover* takeover, Handled& handled);
   void initialize(Host& host, const std::string& id, std::string_view params, std::string& out);
   void list_tools(Host& host, const std::string& id, std::string_view params, std::string& out);

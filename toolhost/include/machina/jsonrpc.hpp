@@ -5,6 +5,7 @@
 // MCP-server runners speak.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -20,6 +21,15 @@ enum Code : int {
   kInvalidParams = -32602,
   kInternalError = -32603,
   kRequestCancelled = -32800,  // (LSP's; answered by no one here, named for completeness)
+};
+
+/// One member of a JSON object, as for_each_member() finds it.
+struct Member {
+  enum class Type { null, boolean, number, string, object, array };
+  std::string_view key;     // decoded
+  std::string_view raw;     // the value's JSON text, as written
+  Type type = Type::null;
+  std::string_view string;  // a string value, decoded
 };
 
 struct Message {
@@ -39,6 +49,20 @@ struct Message {
   std::string error_message;
   std::string_view error_data;  // raw JSON; "" when absent
   std::string why;              // (invalid)
+
+  /// The members of `params` when it is an object of at most kParamsMembers members,
+  /// found by the same parse (each_param() gives them; past that many it reads `params`
+  /// again). A member's key and string are decoded; its raw text points into the line.
+  struct ParamsMember {
+    std::string key;
+    std::string_view raw;
+    Member::Type type = Member::Type::null;
+    std::string string;
+  };
+  static constexpr std::size_t kParamsMembers = 8;
+  std::array<ParamsMember, kParamsMembers> params_members;
+  std::size_t params_member_count = 0;
+  bool params_members_found = false;
 };
 
 /// Reads one message. False, with `why`, when the line is not JSON (a parse error);
@@ -46,18 +70,13 @@ struct Message {
 /// "jsonrpc": "2.0", an id that is neither a number nor a string, ...).
 bool parse(std::string_view line, Message& out, std::string& why);
 
-/// One member of a JSON object, as for_each_member() finds it.
-struct Member {
-  enum class Type { null, boolean, number, string, object, array };
-  std::string_view key;     // decoded
-  std::string_view raw;     // the value's JSON text, as written
-  Type type = Type::null;
-  std::string_view string;  // a string value, decoded
-};
-
 /// Calls `each` for the members of the JSON object `text`, in order, until it returns
 /// false. False, with `why`, when `text` is not a JSON object (or `each` stopped).
 bool for_each_member(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why);
+
+/// for_each_member() over a parsed message's `params`, from what the parse found when it
+/// could (no second pass over the text).
+bool each_param(const Message& message, const std::function<bool(const Member&)>& each, std::string& why);
 
 /// The same for the elements of the JSON array `text` (each with an empty key).
 bool for_each_element(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why);
