@@ -176,6 +176,13 @@ def test_other_requests_are_refused_never_left_hanging(skill: Any) -> None:
         answer = skill.call("ask", {"method": method}).output
         assert answer["error"]["code"] == -32601, answer
     assert skill.call("ask", {"method": "ping"}).output["result"] == {}
+    # A method name that is not UTF-8 is refused like any other unknown one, and the skill
+    # goes on serving.
+    pid = skill.call("echo").trace["child_pid"]
+    answer = skill.call("ask", {"method_hex": "ff41"}).output
+    assert answer["error"]["code"] == -32601, answer
+    again = skill.call("echo")
+    assert again.ok and again.trace["child_pid"] == pid
 
 
 # --- supervision ----------------------------------------------------------------------------------

@@ -6,12 +6,15 @@
 #include <machina/jsonrpc_child.hpp>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <cstdlib>
 #include <future>
+#include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -177,9 +180,25 @@ TEST_CASE("finish closes the child's input and kills one that does not leave") {
 }
 
 TEST_CASE("a lone caller reads its own answer: no other thread is woken for it") {
-  // Before each answer the child notifies; the notification is handled by whichever thread
-  // reads. Calls made back to back read for themselves (the first may find the watch
+  // Calls made back to back read their answers themselves (the first may find the watch
   // thread reading, and take the turn from it).
+  const char* program = R"(
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {}}), flush=True)
+)";
+  JsonRpcChild child(python(program), kRefuse, kIgnore);
+  constexpr int kCalls = 20;
+  for (int i = 0; i < kCalls; ++i) {
+    REQUIRE(child.call("x", "{}", in_ms(10'000)).ending == JsonRpcChild::Reply::Ending::result);
+  }
+  CHECK(child.answers_read_by_callers() >= kCalls / 2);
+}
+
+TEST_CASE("the child's requests and notifications are handled off the callers' threads") {
+  // Before each answer the child notifies; the handler runs on the watch thread, never on
+  // the caller's (a slow handler must not hold a caller past its deadline).
   const char* program = R"(
 import json, sys
 for line in sys.stdin:
@@ -187,20 +206,79 @@ for line in sys.stdin:
     print(json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {}}), flush=True)
     print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {}}), flush=True)
 )";
-  std::vector<std::thread::id> readers;
+  std::vector<std::thread::id> handlers;
   std::mutex mu;
   JsonRpcChild child(python(program), kRefuse, [&](const jsonrpc::Message&) {
     std::lock_guard lock(mu);
-    readers.push_back(std::this_thread::get_id());
+    handlers.push_back(std::this_thread::get_id());
   });
-  constexpr int kCalls = 20;
-  for (int i = 0; i < kCalls; ++i) {
+  for (int i = 0; i < 5; ++i) {
     REQUIRE(child.call("x", "{}", in_ms(10'000)).ending == JsonRpcChild::Reply::Ending::result);
   }
   std::lock_guard lock(mu);
-  REQUIRE(readers.size() == kCalls);
-  const auto mine = std::count(readers.begin(), readers.end(), std::this_thread::get_id());
-  CHECK(mine >= kCalls / 2);
+  REQUIRE(handlers.size() == 5);
+  CHECK(std::count(handlers.begin(), handlers.end(), std::this_thread::get_id()) == 0);
+}
+
+TEST_CASE("a slow answer to the child's request holds no caller past its deadline") {
+  JsonRpcChild child(python(R"(
+import json, sys
+m = json.loads(sys.stdin.readline())
+print(json.dumps({"jsonrpc": "2.0", "id": "q", "method": "state/get", "params": {}}), flush=True)
+sys.stdin.read()
+)"),
+                     [](const jsonrpc::Message& m, std::string& reply) {
+                       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+                       jsonrpc::append_result(reply, m.id, "{}");
+                     },
+                     kIgnore);
+  const auto t0 = steady_now_ms();
+  CHECK(child.call("x", "{}", in_ms(300)).ending == JsonRpcChild::Reply::Ending::timed_out);
+  CHECK(steady_now_ms() - t0 < 1000);
+}
+
+TEST_CASE("a handler that throws: the child is told, and goes on") {
+  const char* program = R"(
+import json, sys
+m = json.loads(sys.stdin.readline())
+print(json.dumps({"jsonrpc": "2.0", "id": "q", "method": "boom", "params": {}}), flush=True)
+answer = json.loads(sys.stdin.readline())
+print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"host_said": answer}}), flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"again": True}}), flush=True)
+)";
+  JsonRpcChild child(
+      python(program), [](const jsonrpc::Message&, std::string&) { throw std::runtime_error("handler failed"); },
+      kIgnore);
+  const auto r = child.call("x", "{}", in_ms(10'000));
+  REQUIRE(r.ending == JsonRpcChild::Reply::Ending::result);
+  CHECK(r.result.find("-32603") != std::string::npos);
+  CHECK(child.call("y", "{}", in_ms(10'000)).result == R"({"again": true})");
+  CHECK(child.alive());
+}
+
+TEST_CASE("kill() ends a call whose caller is reading, even if the child's output never ends") {
+  // A process of another session keeps the child's stdout open: no end of output comes.
+  JsonRpcChild child(python(R"(
+import json, subprocess, sys
+keeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
+m = json.loads(sys.stdin.readline())
+print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"keeper": keeper.pid}}), flush=True)
+sys.stdin.read()
+)"),
+                     kRefuse, kIgnore);
+  const auto first = child.call("x", "{}", in_ms(10'000));
+  REQUIRE(first.ending == JsonRpcChild::Reply::Ending::result);
+  const auto keeper = static_cast<pid_t>(nlohmann::json::parse(first.result)["keeper"].get<int>());
+  auto waiting = std::async(std::launch::async, [&] { return child.call("never", "{}", in_ms(10'000)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = steady_now_ms();
+  child.kill("stopped by the test");
+  const auto r = waiting.get();
+  ::kill(keeper, SIGKILL);
+  CHECK(r.ending == JsonRpcChild::Reply::Ending::crashed);
+  CHECK(steady_now_ms() - t0 < 2000);
 }
 
 TEST_CASE("what the child writes between calls is read at once: its end is seen without a call") {

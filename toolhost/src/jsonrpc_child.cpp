@@ -22,6 +22,9 @@ constexpr std::size_t kChunkBytes = 64 * 1024;
 // How long the reading turn stays free before the watch thread takes it: calls made back
 // to back keep it among the callers; the child's output between calls waits at most this.
 constexpr auto kIdleTakeover = std::chrono::milliseconds(2);
+// How often the watch thread looks while a caller holds the turn (it takes the turn no
+// sooner than kIdleTakeover after it is given up, and no later than this).
+constexpr auto kWatchWhileCallersRead = std::chrono::milliseconds(50);
 
 /// The id as we sent it (an integer), from the raw JSON an answer carries: 7 or "7".
 bool id_of(std::string_view raw, std::int64_t& id) {
@@ -53,7 +56,13 @@ JsonRpcChild::JsonRpcChild(JsonRpcChildOptions options, RequestHandler on_reques
     throw;
   }
   child_->drain_in_background();
-  watch_ = std::thread([this] { watch(); });
+  try {
+    watch_ = std::thread([this] { watch(); });
+  } catch (...) {
+    child_->kill();
+    ::close(wake_fd_);
+    throw;
+  }
 }
 
 JsonRpcChild::~JsonRpcChild() {
@@ -72,16 +81,22 @@ JsonRpcChild::~JsonRpcChild() {
   ::close(wake_fd_);
 }
 
+void JsonRpcChild::settle(Pending& p) {
+  p.done = true;
+  p.over.store(true, std::memory_order_relaxed);
+}
+
 void JsonRpcChild::fail_all(Reply::Ending ending, const std::string& why) {
   gone_ = true;
   for (auto& [id, p] : pending_) {
-    p->done = true;
+    settle(*p);
     p->reply.ending = ending;
     p->reply.message = why;
     p->cv.notify_all();
   }
   pending_.clear();
   watch_cv_.notify_all();
+  wake_reader();  // a caller reading returns at once (its child's end may come late, or never)
 }
 
 void JsonRpcChild::wake_reader() const {
@@ -153,7 +168,7 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
     std::lock_guard lock(mu_);
     if (!p->done) {
       pending_.erase(id);
-      p->done = true;
+      settle(*p);
       p->reply.ending = steady_now_ms() >= deadline_ms ? Reply::Ending::timed_out : Reply::Ending::crashed;
       p->reply.message = p->reply.ending == Reply::Ending::timed_out
                              ? "the request could not be written before the deadline"
@@ -167,12 +182,14 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
         std::lock_guard lock(mu_);
         if (p->done) return;
         pending_.erase(id);
-        p->done = true;
+        settle(*p);
         p->reply.ending = Reply::Ending::cancelled;
         p->reply.message = "cancelled by its caller";
+        // (Under the lock: once it is released, the caller may return and the owner
+        // destroy this object.)
+        wake_reader();  // its thread may be the one reading
       }
       p->cv.notify_all();
-      wake_reader();  // (its thread may be the one reading)
     });
   }
   const auto until = Clock::time_point(std::chrono::milliseconds(deadline_ms));
@@ -181,19 +198,24 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
     const std::int64_t left = deadline_ms - steady_now_ms();
     if (left <= 0) {
       pending_.erase(id);
-      p->done = true;
+      settle(*p);
       p->reply.ending = Reply::Ending::timed_out;
       p->reply.message = "no answer before the deadline";
       break;
     }
-    if (!reading_ && !gone_) {
+    if (!reading_ && !gone_ && !watch_wanted_) {
       // The turn is free: this thread reads, for every call in flight.
       reading_ = true;
       lock.unlock();
-      read_some(static_cast<int>(std::min<std::int64_t>(left, 1 << 30)));
+      read_some(static_cast<int>(std::min<std::int64_t>(left, 1 << 30)), p.get(), deadline_ms);
       lock.lock();
       reading_ = false;
       turn_free_since_ = Clock::now();
+      if (for_watch_) {
+        for_watch_ = false;
+        watch_wanted_ = true;
+        watch_cv_.notify_one();
+      }
       continue;
     }
     if (watch_reading_ && !watch_woken_) {
@@ -244,6 +266,11 @@ std::size_t JsonRpcChild::in_flight() const {
   return pending_.size();
 }
 
+std::uint64_t JsonRpcChild::answers_read_by_callers() const {
+  std::lock_guard lock(mu_);
+  return answers_read_by_callers_;
+}
+
 std::string JsonRpcChild::ended_how() const {
   std::lock_guard lock(mu_);
   return how_;
@@ -254,13 +281,18 @@ void JsonRpcChild::watch() {
   // (After the child is gone it still reads, up to the end of the output: then the child
   // is reaped at once and its end described.)
   while (!ended_ && !stopping_) {
-    if (reading_ || (!gone_ && Clock::now() - turn_free_since_ < kIdleTakeover)) {
+    if (reading_) {
+      watch_cv_.wait_for(lock, kWatchWhileCallersRead);
+      continue;
+    }
+    if (!gone_ && !watch_wanted_ && Clock::now() - turn_free_since_ < kIdleTakeover) {
       watch_cv_.wait_for(lock, kIdleTakeover);
       continue;
     }
+    watch_wanted_ = false;
     reading_ = watch_reading_ = true;
     lock.unlock();
-    read_some(-1);
+    read_some(-1, nullptr, 0);
     lock.lock();
     reading_ = watch_reading_ = watch_woken_ = false;
     turn_free_since_ = Clock::now();
@@ -272,82 +304,128 @@ void JsonRpcChild::watch() {
   }
 }
 
-bool JsonRpcChild::read_some(int timeout_ms) {
-  const int fd = child_->stdout_fd();
-  pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-  if (::poll(fds, 2, timeout_ms) <= 0) return true;  // (the caller looks at its deadline)
-  if (fds[1].revents != 0) {
-    std::uint64_t count;
-    [[maybe_unused]] const auto n = ::read(wake_fd_, &count, sizeof count);
-  }
-  if (fds[0].revents == 0) return true;
-  for (;;) {
-    const ssize_t n = ::read(fd, chunk_.get(), kChunkBytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) break;
-    if (n <= 0) {
-      ended();
-      return false;
-    }
-    buffer_.append(chunk_.get(), static_cast<std::size_t>(n));
-    if (static_cast<std::size_t>(n) < kChunkBytes) break;  // (a pipe gives what it holds: drained)
-    if (buffer_.size() > options_.max_line_bytes) break;
-  }
-  std::size_t at = 0;
-  for (std::size_t nl; (nl = buffer_.find('\n', at)) != std::string::npos; at = nl + 1) {
-    std::string_view line(buffer_.data() + at, nl - at);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
-    jsonrpc::Message m;
-    std::string why;
-    if (!jsonrpc::parse(line, m, why) || m.kind == jsonrpc::Message::Kind::invalid) {
-      const std::string what = m.kind == jsonrpc::Message::Kind::invalid && why.empty() ? m.why : why;
-      kill("wrote something that is not JSON-RPC (" + what + "): " + excerpt(line));
-      buffer_.clear();
-      return true;  // (its end is read next)
-    }
-    if (m.kind == jsonrpc::Message::Kind::request) {
-      std::string reply;
-      on_request_(m, reply);
-      if (!write_line(reply, steady_now_ms() + 5000)) {
-        kill("does not read its input (a reply to its request could not be written)");
-        buffer_.clear();
-        return true;
+bool JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t deadline_ms) noexcept {
+  try {
+    // Whole lines a reader before left (it stopped once its own answer was in) come first.
+    if (buffer_.find('\n') == std::string::npos) {
+      const int fd = child_->stdout_fd();
+      pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      if (::poll(fds, 2, timeout_ms) <= 0) return true;  // (the caller looks at its deadline)
+      if (fds[1].revents != 0) {
+        std::uint64_t count;
+        [[maybe_unused]] const auto n = ::read(wake_fd_, &count, sizeof count);
       }
-    } else if (m.kind == jsonrpc::Message::Kind::notification) {
-      on_notification_(m);
-    } else {
-      std::int64_t id = 0;
-      if (!id_of(m.id, id)) continue;  // an answer to nothing we sent (a null id): dropped
-      std::shared_ptr<Pending> p;
-      {
-        std::lock_guard lock(mu_);
-        auto it = pending_.find(id);
-        if (it == pending_.end()) continue;  // late: its call gave up already
-        p = std::move(it->second);
-        pending_.erase(it);
-        p->done = true;
-        if (m.kind == jsonrpc::Message::Kind::result) {
-          p->reply.ending = Reply::Ending::result;
-          p->reply.result.assign(m.result);
-        } else {
-          p->reply.ending = Reply::Ending::error;
-          p->reply.code = m.error_code;
-          p->reply.message = std::move(m.error_message);
-          p->reply.data.assign(m.error_data);
+      if (fds[0].revents == 0) return true;
+      for (;;) {
+        const ssize_t n = ::read(fd, chunk_.get(), kChunkBytes);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) break;
+        if (n <= 0) {
+          if (mine != nullptr) {
+            for_watch_ = true;  // (its end is the watch thread's to describe: it may take a while)
+            return true;
+          }
+          ended();
+          return false;
         }
+        buffer_.append(chunk_.get(), static_cast<std::size_t>(n));
+        if (static_cast<std::size_t>(n) < kChunkBytes) break;  // (a pipe gives what it holds: drained)
+        if (buffer_.size() > options_.max_line_bytes) break;
       }
-      // Told once the lock is free: woken under it, the caller would only wait for it
-      // again (two more thread switches a call on one CPU).
-      p->cv.notify_all();
     }
-  }
-  buffer_.erase(0, at);
-  if (buffer_.size() > options_.max_line_bytes) {
-    kill("wrote a message over " + std::to_string(options_.max_line_bytes) + " bytes");
+    std::size_t at = 0;
+    for (std::size_t nl; (nl = buffer_.find('\n', at)) != std::string::npos;) {
+      std::string_view line(buffer_.data() + at, nl - at);
+      const std::size_t line_start = at;
+      at = nl + 1;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+      const Handled handled = handle_line(line, mine != nullptr);
+      if (handled == Handled::killed) {
+        buffer_.clear();
+        return true;  // (its end is read next)
+      }
+      if (handled == Handled::for_watch) {
+        // A request or notification of the child's: answered by the watch thread, so that a
+        // slow answer holds up no caller past its deadline.
+        at = line_start;
+        for_watch_ = true;
+        break;
+      }
+      // A caller does not serve the others past its own answer, cancellation or deadline:
+      // what is left stays for the next reader.
+      if (mine != nullptr && (mine->over.load(std::memory_order_relaxed) || steady_now_ms() >= deadline_ms)) break;
+    }
+    buffer_.erase(0, at);
+    if (buffer_.size() > options_.max_line_bytes && buffer_.find('\n') == std::string::npos) {
+      kill("wrote a message over " + std::to_string(options_.max_line_bytes) + " bytes");
+      buffer_.clear();
+    }
+  } catch (const std::exception& e) {
+    // (Out of memory, say.) Nothing of the exchange can be trusted any more.
     buffer_.clear();
+    kill(std::string("its output could not be handled (") + e.what() + ")");
   }
   return true;
+}
+
+JsonRpcChild::Handled JsonRpcChild::handle_line(std::string_view line, bool by_caller) {
+  jsonrpc::Message m;
+  std::string why;
+  if (!jsonrpc::parse(line, m, why) || m.kind == jsonrpc::Message::Kind::invalid) {
+    const std::string what = m.kind == jsonrpc::Message::Kind::invalid && why.empty() ? m.why : why;
+    kill("wrote something that is not JSON-RPC (" + what + "): " + excerpt(line));
+    return Handled::killed;
+  }
+  if (by_caller && (m.kind == jsonrpc::Message::Kind::request || m.kind == jsonrpc::Message::Kind::notification)) {
+    return Handled::for_watch;
+  }
+  if (m.kind == jsonrpc::Message::Kind::request) {
+    std::string reply;
+    try {
+      on_request_(m, reply);
+    } catch (const std::exception&) {
+      // The host's answer failed (a method name that is not UTF-8, say): the child hears so.
+      reply.clear();
+      jsonrpc::append_error(reply, m.id, jsonrpc::kInternalError, "the host could not answer this request");
+    }
+    if (!write_line(reply, steady_now_ms() + 5000)) {
+      kill("does not read its input (a reply to its request could not be written)");
+      return Handled::killed;
+    }
+  } else if (m.kind == jsonrpc::Message::Kind::notification) {
+    try {
+      on_notification_(m);
+    } catch (const std::exception&) {
+      // (a notification is only news: one that cannot be passed on is dropped)
+    }
+  } else {
+    std::int64_t id = 0;
+    if (!id_of(m.id, id)) return Handled::done;  // an answer to nothing we sent (a null id): dropped
+    std::shared_ptr<Pending> p;
+    {
+      std::lock_guard lock(mu_);
+      auto it = pending_.find(id);
+      if (it == pending_.end()) return Handled::done;  // late: its call gave up already
+      p = std::move(it->second);
+      pending_.erase(it);
+      if (m.kind == jsonrpc::Message::Kind::result) {
+        p->reply.ending = Reply::Ending::result;
+        p->reply.result.assign(m.result);
+      } else {
+        p->reply.ending = Reply::Ending::error;
+        p->reply.code = m.error_code;
+        p->reply.message = std::move(m.error_message);
+        p->reply.data.assign(m.error_data);
+      }
+      settle(*p);
+      if (by_caller) ++answers_read_by_callers_;
+    }
+    // Told once the lock is free: woken under it, the caller would only wait for it
+    // again (two more thread switches a call on one CPU).
+    p->cv.notify_all();
+  }
+  return Handled::done;
 }
 
 void JsonRpcChild::ended() {

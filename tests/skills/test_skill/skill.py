@@ -42,12 +42,20 @@ def log(event: str, **fields: Any) -> None:
         f.write(json.dumps({"event": event, "pid": os.getpid(), **fields}) + "\n")
 
 
-def ask(method: str, params: dict[str, Any]) -> Any:
-    """A request to the host; its whole answer (result or error)."""
+def ask(method: str, params: dict[str, Any], raw_method: bytes | None = None) -> Any:
+    """A request to the host; its whole answer (result or error). With `raw_method`, the
+    method name is written as these bytes (which need not be UTF-8)."""
     rid = f"s{next(COUNTER)}"
     done = threading.Event()
     PENDING[rid] = [done, None]
-    send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    if raw_method is None:
+        send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    else:
+        with OUT_LOCK:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(b'{"jsonrpc":"2.0","id":"' + rid.encode() + b'","method":"' + raw_method +
+                                    b'","params":' + json.dumps(params).encode() + b"}\n")
+            sys.stdout.buffer.flush()
     if not done.wait(10):
         return {"no_answer": True}
     return PENDING.pop(rid)[1]
@@ -73,8 +81,8 @@ TOOLS = [
      "parameters": schema(slot={"type": "integer"}, put={"type": "integer"})},
     {"name": "data", "description": "Writes a file of its data directory and reads it back",
      "parameters": schema(path={"type": "string"}, content={"type": "string"})},
-    {"name": "ask", "description": "Sends the host any request",
-     "parameters": schema(method={"type": "string"}, params={"type": "object"})},
+    {"name": "ask", "description": "Sends the host any request (method_hex: a method name's raw bytes)",
+     "parameters": schema(method={"type": "string"}, params={"type": "object"}, method_hex={"type": "string"})},
     {"name": "progress", "description": "Reports progress steps, then answers",
      "parameters": schema(steps={"type": "integer"})},
     {"name": "env", "description": "Its environment's names", "parameters": schema()},
@@ -120,7 +128,8 @@ def call(name: str, args: dict[str, Any], meta: dict[str, Any], call_id: Any) ->
         read = ask("data/read", {"path": args["path"]})
         return {"content": "", "structuredContent": {"write": wrote, "read": read}}
     if name == "ask":
-        return {"content": "", "structuredContent": ask(args["method"], args.get("params", {}))}
+        raw = bytes.fromhex(args["method_hex"]) if "method_hex" in args else None
+        return {"content": "", "structuredContent": ask(args.get("method", ""), args.get("params", {}), raw)}
     if name == "progress":
         steps = args.get("steps", 3)
         for i in range(steps):

@@ -18,6 +18,7 @@
 #include <machina/jsonrpc.hpp>
 #include <machina/request.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -87,19 +88,31 @@ class JsonRpcChild {
   std::string tail() const { return child_->tail(); }
   /// How it ended ("" while it runs).
   std::string ended_how() const;
+  /// Answers read by the caller waiting for them or by another caller (the rest: by the
+  /// watch thread, which wakes the caller).
+  std::uint64_t answers_read_by_callers() const;
 
  private:
   struct Pending {
     Reply reply;
     bool done = false;
-    bool waiting = false;  // its caller waits on cv (not reading, not still writing)
+    bool waiting = false;          // its caller waits on cv (not reading, not still writing)
+    std::atomic<bool> over{false};  // done, as the reader sees it without the lock
     std::condition_variable cv;
   };
-  /// With the reading turn: waits up to `timeout_ms` (-1: until something comes or
-  /// wake_reader() is called) for the child's output and handles every whole line of it.
-  /// False once the output has ended (every call in flight then failed).
-  bool read_some(int timeout_ms);
-  void handle_line(std::string_view line);
+  /// With the reading turn: handles the whole lines left by the last reader, or else waits
+  /// up to `timeout_ms` (-1: until something comes or wake_reader() is called) for the
+  /// child's output and handles its whole lines — stopping, for a caller (`mine`), once its
+  /// own call is over or `deadline_ms` has passed. False once the output has ended (every
+  /// call in flight then failed). A failure to handle what the child wrote kills it.
+  bool read_some(int timeout_ms, const Pending* mine, std::int64_t deadline_ms) noexcept;
+  enum class Handled { done, killed, for_watch };
+  /// One line of the child's (`killed`: it killed the child for it). A caller reading
+  /// (`by_caller`) leaves the child's requests and notifications to the watch thread
+  /// (`for_watch`): their handlers may take a while.
+  Handled handle_line(std::string_view line, bool by_caller);
+  /// With mu_ held: the call is over (its caller will see it, with or without the lock).
+  static void settle(Pending& p);
   /// The output ended: how, and every call in flight failed.
   void ended();
   /// The watch thread: holds the reading turn while no caller has for kIdleTakeover.
@@ -121,6 +134,7 @@ class JsonRpcChild {
   mutable std::mutex mu_;
   std::map<std::int64_t, std::shared_ptr<Pending>> pending_;
   std::int64_t next_id_ = 1;
+  std::uint64_t answers_read_by_callers_ = 0;
   bool gone_ = false;   // no call goes to it any more
   bool ended_ = false;  // its output has ended (it is reaped)
   std::string how_;
@@ -128,6 +142,8 @@ class JsonRpcChild {
   bool watch_reading_ = false;    // ... the watch thread
   bool watch_woken_ = false;      // ... and it was asked to give it up
   bool stopping_ = false;         // the watch thread leaves
+  bool watch_wanted_ = false;     // what was read next is the watch thread's to handle
+  bool for_watch_ = false;        // (the reader's) ... found so by the last read_some
   std::chrono::steady_clock::time_point turn_free_since_{};
   std::condition_variable watch_cv_;
   // The reader's (whoever holds the turn): a line begun, and the chunk read into.

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #ifndef MACHINA_VERSION
 #define MACHINA_VERSION "dev"
@@ -454,16 +455,28 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
   }
   params += "}";
   std::int64_t sent_id = 0;
-  const auto reply = child->call("tools/call", params, spec.deadline_ms, spec.cancel, [&](std::int64_t id) {
-    sent_id = id;
-    std::lock_guard lock(mu_);
-    in_flight_[id] = &flight;
-  });
+  // Whatever happens in the call (it may throw), the flight, which lives on this stack, is
+  // forgotten before it goes.
+  struct Forget {
+    JsonRpcToolset& set;
+    const std::int64_t& id;
+    const std::string& token;
+    ~Forget() {
+      std::lock_guard lock(set.mu_);
+      set.in_flight_.erase(id);
+      if (!token.empty()) set.by_token_.erase(token);
+    }
+  };
+  std::optional<JsonRpcChild::Reply> answered;
   {
-    std::lock_guard lock(mu_);
-    in_flight_.erase(sent_id);
-    if (!token.empty()) by_token_.erase(token);
+    Forget forget{*this, sent_id, token};
+    answered = child->call("tools/call", params, spec.deadline_ms, spec.cancel, [&](std::int64_t id) {
+      sent_id = id;
+      std::lock_guard lock(mu_);
+      in_flight_[id] = &flight;
+    });
   }
+  const JsonRpcChild::Reply& reply = *answered;
   std::lock_guard call_lock(flight.mu);  // (a state request answered just now is done with it)
   using Ending = JsonRpcChild::Reply::Ending;
   switch (reply.ending) {
@@ -529,7 +542,8 @@ void JsonRpcToolset::on_request(const jsonrpc::Message& request, std::string& re
     if (m == "data/read" || m == "data/write") return answer_data(request, reply);
   }
   // roots/list, sampling/createMessage, elicitation/create, ...: not offered.
-  jsonrpc::append_error(reply, request.id, jsonrpc::kMethodNotFound, "Method not found", json(m).dump());
+  jsonrpc::append_error(reply, request.id, jsonrpc::kMethodNotFound, "Method not found",
+                        json(m).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 void JsonRpcToolset::answer_state(const jsonrpc::Message& request, std::string& reply) {
