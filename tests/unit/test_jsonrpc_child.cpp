@@ -323,3 +323,28 @@ for line in sys.stdin:
   CHECK(second.result == R"({"slow": true})");
   CHECK(steady_now_ms() - t0 < 5000);
 }
+
+TEST_CASE("a message that arrives in many pieces is read whole") {
+  // 1 MiB of answer written in 64 pieces, each flushed on its own (many reads of the pipe),
+  // then a second message in the same piece as the first one's end.
+  JsonRpcChild child(python(R"(
+import json, sys, time
+m = json.loads(sys.stdin.readline())
+line = json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"text": "x" * (1 << 20)}}) + "\n"
+step = len(line) // 64 + 1
+for i in range(0, len(line), step):
+    piece = line[i:i + step]
+    if i + step >= len(line):
+        piece += json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {}}) + "\n"
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+    time.sleep(0.002)
+sys.stdin.read()
+)",
+                            4u << 20),
+                     kRefuse, kIgnore);
+  const auto r = child.call("x", "{}", in_ms(20'000));
+  REQUIRE(r.ending == JsonRpcChild::Reply::Ending::result);
+  CHECK(r.result.size() == (1u << 20) + 12);  // {"text": "x…x"}
+  CHECK(child.alive());
+}

@@ -307,7 +307,8 @@ void JsonRpcChild::watch() {
 bool JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t deadline_ms) noexcept {
   try {
     // Whole lines a reader before left (it stopped once its own answer was in) come first.
-    if (buffer_.find('\n') == std::string::npos) {
+    if (buffer_.find('\n', clean_) == std::string::npos) {
+      clean_ = buffer_.size();
       const int fd = child_->stdout_fd();
       pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       if (::poll(fds, 2, timeout_ms) <= 0) return true;  // (the caller looks at its deadline)
@@ -334,7 +335,9 @@ bool JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t d
       }
     }
     std::size_t at = 0;
-    for (std::size_t nl; (nl = buffer_.find('\n', at)) != std::string::npos;) {
+    bool stopped = false;  // with lines left
+    // (The first line ends past clean_: a long message read in many chunks is searched once.)
+    for (std::size_t nl; (nl = buffer_.find('\n', at == 0 ? clean_ : at)) != std::string::npos;) {
       std::string_view line(buffer_.data() + at, nl - at);
       const std::size_t line_start = at;
       at = nl + 1;
@@ -343,6 +346,7 @@ bool JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t d
       const Handled handled = handle_line(line, mine != nullptr);
       if (handled == Handled::killed) {
         buffer_.clear();
+        clean_ = 0;
         return true;  // (its end is read next)
       }
       if (handled == Handled::for_watch) {
@@ -350,20 +354,27 @@ bool JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t d
         // slow answer holds up no caller past its deadline.
         at = line_start;
         for_watch_ = true;
+        stopped = true;
         break;
       }
       // A caller does not serve the others past its own answer, cancellation or deadline:
       // what is left stays for the next reader.
-      if (mine != nullptr && (mine->over.load(std::memory_order_relaxed) || steady_now_ms() >= deadline_ms)) break;
+      if (mine != nullptr && (mine->over.load(std::memory_order_relaxed) || steady_now_ms() >= deadline_ms)) {
+        stopped = true;
+        break;
+      }
     }
     buffer_.erase(0, at);
-    if (buffer_.size() > options_.max_line_bytes && buffer_.find('\n') == std::string::npos) {
+    clean_ = stopped ? 0 : buffer_.size();  // (searched to its end: no newline left)
+    if (buffer_.size() > options_.max_line_bytes && clean_ == buffer_.size()) {
       kill("wrote a message over " + std::to_string(options_.max_line_bytes) + " bytes");
       buffer_.clear();
+      clean_ = 0;
     }
   } catch (const std::exception& e) {
     // (Out of memory, say.) Nothing of the exchange can be trusted any more.
     buffer_.clear();
+    clean_ = 0;
     kill(std::string("its output could not be handled (") + e.what() + ")");
   }
   return true;

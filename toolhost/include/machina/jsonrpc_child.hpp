@@ -146,8 +146,10 @@ class JsonRpcChild {
   bool for_watch_ = false;        // (the reader's) ... found so by the last read_some
   std::chrono::steady_clock::time_point turn_free_since_{};
   std::condition_variable watch_cv_;
-  // The reader's (whoever holds the turn): a line begun, and the chunk read into.
+  // The reader's (whoever holds the turn): a line begun (no newline before clean_), and
+  // the chunk read into.
   std::string buffer_;
+  std::size_t clean_ = 0;
   std::unique_ptr<char[]> chunk_;
   std::mutex write_mu_;
   std::thread watch_;
