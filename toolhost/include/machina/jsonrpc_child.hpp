@@ -6,12 +6,14 @@
 // its owner decides whether to start another.
 //
 // Who reads the child's output: one thread at a time holds the reading turn. A caller
-// waiting for its answer takes the turn when it is free and reads for everyone (so a lone
-// call costs no hand-over between threads: on one CPU, two thread switches fewer); it
-// passes the turn to another waiting caller once its own answer is in. While no caller
-// has taken the turn for a little while (kIdleTakeover), a watch thread holds it, so that
-// what the child writes between calls (notifications, its end) is still read at once; a
-// caller that needs the turn then asks the watch thread to give it up.
+// waiting for its answer takes the turn when it is free and reads answers for everyone (so
+// a lone call costs no hand-over between threads: on one CPU, four thread switches fewer);
+// it passes the turn to another waiting caller once its own answer is in, its deadline has
+// passed or it is cancelled. A watch thread takes the turn when no caller has for a little
+// while (kIdleTakeover), so that what the child writes between calls is still read at once,
+// and whenever a caller comes upon what only the watch thread handles: the child's requests
+// and notifications (their handlers may take a while) and the end of its output. A caller
+// that needs the turn while the watch thread idles in it asks it to give it up.
 #pragma once
 
 #include <machina/child_process.hpp>
