@@ -166,6 +166,12 @@ TEST_CASE("params the parse does not keep are read again: too many members, an a
   CHECK(m.params.empty());
   CHECK_FALSE(m.params_members_found);
   CHECK(m.params_member_count == 0);
+  REQUIRE(parse(R"({"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"no","data":[2]}})", m, ignored));
+  REQUIRE(parse(R"({"jsonrpc":"2.0","id":4,"result":{}})", m, ignored));
+  CHECK((m.kind == Message::Kind::result && m.method.empty() && m.error_code == 0 && m.error_message.empty() &&
+         m.error_data.empty() && m.why.empty()));
+  REQUIRE(parse(R"({"jsonrpc":"2.0"})", m, ignored));
+  CHECK((m.kind == Message::Kind::invalid && m.id.empty() && m.result.empty() && !m.why.empty()));
 }
 
 TEST_CASE("a parse inside another's callback reads its own text") {

@@ -322,6 +322,9 @@ for line in sys.stdin:
   CHECK(second.ending == JsonRpcChild::Reply::Ending::result);
   CHECK(second.result == R"({"slow": true})");
   CHECK(steady_now_ms() - t0 < 5000);
+  // Read by the second caller itself (handed the turn when the first gave up), not by the
+  // watch thread.
+  CHECK(child.answers_read_by_callers() == 1);
 }
 
 TEST_CASE("a message that arrives in many pieces is read whole") {

@@ -408,26 +408,22 @@ const char* type_name(Member::Type type) {
   return "a value";
 }
 
-namespace {
-
-void reset(Message& m) {
-  m.kind = Message::Kind::invalid;
-  m.id = {};
-  m.method.clear();
-  m.params = {};
-  m.result = {};
-  m.error_code = 0;
-  m.error_message.clear();
-  m.error_data = {};
-  m.why.clear();
-  m.params_member_count = 0;
-  m.params_members_found = false;
+void Message::clear() {
+  kind = Kind::invalid;
+  id = {};
+  method.clear();
+  params = {};
+  result = {};
+  error_code = 0;
+  error_message.clear();
+  error_data = {};
+  why.clear();
+  params_member_count = 0;
+  params_members_found = false;
 }
 
-}  // namespace
-
 bool parse(std::string_view line, Message& out, std::string& why) {
-  reset(out);
+  out.clear();
   rapidjson::MemoryStream stream(line.data(), line.size());
   MessageSax sax(out, stream, line);
   const auto result = parse_with(stream, sax);

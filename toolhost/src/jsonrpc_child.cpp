@@ -81,15 +81,10 @@ JsonRpcChild::~JsonRpcChild() {
   ::close(wake_fd_);
 }
 
-void JsonRpcChild::settle(Pending& p) {
-  p.done = true;
-  p.over.store(true, std::memory_order_relaxed);
-}
-
 void JsonRpcChild::fail_all(Reply::Ending ending, const std::string& why) {
   gone_ = true;
   for (auto& [id, p] : pending_) {
-    settle(*p);
+    p->done = true;
     p->reply.ending = ending;
     p->reply.message = why;
     p->cv.notify_all();
@@ -168,7 +163,7 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
     std::lock_guard lock(mu_);
     if (!p->done) {
       pending_.erase(id);
-      settle(*p);
+      p->done = true;
       p->reply.ending = steady_now_ms() >= deadline_ms ? Reply::Ending::timed_out : Reply::Ending::crashed;
       p->reply.message = p->reply.ending == Reply::Ending::timed_out
                              ? "the request could not be written before the deadline"
@@ -182,7 +177,7 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
         std::lock_guard lock(mu_);
         if (p->done) return;
         pending_.erase(id);
-        settle(*p);
+        p->done = true;
         p->reply.ending = Reply::Ending::cancelled;
         p->reply.message = "cancelled by its caller";
         // (Under the lock: once it is released, the caller may return and the owner
@@ -198,7 +193,7 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
     const std::int64_t left = deadline_ms - steady_now_ms();
     if (left <= 0) {
       pending_.erase(id);
-      settle(*p);
+      p->done = true;
       p->reply.ending = Reply::Ending::timed_out;
       p->reply.message = "no answer before the deadline";
       break;
@@ -207,12 +202,11 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
       // The turn is free: this thread reads, for every call in flight.
       reading_ = true;
       lock.unlock();
-      read_some(static_cast<int>(std::min<std::int64_t>(left, 1 << 30)), p.get(), deadline_ms);
+      const Read next = read_some(static_cast<int>(std::min<std::int64_t>(left, 1 << 30)), p.get(), deadline_ms);
       lock.lock();
       reading_ = false;
       turn_free_since_ = Clock::now();
-      if (for_watch_) {
-        for_watch_ = false;
+      if (next == Read::for_watch) {
         watch_wanted_ = true;
         watch_cv_.notify_one();
       }
@@ -304,30 +298,28 @@ void JsonRpcChild::watch() {
   }
 }
 
-bool JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t deadline_ms) noexcept {
+JsonRpcChild::Read JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t deadline_ms) noexcept {
   try {
     // Whole lines a reader before left (it stopped once its own answer was in) come first.
     if (buffer_.find('\n', clean_) == std::string::npos) {
       clean_ = buffer_.size();
       const int fd = child_->stdout_fd();
       pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      if (::poll(fds, 2, timeout_ms) <= 0) return true;  // (the caller looks at its deadline)
+      if (::poll(fds, 2, timeout_ms) <= 0) return Read::more;  // (the caller looks at its deadline)
       if (fds[1].revents != 0) {
         std::uint64_t count;
         [[maybe_unused]] const auto n = ::read(wake_fd_, &count, sizeof count);
       }
-      if (fds[0].revents == 0) return true;
+      if (fds[0].revents == 0) return Read::more;
       for (;;) {
         const ssize_t n = ::read(fd, chunk_.get(), kChunkBytes);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) break;
         if (n <= 0) {
-          if (mine != nullptr) {
-            for_watch_ = true;  // (its end is the watch thread's to describe: it may take a while)
-            return true;
-          }
+          // (Its end is the watch thread's to describe, which may take a while.)
+          if (mine != nullptr) return Read::for_watch;
           ended();
-          return false;
+          return Read::more;
         }
         buffer_.append(chunk_.get(), static_cast<std::size_t>(n));
         if (static_cast<std::size_t>(n) < kChunkBytes) break;  // (a pipe gives what it holds: drained)
@@ -335,6 +327,7 @@ bool JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t d
       }
     }
     std::size_t at = 0;
+    Read next = Read::more;
     bool stopped = false;  // with lines left
     // (The first line ends past clean_: a long message read in many chunks is searched once.)
     for (std::size_t nl; (nl = buffer_.find('\n', at == 0 ? clean_ : at)) != std::string::npos;) {
@@ -347,19 +340,19 @@ bool JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t d
       if (handled == Handled::killed) {
         buffer_.clear();
         clean_ = 0;
-        return true;  // (its end is read next)
+        return Read::more;  // (its end is read next)
       }
       if (handled == Handled::for_watch) {
         // A request or notification of the child's: answered by the watch thread, so that a
         // slow answer holds up no caller past its deadline.
         at = line_start;
-        for_watch_ = true;
+        next = Read::for_watch;
         stopped = true;
         break;
       }
       // A caller does not serve the others past its own answer, cancellation or deadline:
       // what is left stays for the next reader.
-      if (mine != nullptr && (mine->over.load(std::memory_order_relaxed) || steady_now_ms() >= deadline_ms)) {
+      if (mine != nullptr && (mine->done.load(std::memory_order_relaxed) || steady_now_ms() >= deadline_ms)) {
         stopped = true;
         break;
       }
@@ -371,13 +364,14 @@ bool JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t d
       buffer_.clear();
       clean_ = 0;
     }
+    return next;
   } catch (const std::exception& e) {
     // (Out of memory, say.) Nothing of the exchange can be trusted any more.
     buffer_.clear();
     clean_ = 0;
     kill(std::string("its output could not be handled (") + e.what() + ")");
   }
-  return true;
+  return Read::more;
 }
 
 JsonRpcChild::Handled JsonRpcChild::handle_line(std::string_view line, bool by_caller) {
@@ -429,7 +423,7 @@ JsonRpcChild::Handled JsonRpcChild::handle_line(std::string_view line, bool by_c
         p->reply.message = std::move(m.error_message);
         p->reply.data.assign(m.error_data);
       }
-      settle(*p);
+      p->done = true;
       if (by_caller) ++answers_read_by_callers_;
     }
     // Told once the lock is free: woken under it, the caller would only wait for it

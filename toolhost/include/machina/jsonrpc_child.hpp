@@ -97,24 +97,24 @@ class JsonRpcChild {
  private:
   struct Pending {
     Reply reply;
-    bool done = false;
-    bool waiting = false;          // its caller waits on cv (not reading, not still writing)
-    std::atomic<bool> over{false};  // done, as the reader sees it without the lock
+    std::atomic<bool> done{false};  // set under mu_; read without it by the thread reading
+    bool waiting = false;           // its caller waits on cv (not reading, not still writing)
     std::condition_variable cv;
   };
   /// With the reading turn: handles the whole lines left by the last reader, or else waits
   /// up to `timeout_ms` (-1: until something comes or wake_reader() is called) for the
   /// child's output and handles its whole lines — stopping, for a caller (`mine`), once its
-  /// own call is over or `deadline_ms` has passed. False once the output has ended (every
-  /// call in flight then failed). A failure to handle what the child wrote kills it.
-  bool read_some(int timeout_ms, const Pending* mine, std::int64_t deadline_ms) noexcept;
+  /// own call is over or `deadline_ms` has passed. At the end of the output the watch
+  /// thread fails every call in flight. A failure to handle what the child wrote kills it.
+  /// `for_watch`: what comes next (a request or notification of the child's, the end of its
+  /// output) is the watch thread's to handle.
+  enum class Read { more, for_watch };
+  Read read_some(int timeout_ms, const Pending* mine, std::int64_t deadline_ms) noexcept;
   enum class Handled { done, killed, for_watch };
   /// One line of the child's (`killed`: it killed the child for it). A caller reading
   /// (`by_caller`) leaves the child's requests and notifications to the watch thread
   /// (`for_watch`): their handlers may take a while.
   Handled handle_line(std::string_view line, bool by_caller);
-  /// With mu_ held: the call is over (its caller will see it, with or without the lock).
-  static void settle(Pending& p);
   /// The output ended: how, and every call in flight failed.
   void ended();
   /// The watch thread: holds the reading turn while no caller has for kIdleTakeover.
@@ -145,7 +145,6 @@ class JsonRpcChild {
   bool watch_woken_ = false;      // ... and it was asked to give it up
   bool stopping_ = false;         // the watch thread leaves
   bool watch_wanted_ = false;     // what was read next is the watch thread's to handle
-  bool for_watch_ = false;        // (the reader's) ... found so by the last read_some
   std::chrono::steady_clock::time_point turn_free_since_{};
   std::condition_variable watch_cv_;
   // The reader's (whoever holds the turn): a line begun (no newline before clean_), and

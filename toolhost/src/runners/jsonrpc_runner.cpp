@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 
 #ifndef MACHINA_VERSION
 #define MACHINA_VERSION "dev"
@@ -467,16 +466,15 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
       if (!token.empty()) set.by_token_.erase(token);
     }
   };
-  std::optional<JsonRpcChild::Reply> answered;
+  JsonRpcChild::Reply reply;
   {
     Forget forget{*this, sent_id, token};
-    answered = child->call("tools/call", params, spec.deadline_ms, spec.cancel, [&](std::int64_t id) {
+    reply = child->call("tools/call", params, spec.deadline_ms, spec.cancel, [&](std::int64_t id) {
       sent_id = id;
       std::lock_guard lock(mu_);
       in_flight_[id] = &flight;
     });
   }
-  const JsonRpcChild::Reply& reply = *answered;
   std::lock_guard call_lock(flight.mu);  // (a state request answered just now is done with it)
   using Ending = JsonRpcChild::Reply::Ending;
   switch (reply.ending) {
