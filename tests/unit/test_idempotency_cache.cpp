@@ -43,6 +43,43 @@ TEST_CASE("fingerprints are exact: short inputs kept as they are, long ones hash
   CHECK(IdempotencyCache::fingerprint(long_a) == IdempotencyCache::fingerprint(std::string(100, 'a')));
 }
 
+TEST_CASE("a hit gives back the stored response's status, output, error and lease details") {
+  IdempotencyCache cache({});
+  Response hit;
+  Response failed;
+  failed.kind = ErrorKind::tool_error;
+  failed.error = "the tool says no: \"quoted\"";
+  failed.lease_tier = 2;
+  failed.lease_aid = "AID.LEASED.v1";
+  failed.lease_reason = "a reason";
+  failed.trace_json = "{\"not\":\"kept\"}";
+  const auto first = cache.begin("AID.A", "k", kFp, 0, hit);
+  cache.complete(first, failed, true, 1);
+  REQUIRE(cache.begin("AID.A", "k", kFp, 2, hit).outcome == Outcome::hit);
+  CHECK(hit.kind == ErrorKind::tool_error);
+  CHECK(hit.error == failed.error);
+  CHECK(hit.output_json.empty());
+  CHECK(hit.lease_tier == 2);
+  CHECK(hit.lease_aid == "AID.LEASED.v1");
+  CHECK(hit.lease_reason == "a reason");
+  CHECK(hit.trace_json.empty());
+  // The entry's storage is reused by the next key: a shorter response reads back whole too.
+  IdempotencyCache one({.max_entries = 1});
+  const auto a = one.begin("AID.A", "a", kFp, 0, hit);
+  one.complete(a, failed, true, 1);
+  const auto b = one.begin("AID.A", "b", kFp, 2, hit);  // evicts "a"
+  REQUIRE(b.outcome == Outcome::run);
+  one.complete(b, answer("[1]"), true, 3);
+  Response again;
+  REQUIRE(one.begin("AID.A", "b", kFp, 4, again).outcome == Outcome::hit);
+  CHECK(again.kind == ErrorKind::none);
+  CHECK(again.output_json == "[1]");
+  CHECK(again.error.empty());
+  CHECK(again.lease_aid.empty());
+  CHECK(again.lease_reason.empty());
+  CHECK(again.lease_tier == -1);
+}
+
 TEST_CASE("a duplicate in flight waits for the first call's answer") {
   IdempotencyCache cache({});
   Response hit;

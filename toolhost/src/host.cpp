@@ -349,38 +349,39 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   scope.base = std::move(base);
   scope.started_ns = started_ns;
   const std::int64_t now = started_ns / 1'000'000;
-  if (!request.idempotency_key) return execute(*tool, request, session, now, scope);
-  return run_keyed(*tool, request, session, now, scope);
+  return [&] {  // (one Response, built in the caller's return slot)
+    Response r;
+    if (!request.idempotency_key) execute(*tool, request, session, now, scope, r);
+    else run_keyed(*tool, request, session, now, scope, r);
+    return r;
+  }();
 }
 
-Response Host::run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope) {
-  Response hit;
+void Host::run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope,
+                     Response& r) {
   const auto ticket = idempotency_.begin(tool.info.aid, *request.idempotency_key,
-                                         IdempotencyCache::fingerprint(request.input_json), now, hit);
+                                         IdempotencyCache::fingerprint(request.input_json), now, r);
   switch (ticket.outcome) {
     case IdempotencyCache::Outcome::conflict:
-      return Response::failure(ErrorKind::idempotency_conflict,
-                               "idempotency_key was already used with a different input for " + tool.info.aid);
+      r = Response::failure(ErrorKind::idempotency_conflict,
+                            "idempotency_key was already used with a different input for " + tool.info.aid);
+      return;
     case IdempotencyCache::Outcome::full:
-      return Response::failure(ErrorKind::overloaded, "overloaded: all " +
-                                                          std::to_string(idempotency_.options().max_entries) +
-                                                          " idempotency entries are calls still running; new keys "
-                                                          "are refused until one finishes");
+      r = Response::failure(ErrorKind::overloaded, "overloaded: all " +
+                                                       std::to_string(idempotency_.options().max_entries) +
+                                                       " idempotency entries are calls still running; new keys "
+                                                       "are refused until one finishes");
+      return;
     case IdempotencyCache::Outcome::wait:
-      hit = idempotency_.wait(ticket);
+      r = idempotency_.wait(ticket);
       [[fallthrough]];
     case IdempotencyCache::Outcome::hit:
-      hit.idempotent_hit = true;
-      hit.ds_state = report(session, nullptr);  // a hit changes no state: an empty delta in serve mode
-      return hit;
+      r.idempotent_hit = true;
+      r.ds_state = report(session, nullptr);  // a hit changes no state: an empty delta in serve mode
+      return;
     case IdempotencyCache::Outcome::run:
       break;
   }
-  return run_and_complete(tool, request, session, now, scope, ticket);
-}
-
-Response Host::run_and_complete(const Tool& tool, const Request& request, Session& session, std::int64_t now,
-                                Scope& scope, const IdempotencyCache::Ticket& ticket) {
   scope.ticket = &ticket;
   // A duplicate waiting for this call gets an answer even if the call throws.
   struct Completion {
@@ -394,38 +395,37 @@ Response Host::run_and_complete(const Tool& tool, const Request& request, Sessio
       }
     }
   } completion{idempotency_, ticket, scope};
-  Response r = execute(tool, request, session, now, scope);  // built in place, returned as is
+  execute(tool, request, session, now, scope, r);
   completion.done = true;
   if (!scope.finished) {
     const bool keep = r.ok() || r.kind == ErrorKind::tool_error;
     idempotency_.complete(ticket, r, keep, steady_now_ms_not_before());
   }
-  return r;
 }
 
-Response Host::execute(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope) {
-  // Every path returns `r`, so that it is built in the caller's return slot (a Response
-  // moved per call showed in the profile).
-  Response r;
+void Host::execute(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope,
+                   Response& r) {
+  // `r` is the caller's (fresh) return object: a Response moved or made twice per call
+  // showed in the profile.
   auto refuse = [&](ErrorKind kind, std::string message) {
     r = Response::failure(kind, std::move(message));
     r.ds_state = report(session, nullptr);
   };
   if (!tool.breaker.allow(now)) {
     refuse(ErrorKind::breaker_open, "circuit breaker open for " + tool.info.aid + ": too many host-side failures");
-    return r;
+    return;
   }
   std::string why;
   if (!validate_json(request.input_json, &why)) {
     refuse(ErrorKind::invalid_input, "input_json is not valid JSON: " + why);
-    return r;
+    return;
   }
   if (const SchemaValidator* schema = tool.input_validator()) {
     const auto input = nlohmann::json::parse(request.input_json);
     if (auto err = schema->validate(input)) {
       refuse(ErrorKind::schema_violation,
              "input_json does not match the input schema of " + tool.info.aid + ": " + *err);
-      return r;
+      return;
     }
   }
 
@@ -460,10 +460,10 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
       break;
     case RunOutcome::Ending::overloaded:
       refuse(ErrorKind::overloaded, outcome.detail);
-      return r;
+      return;
     case RunOutcome::Ending::closed:
       refuse(ErrorKind::internal_error, "internal error: the host is closed");
-      return r;
+      return;
     case RunOutcome::Ending::failed:
       r = Response::failure(outcome.failure, outcome.detail);
       break;
@@ -479,7 +479,7 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
       } else {
         r = std::move(scope.late);
       }
-      return r;
+      return;
   }
 
   if (r.ok()) {
@@ -512,7 +512,6 @@ Response Host::execute(const Tool& tool, const Request& request, Session& sessio
   // A failed call changes no state.
   r.ds_state = report(session, r.ok() && call.changes ? session.commit(*call.changes, call.base.get()) : nullptr);
   r.trace_json = std::move(call.trace_json);
-  return r;
 }
 
 void Host::Scope::overrun() noexcept {

@@ -14,17 +14,36 @@ namespace {
 // memory held by entries no longer kept stays small, whatever they once held.
 constexpr std::size_t kKeepCapacity = 4096;
 
-/// What a stored response is made of (a hit answers with these; its id and state are the
-/// request's own). Assigned field by field: the strings reuse their capacity.
-void copy_result(Response& to, const Response& from) {
-  to.kind = from.kind;
-  to.error.assign(from.error);
-  to.output_json.assign(from.output_json);
-  to.lease_tier = from.lease_tier;
-  to.lease_aid.assign(from.lease_aid);
-  to.lease_reason.assign(from.lease_reason);
+// (memcmp must not be given a null pointer, which an empty view may hold)
+bool same_bytes(const char* at, std::string_view v) noexcept {
+  return v.empty() || std::memcmp(at, v.data(), v.size()) == 0;
 }
+
 }  // namespace
+
+void IdempotencyCache::Result::assign(const Response& r) {
+  kind = r.kind;
+  lease_tier = r.lease_tier;
+  output_len = static_cast<std::uint32_t>(r.output_json.size());
+  error_len = static_cast<std::uint32_t>(r.error.size());
+  lease_aid_len = static_cast<std::uint32_t>(r.lease_aid.size());
+  text.resize(r.output_json.size() + r.error.size() + r.lease_aid.size() + r.lease_reason.size());
+  char* p = text.data();
+  for (const std::string* part : {&r.output_json, &r.error, &r.lease_aid, &r.lease_reason}) {
+    if (!part->empty()) std::memcpy(p, part->data(), part->size());
+    p += part->size();
+  }
+}
+
+void IdempotencyCache::Result::copy_to(Response& r) const {
+  r.kind = kind;
+  r.lease_tier = lease_tier;
+  const std::string_view all(text);
+  r.output_json.assign(all.substr(0, output_len));
+  r.error.assign(all.substr(output_len, error_len));
+  r.lease_aid.assign(all.substr(output_len + error_len, lease_aid_len));
+  r.lease_reason.assign(all.substr(output_len + error_len + lease_aid_len));
+}
 
 IdempotencyCache::IdempotencyCache(Options options) : options_(options) {
   if (options_.max_entries < 1 || options_.max_entries > UINT32_MAX / 2) {
@@ -62,9 +81,9 @@ std::uint32_t IdempotencyCache::find(std::string_view aid, std::string_view key,
   for (std::uint32_t s = buckets_[hash & (buckets_.size() - 1)]; s != kNone; s = entries_[s].chain) {
     const Entry& e = entries_[s];
     if (e.hash != hash || e.scope.size() != aid.size() + 1 + key.size()) continue;
-    const std::string_view scope(e.scope);
     // (aids never contain NUL, so the scopes of different (aid, key) pairs never match)
-    if (scope.substr(0, aid.size()) == aid && scope[aid.size()] == '\0' && scope.substr(aid.size() + 1) == key) {
+    const char* scope = e.scope.data();
+    if (same_bytes(scope, aid) && scope[aid.size()] == '\0' && same_bytes(scope + aid.size() + 1, key)) {
       return s;
     }
   }
@@ -127,7 +146,7 @@ void IdempotencyCache::free_slot(std::uint32_t slot) {
   e.state = State::free;
   ++e.generation;
   e.handoff.reset();
-  for (std::string* s : {&e.response.output_json, &e.response.error, &e.scope}) {
+  for (std::string* s : {&e.result.text, &e.scope}) {
     if (s->capacity() > kKeepCapacity) *s = std::string();
   }
   e.chain = free_;
@@ -172,7 +191,7 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
       t.generation = e.generation;
     } else {
       t.outcome = Outcome::hit;
-      copy_result(hit, e.response);
+      e.result.copy_to(hit);
     }
     return t;
   }
@@ -182,8 +201,10 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
   }
   const std::uint32_t slot = take_slot();
   Entry& e = entries_[slot];
-  e.scope.assign(aid).push_back('\0');
-  e.scope.append(key);
+  e.scope.resize(aid.size() + 1 + key.size());
+  std::memcpy(e.scope.data(), aid.data(), aid.size());
+  e.scope[aid.size()] = '\0';
+  if (!key.empty()) std::memcpy(e.scope.data() + aid.size() + 1, key.data(), key.size());
   e.hash = hash;
   e.fp = fp;
   e.state = State::running;
@@ -224,7 +245,7 @@ void IdempotencyCache::complete(const Ticket& ticket, const Response& response, 
       while (stored_bytes_ + bytes > options_.max_stored_bytes && evict_oldest()) {
       }
       Entry& kept = entries_[ticket.slot];
-      copy_result(kept.response, response);
+      kept.result.assign(response);
       kept.state = State::done;
       kept.expires_at = now_ms + options_.ttl_ms;
       kept.bytes = bytes;

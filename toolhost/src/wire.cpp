@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <cstring>
 #include <string>
 
 namespace machina {
@@ -327,19 +328,8 @@ class RequestSax {
   bool key_view(std::string_view k) {
     if (in_ds()) return ds_ok(ds_->key(rel(), k));
     if (depth_ != 1) return true;  // inside an unknown field's value
-    if (k == "aid") field_ = Field::aid;
-    else if (k == "input_json") field_ = Field::input_json;
-    else if (k == "ds_state") field_ = Field::ds_state;
-    else if (k == "idempotency_key") field_ = Field::idempotency_key;
-    else if (k == "_lease_token") field_ = Field::lease_token;
-    else if (k == "trace_id") field_ = Field::trace_id;
-    else if (k == "user") field_ = Field::user;
-    else if (k == "id") field_ = Field::id;
-    else if (k == "timeout_ms") field_ = Field::timeout_ms;
-    else {
-      field_ = Field::unknown;  // extensions from newer clients are ignored
-      return true;
-    }
+    field_ = field_named(k);
+    if (field_ == Field::unknown) return true;  // extensions from newer clients are ignored
     const auto bit = 1u << static_cast<unsigned>(field_);
     if (seen_ & bit) return fail("duplicate field '" + std::string(k) + "'");
     seen_ |= bit;
@@ -367,6 +357,22 @@ class RequestSax {
 
  private:
   enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, timeout_ms, trace_id, user, unknown };
+
+  /// The request field a key names (its length tells most names apart; a name of that
+  /// length is then compared as a whole, which the compiler does in a word or two).
+  static Field field_named(std::string_view k) noexcept {
+    auto is = [&k]<std::size_t N>(const char (&name)[N]) { return std::memcmp(k.data(), name, N - 1) == 0; };
+    switch (k.size()) {
+      case 2: return is("id") ? Field::id : Field::unknown;
+      case 3: return is("aid") ? Field::aid : Field::unknown;
+      case 4: return is("user") ? Field::user : Field::unknown;
+      case 8: return is("ds_state") ? Field::ds_state : is("trace_id") ? Field::trace_id : Field::unknown;
+      case 10: return is("input_json") ? Field::input_json : is("timeout_ms") ? Field::timeout_ms : Field::unknown;
+      case 12: return is("_lease_token") ? Field::lease_token : Field::unknown;
+      case 15: return is("idempotency_key") ? Field::idempotency_key : Field::unknown;
+      default: return Field::unknown;
+    }
+  }
 
 
   bool in_ds() const { return ds_.has_value(); }

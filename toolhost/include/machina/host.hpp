@@ -171,11 +171,12 @@ class Host {
 
   Response handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns);
   void record_call(const Request& request, const Response& response, std::int64_t started_ns) const;
-  Response execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope);
+  /// Runs the call into `r` (a fresh Response, the caller's return object).
+  void execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope,
+               Response& r);
   /// A call with an idempotency key: the cache first, then execute().
-  Response run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope);
-  Response run_and_complete(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms,
-                            Scope& scope, const IdempotencyCache::Ticket& ticket);
+  void run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope,
+                 Response& r);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
   void refuse_key_file_in_workspace() const;

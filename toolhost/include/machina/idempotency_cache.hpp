@@ -6,6 +6,7 @@
 // allocates nothing once the cache has warmed up.
 #pragma once
 
+#include <machina/light_mutex.hpp>
 #include <machina/request.hpp>
 
 #include <array>
@@ -65,6 +66,17 @@ class IdempotencyCache {
  private:
   static constexpr std::uint32_t kNone = UINT32_MAX;
   enum class State : std::uint8_t { free, running, done, handed_off };
+  /// What a hit answers with (its id and state are the request's own): the response's
+  /// strings end to end in one, which keeps its capacity when the entry is reused.
+  struct Result {
+    ErrorKind kind = ErrorKind::none;
+    int lease_tier = -1;
+    std::uint32_t output_len = 0, error_len = 0, lease_aid_len = 0;  // the rest is the lease reason
+    std::string text;
+
+    void assign(const Response& r);
+    void copy_to(Response& r) const;
+  };
   struct Entry {
     std::string scope;  // aid '\0' key; keeps its capacity when the entry is reused
     std::size_t hash = 0;
@@ -76,7 +88,7 @@ class IdempotencyCache {
     std::uint32_t prev = kNone, next = kNone;  // the list of kept entries, oldest first
     std::int64_t expires_at = 0;
     std::size_t bytes = 0;           // counted in stored_bytes_ while kept
-    Response response;               // kept for hits; strings keep their capacity
+    Result result;                   // kept for hits
     std::shared_ptr<const Response> handoff;  // for waiters, when there are any
   };
 
@@ -94,8 +106,8 @@ class IdempotencyCache {
   void rehash(std::size_t buckets);
 
   Options options_;
-  mutable std::mutex mu_;
-  std::condition_variable done_;           // a call that had waiters completed
+  mutable LightMutex mu_;
+  std::condition_variable_any done_;       // a call that had waiters completed
   std::vector<Entry> entries_;             // the slab (grows to max_entries)
   std::vector<std::uint32_t> buckets_;     // heads of hash chains (a power of two)
   std::uint32_t free_ = kNone;             // free entries, chained through `chain`
