@@ -18,19 +18,22 @@ constexpr std::size_t kKeepCapacity = 4096;
 bool same_bytes(const char* at, std::string_view v) noexcept {
   return v.empty() || std::memcmp(at, v.data(), v.size()) == 0;
 }
+void copy_bytes(char* to, std::string_view v) noexcept {
+  if (!v.empty()) std::memcpy(to, v.data(), v.size());
+}
 
 }  // namespace
 
 void IdempotencyCache::Result::assign(const Response& r) {
   kind = r.kind;
   lease_tier = r.lease_tier;
-  output_len = static_cast<std::uint32_t>(r.output_json.size());
-  error_len = static_cast<std::uint32_t>(r.error.size());
-  lease_aid_len = static_cast<std::uint32_t>(r.lease_aid.size());
+  output_len = r.output_json.size();
+  error_len = r.error.size();
+  lease_aid_len = r.lease_aid.size();
   text.resize(r.output_json.size() + r.error.size() + r.lease_aid.size() + r.lease_reason.size());
   char* p = text.data();
   for (const std::string* part : {&r.output_json, &r.error, &r.lease_aid, &r.lease_reason}) {
-    if (!part->empty()) std::memcpy(p, part->data(), part->size());
+    copy_bytes(p, *part);
     p += part->size();
   }
 }
@@ -202,9 +205,9 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
   const std::uint32_t slot = take_slot();
   Entry& e = entries_[slot];
   e.scope.resize(aid.size() + 1 + key.size());
-  std::memcpy(e.scope.data(), aid.data(), aid.size());
+  copy_bytes(e.scope.data(), aid);
   e.scope[aid.size()] = '\0';
-  if (!key.empty()) std::memcpy(e.scope.data() + aid.size() + 1, key.data(), key.size());
+  copy_bytes(e.scope.data() + aid.size() + 1, key);
   e.hash = hash;
   e.fp = fp;
   e.state = State::running;
@@ -218,16 +221,21 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
 }
 
 Response IdempotencyCache::wait(const Ticket& ticket) {
-  std::unique_lock lock(mu_);
-  // The entry keeps its slot while it has waiters: no other key can take it meanwhile.
-  done_.wait(lock, [&] { return entries_[ticket.slot].state != State::running; });
-  Entry& e = entries_[ticket.slot];
-  Response r = *e.handoff;
-  if (--e.waiters == 0) {
-    e.handoff.reset();
-    if (e.state == State::handed_off) free_slot(ticket.slot);
+  std::shared_ptr<const Response> answer;
+  {
+    std::unique_lock lock(mu_);
+    // The entry keeps its slot while it has waiters: no other key can take it meanwhile.
+    done_.wait(lock, [&] { return entries_[ticket.slot].state != State::running; });
+    Entry& e = entries_[ticket.slot];
+    answer = e.handoff;
+    if (--e.waiters == 0) {
+      e.handoff.reset();
+      if (e.state == State::handed_off) free_slot(ticket.slot);
+    }
   }
-  return r;
+  // (copied outside the lock; none if it could not be handed over: out of memory)
+  if (!answer) return Response::failure(ErrorKind::internal_error, "internal error: the first call's answer was lost");
+  return *answer;
 }
 
 void IdempotencyCache::complete(const Ticket& ticket, const Response& response, bool keep, std::int64_t now_ms) {
@@ -235,20 +243,33 @@ void IdempotencyCache::complete(const Ticket& ticket, const Response& response, 
   {
     std::lock_guard lock(mu_);
     Entry& e = entries_[ticket.slot];  // a running entry is never evicted: still this call's
+    // Out of memory here must not leave the entry running (its waiters would wait for
+    // good): they get an internal error, and the result is not kept.
     if (e.waiters > 0) {
-      e.handoff = std::make_shared<const Response>(response);
       notify = true;
+      try {
+        e.handoff = std::make_shared<const Response>(response);
+      } catch (const std::bad_alloc&) {
+        e.handoff.reset();
+      }
     }
     const std::size_t bytes = sizeof(Entry) + e.scope.size() + response.output_json.size() + response.error.size() +
                               response.lease_aid.size() + response.lease_reason.size();
+    bool kept = false;
     if (keep && bytes <= options_.max_stored_bytes) {
       while (stored_bytes_ + bytes > options_.max_stored_bytes && evict_oldest()) {
       }
-      Entry& kept = entries_[ticket.slot];
-      kept.result.assign(response);
-      kept.state = State::done;
-      kept.expires_at = now_ms + options_.ttl_ms;
-      kept.bytes = bytes;
+      try {
+        entries_[ticket.slot].result.assign(response);
+        kept = true;
+      } catch (const std::bad_alloc&) {
+      }
+    }
+    if (kept) {
+      Entry& k = entries_[ticket.slot];
+      k.state = State::done;
+      k.expires_at = now_ms + options_.ttl_ms;
+      k.bytes = bytes;
       stored_bytes_ += bytes;
       ++kept_;
       append_kept(ticket.slot);

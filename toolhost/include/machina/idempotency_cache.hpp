@@ -51,9 +51,11 @@ class IdempotencyCache {
   static Fingerprint fingerprint(std::string_view input_json);
 
   /// On a hit, the stored response is copied into `hit` (its status, output, error and
-  /// lease details; nothing else of it is kept).
+  /// lease details; nothing else of it is kept). On any other outcome `hit` is left as it
+  /// was (the host passes its fresh return object).
   Ticket begin(std::string_view aid, std::string_view key, const Fingerprint& fp, std::int64_t now_ms, Response& hit);
-  /// For a `wait` ticket: the response of the call it waited for.
+  /// For a `wait` ticket: the response of the call it waited for (an internal error if
+  /// it could not be handed over).
   Response wait(const Ticket& ticket);
   /// For a `run` ticket: publishes the response to the duplicates waiting for it and keeps
   /// it for later hits if `keep` (and it fits the byte budget).
@@ -71,7 +73,7 @@ class IdempotencyCache {
   struct Result {
     ErrorKind kind = ErrorKind::none;
     int lease_tier = -1;
-    std::uint32_t output_len = 0, error_len = 0, lease_aid_len = 0;  // the rest is the lease reason
+    std::size_t output_len = 0, error_len = 0, lease_aid_len = 0;  // the rest is the lease reason
     std::string text;
 
     void assign(const Response& r);

@@ -1,8 +1,9 @@
 // A mutex for short critical sections on a hot path: taking and giving it back when no
 // other thread wants it is one atomic instruction each, inline (std::mutex goes through
 // two calls into the C library, which showed in the idempotency cache's profile). A
-// thread that finds it taken spins briefly, then sleeps on the word (a futex, through
-// C++20 atomic wait) until the holder wakes it; nobody spins for long.
+// thread that finds it taken spins briefly (if the process may use two CPUs), then sleeps
+// on the word (a futex, through C++20 atomic wait) until the holder wakes it. Not fair: a
+// spinning thread may take it before one just woken, which short sections can afford.
 #pragma once
 
 #include <machina/spin_wait.hpp>
@@ -34,7 +35,9 @@ class LightMutex {
   static constexpr int kFree = 0, kHeld = 1, kWaited = 2;  // kWaited: held, and a thread may sleep on it
 
   void lock_contended() noexcept {
-    for (int spins = 0; spins < 100; ++spins) {
+    // (on one CPU the holder cannot run while this thread spins)
+    static const int kSpins = may_run_on_two_cpus() ? 100 : 0;
+    for (int spins = 0; spins < kSpins; ++spins) {
       cpu_relax();
       int seen = kFree;
       if (state_.load(std::memory_order_relaxed) == kFree &&
