@@ -261,6 +261,23 @@ def test_requests_on_one_stdin_run_at_once(mixed: Path, tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 1.5
 
 
+def test_a_request_behind_a_long_call_is_read_after_a_run_of_quick_calls(mixed: Path, tmp_path: Path) -> None:
+    # Quick calls in lock-step for a while: the standby finds nothing to take over and looks
+    # less often (up to every 8 ms); it must still take the reading over from a long call.
+    with mcp_client(tmp_path, "--tools", str(mixed)) as c:
+        start = time.monotonic()
+        n = 0
+        while time.monotonic() - start < 0.3:
+            assert c.answer(call(c, ECHO, {"n": n}))["result"]["structuredContent"] == {"n": n}
+            n += 1
+        t0 = time.monotonic()
+        slow = call(c, "AID.SKILL.PROBE.SLEEP.v1", {"ms": 1500})
+        fast = call(c, ECHO, {"quick": True})
+        assert c.answer(fast)["result"]["structuredContent"] == {"quick": True}
+        assert time.monotonic() - t0 < 0.5  # read while the long call runs, not after it
+        assert c.answer(slow)["result"]["content"][0]["text"] == '"slept"'
+
+
 def test_a_cancelled_call_is_stopped_and_never_answered(mixed: Path, tmp_path: Path) -> None:
     skill = tmp_path / "probe"
     started = tmp_path / "started"

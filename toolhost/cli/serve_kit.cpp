@@ -6,8 +6,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <condition_variable>
 #include <deque>
@@ -366,6 +368,7 @@ class WorkerServer {
       } else if (!reading_ && !ended_ && waiting_.size() < max_waiting() &&
                  (!unattended_ || now >= unattended_at_ + kTakeOver)) {
         // This thread reads (taking over from a call left unattended past kTakeOver).
+        if (unattended_) standby_poll_ = kStandbyPollMin;  // calls outlast kTakeOver: look often again
         unattended_ = false;
         reading_ = true;
         lock.unlock();
@@ -417,7 +420,10 @@ class WorkerServer {
         if (unattended_) {
           standby_cv_.wait_until(lock, unattended_at_ + kTakeOver);
         } else if (now - last_read_ < kActive) {
-          standby_cv_.wait_for(lock, kStandbyPoll);
+          // Each look that finds nothing to take over makes the next one later: a wake-up
+          // costs a lone caller's thread its CPU when it has only one (seen in p99).
+          standby_cv_.wait_for(lock, standby_poll_);
+          standby_poll_ = std::min(standby_poll_ * 2, kStandbyPollMax);
         } else {
           standby_idle_ = true;
           standby_cv_.wait(lock);
@@ -472,11 +478,14 @@ class WorkerServer {
   std::uint64_t seq_ = 0;      // (the reading thread's)
   bool stop_after_ = false;    // (the reading thread's) a line said to read no further
   // A call left unattended (run by the thread that read it, nobody reading) is taken over
-  // after this long; the standby looks this often while requests come, and sleeps once
+  // once it has run kTakeOver; the standby looks every kStandbyPollMin while requests
+  // come, up to every kStandbyPollMax while it finds nothing to take over, and sleeps once
   // none has come for kActive.
   static constexpr std::chrono::microseconds kTakeOver{200};
-  static constexpr std::chrono::milliseconds kStandbyPoll{1};
+  static constexpr std::chrono::milliseconds kStandbyPollMin{1};
+  static constexpr std::chrono::milliseconds kStandbyPollMax{8};
   static constexpr std::chrono::milliseconds kActive{100};
+  std::chrono::milliseconds standby_poll_ = kStandbyPollMin;  // (under mu_)
   std::mutex mu_;
   std::condition_variable turn_;        // followers
   std::condition_variable standby_cv_;  // the standby
