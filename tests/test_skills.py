@@ -53,7 +53,7 @@ def test_a_skill_directory_registers_each_tool_under_an_aid_of_its_own(skill_dir
     assert echo["description"] == "Its arguments, as text (the seed's content string)"
     assert echo["input_schema"] == {"type": "object", "properties": {"text": {"type": "string"}}}
     assert P + "IS_ERROR.v1" in tools  # every character but letters and digits becomes '_'
-    assert len([a for a in tools if a.startswith(P)]) == 17
+    assert len([a for a in tools if a.startswith(P)]) == 18
     # Started to be asked, then told to leave: nothing left running.
     assert [e["event"] for e in probe_log(skill_dir)] == ["started", "lifecycle/onLoad", "shutdown", "exiting"]
 
@@ -209,6 +209,14 @@ def test_garbage_on_the_pipe_fails_every_call_in_flight(skill: Any) -> None:
     slow.join(10)
     assert r.code == "tool_crashed" and "not JSON" in r.error, r.error
     assert results and results[0].code == "tool_crashed", results
+    assert skill.call("echo").ok
+
+
+def test_an_answer_nested_past_the_limit_fails_the_call_and_the_host_lives_on(skill: Any) -> None:
+    # RapidJSON's reader recurses: 300 000 brackets overflowed the stack of the process
+    # hosting the skill before the parse counted its depth.
+    r = skill.call("deep", {"n": 300_000}, check=False)
+    assert r.code == "tool_crashed" and "nesting deeper than 512" in r.error, r.error
     assert skill.call("echo").ok
 
 

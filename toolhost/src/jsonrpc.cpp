@@ -85,6 +85,7 @@ class MessageSax {
   bool StartArray() { return start(false); }
   bool EndArray(rapidjson::SizeType) { return end(); }
 
+  bool too_deep() const { return too_deep_; }
   void finish() {
     if (batch_) return invalid("a batch (JSON-RPC arrays are not supported here)");
     if (!object_) return invalid("not a JSON-RPC message (not an object)");
@@ -163,6 +164,7 @@ class MessageSax {
     return true;
   }
   bool start(bool object) {
+    if (static_cast<std::size_t>(depth_) >= kMaxJsonDepth) return too_deep_ = true, false;  // (the parse recurses)
     if (depth_ == 0) {
       if (object) object_ = true;
       else batch_ = true;
@@ -213,6 +215,7 @@ class MessageSax {
   Field field_ = Field::other;
   ErrorField error_field_ = ErrorField::other;
   std::size_t start1_ = 0, start2_ = 0;
+  bool too_deep_ = false;
   bool object_ = false, batch_ = false, version_ok_ = false, saw_method_ = false, saw_result_ = false,
        saw_error_ = false, saw_code_ = false, saw_message_ = false;
   Type id_type_ = Type::none, params_type_ = Type::none;
@@ -248,9 +251,11 @@ class MemberSax {
   bool object() const { return object_; }
   bool array() const { return array_; }
   bool stopped() const { return stopped_; }
+  bool too_deep() const { return too_deep_; }
 
  private:
   bool start(bool object) {
+    if (static_cast<std::size_t>(depth_) >= kMaxJsonDepth) return too_deep_ = true, false;  // (the parse recurses)
     if (depth_ == 0) {
       object_ = object;
       array_ = !object;
@@ -307,8 +312,13 @@ class MemberSax {
   std::string key_;
   std::size_t start_ = 0, last_end_ = 0;
   int depth_ = 0;
-  bool object_ = false, array_ = false, stopped_ = false;
+  bool object_ = false, array_ = false, stopped_ = false, too_deep_ = false;
 };
+
+std::string parse_error_text(const rapidjson::ParseResult& result, bool too_deep) {
+  if (too_deep) return "nesting deeper than " + std::to_string(kMaxJsonDepth);
+  return rapidjson::GetParseError_En(result.Code());
+}
 
 /// One reader per thread, kept between messages (its parse stack is allocated once, not
 /// per line); a parse that starts while the thread's reader is busy (a handler parsing
@@ -340,8 +350,7 @@ bool for_each_member(std::string_view text, const std::function<bool(const Membe
     return false;
   }
   if (!result) {
-    why = "not JSON (" + std::string(rapidjson::GetParseError_En(result.Code())) + " at byte " +
-          std::to_string(result.Offset()) + ")";
+    why = "not JSON (" + parse_error_text(result, sax.too_deep()) + " at byte " + std::to_string(result.Offset()) + ")";
     return false;
   }
   if (!sax.object()) {
@@ -377,7 +386,7 @@ bool for_each_element(std::string_view text, const std::function<bool(const Memb
     return false;
   }
   if (!result || !sax.array()) {
-    why = result ? "not an array" : "not JSON";
+    why = result ? "not an array" : "not JSON (" + parse_error_text(result, sax.too_deep()) + ")";
     return false;
   }
   return true;
@@ -428,8 +437,7 @@ bool parse(std::string_view line, Message& out, std::string& why) {
   MessageSax sax(out, stream, line);
   const auto result = parse_with(stream, sax);
   if (!result) {
-    why = "not JSON (" + std::string(rapidjson::GetParseError_En(result.Code())) + " at byte " +
-          std::to_string(result.Offset()) + ")";
+    why = "not JSON (" + parse_error_text(result, sax.too_deep()) + " at byte " + std::to_string(result.Offset()) + ")";
     return false;
   }
   // Only blanks may follow the value.

@@ -69,6 +69,7 @@ class AnswerSax {
     return true;
   }
   bool StartObject() {
+    if (!deeper()) return false;
     if (depth_ == 1) trace_object_ = field_ == Field::trace;
     ++depth_;
     return true;
@@ -79,6 +80,7 @@ class AnswerSax {
   }
   bool StartArray() {
     if (depth_ == 0) return false;  // an answer is an object
+    if (!deeper()) return false;
     if (depth_ == 1) trace_object_ = false;
     ++depth_;
     return true;
@@ -104,6 +106,12 @@ class AnswerSax {
   enum class Field { ok, result, error, trace, unknown };
   enum class ErrorField { type, message, reason_code, other };
 
+  /// Room for one more level (the parse recurses: a deeper answer is refused, not followed).
+  bool deeper() {
+    if (static_cast<std::size_t>(depth_) < kMaxJsonDepth) return true;
+    why_ = "nesting deeper than " + std::to_string(kMaxJsonDepth);
+    return false;
+  }
   bool wrong(const char* field) {
     why_ = std::string("'") + field + "' has the wrong type";
     return false;

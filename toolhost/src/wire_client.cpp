@@ -100,6 +100,7 @@ class ResponseSax {
     return true;
   }
   bool StartObject() {
+    if (!deeper()) return false;
     if (depth_ == 1 && (field_ == Field::ds_state || field_ == Field::trace)) object_start_ = stream_.Tell() - 1;
     else if (depth_ == 1 && field_ != Field::unknown) return wrong_type();
     ++depth_;
@@ -113,6 +114,7 @@ class ResponseSax {
   }
   bool StartArray() {
     if (depth_ == 0) return false;
+    if (!deeper()) return false;
     if (depth_ == 1 && field_ != Field::unknown) return wrong_type();
     ++depth_;
     return true;
@@ -137,6 +139,12 @@ class ResponseSax {
  private:
   enum class Field { id, ok, status, output_json, error, code, tier, aid, reason, ds_state, trace, idempotent_hit, unknown };
 
+  /// Room for one more level (the parse recurses: a deeper response is refused, not followed).
+  bool deeper() {
+    if (static_cast<std::size_t>(depth_) < kMaxJsonDepth) return true;
+    why_ = "nesting deeper than " + std::to_string(kMaxJsonDepth) + " in a response";
+    return false;
+  }
   // A value of the wrong type for a known field (an unknown field's value is ignored).
   bool wrong_type() {
     if (field_ == Field::unknown) return true;

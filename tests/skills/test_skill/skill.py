@@ -88,6 +88,8 @@ TOOLS = [
     {"name": "env", "description": "Its environment's names", "parameters": schema()},
     {"name": "net", "description": "Whether it may open a socket", "parameters": schema()},
     {"name": "big", "description": "A text of n bytes", "parameters": schema(n={"type": "integer"})},
+    {"name": "deep", "description": "Answers with a result nested n deep (a raw line)",
+     "parameters": schema(n={"type": "integer"})},
     {"name": "limits", "description": "Its resource limits (soft)", "parameters": schema()},
 ]
 
@@ -152,6 +154,13 @@ def call(name: str, args: dict[str, Any], meta: dict[str, Any], call_id: Any) ->
             for name in ("nofile", "as", "fsize")}}
     if name == "big":
         return {"content": "x" * args.get("n", 10)}
+    if name == "deep":  # (json.dumps cannot nest this deep: the line is written as bytes)
+        n = args.get("n", 100_000)
+        with OUT_LOCK:
+            sys.stdout.buffer.write(b'{"jsonrpc":"2.0","id":' + json.dumps(call_id).encode() + b',"result":' +
+                                    b"[" * n + b"]" * n + b"}\n")
+            sys.stdout.flush()
+        return {"content": "?"}
     raise RpcError(-32602, f"no tool {name}")
 
 
