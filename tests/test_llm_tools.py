@@ -355,6 +355,18 @@ def test_openai_chat_calls(transport: md.Transport, catalog: ToolCatalog, run: R
     assert run(transport, message["tool_calls"], catalog, api="openai_chat") == out
 
 
+def test_arguments_nested_past_the_interpreters_limit_are_refused(transport: md.Transport, catalog: ToolCatalog,
+                                                                  run: Runner) -> None:
+    deep = '{"text": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    calls = [{"id": "call_deep", "type": "function", "function": {"name": "AID-TEXT-STATS-v1", "arguments": deep}},
+             {"id": "call_ok", "type": "function",
+              "function": {"name": "AID-TEXT-STATS-v1", "arguments": "{\"text\": \"to be\"}"}}]
+    out = run(transport, calls, catalog, api="openai_chat")
+    bad = error_of(out[0]["content"])
+    assert bad["kind"] == "invalid_input" and bad["message"].startswith("arguments are not JSON"), bad
+    assert json.loads(out[1]["content"]) == stats("to be")
+
+
 def test_openai_responses_calls(transport: md.Transport, catalog: ToolCatalog, run: Runner) -> None:
     response = responses_output()
     out = run(transport, response, catalog)

@@ -429,7 +429,7 @@ def _prepare(call: ToolCall, catalog: ToolCatalog) -> tuple[str, Any] | ToolResu
                                   status="INVALID_PICK")
     try:
         decoded = json.loads(args, parse_constant=_reject_constant)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # (RecursionError: nested past the interpreter's limit)
         return ToolResult.failure(aid, "invalid_input", f"arguments are not JSON: {e}", status="INVALID_PICK")
     if not isinstance(decoded, dict):
         return ToolResult.failure(aid, "invalid_input",
