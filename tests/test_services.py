@@ -263,6 +263,12 @@ def test_the_host_refuses_bad_requests_clearly(http_host: HttpHost) -> None:
     conn.request("DELETE", "/run", headers=AUTH)
     assert conn.getresponse().status == 405
     conn.close()
+    # Nested past 512 (the host built and dumped it recursively: this killed it before).
+    deep = b"[" * 300_000 + b"]" * 300_000
+    for path in ("/run", "/capabilities/handshake"):
+        status, body = http_host.post(path, b'{"tool_name": "AID.ECHO.v1", "payload": ' + deep + b"}", AUTH)
+        assert status == 400 and body["error"]["type"] == "malformed_request", body
+        assert "nesting deeper than 512" in body["error"]["message"], body
     status, body = http_host.post("/run", {"tool_name": "AID.ECHO.v1", "payload": 1}, AUTH)  # still serving
     assert status == 200 and body["result"] == 1
 

@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -199,9 +200,22 @@ const Tool* HttpServer::find_tool(const std::string& name) const {
   return found;
 }
 
+namespace {
+/// A request body as a JSON value, or why not. Checked first by validate_json, whose
+/// nesting limit keeps what is built here shallow enough to dump (nlohmann's dump recurses:
+/// a payload 300 000 arrays deep overflowed the stack).
+std::optional<nlohmann::json> parse_body(const std::string& body, std::string& why) {
+  if (!validate_json(body, &why)) return std::nullopt;
+  return nlohmann::json::parse(body, nullptr, false);
+}
+}  // namespace
+
 std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target, const std::string& body,
                                                       Connection& conn) {
-  const auto j = nlohmann::json::parse(body, nullptr, false);
+  std::string why;
+  const auto parsed = parse_body(body, why);
+  if (!parsed) return {400, refusal("malformed_request", "the request body is not JSON: " + why)};
+  const auto& j = *parsed;
   if (!j.is_object()) return {400, refusal("malformed_request", "the request body must be a JSON object")};
   Request req;
   req.front = Front::http;
@@ -233,7 +247,10 @@ std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target,
 }
 
 std::pair<unsigned, std::string> HttpServer::handshake(const std::string& body) {
-  const auto j = nlohmann::json::parse(body, nullptr, false);
+  std::string why;
+  const auto parsed = parse_body(body, why);
+  if (!parsed) return {400, refusal("malformed_request", "the request body is not JSON: " + why)};
+  const auto& j = *parsed;
   if (!j.is_object() || !j.contains("tool_name") || !j["tool_name"].is_string())
     return {400, refusal("malformed_request", "a handshake names its tool (tool_name)")};
   const Tool* tool = find_tool(j["tool_name"].get<std::string>());
