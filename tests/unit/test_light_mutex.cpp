@@ -57,9 +57,11 @@ TEST_CASE("LightMutex: a condition_variable_any waits and is notified through it
   LightMutex mu;
   std::condition_variable_any cv;
   bool ready = false;
+  bool saw_ready = false;  // set by the waiter, under the lock, once its wait returned
   std::thread waiter([&] {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return ready; });
+    saw_ready = ready;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   {
@@ -68,5 +70,7 @@ TEST_CASE("LightMutex: a condition_variable_any waits and is notified through it
   }
   cv.notify_all();
   waiter.join();
-  CHECK(ready);
+  CHECK(saw_ready);
+  CHECK(mu.try_lock());  // the waiter gave the lock back
+  mu.unlock();
 }

@@ -164,7 +164,10 @@ class MessageSax {
     return true;
   }
   bool start(bool object) {
-    if (static_cast<std::size_t>(depth_) >= kMaxJsonDepth) return too_deep_ = true, false;  // (the parse recurses)
+    if (static_cast<std::size_t>(depth_) >= kMaxJsonDepth) {  // (the parse recurses: it stops here)
+      too_deep_ = true;
+      return false;
+    }
     if (depth_ == 0) {
       if (object) object_ = true;
       else batch_ = true;
@@ -255,7 +258,10 @@ class MemberSax {
 
  private:
   bool start(bool object) {
-    if (static_cast<std::size_t>(depth_) >= kMaxJsonDepth) return too_deep_ = true, false;  // (the parse recurses)
+    if (static_cast<std::size_t>(depth_) >= kMaxJsonDepth) {  // (the parse recurses: it stops here)
+      too_deep_ = true;
+      return false;
+    }
     if (depth_ == 0) {
       object_ = object;
       array_ = !object;
