@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -129,6 +130,52 @@ TEST_CASE("calls of one shape share a row of batches; the view gives each call i
   CHECK(count(db, "SELECT sum(duration_us) FROM call_log WHERE tool = 'AID.S.v1'") == 2999 * 3000 / 2);
   CHECK(count(db, "SELECT count(*) FROM calls c JOIN batches b ON c.id >= b.first_call AND c.id < b.first_call + b.n"
                   " WHERE c.ts_ms < b.min_ms OR c.ts_ms > b.max_ms") == 0);
+}
+
+TEST_CASE("a call's end read in the log's ticks is written as the steady clock's time") {
+  // (ticks() is the time-stamp counter where the kernel keeps time by it: the writer maps
+  // it onto the clock by readings of both, moved on as it goes.)
+  TempDir dir;
+  const std::string db = dir.path.string() + "/a.db";
+  const auto steady_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const auto stamped = [&](AuditLog& log, std::string_view aid, std::chrono::milliseconds sleep) {
+    AuditCall c = call(aid, "{}");
+    c.started_ns = steady_ns();
+    std::this_thread::sleep_for(sleep);
+    c.ended_ns = 0;
+    c.ended_ticks = log.ticks();
+    log.record(c);
+  };
+  const std::int64_t unix_ms_before =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  {
+    AuditOptions o;
+    o.db_path = db;
+    AuditLog log(o);
+    const std::string ticks_are = log.ticks_are_tsc() ? "the time-stamp counter" : "the steady clock";
+    MESSAGE("the log's ticks are " << ticks_are);
+    stamped(log, "AID.T30.v1", std::chrono::milliseconds(30));
+    stamped(log, "AID.T0.v1", std::chrono::milliseconds(0));
+    log.flush();
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));  // the writer's line moves on
+    stamped(log, "AID.T20.v1", std::chrono::milliseconds(20));
+  }
+  const std::int64_t unix_ms_after =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto duration_us = [&](const char* aid) {
+    return count(db, (std::string("SELECT duration_us FROM call_log WHERE tool = '") + aid + "'").c_str());
+  };
+  // A sleep runs at least as long as asked; the upper bounds leave room for a slow machine.
+  CHECK(duration_us("AID.T30.v1") >= 30'000);
+  CHECK(duration_us("AID.T30.v1") < 300'000);
+  CHECK(duration_us("AID.T0.v1") < 10'000);
+  CHECK(duration_us("AID.T20.v1") >= 20'000);
+  CHECK(duration_us("AID.T20.v1") < 300'000);
+  CHECK(count(db, "SELECT min(ts_ms) FROM calls") >= unix_ms_before);
+  CHECK(count(db, "SELECT max(ts_ms) FROM calls") <= unix_ms_after);
 }
 
 TEST_CASE("the store keeps at most max_rows calls, the newest") {

@@ -273,7 +273,7 @@ void Host::record_call(const Request& request, const Response& response, std::in
   call.kind = response.kind;
   call.idempotent_hit = response.idempotent_hit;
   call.started_ns = started_ns;
-  call.ended_ns = steady_now_ns();
+  call.ended_ticks = audit_->ticks();
   call.aid = request.aid;
   if (request.user) call.user = *request.user;
   call.input_json = request.input_json;

@@ -3,8 +3,10 @@
 // and queries in full; contents never), its status and error type, its duration — into a
 // SQLite database (WAL) bounded by retention settings, and optionally as JSON lines.
 //
-// Recording costs the calling thread a clock read and a copy into a buffer of its own;
-// everything else (digests, names, SQL) happens on the log's writer thread, in batches.
+// Recording costs the calling thread a read of the CPU's time-stamp counter (where the
+// kernel keeps time by it; else a clock read) and a copy into a buffer of its own;
+// everything else (ticks to time, digests, names, SQL) happens on the log's writer thread,
+// in batches.
 // A thread whose buffer is full waits for the writer: a record is never dropped.
 // See docs/tool-packs.md (the audit store) for the schema and `machina-toolhost audit report`.
 #pragma once
@@ -15,6 +17,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -24,6 +27,10 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 namespace machina {
 
@@ -35,7 +42,7 @@ struct AuditOptions {
   std::uint64_t jsonl_max_bytes = 100u << 20;  // the JSON lines file is rotated (to FILE.1) past this
   std::size_t buffer_bytes = 8u << 20;     // per recording thread: past this it waits for the writer
   std::int64_t flush_interval_ms = 5;      // how often the writer takes what the threads recorded (sooner
-                                           // when a thread has recorded a quarter of a MiB)
+                                           // when a thread has recorded 2 MiB, or a quarter of buffer_bytes)
 
   bool enabled() const { return !db_path.empty() || !jsonl_path.empty(); }
 };
@@ -45,8 +52,9 @@ struct AuditCall {
   Front front = Front::unknown;
   ErrorKind kind = ErrorKind::none;
   bool idempotent_hit = false;
-  std::int64_t started_ns = 0;  // steady clock
-  std::int64_t ended_ns = 0;
+  std::int64_t started_ns = 0;   // steady clock
+  std::int64_t ended_ns = 0;     // steady clock; 0: ended_ticks says when
+  std::int64_t ended_ticks = 0;  // AuditLog::ticks() when the call ended (cheaper to read)
   std::string_view aid;
   std::string_view user;        // "" when none
   std::string_view input_json;  // digested on the writer thread; never stored
@@ -84,6 +92,18 @@ class AuditLog {
 
   /// Records one call (thread-safe; cheap: see above).
   void record(const AuditCall& call);
+  /// Now, in the log's ticks: the time-stamp counter when the kernel's clock runs on it
+  /// (the counter then runs at one rate on every CPU), else the steady clock's nanoseconds.
+  /// The writer turns ticks into time by the line through its readings of both before and
+  /// after the record was taken.
+  std::int64_t ticks() const noexcept {
+#if defined(__x86_64__)
+    if (tsc_) return static_cast<std::int64_t>(__rdtsc());
+#endif
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  bool ticks_are_tsc() const { return tsc_; }
   /// Blocks until every call recorded before this one is written (and committed).
   void flush();
 
@@ -98,11 +118,25 @@ class AuditLog {
 
  private:
   class Writer;
+  struct TickPoint {  // the ticks and the steady clock, read together
+    std::int64_t ticks = 0, ns = 0;
+  };
+  struct TickLine {  // ticks to steady-clock ns, by the line through two readings
+    TickLine(TickPoint from, TickPoint to);
+    std::int64_t ns(std::int64_t ticks) const {
+      return to.ns + static_cast<std::int64_t>(static_cast<double>(ticks - to.ticks) * ns_per_tick);
+    }
+    TickPoint to;
+    double ns_per_tick = 1;
+  };
+  TickPoint tick_point() const;
   Buffer& buffer_of_this_thread();
   void run();
 
   AuditOptions options_;
+  const bool tsc_;          // ticks() reads the time-stamp counter
   const std::uint64_t id_;  // tells this log apart from an earlier one at the same address
+  TickPoint start_;         // read before the writer starts
   std::unique_ptr<Writer> writer_;
   std::mutex mu_;  // buffers_, wake_, and the writer's sleep
   std::condition_variable wake_;
