@@ -192,6 +192,34 @@ def test_malformed_input_gets_the_standard_codes(tmp_path: Path) -> None:
         assert c.close() == 0
 
 
+def test_arguments_the_host_must_judge_are_judged_as_before(tmp_path: Path) -> None:
+    # The front's own parse spares the host a second check of plain arguments; whatever
+    # that parse is not sure of (a control character, a number past a double, ill-formed
+    # UTF-8 in a string or a key, a lone surrogate) still gets the host's own answer.
+    with mcp_client(tmp_path) as c:
+        initialize(c)
+        c.send_raw(b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"AID.ECHO.v1",'
+                   b'"arguments":{"s":"\\u0001","t":"plain"}}}')
+        assert c.answer(2)["result"]["structuredContent"] == {"s": "\u0001", "t": "plain"}
+        refused = {
+            3: (b'{"big":9.9e308}', "invalid JSON at byte 14: number overflow parsing '9.9e308'"),
+            4: (b'{"k":"\xff"}', "invalid JSON at byte 7: syntax error while parsing value - invalid string: "
+                              "ill-formed UTF-8 byte"),
+            5: (b'{"\xc3\x28":1}', "invalid JSON at byte 4: syntax error while parsing object key - invalid "
+                                "string: ill-formed UTF-8 byte"),
+            6: (b'{"lone":"\\udc00"}', "invalid JSON at byte 15: syntax error while parsing value - invalid "
+                                    "string: surrogate U+DC00..U+DFFF must follow U+D800..U+DBFF"),
+        }
+        for id, (arguments, why) in refused.items():
+            c.send_raw(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"AID.ECHO.v1",'
+                       b'"arguments":%s}}' % (id, arguments))
+            result = c.answer(id)["result"]
+            assert result["isError"] is True
+            assert result["_meta"]["machina/code"] == "invalid_input"
+            assert result["content"][0]["text"] == "input_json is not valid JSON: " + why
+        assert c.close() == 0
+
+
 def test_the_data_of_an_error_names_the_hosts_status_and_code(tmp_path: Path) -> None:
     with mcp_client(tmp_path) as c:
         answer = c.answer(call(c, "AID.NOPE.v1", {}))

@@ -1,5 +1,6 @@
 // JSON-RPC 2.0 lines (jsonrpc.hpp): every kind of message read with its raw parts, what is
 // not a message told apart from what is not JSON, and the lines written back.
+#include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
 
 #include <doctest/doctest.h>
@@ -199,4 +200,51 @@ TEST_CASE("a parse inside another's callback reads its own text") {
       },
       why));
   CHECK(seen == std::vector<std::string>{"outer", "inner=[1,2,3]", "k"});
+}
+
+TEST_CASE("params the parse found plain are what validate_json takes; anything in doubt is left to it") {
+  // (params_valid_json lets the --mcp and --skill fronts spare the host a second check of
+  // a call's arguments: it must never be true for text validate_json would refuse.)
+  const auto flag_of = [](const std::string& params) {
+    Message m;
+    std::string why;
+    REQUIRE(parse(R"({"jsonrpc":"2.0","id":"\u0001","method":"tools/call","params":)" + params + "}", m, why));
+    REQUIRE(m.params == params);
+    return m.params_valid_json;
+  };
+  struct Case {
+    std::string params;
+    bool plain;
+  };
+  const std::vector<Case> cases = {
+      {R"({"name":"a","arguments":{"x":[1,2.5,-3e2,{"y":"\u00e9 \"q\" \\"}],"t":true,"n":null}})", true},
+      {R"({"arguments":{"n":1E5,"m":-0.5e-300}})", true},
+      {R"({"arguments":{"s":"\u0001"}})", false},                        // valid, but a control character
+      // Past a double (the parse itself refuses exponents past 308, e.g. 1e400):
+      {R"({"arguments":{"big":9.9e308}})", false},
+      {R"({"arguments":{"big":-1.8E+308}})", false},
+      {R"({"arguments":{"n":)" + std::string(300, '9') + "}}", true},
+      {R"({"arguments":{"k":")" + std::string("\xff") + R"("}})", false},  // not UTF-8
+      {R"({"arguments":{")" + std::string("\xc3\x28") + R"(":1}})", false},
+      {R"({"arguments":{"lone":"\udc00"}})", false},                     // decodes to ill-formed UTF-8
+      {R"([1,"x",{"a":"\u0002"}])", false},
+      {R"([1,"x",{"a":"b"}])", true},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.params);
+    const bool plain = flag_of(c.params);
+    CHECK(plain == c.plain);
+    if (plain) CHECK(machina::validate_json(c.params));
+    if (!machina::validate_json(c.params)) CHECK_FALSE(plain);
+  }
+  // Given twice, the last params counts.
+  Message m;
+  std::string why;
+  REQUIRE(parse(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"a":"\u0001"},"params":{"b":2}})", m, why));
+  CHECK(m.params_valid_json);
+  REQUIRE(parse(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"b":2},"params":{"a":"\u0001"}})", m, why));
+  CHECK_FALSE(m.params_valid_json);
+  // A message without params, or read after one with them, says nothing of params.
+  REQUIRE(parse(R"({"jsonrpc":"2.0","id":1,"method":"m"})", m, why));
+  CHECK_FALSE(m.params_valid_json);
 }

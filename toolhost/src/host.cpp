@@ -416,7 +416,7 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
     return;
   }
   std::string why;
-  if (!validate_json(request.input_json, &why)) {
+  if (!request.input_json_valid && !validate_json(request.input_json, &why)) {
     refuse(ErrorKind::invalid_input, "input_json is not valid JSON: " + why);
     return;
   }

@@ -2,11 +2,14 @@
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
 
-#include <rapidjson/memorystream.h>
 #include <rapidjson/error/en.h>
 #include <rapidjson/reader.h>
 
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 
 namespace machina::jsonrpc {
 namespace {
@@ -16,17 +19,95 @@ void put(std::string& out, const char (&literal)[N]) {
   out.append(literal, N - 1);
 }
 
+/// A NUL-terminated copy of the text, read in place: strings are decoded where they stand
+/// instead of being copied character by character onto the reader's stack (a quarter of
+/// a --mcp call went there), and Tell() is right in every callback — the reader works on
+/// this stream itself, not on a local copy as it does for its own string streams (whose
+/// position is stale inside a string's callback), so raw text can be cut by position.
+/// (With numbers as strings the reader hands RawNumber the position *after* the number on
+/// such a stream: the handlers below take the text from `end - length`.)
+class LineStream {
+ public:
+  using Ch = char;
+  explicit LineStream(char* text) : begin_(text), src_(text) {}
+  Ch Peek() const { return *src_; }
+  Ch Take() { return *src_++; }
+  std::size_t Tell() const { return static_cast<std::size_t>(src_ - begin_); }
+  Ch* PutBegin() { return dst_ = src_; }
+  void Put(Ch c) { *dst_++ = c; }
+  std::size_t PutEnd(Ch* begin) { return static_cast<std::size_t>(dst_ - begin); }
+  void Flush() {}
+
+ private:
+  char* begin_;
+  char* src_;
+  char* dst_ = nullptr;
+};
+
+/// What one parse works with: a reader (its stack allocated once per thread, not per line)
+/// and the copy its stream reads. A parse that starts while the thread's are busy (a
+/// handler parsing inside another parse) gets its own.
+class Scratch {
+ public:
+  explicit Scratch(std::string_view text) {
+    thread_local Parts shared;
+    if (!shared.busy) {
+      shared.busy = true;
+      shared_ = &shared;
+      parts_ = &shared;
+    } else {
+      own_ = std::make_unique<Parts>();
+      parts_ = own_.get();
+    }
+    parts_->copy.assign(text);  // (std::string keeps a NUL after its last character)
+  }
+  ~Scratch() {
+    if (shared_ == nullptr) return;
+    // A copy of a very long line is not kept for the thread's later, short ones.
+    if (shared_->copy.capacity() > kKeepBytes) shared_->copy = std::string();
+    shared_->busy = false;
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  char* text() { return parts_->copy.data(); }
+  template <class Sax>
+  rapidjson::ParseResult parse(LineStream& stream, Sax& sax) {
+    constexpr unsigned kFlags =
+        rapidjson::kParseInsituFlag | rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseStopWhenDoneFlag;
+    return parts_->reader.Parse<kFlags>(stream, sax);
+  }
+
+ private:
+  static constexpr std::size_t kKeepBytes = 1u << 20;
+  struct Parts {
+    rapidjson::Reader reader;
+    std::string copy;
+    bool busy = false;
+  };
+  Parts* parts_ = nullptr;
+  Parts* shared_ = nullptr;
+  std::unique_ptr<Parts> own_;
+};
+
 /// Reads the members of one message; the raw text of id, params, result and error.data is
 /// cut out of the line by the stream's positions.
 class MessageSax {
  public:
-  MessageSax(Message& out, const rapidjson::MemoryStream& stream, std::string_view text)
+  MessageSax(Message& out, const LineStream& stream, std::string_view text)
       : out_(out), stream_(stream), text_(text) {}
 
   bool Null() { return param(Member::Type::null, {}) && scalar(Type::null); }
   bool Bool(bool) { return param(Member::Type::boolean, {}) && scalar(Type::other); }
-  bool RawNumber(const char* s, rapidjson::SizeType n, bool) {
+  bool RawNumber(const char* after, rapidjson::SizeType n, bool) {
+    const char* s = after - n;  // (see LineStream)
     param(Member::Type::number, {});
+    // A number nlohmann refuses (one past a double's range: only with an exponent or over
+    // 300 digits) leaves params to the host's own check.
+    if (in_params() && !params_doubt_ &&
+        (n > 300 || std::memchr(s, 'e', n) != nullptr || std::memchr(s, 'E', n) != nullptr)) {
+      params_doubt_ = !std::isfinite(std::strtod(std::string(s, n).c_str(), nullptr));
+    }
     if (depth_ == 2 && field_ == Field::error && error_field_ == ErrorField::code) {
       int code = 0;
       const auto [end, ec] = std::from_chars(s, s + n, code);
@@ -44,6 +125,7 @@ class MessageSax {
   bool Double(double) { return scalar(Type::number); }
   bool String(const char* s, rapidjson::SizeType n, bool) {
     param(Member::Type::string, std::string_view(s, n));
+    doubt_unless_plain(std::string_view(s, n));
     if (depth_ == 1) {
       if (field_ == Field::jsonrpc) version_ok_ = std::string_view(s, n) == "2.0";
       else if (field_ == Field::method) out_.method.assign(s, n), saw_method_ = true;
@@ -55,13 +137,16 @@ class MessageSax {
   }
   bool Key(const char* s, rapidjson::SizeType n, bool) {
     const std::string_view k(s, n);
+    doubt_unless_plain(k);
     if (depth_ == 1) {
       start1_ = stream_.Tell();
       if (k == "jsonrpc") field_ = Field::jsonrpc;
       else if (k == "id") field_ = Field::id;
       else if (k == "method") field_ = Field::method;
-      else if (k == "params") field_ = Field::params;
-      else if (k == "result") field_ = Field::result;
+      else if (k == "params") {
+        field_ = Field::params;
+        params_doubt_ = false;  // (given twice, the last counts)
+      } else if (k == "result") field_ = Field::result;
       else if (k == "error") field_ = Field::error;
       else field_ = Field::other;
     } else if (depth_ == 2 && field_ == Field::params) {
@@ -141,6 +226,7 @@ class MessageSax {
           break;
         case Field::params:
           out_.params = raw(start1_);
+          out_.params_valid_json = !params_doubt_;
           params_type_ = type;
           out_.params_members_found = type == Type::object && params_object_ && !params_overflow_;
           if (!out_.params_members_found) out_.params_member_count = 0;
@@ -182,6 +268,13 @@ class MessageSax {
   }
   /// A value began at depth 2 inside an object `params`: a scalar member (containers end
   /// in end()).
+  bool in_params() const { return depth_ >= 2 && field_ == Field::params; }
+  /// Within params, a string or key validate_json would not take as it is (ill-formed
+  /// UTF-8, or a control character — raw ones are refused by the parse, escaped ones are
+  /// valid but left to the host to judge) leaves params to the host's own check.
+  void doubt_unless_plain(std::string_view text) {
+    if (in_params() && !params_doubt_ && !detail::is_utf8_without_controls(text)) params_doubt_ = true;
+  }
   bool param(Member::Type type, std::string_view decoded) {
     if (depth_ == 2 && field_ == Field::params) add_param(type, decoded);
     return true;
@@ -210,9 +303,7 @@ class MessageSax {
   }
 
   Message& out_;
-  // (A MemoryStream: the reader works on this one, not on a local copy of it as it does for
-  // string streams, so that its position is right in the callbacks.)
-  const rapidjson::MemoryStream& stream_;
+  const LineStream& stream_;
   std::string_view text_;
   int depth_ = 0;
   Field field_ = Field::other;
@@ -223,12 +314,13 @@ class MessageSax {
        saw_error_ = false, saw_code_ = false, saw_message_ = false;
   Type id_type_ = Type::none, params_type_ = Type::none;
   bool params_object_ = false, params_overflow_ = false;
+  bool params_doubt_ = false;  // see Message::params_valid_json
 };
 
 /// The members of one object, each with its raw text (see for_each_member).
 class MemberSax {
  public:
-  MemberSax(const rapidjson::MemoryStream& stream, std::string_view text, const std::function<bool(const Member&)>& each)
+  MemberSax(const LineStream& stream, std::string_view text, const std::function<bool(const Member&)>& each)
       : stream_(stream), text_(text), each_(each) {}
 
   bool Null() { return scalar(Member::Type::null, {}); }
@@ -312,7 +404,7 @@ class MemberSax {
     return go_on;
   }
 
-  const rapidjson::MemoryStream& stream_;
+  const LineStream& stream_;
   std::string_view text_;
   const std::function<bool(const Member&)>& each_;
   std::string key_;
@@ -326,31 +418,13 @@ std::string parse_error_text(const rapidjson::ParseResult& result, bool too_deep
   return rapidjson::GetParseError_En(result.Code());
 }
 
-/// One reader per thread, kept between messages (its parse stack is allocated once, not
-/// per line); a parse that starts while the thread's reader is busy (a handler parsing
-/// inside another parse) gets a reader of its own.
-template <class Sax>
-rapidjson::ParseResult parse_with(rapidjson::MemoryStream& stream, Sax& sax) {
-  thread_local rapidjson::Reader shared;
-  thread_local bool busy = false;
-  constexpr unsigned kFlags = rapidjson::kParseNumbersAsStringsFlag | rapidjson::kParseStopWhenDoneFlag;
-  if (busy) {
-    rapidjson::Reader own;
-    return own.Parse<kFlags>(stream, sax);
-  }
-  busy = true;
-  struct Release {
-    ~Release() { busy = false; }
-  } release;
-  return shared.Parse<kFlags>(stream, sax);
-}
-
 }  // namespace
 
 bool for_each_member(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
-  rapidjson::MemoryStream stream(text.data(), text.size());
+  Scratch scratch(text);
+  LineStream stream(scratch.text());
   MemberSax sax(stream, text, each);
-  const auto result = parse_with(stream, sax);
+  const auto result = scratch.parse(stream, sax);
   if (sax.stopped()) {
     why = "stopped";
     return false;
@@ -384,9 +458,10 @@ bool each_param(const Message& message, const std::function<bool(const Member&)>
 }
 
 bool for_each_element(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
-  rapidjson::MemoryStream stream(text.data(), text.size());
+  Scratch scratch(text);
+  LineStream stream(scratch.text());
   MemberSax sax(stream, text, each);
-  const auto result = parse_with(stream, sax);
+  const auto result = scratch.parse(stream, sax);
   if (sax.stopped()) {
     why = "stopped";
     return false;
@@ -435,13 +510,15 @@ void Message::clear() {
   why.clear();
   params_member_count = 0;
   params_members_found = false;
+  params_valid_json = false;
 }
 
 bool parse(std::string_view line, Message& out, std::string& why) {
   out.clear();
-  rapidjson::MemoryStream stream(line.data(), line.size());
+  Scratch scratch(line);
+  LineStream stream(scratch.text());
   MessageSax sax(out, stream, line);
-  const auto result = parse_with(stream, sax);
+  const auto result = scratch.parse(stream, sax);
   if (!result) {
     why = "not JSON (" + parse_error_text(result, sax.too_deep()) + " at byte " + std::to_string(result.Offset()) + ")";
     return false;

@@ -120,7 +120,10 @@ bool read_call(const jsonrpc::Message& message, Request& request, std::string& t
     why = "malformed request: " + (bad.empty() ? std::string("params.name (the tool) is missing") : bad);
     return false;
   }
-  if (!arguments.empty()) request.input_json = std::string(arguments);
+  if (!arguments.empty()) {
+    request.input_json = std::string(arguments);
+    request.input_json_valid = message.params_valid_json;
+  }
   if (meta.empty()) return true;
   std::set<std::string, std::less<>> seen;
   bool meta_ok = jsonrpc::for_each_member(

@@ -63,6 +63,12 @@ struct Message {
   std::array<ParamsMember, kParamsMembers> params_members;
   std::size_t params_member_count = 0;
   bool params_members_found = false;
+  /// True when this parse showed that validate_json accepts `params` and every value in
+  /// it as they stand (every string and key well-formed UTF-8 without control
+  /// characters, every number within a double's range; the nesting is within the
+  /// message's own limit): a front may then spare the host its own check of a value
+  /// cut from params (Request::input_json_valid).
+  bool params_valid_json = false;
 
   /// Back to a message of nothing, keeping the strings' memory (parse() starts with it:
   /// assigning a new Message costs a twentieth of a --mcp call). A field added above is

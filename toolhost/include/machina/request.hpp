@@ -88,6 +88,9 @@ struct Request {
   std::optional<std::string> trace_id;     // the caller's correlation id, echoed in a trace
   std::optional<std::string> user;         // who calls: selects the tool packs' policy scope
   Front front = Front::unknown;            // set by the front that decoded it
+  // Set by a front whose own parse showed that validate_json accepts input_json (the
+  // host then does not check it again); never set for text it did not parse itself.
+  bool input_json_valid = false;
   // The front's, for the time of the call (null: none).
   CancelToken* cancel = nullptr;
   ProgressSink* progress = nullptr;
