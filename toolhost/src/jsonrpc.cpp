@@ -440,23 +440,6 @@ bool for_each_member(std::string_view text, const std::function<bool(const Membe
   return true;
 }
 
-bool each_param(const Message& message, const std::function<bool(const Member&)>& each, std::string& why) {
-  if (!message.params_members_found) return for_each_member(message.params, each, why);
-  for (std::size_t i = 0; i < message.params_member_count; ++i) {
-    const auto& found = message.params_members[i];
-    Member m;
-    m.key = found.key;
-    m.raw = found.raw;
-    m.type = found.type;
-    if (found.type == Member::Type::string) m.string = found.string;
-    if (!each(m)) {
-      why = "stopped";
-      return false;
-    }
-  }
-  return true;
-}
-
 bool for_each_element(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
   Scratch scratch(text);
   LineStream stream(scratch.text());

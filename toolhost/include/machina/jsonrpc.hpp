@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace machina::jsonrpc {
 
@@ -86,8 +87,25 @@ bool parse(std::string_view line, Message& out, std::string& why);
 bool for_each_member(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why);
 
 /// for_each_member() over a parsed message's `params`, from what the parse found when it
-/// could (no second pass over the text).
-bool each_param(const Message& message, const std::function<bool(const Member&)>& each, std::string& why);
+/// could (no second pass over the text). (A template: `each` is called directly, not
+/// wrapped in a std::function, whose closure was allocated on every call.)
+template <class Each>
+bool each_param(const Message& message, Each&& each, std::string& why) {
+  if (!message.params_members_found) return for_each_member(message.params, each, why);
+  for (std::size_t i = 0; i < message.params_member_count; ++i) {
+    const auto& found = message.params_members[i];
+    Member m;
+    m.key = found.key;
+    m.raw = found.raw;
+    m.type = found.type;
+    if (found.type == Member::Type::string) m.string = found.string;
+    if (!each(std::as_const(m))) {
+      why = "stopped";
+      return false;
+    }
+  }
+  return true;
+}
 
 /// The same for the elements of the JSON array `text` (each with an empty key).
 bool for_each_element(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why);
