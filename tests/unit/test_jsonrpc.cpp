@@ -40,6 +40,10 @@ TEST_CASE("requests, notifications, results and errors are told apart, their par
   CHECK(m.error_code == -32700);
   CHECK(m.error_message == "Parse error");
   CHECK(m.error_data == R"({"at":[1]})");
+  // Numbers and strings read in place keep their own text, blanks around them or not.
+  m = read(R"({"jsonrpc":"2.0","id": 12 ,"error":{"message": "a\b" ,"code" :  -7 , "data": -0.5e1 }})");
+  CHECK((m.kind == Message::Kind::error && m.id == "12" && m.error_code == -7 && m.error_message == "a\b"));
+  CHECK(m.error_data == "-0.5e1");
 }
 
 TEST_CASE("what is not a message is refused, and why") {
