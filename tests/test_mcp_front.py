@@ -210,6 +210,10 @@ def test_arguments_the_host_must_judge_are_judged_as_before(tmp_path: Path) -> N
             6: (b'{"lone":"\\udc00"}', "invalid JSON at byte 15: syntax error while parsing value - invalid "
                                     "string: surrogate U+DC00..U+DFFF must follow U+D800..U+DBFF"),
         }
+        # Text given as _meta's machina/input_json replaces the arguments: the host checks it,
+        # however plain the arguments were.
+        refused[7] = (b'{}, "_meta": {"machina/input_json": "{not json"}',
+                      "invalid JSON at byte 3: syntax error while parsing object key - invalid literal")
         for id, (arguments, why) in refused.items():
             c.send_raw(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"AID.ECHO.v1",'
                        b'"arguments":%s}}' % (id, arguments))

@@ -13,6 +13,8 @@
 #include <array>
 #include <charconv>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -964,13 +966,11 @@ AuditLog::Buffer& AuditLog::buffer_of_this_thread() {
 namespace {
 /// Puts one field of a record's head in place (the buffer is not aligned for a RecordHead;
 /// a head built aside and copied whole stalled on its own narrow stores).
-const RecordHead kHeadLayout{};
-template <auto Field, typename T>
-void put(char* head, T value) {
-  static_assert(std::is_same_v<std::remove_cvref_t<decltype(kHeadLayout.*Field)>, T>);
-  const auto offset = reinterpret_cast<const char*>(&(kHeadLayout.*Field)) - reinterpret_cast<const char*>(&kHeadLayout);
+template <typename T>
+void put(char* head, std::size_t offset, T value) {
   std::memcpy(head + offset, &value, sizeof value);
 }
+static_assert(std::is_standard_layout_v<RecordHead>);  // (offsetof below)
 }  // namespace
 
 void AuditLog::record(const AuditCall& call) {
@@ -999,18 +999,18 @@ void AuditLog::record(const AuditCall& call) {
   const std::size_t wake_at = std::min(kWakeBytes, options_.buffer_bytes / 4);
   const bool wake = b.data.size < wake_at && b.data.size + need >= wake_at;
   char* p = b.data.p.get() + b.data.size;
-  put<&RecordHead::aid_len>(p, aid_len);
-  put<&RecordHead::user_len>(p, user_len);
-  put<&RecordHead::input_len>(p, input_len);
-  put<&RecordHead::front>(p, static_cast<std::uint8_t>(call.front));
-  put<&RecordHead::flags>(p, static_cast<std::uint8_t>((call.idempotent_hit ? kHit : 0) |
-                                                       (call.input_json.size() > kAuditMaxInput ? kCut : 0) |
-                                                       (call.ended_ns == 0 ? kTicks : 0)));
-  put<&RecordHead::kind>(p, static_cast<std::uint16_t>(call.kind));
-  put<&RecordHead::started_ns>(p, call.started_ns);
-  put<&RecordHead::ended>(p, call.ended_ns != 0 ? call.ended_ns : call.ended_ticks);
-  put<&RecordHead::input_bytes>(p, static_cast<std::uint64_t>(call.input_json.size()));
-  put<&RecordHead::output_bytes>(p, static_cast<std::uint64_t>(call.output_bytes));
+  put(p, offsetof(RecordHead, aid_len), aid_len);
+  put(p, offsetof(RecordHead, user_len), user_len);
+  put(p, offsetof(RecordHead, input_len), input_len);
+  put(p, offsetof(RecordHead, front), static_cast<std::uint8_t>(call.front));
+  put(p, offsetof(RecordHead, flags),
+      static_cast<std::uint8_t>((call.idempotent_hit ? kHit : 0) | (call.input_json.size() > kAuditMaxInput ? kCut : 0) |
+                                (call.ended_ns == 0 ? kTicks : 0)));
+  put(p, offsetof(RecordHead, kind), static_cast<std::uint16_t>(call.kind));
+  put(p, offsetof(RecordHead, started_ns), call.started_ns);
+  put(p, offsetof(RecordHead, ended), call.ended_ns != 0 ? call.ended_ns : call.ended_ticks);
+  put(p, offsetof(RecordHead, input_bytes), static_cast<std::uint64_t>(call.input_json.size()));
+  put(p, offsetof(RecordHead, output_bytes), static_cast<std::uint64_t>(call.output_bytes));
   p += sizeof(RecordHead);
   // An empty view may hold a null pointer, which memcpy must not be given even for 0 bytes.
   const std::string_view parts[] = {call.aid.substr(0, aid_len), call.user.substr(0, user_len),
@@ -1045,11 +1045,21 @@ AuditLog::TickPoint AuditLog::tick_point() const {
     const std::int64_t ns = steady_ns();
     return {ns, ns};
   }
-  // The counter read on both sides of the clock: the midpoint is within a few ns of it.
-  const std::int64_t before = ticks();
-  const std::int64_t ns = steady_ns();
-  const std::int64_t after = ticks();
-  return {before + (after - before) / 2, ns};
+  // The counter read on both sides of the clock: the midpoint is within a few ns of it —
+  // unless the thread was preempted in between, so the closest of three readings is kept
+  // (one reading off by the length of a preemption would tilt the line for a whole pass).
+  TickPoint best;
+  std::int64_t best_gap = INT64_MAX;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::int64_t before = ticks();
+    const std::int64_t ns = steady_ns();
+    const std::int64_t after = ticks();
+    if (after - before < best_gap) {
+      best_gap = after - before;
+      best = {before + (after - before) / 2, ns};
+    }
+  }
+  return best;
 }
 
 void AuditLog::run() {
@@ -1057,7 +1067,8 @@ void AuditLog::run() {
   std::vector<const AuditBytes*> chunks;
   // Ticks become time by the line through two readings of both: one taken after the
   // buffers were last taken (or at the start) and one taken now, after taking them, so a
-  // record's ticks lie between the two. The older reading moves on once the line is a
+  // record's ticks lie between the two (a record made by a thread that waited for room in
+  // a full buffer may lie a little before the first: the line extends to it). The older reading moves on once the line is a
   // millisecond long (shorter lines magnify the readings' few ns of error).
   TickPoint from = start_;
   for (;;) {

@@ -44,6 +44,9 @@ class LineStream {
   char* dst_ = nullptr;
 };
 
+static_assert(rapidjson::StreamTraits<LineStream>::copyOptimization == 0,
+              "the reader must work on the LineStream itself: Tell() in callbacks, RawNumber's text");
+
 /// What one parse works with: a reader (its stack allocated once per thread, not per line)
 /// and the copy its stream reads. A parse that starts while the thread's are busy (a
 /// handler parsing inside another parse) gets its own.
@@ -63,7 +66,7 @@ class Scratch {
   }
   ~Scratch() {
     if (shared_ == nullptr) return;
-    // A copy of a very long line is not kept for the thread's later, short ones.
+    // A copy of a very long line (past 4 MiB) is not kept for the thread's later, short ones.
     if (shared_->copy.capacity() > kKeepBytes) shared_->copy = std::string();
     shared_->busy = false;
   }
@@ -79,7 +82,7 @@ class Scratch {
   }
 
  private:
-  static constexpr std::size_t kKeepBytes = 1u << 20;
+  static constexpr std::size_t kKeepBytes = 4u << 20;
   struct Parts {
     rapidjson::Reader reader;
     std::string copy;

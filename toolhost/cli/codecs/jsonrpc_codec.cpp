@@ -164,6 +164,7 @@ bool read_call(const jsonrpc::Message& message, Request& request, std::string& t
         } else if (field == "input_json") {
           if (!expect(Member::Type::string, "a string holding JSON text")) return false;
           request.input_json = std::string(m.string);
+          request.input_json_valid = false;  // (a decoded string: the parse checked only its escapes)
         } else if (field == "timeout_ms") {
           if (!expect(Member::Type::number, "an integer")) return false;
           std::int64_t v = 0;
