@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -194,6 +196,11 @@ bool check_utf8(std::string_view s) noexcept {
 bool is_valid_utf8(std::string_view s) noexcept { return check_utf8<false>(s); }
 
 bool detail::is_utf8_without_controls(std::string_view s) noexcept { return check_utf8<true>(s); }
+
+bool detail::number_fits_double(std::string_view text) {
+  if (text.size() <= 300 && text.find_first_of("eE") == std::string_view::npos) return true;
+  return std::isfinite(std::strtod(std::string(text).c_str(), nullptr));
+}
 
 std::string to_valid_utf8(std::string_view s) {
   if (is_valid_utf8(s)) return std::string(s);

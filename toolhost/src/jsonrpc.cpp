@@ -6,9 +6,6 @@
 #include <rapidjson/reader.h>
 
 #include <charconv>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 namespace machina::jsonrpc {
@@ -105,12 +102,8 @@ class MessageSax {
   bool RawNumber(const char* after, rapidjson::SizeType n, bool) {
     const char* s = after - n;  // (see LineStream)
     param(Member::Type::number, {});
-    // A number nlohmann refuses (one past a double's range: only with an exponent or over
-    // 300 digits) leaves params to the host's own check.
-    if (in_params() && !params_doubt_ &&
-        (n > 300 || std::memchr(s, 'e', n) != nullptr || std::memchr(s, 'E', n) != nullptr)) {
-      params_doubt_ = !std::isfinite(std::strtod(std::string(s, n).c_str(), nullptr));
-    }
+    // A number nlohmann refuses leaves params to the host's own check.
+    if (in_params() && !params_doubt_) params_doubt_ = !detail::number_fits_double(std::string_view(s, n));
     if (depth_ == 2 && field_ == Field::error && error_field_ == ErrorField::code) {
       int code = 0;
       const auto [end, ec] = std::from_chars(s, s + n, code);
@@ -269,8 +262,6 @@ class MessageSax {
     ++depth_;
     return true;
   }
-  /// A value began at depth 2 inside an object `params`: a scalar member (containers end
-  /// in end()).
   bool in_params() const { return depth_ >= 2 && field_ == Field::params; }
   /// Within params, a string or key validate_json would not take as it is (ill-formed
   /// UTF-8, or a control character — raw ones are refused by the parse, escaped ones are
@@ -278,6 +269,8 @@ class MessageSax {
   void doubt_unless_plain(std::string_view text) {
     if (in_params() && !params_doubt_ && !detail::is_utf8_without_controls(text)) params_doubt_ = true;
   }
+  /// A value began at depth 2 inside an object `params`: a scalar member (containers end
+  /// in end()).
   bool param(Member::Type type, std::string_view decoded) {
     if (depth_ == 2 && field_ == Field::params) add_param(type, decoded);
     return true;

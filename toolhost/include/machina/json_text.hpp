@@ -26,6 +26,10 @@ bool validate_json_reference(std::string_view text, std::string* why = nullptr,
                              std::size_t max_depth = kMaxJsonDepth);
 /// True if `s` is well-formed UTF-8 without a byte below 0x20.
 bool is_utf8_without_controls(std::string_view s) noexcept;
+/// True if the JSON number `text` is within a double's range, as nlohmann requires (it
+/// refuses 1e400). Only a number with an exponent or over 300 characters can be past it:
+/// other texts are answered without converting.
+bool number_fits_double(std::string_view text);
 }  // namespace detail
 
 /// "invalid JSON at byte N: <reason>" from a nlohmann parse error, without echoing

@@ -61,13 +61,12 @@ class RapidToNlohmann {
       }
     }
     // nlohmann refuses a number that overflows a double (1e400); let it decide.
-    scratch_.assign(s, n);
-    const double d = std::strtod(scratch_.c_str(), nullptr);
-    if (!std::isfinite(d)) {
+    if (!number_fits_double(std::string_view(s, n))) {
       undecided_ = true;
       return false;
     }
-    return sax_.number_float(d, scratch_);
+    scratch_.assign(s, n);
+    return sax_.number_float(std::strtod(scratch_.c_str(), nullptr), scratch_);
   }
   // Handlers may take text as a string_view (string_view_value / key_view), which
   // saves a copy; a handler declaring `kIgnoresText` gets an empty string.
