@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build needs (CLI11, RapidJSON, toml++ and Boost.Beast headers, Nettle,
+# Installs the Debian packages the build needs (CLI11, RapidJSON, toml++, xxHash and Boost.Beast headers, Nettle,
 # libseccomp, SQLite, doctest for the C++ unit tests, and python3-venv where Python cannot make a
 # virtual environment) if they are missing. Uses sudo when not run as root.
 # With --clang, also clang and its sanitizer/fuzzer runtimes (scripts/sanitize-tests.sh,
@@ -19,6 +19,7 @@ fi
 [ -f /usr/include/seccomp.h ] || need+=(libseccomp-dev)
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/toml++/toml.h ] || need+=(libtomlplusplus-dev)
+[ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)
 [ -f /usr/include/boost/beast/http/parser.hpp ] || need+=(libboost-dev)
 # The C++ unit tests (tests/unit), built by the test suite.
 [ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)

@@ -3,9 +3,12 @@
 #include <machina/idempotency_cache.hpp>
 
 #include <nettle/sha2.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
-#include <functional>
+#include <random>
 
 namespace machina {
 
@@ -24,28 +27,45 @@ void copy_bytes(char* to, std::string_view v) noexcept {
 
 }  // namespace
 
-void IdempotencyCache::Result::assign(const Response& r) {
+void IdempotencyCache::Buffer::reserve(std::size_t n, std::size_t keep) {
+  if (n <= capacity) return;
+  const std::size_t grown = std::max(n, capacity + capacity / 2);
+  auto more = std::make_unique_for_overwrite<char[]>(grown);
+  if (keep > 0) std::memcpy(more.get(), bytes.get(), keep);
+  bytes = std::move(more);
+  capacity = grown;
+}
+
+bool IdempotencyCache::Entry::is(std::string_view aid, std::string_view key) const noexcept {
+  return aid_len == aid.size() && key_len == key.size() && same_bytes(data.bytes.get(), aid) &&
+         same_bytes(data.bytes.get() + aid_len, key);
+}
+
+void IdempotencyCache::Entry::keep_result(const Response& r) {
+  const std::size_t scope = aid_len + key_len;
+  data.reserve(scope + r.output_json.size() + r.error.size() + r.lease_aid.size() + r.lease_reason.size(), scope);
   kind = r.kind;
   lease_tier = r.lease_tier;
   output_len = r.output_json.size();
   error_len = r.error.size();
   lease_aid_len = r.lease_aid.size();
-  text.resize(r.output_json.size() + r.error.size() + r.lease_aid.size() + r.lease_reason.size());
-  char* p = text.data();
+  lease_reason_len = r.lease_reason.size();
+  char* p = data.bytes.get() + scope;
   for (const std::string* part : {&r.output_json, &r.error, &r.lease_aid, &r.lease_reason}) {
     copy_bytes(p, *part);
     p += part->size();
   }
 }
 
-void IdempotencyCache::Result::copy_to(Response& r) const {
+void IdempotencyCache::Entry::copy_result_to(Response& r) const {
   r.kind = kind;
   r.lease_tier = lease_tier;
-  const std::string_view all(text);
-  r.output_json.assign(all.substr(0, output_len));
-  r.error.assign(all.substr(output_len, error_len));
-  r.lease_aid.assign(all.substr(output_len + error_len, lease_aid_len));
-  r.lease_reason.assign(all.substr(output_len + error_len + lease_aid_len));
+  const char* p = data.bytes.get() + aid_len + key_len;
+  for (auto [part, n] : {std::pair{&r.output_json, output_len}, {&r.error, error_len},
+                         {&r.lease_aid, lease_aid_len}, {&r.lease_reason, lease_reason_len}}) {
+    part->assign(p, n);
+    p += n;
+  }
 }
 
 IdempotencyCache::IdempotencyCache(Options options) : options_(options) {
@@ -55,7 +75,9 @@ IdempotencyCache::IdempotencyCache(Options options) : options_(options) {
   if (options_.ttl_ms < 1) throw HostError("the idempotency ttl must be at least 1 ms");
   if (options_.max_key_bytes < 1) throw HostError("idempotency keys must be allowed at least 1 byte");
   if (options_.max_stored_bytes < 1) throw HostError("the idempotency cache must be allowed at least 1 byte");
-  rehash(64);
+  rehash(128);
+  std::random_device entropy;
+  seed_ = (std::uint64_t{entropy()} << 32) | entropy();
 }
 
 IdempotencyCache::Fingerprint IdempotencyCache::fingerprint(std::string_view input_json) {
@@ -74,73 +96,61 @@ IdempotencyCache::Fingerprint IdempotencyCache::fingerprint(std::string_view inp
   return fp;
 }
 
-std::size_t IdempotencyCache::hash_of(std::string_view aid, std::string_view key) noexcept {
-  // The key alone, stirred by the aid's length: the same key for two tools shares a chain
-  // (find() compares both), and the aid need not be hashed on every call.
-  return std::hash<std::string_view>{}(key) ^ (aid.size() * 0x9e3779b97f4a7c15ULL);
+std::uint64_t IdempotencyCache::hash_of(std::string_view aid, std::string_view key) const noexcept {
+  // The key alone, seeded by the aid's length: the same key for two tools shares a chain
+  // (find() compares both), and the aid need not be hashed on every call. The seed is
+  // drawn anew for each cache, so that keys which share a bucket cannot be precomputed.
+  return XXH3_64bits_withSeed(key.data(), key.size(), seed_ + aid.size());
 }
 
-std::uint32_t IdempotencyCache::find(std::string_view aid, std::string_view key, std::size_t hash) const {
-  for (std::uint32_t s = buckets_[hash & (buckets_.size() - 1)]; s != kNone; s = entries_[s].chain) {
-    const Entry& e = entries_[s];
-    if (e.hash != hash || e.scope.size() != aid.size() + 1 + key.size()) continue;
-    // (aids never contain NUL, so the scopes of different (aid, key) pairs never match)
-    const char* scope = e.scope.data();
-    if (same_bytes(scope, aid) && scope[aid.size()] == '\0' && same_bytes(scope + aid.size() + 1, key)) {
-      return s;
-    }
+std::uint32_t IdempotencyCache::find(std::string_view aid, std::string_view key, std::uint32_t tag) const {
+  for (std::uint32_t s = buckets_[tag & (buckets_.size() - 1)]; s != kNone; s = links_[s].next) {
+    if (links_[s].tag == tag && entries_[s].is(aid, key)) return s;
   }
   return kNone;
+}
+
+void IdempotencyCache::link_bucket(std::uint32_t slot, std::uint32_t tag) {
+  std::uint32_t& head = buckets_[tag & (buckets_.size() - 1)];
+  links_[slot] = Link{tag, head};
+  head = slot;
+}
+
+void IdempotencyCache::unlink_bucket(std::uint32_t slot) {
+  std::uint32_t* at = &buckets_[links_[slot].tag & (buckets_.size() - 1)];
+  while (*at != slot) at = &links_[*at].next;
+  *at = links_[slot].next;
 }
 
 void IdempotencyCache::rehash(std::size_t buckets) {
   buckets_.assign(buckets, kNone);
   for (std::uint32_t s = 0; s < entries_.size(); ++s) {
-    if (entries_[s].state == State::running || entries_[s].state == State::done) link_bucket(s);
+    if (entries_[s].state == State::running || entries_[s].state == State::done) link_bucket(s, links_[s].tag);
   }
 }
 
-void IdempotencyCache::link_bucket(std::uint32_t slot) {
-  Entry& e = entries_[slot];
-  std::uint32_t& head = buckets_[e.hash & (buckets_.size() - 1)];
-  e.chain = head;
-  head = slot;
-}
-
-void IdempotencyCache::unlink_bucket(std::uint32_t slot) {
-  std::uint32_t* at = &buckets_[entries_[slot].hash & (buckets_.size() - 1)];
-  while (*at != slot) at = &entries_[*at].chain;
-  *at = entries_[slot].chain;
-  entries_[slot].chain = kNone;
-}
-
 void IdempotencyCache::append_kept(std::uint32_t slot) {
-  Entry& e = entries_[slot];
-  e.prev = newest_;
-  e.next = kNone;
+  entries_[slot].next = kNone;
   if (newest_ != kNone) entries_[newest_].next = slot;
   else oldest_ = slot;
   newest_ = slot;
 }
 
-void IdempotencyCache::unlink_kept(std::uint32_t slot) {
-  Entry& e = entries_[slot];
-  if (e.prev != kNone) entries_[e.prev].next = e.next;
-  else oldest_ = e.next;
-  if (e.next != kNone) entries_[e.next].prev = e.prev;
-  else newest_ = e.prev;
-  e.prev = e.next = kNone;
-}
-
 std::uint32_t IdempotencyCache::take_slot() {
   if (free_ != kNone) {
     const std::uint32_t slot = free_;
-    free_ = entries_[slot].chain;
-    entries_[slot].chain = kNone;
+    free_ = entries_[slot].next;
+    entries_[slot].next = kNone;
     return slot;
   }
-  entries_.emplace_back();
-  if (entries_.size() > buckets_.size()) rehash(buckets_.size() * 2);
+  links_.emplace_back();
+  try {
+    entries_.emplace_back();
+  } catch (...) {
+    links_.pop_back();  // (the two grow together or not at all)
+    throw;
+  }
+  if (entries_.size() * 2 > buckets_.size()) rehash(buckets_.size() * 2);
   return static_cast<std::uint32_t>(entries_.size() - 1);
 }
 
@@ -149,10 +159,8 @@ void IdempotencyCache::free_slot(std::uint32_t slot) {
   e.state = State::free;
   ++e.generation;
   e.handoff.reset();
-  for (std::string* s : {&e.result.text, &e.scope}) {
-    if (s->capacity() > kKeepCapacity) *s = std::string();
-  }
-  e.chain = free_;
+  if (e.data.capacity > kKeepCapacity) e.data = Buffer{};
+  e.next = free_;
   free_ = slot;
 }
 
@@ -166,9 +174,9 @@ void IdempotencyCache::release(std::uint32_t slot) {
 bool IdempotencyCache::evict_oldest() {
   if (oldest_ == kNone) return false;
   const std::uint32_t slot = oldest_;
-  unlink_kept(slot);
+  oldest_ = entries_[slot].next;
+  if (oldest_ == kNone) newest_ = kNone;
   stored_bytes_ -= entries_[slot].bytes;
-  --kept_;
   release(slot);
   return true;
 }
@@ -179,11 +187,11 @@ void IdempotencyCache::prune(std::int64_t now_ms) {
 
 IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::string_view key, const Fingerprint& fp,
                                                  std::int64_t now_ms, Response& hit) {
-  const std::size_t hash = hash_of(aid, key);
+  const auto tag = static_cast<std::uint32_t>(hash_of(aid, key));
   Ticket t;
   std::lock_guard lock(mu_);
   prune(now_ms);  // kept entries are in expiry order: whatever is found now is unexpired
-  if (const std::uint32_t slot = find(aid, key, hash); slot != kNone) {
+  if (const std::uint32_t slot = find(aid, key, tag); slot != kNone) {
     Entry& e = entries_[slot];
     if (e.fp != fp) {
       t.outcome = Outcome::conflict;
@@ -194,7 +202,7 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
       t.generation = e.generation;
     } else {
       t.outcome = Outcome::hit;
-      e.result.copy_to(hit);
+      e.copy_result_to(hit);
     }
     return t;
   }
@@ -204,15 +212,20 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
   }
   const std::uint32_t slot = take_slot();
   Entry& e = entries_[slot];
-  e.scope.resize(aid.size() + 1 + key.size());
-  copy_bytes(e.scope.data(), aid);
-  e.scope[aid.size()] = '\0';
-  copy_bytes(e.scope.data() + aid.size() + 1, key);
-  e.hash = hash;
+  try {
+    e.data.reserve(aid.size() + key.size(), 0);
+  } catch (...) {
+    free_slot(slot);
+    throw;
+  }
+  copy_bytes(e.data.bytes.get(), aid);
+  copy_bytes(e.data.bytes.get() + aid.size(), key);
+  e.aid_len = aid.size();
+  e.key_len = key.size();
   e.fp = fp;
   e.state = State::running;
   e.waiters = 0;
-  link_bucket(slot);
+  link_bucket(slot, tag);
   ++in_use_;
   t.outcome = Outcome::run;
   t.slot = slot;
@@ -253,25 +266,23 @@ void IdempotencyCache::complete(const Ticket& ticket, const Response& response, 
         e.handoff.reset();
       }
     }
-    const std::size_t bytes = sizeof(Entry) + e.scope.size() + response.output_json.size() + response.error.size() +
-                              response.lease_aid.size() + response.lease_reason.size();
+    const std::size_t bytes = sizeof(Entry) + e.aid_len + e.key_len + response.output_json.size() +
+                              response.error.size() + response.lease_aid.size() + response.lease_reason.size();
     bool kept = false;
     if (keep && bytes <= options_.max_stored_bytes) {
       while (stored_bytes_ + bytes > options_.max_stored_bytes && evict_oldest()) {
       }
       try {
-        entries_[ticket.slot].result.assign(response);
+        e.keep_result(response);
         kept = true;
       } catch (const std::bad_alloc&) {
       }
     }
     if (kept) {
-      Entry& k = entries_[ticket.slot];
-      k.state = State::done;
-      k.expires_at = now_ms + options_.ttl_ms;
-      k.bytes = bytes;
+      e.state = State::done;
+      e.expires_at = now_ms + options_.ttl_ms;
+      e.bytes = bytes;
       stored_bytes_ += bytes;
-      ++kept_;
       append_kept(ticket.slot);
     } else {
       release(ticket.slot);
@@ -283,6 +294,17 @@ void IdempotencyCache::complete(const Ticket& ticket, const Response& response, 
 std::size_t IdempotencyCache::size() const {
   std::lock_guard lock(mu_);
   return in_use_;
+}
+
+std::size_t IdempotencyCache::longest_chain() const {
+  std::lock_guard lock(mu_);
+  std::size_t longest = 0;
+  for (std::uint32_t head : buckets_) {
+    std::size_t n = 0;
+    for (std::uint32_t s = head; s != kNone; s = links_[s].next) ++n;
+    longest = std::max(longest, n);
+  }
+  return longest;
 }
 
 std::size_t IdempotencyCache::stored_bytes() const {

@@ -2,8 +2,15 @@
 // single-flight for duplicates in flight, bounded in entries, key length and stored bytes,
 // with O(1) expiry and eviction. An entry for a call still running is never evicted (a
 // duplicate must wait for it, not run the tool again): when every entry is running, a new
-// key is refused. Entries live in a slab that is reused, so that a call with a fresh key
-// allocates nothing once the cache has warmed up.
+// key is refused.
+//
+// Built for clients that put a fresh key on every call: a lookup that finds nothing reads
+// only the index (hash chains linked through an array of their own), not the entries; an entry
+// keeps its scope and its result in one buffer that is reused by the next key (no
+// allocation per call once warm); kept entries expire and are evicted strictly oldest
+// first, so they form a singly linked queue; a flight (what a duplicate waits on) is made
+// only when a duplicate arrives. Keys are hashed with XXH3 under a seed drawn per cache, so
+// that a client cannot choose keys that pile up in one bucket.
 #pragma once
 
 #include <machina/light_mutex.hpp>
@@ -63,60 +70,72 @@ class IdempotencyCache {
 
   std::size_t size() const;            // entries kept or running
   std::size_t stored_bytes() const;    // bytes of the responses kept
+  /// The most entries that share a bucket of the index (what a lookup may have to walk):
+  /// for tests and diagnostics.
+  std::size_t longest_chain() const;
   const Options& options() const { return options_; }
 
  private:
   static constexpr std::uint32_t kNone = UINT32_MAX;
   enum class State : std::uint8_t { free, running, done, handed_off };
-  /// What a hit answers with (its id and state are the request's own): the response's
-  /// strings end to end in one, which keeps its capacity when the entry is reused.
-  struct Result {
-    ErrorKind kind = ErrorKind::none;
-    int lease_tier = -1;
-    std::size_t output_len = 0, error_len = 0, lease_aid_len = 0;  // the rest is the lease reason
-    std::string text;
-
-    void assign(const Response& r);
-    void copy_to(Response& r) const;
+  /// Bytes owned by an entry, reused from key to key: grows as needed, never shrinks
+  /// except when freed large (see free_slot).
+  struct Buffer {
+    std::unique_ptr<char[]> bytes;
+    std::size_t capacity = 0;
+    /// Room for `n` bytes, keeping the first `keep` of what is there.
+    void reserve(std::size_t n, std::size_t keep);
   };
   struct Entry {
-    std::string scope;  // aid '\0' key; keeps its capacity when the entry is reused
-    std::size_t hash = 0;
-    Fingerprint fp{};
-    State state = State::free;
+    // What prune(), evict_oldest() and a key comparison read: the first 64 bytes.
+    std::uint32_t next = kNone;        // the free list, or the queue of kept entries (towards the newest)
+    std::uint32_t waiters = 0;         // duplicates waiting for this call
     std::uint32_t generation = 0;
-    std::uint32_t waiters = 0;       // duplicates waiting for this call
-    std::uint32_t chain = kNone;     // next entry in the same hash bucket
-    std::uint32_t prev = kNone, next = kNone;  // the list of kept entries, oldest first
+    State state = State::free;
+    ErrorKind kind = ErrorKind::none;  // the kept result's
     std::int64_t expires_at = 0;
-    std::size_t bytes = 0;           // counted in stored_bytes_ while kept
-    Result result;                   // kept for hits
+    std::size_t bytes = 0;             // counted in stored_bytes_ while kept
+    std::size_t aid_len = 0, key_len = 0;
+    Buffer data;                       // aid, key, output, error, lease aid, lease reason, end to end
+    Fingerprint fp{};
+    int lease_tier = -1;               // the kept result's
+    // The kept result's parts, after the aid and the key in `data`.
+    std::size_t output_len = 0, error_len = 0, lease_aid_len = 0, lease_reason_len = 0;
     std::shared_ptr<const Response> handoff;  // for waiters, when there are any
-  };
 
-  static std::size_t hash_of(std::string_view aid, std::string_view key) noexcept;
-  std::uint32_t find(std::string_view aid, std::string_view key, std::size_t hash) const;
-  std::uint32_t take_slot();
-  void link_bucket(std::uint32_t slot);
+    bool is(std::string_view aid, std::string_view key) const noexcept;
+    void keep_result(const Response& r);
+    void copy_result_to(Response& r) const;
+  };
+  /// The index: hash chains whose links sit in an array of their own, beside the entries,
+  /// so that a lookup that finds nothing touches no entry.
+  struct Link {
+    std::uint32_t tag = 0;       // the key hash's low 32 bits (its bucket: tag & (buckets - 1))
+    std::uint32_t next = kNone;  // the next entry in the same bucket
+  };
+  std::uint64_t hash_of(std::string_view aid, std::string_view key) const noexcept;
+  std::uint32_t find(std::string_view aid, std::string_view key, std::uint32_t tag) const;
+  void link_bucket(std::uint32_t slot, std::uint32_t tag);
   void unlink_bucket(std::uint32_t slot);
+  void rehash(std::size_t buckets);
+  std::uint32_t take_slot();
   void append_kept(std::uint32_t slot);
-  void unlink_kept(std::uint32_t slot);
   void release(std::uint32_t slot);        // no longer indexed; freed once no waiter needs it
   void free_slot(std::uint32_t slot);
   bool evict_oldest();                     // false if no kept entry can go
   void prune(std::int64_t now_ms);
-  void rehash(std::size_t buckets);
 
   Options options_;
   mutable LightMutex mu_;
   std::condition_variable_any done_;       // a call that had waiters completed
   std::vector<Entry> entries_;             // the slab (grows to max_entries)
-  std::vector<std::uint32_t> buckets_;     // heads of hash chains (a power of two)
-  std::uint32_t free_ = kNone;             // free entries, chained through `chain`
+  std::vector<Link> links_;                // one per entry
+  std::vector<std::uint32_t> buckets_;     // heads of the chains: a power of two, twice the entries
+  std::uint32_t free_ = kNone;             // free entries, chained through `next`
   std::uint32_t oldest_ = kNone, newest_ = kNone;  // kept entries, in expiry order
   std::size_t in_use_ = 0;                 // running + kept
-  std::size_t kept_ = 0;
   std::size_t stored_bytes_ = 0;
+  std::uint64_t seed_ = 0;                 // of the key hash
 };
 
 }  // namespace machina
