@@ -97,9 +97,10 @@ IdempotencyCache::Fingerprint IdempotencyCache::fingerprint(std::string_view inp
 }
 
 std::uint64_t IdempotencyCache::hash_of(std::string_view aid, std::string_view key) const noexcept {
-  // The key alone, seeded by the aid's length: the same key for two tools shares a chain
-  // (find() compares both), and the aid need not be hashed on every call. The seed is
-  // drawn anew for each cache, so that keys which share a bucket cannot be precomputed.
+  // The key alone, seeded by the aid's length: the same key for two tools whose aids have
+  // the same length shares a chain (find() compares both), and the aid need not be hashed
+  // on every call. The seed is drawn anew for each cache, so that keys which share a
+  // bucket cannot be precomputed.
   return XXH3_64bits_withSeed(key.data(), key.size(), seed_ + aid.size());
 }
 
@@ -143,6 +144,9 @@ std::uint32_t IdempotencyCache::take_slot() {
     entries_[slot].next = kNone;
     return slot;
   }
+  // The index grows first: if that fails, nothing has changed (the new slot would be on
+  // no list, lost for good, if the slab grew first).
+  if ((entries_.size() + 1) * 2 > buckets_.size()) rehash(buckets_.size() * 2);
   links_.emplace_back();
   try {
     entries_.emplace_back();
@@ -150,7 +154,6 @@ std::uint32_t IdempotencyCache::take_slot() {
     links_.pop_back();  // (the two grow together or not at all)
     throw;
   }
-  if (entries_.size() * 2 > buckets_.size()) rehash(buckets_.size() * 2);
   return static_cast<std::uint32_t>(entries_.size() - 1);
 }
 

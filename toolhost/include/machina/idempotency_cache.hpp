@@ -10,7 +10,7 @@
 // allocation per call once warm); kept entries expire and are evicted strictly oldest
 // first, so they form a singly linked queue; a flight (what a duplicate waits on) is made
 // only when a duplicate arrives. Keys are hashed with XXH3 under a seed drawn per cache, so
-// that a client cannot choose keys that pile up in one bucket.
+// that keys which pile up in one bucket cannot be precomputed by a client.
 #pragma once
 
 #include <machina/light_mutex.hpp>
@@ -87,7 +87,7 @@ class IdempotencyCache {
     void reserve(std::size_t n, std::size_t keep);
   };
   struct Entry {
-    // What prune(), evict_oldest() and a key comparison read: the first 64 bytes.
+    // What prune() and a key comparison read lie in the first 64 bytes.
     std::uint32_t next = kNone;        // the free list, or the queue of kept entries (towards the newest)
     std::uint32_t waiters = 0;         // duplicates waiting for this call
     std::uint32_t generation = 0;
