@@ -359,8 +359,32 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
 
 void Host::run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope,
                      Response& r) {
+  // (a fresh key's path is kept short in code: see IdempotencyCache::begin)
   const auto ticket = idempotency_.begin(tool.info.aid, *request.idempotency_key,
                                          IdempotencyCache::fingerprint(request.input_json), now, r);
+  if (ticket.outcome != IdempotencyCache::Outcome::run) [[unlikely]] {
+    answer_without_running(tool, session, ticket, r);
+    return;
+  }
+  scope.ticket = &ticket;
+  try {
+    execute(tool, request, session, now, scope, r);
+  } catch (...) {
+    // A duplicate waiting for this call gets an answer even if the call throws.
+    if (!scope.finished) {
+      idempotency_.complete(ticket, Response::failure(ErrorKind::internal_error, "internal error"), false,
+                            steady_now_ms());
+    }
+    throw;
+  }
+  if (!scope.finished) {
+    const bool keep = r.ok() || r.kind == ErrorKind::tool_error;
+    idempotency_.complete(ticket, r, keep, steady_now_ms_not_before());
+  }
+}
+
+void Host::answer_without_running(const Tool& tool, Session& session, const IdempotencyCache::Ticket& ticket,
+                                  Response& r) {
   switch (ticket.outcome) {
     case IdempotencyCache::Outcome::conflict:
       r = Response::failure(ErrorKind::idempotency_conflict,
@@ -381,25 +405,6 @@ void Host::run_keyed(const Tool& tool, const Request& request, Session& session,
       return;
     case IdempotencyCache::Outcome::run:
       break;
-  }
-  scope.ticket = &ticket;
-  // A duplicate waiting for this call gets an answer even if the call throws.
-  struct Completion {
-    IdempotencyCache& cache;
-    const IdempotencyCache::Ticket& ticket;
-    const Scope& scope;
-    bool done = false;
-    ~Completion() {
-      if (!done && !scope.finished) {
-        cache.complete(ticket, Response::failure(ErrorKind::internal_error, "internal error"), false, steady_now_ms());
-      }
-    }
-  } completion{idempotency_, ticket, scope};
-  execute(tool, request, session, now, scope, r);
-  completion.done = true;
-  if (!scope.finished) {
-    const bool keep = r.ok() || r.kind == ErrorKind::tool_error;
-    idempotency_.complete(ticket, r, keep, steady_now_ms_not_before());
   }
 }
 

@@ -43,7 +43,8 @@ bool IdempotencyCache::Entry::is(std::string_view aid, std::string_view key) con
 
 void IdempotencyCache::Entry::keep_result(const Response& r) {
   const std::size_t scope = aid_len + key_len;
-  data.reserve(scope + r.output_json.size() + r.error.size() + r.lease_aid.size() + r.lease_reason.size(), scope);
+  const std::size_t n = scope + r.output_json.size() + r.error.size() + r.lease_aid.size() + r.lease_reason.size();
+  if (n > data.capacity) [[unlikely]] data.reserve(n, scope);
   kind = r.kind;
   lease_tier = r.lease_tier;
   output_len = r.output_json.size();
@@ -51,9 +52,12 @@ void IdempotencyCache::Entry::keep_result(const Response& r) {
   lease_aid_len = r.lease_aid.size();
   lease_reason_len = r.lease_reason.size();
   char* p = data.bytes.get() + scope;
-  for (const std::string* part : {&r.output_json, &r.error, &r.lease_aid, &r.lease_reason}) {
-    copy_bytes(p, *part);
-    p += part->size();
+  copy_bytes(p, r.output_json);
+  p += output_len;
+  if (error_len + lease_aid_len + lease_reason_len > 0) [[unlikely]] {  // (an error's text, a lease's details)
+    copy_bytes(p, r.error);
+    copy_bytes(p + error_len, r.lease_aid);
+    copy_bytes(p + error_len + lease_aid_len, r.lease_reason);
   }
 }
 
@@ -80,14 +84,9 @@ IdempotencyCache::IdempotencyCache(Options options) : options_(options) {
   seed_ = (std::uint64_t{entropy()} << 32) | entropy();
 }
 
-IdempotencyCache::Fingerprint IdempotencyCache::fingerprint(std::string_view input_json) {
-  Fingerprint fp{};
-  if (input_json.size() < fp.size()) {
-    fp[0] = static_cast<unsigned char>(input_json.size());
-    std::memcpy(fp.data() + 1, input_json.data(), input_json.size());
-    return fp;
-  }
+IdempotencyCache::Fingerprint IdempotencyCache::digest(std::string_view input_json) {
   static_assert(std::tuple_size_v<Fingerprint> == 1 + SHA256_DIGEST_SIZE);
+  Fingerprint fp{};
   sha256_ctx ctx;
   sha256_init(&ctx);
   sha256_update(&ctx, input_json.size(), reinterpret_cast<const std::uint8_t*>(input_json.data()));
@@ -161,8 +160,8 @@ void IdempotencyCache::free_slot(std::uint32_t slot) {
   Entry& e = entries_[slot];
   e.state = State::free;
   ++e.generation;
-  e.handoff.reset();
-  if (e.data.capacity > kKeepCapacity) e.data = Buffer{};
+  if (e.handoff) [[unlikely]] e.handoff.reset();
+  if (e.data.capacity > kKeepCapacity) [[unlikely]] e.data = Buffer{};
   e.next = free_;
   free_ = slot;
 }
@@ -188,39 +187,23 @@ void IdempotencyCache::prune(std::int64_t now_ms) {
   while (oldest_ != kNone && entries_[oldest_].expires_at <= now_ms) evict_oldest();
 }
 
+// The path of a call with a fresh key is kept short in code as well as in work: every
+// line of code a call runs costs it nearly a nanosecond here once the whole --serve path is
+// counted (the instruction cache and branch predictors hold a call's path, not much more),
+// so what a fresh key rarely needs (a found entry, a full cache, expiry, waiters, an
+// exception) is out of line.
+
 IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::string_view key, const Fingerprint& fp,
                                                  std::int64_t now_ms, Response& hit) {
   const auto tag = static_cast<std::uint32_t>(hash_of(aid, key));
-  Ticket t;
   std::lock_guard lock(mu_);
-  prune(now_ms);  // kept entries are in expiry order: whatever is found now is unexpired
-  if (const std::uint32_t slot = find(aid, key, tag); slot != kNone) {
-    Entry& e = entries_[slot];
-    if (e.fp != fp) {
-      t.outcome = Outcome::conflict;
-    } else if (e.state == State::running) {
-      ++e.waiters;
-      t.outcome = Outcome::wait;
-      t.slot = slot;
-      t.generation = e.generation;
-    } else {
-      t.outcome = Outcome::hit;
-      e.copy_result_to(hit);
-    }
-    return t;
-  }
-  if (in_use_ >= options_.max_entries && !evict_oldest()) {
-    t.outcome = Outcome::full;
-    return t;
-  }
+  // (kept entries are in expiry order: once the expired are gone, whatever is found is not)
+  if (oldest_ != kNone && entries_[oldest_].expires_at <= now_ms) [[unlikely]] prune(now_ms);
+  if (const std::uint32_t slot = find(aid, key, tag); slot != kNone) [[unlikely]] return found(slot, fp, hit);
+  if (in_use_ >= options_.max_entries && !evict_oldest()) [[unlikely]] return Ticket{Outcome::full};
   const std::uint32_t slot = take_slot();
   Entry& e = entries_[slot];
-  try {
-    e.data.reserve(aid.size() + key.size(), 0);
-  } catch (...) {
-    free_slot(slot);
-    throw;
-  }
+  if (aid.size() + key.size() > e.data.capacity) [[unlikely]] make_room_for_key(slot, aid.size() + key.size());
   copy_bytes(e.data.bytes.get(), aid);
   copy_bytes(e.data.bytes.get() + aid.size(), key);
   e.aid_len = aid.size();
@@ -230,10 +213,27 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
   e.waiters = 0;
   link_bucket(slot, tag);
   ++in_use_;
-  t.outcome = Outcome::run;
-  t.slot = slot;
-  t.generation = e.generation;
-  return t;
+  return Ticket{Outcome::run, slot, e.generation};
+}
+
+IdempotencyCache::Ticket IdempotencyCache::found(std::uint32_t slot, const Fingerprint& fp, Response& hit) {
+  Entry& e = entries_[slot];
+  if (e.fp != fp) return Ticket{Outcome::conflict};
+  if (e.state == State::running) {
+    ++e.waiters;
+    return Ticket{Outcome::wait, slot, e.generation};
+  }
+  e.copy_result_to(hit);
+  return Ticket{Outcome::hit};
+}
+
+void IdempotencyCache::make_room_for_key(std::uint32_t slot, std::size_t n) {
+  try {
+    entries_[slot].data.reserve(n, 0);
+  } catch (...) {
+    free_slot(slot);  // (taken, not yet indexed)
+    throw;
+  }
 }
 
 Response IdempotencyCache::wait(const Ticket& ticket) {
@@ -259,29 +259,13 @@ void IdempotencyCache::complete(const Ticket& ticket, const Response& response, 
   {
     std::lock_guard lock(mu_);
     Entry& e = entries_[ticket.slot];  // a running entry is never evicted: still this call's
-    // Out of memory here must not leave the entry running (its waiters would wait for
-    // good): they get an internal error, and the result is not kept.
-    if (e.waiters > 0) {
+    if (e.waiters > 0) [[unlikely]] {
+      hand_off(e, response);
       notify = true;
-      try {
-        e.handoff = std::make_shared<const Response>(response);
-      } catch (const std::bad_alloc&) {
-        e.handoff.reset();
-      }
     }
     const std::size_t bytes = sizeof(Entry) + e.aid_len + e.key_len + response.output_json.size() +
                               response.error.size() + response.lease_aid.size() + response.lease_reason.size();
-    bool kept = false;
-    if (keep && bytes <= options_.max_stored_bytes) {
-      while (stored_bytes_ + bytes > options_.max_stored_bytes && evict_oldest()) {
-      }
-      try {
-        e.keep_result(response);
-        kept = true;
-      } catch (const std::bad_alloc&) {
-      }
-    }
-    if (kept) {
+    if (keep && keep_result(e, response, bytes)) {
       e.state = State::done;
       e.expires_at = now_ms + options_.ttl_ms;
       e.bytes = bytes;
@@ -292,6 +276,28 @@ void IdempotencyCache::complete(const Ticket& ticket, const Response& response, 
     }
   }
   if (notify) done_.notify_all();
+}
+
+void IdempotencyCache::hand_off(Entry& e, const Response& response) {
+  // Out of memory here must not leave the entry running (its waiters would wait for
+  // good): they get an internal error instead.
+  try {
+    e.handoff = std::make_shared<const Response>(response);
+  } catch (const std::bad_alloc&) {
+    e.handoff.reset();
+  }
+}
+
+bool IdempotencyCache::keep_result(Entry& e, const Response& response, std::size_t bytes) {
+  if (bytes > options_.max_stored_bytes) [[unlikely]] return false;
+  while (stored_bytes_ + bytes > options_.max_stored_bytes && evict_oldest()) {
+  }
+  try {
+    e.keep_result(response);
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;  // (answered, not kept)
+  }
 }
 
 std::size_t IdempotencyCache::size() const {

@@ -177,6 +177,9 @@ class Host {
   /// A call with an idempotency key: the cache first, then execute().
   void run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope,
                  Response& r);
+  /// run_keyed's answer for a key already known (a hit, a wait, a conflict) or a full cache.
+  [[gnu::noinline]] void answer_without_running(const Tool& tool, Session& session,
+                                                const IdempotencyCache::Ticket& ticket, Response& r);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
   void refuse_key_file_in_workspace() const;

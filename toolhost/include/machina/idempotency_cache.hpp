@@ -19,6 +19,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,7 +56,13 @@ class IdempotencyCache {
 
   explicit IdempotencyCache(Options options);
 
-  static Fingerprint fingerprint(std::string_view input_json);
+  static Fingerprint fingerprint(std::string_view input_json) {
+    if (input_json.size() >= std::tuple_size_v<Fingerprint>) return digest(input_json);
+    Fingerprint fp{};
+    fp[0] = static_cast<unsigned char>(input_json.size());
+    if (!input_json.empty()) std::memcpy(fp.data() + 1, input_json.data(), input_json.size());
+    return fp;
+  }
 
   /// On a hit, the stored response is copied into `hit` (its status, output, error and
   /// lease details; nothing else of it is kept). On any other outcome `hit` is left as it
@@ -77,6 +84,7 @@ class IdempotencyCache {
 
  private:
   static constexpr std::uint32_t kNone = UINT32_MAX;
+  static Fingerprint digest(std::string_view input_json);  // fingerprint() of a long input
   enum class State : std::uint8_t { free, running, done, handed_off };
   /// Bytes owned by an entry, reused from key to key: grows as needed, never shrinks
   /// except when freed large (see free_slot).
@@ -124,6 +132,12 @@ class IdempotencyCache {
   void free_slot(std::uint32_t slot);
   bool evict_oldest();                     // false if no kept entry can go
   void prune(std::int64_t now_ms);
+  // (out of the fresh-key path: see begin())
+  [[gnu::noinline]] Ticket found(std::uint32_t slot, const Fingerprint& fp, Response& hit);
+  [[gnu::noinline]] void make_room_for_key(std::uint32_t slot, std::size_t n);
+  [[gnu::noinline]] void hand_off(Entry& e, const Response& response);
+  /// Keeps `response` in `e` if its `bytes` fit the budget (evicting the oldest for room).
+  bool keep_result(Entry& e, const Response& response, std::size_t bytes);
 
   Options options_;
   mutable LightMutex mu_;
