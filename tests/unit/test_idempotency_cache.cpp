@@ -117,6 +117,25 @@ TEST_CASE("many duplicates wait on one flight; the entry is reused at once after
   CHECK(cache.begin("AID.A", "k", kFp, 2, hit).outcome == Outcome::full);  // the one entry is running
 }
 
+TEST_CASE("a kept entry whose waiter has yet to collect its answer is not reused for a new key") {
+  IdempotencyCache cache({.max_entries = 1});
+  Response hit;
+  const auto first = cache.begin("AID.A", "k", kFp, 0, hit);
+  const auto dup = cache.begin("AID.A", "k", kFp, 0, hit);
+  REQUIRE(dup.outcome == Outcome::wait);
+  cache.complete(first, answer("\"first\""), true, 1);  // kept, and the waiter has not run yet
+  const auto other = cache.begin("AID.A", "other", kFp, 2, hit);  // the cache is full: "k" must go
+  REQUIRE(other.outcome == Outcome::run);
+  CHECK(other.slot != first.slot);  // "k"'s entry still holds the waiter's answer
+  CHECK(cache.wait(dup).output_json == "\"first\"");
+  cache.complete(other, answer("\"other\""), true, 3);
+  CHECK(cache.size() == 1);
+  Response again;
+  CHECK(cache.begin("AID.A", "other", kFp, 4, again).outcome == Outcome::hit);
+  CHECK(again.output_json == "\"other\"");
+  CHECK(cache.begin("AID.A", "k", kFp, 4, hit).outcome == Outcome::run);  // "k" was evicted: it runs again
+}
+
 TEST_CASE("the index agrees with a plain map through heavy churn") {
   // Random keys (many colliding in the low bits of a small table), kept and dropped,
   // expiring and evicted: every lookup answers as a model of the cache does.

@@ -190,8 +190,8 @@ void IdempotencyCache::prune(std::int64_t now_ms) {
 // The path of a call with a fresh key is kept short in code as well as in work: every
 // line of code a call runs costs it nearly a nanosecond here once the whole --serve path is
 // counted (the instruction cache and branch predictors hold a call's path, not much more),
-// so what a fresh key rarely needs (a found entry, a full cache, expiry, waiters, an
-// exception) is out of line.
+// so what a fresh key rarely needs (a found entry, waiters, out of memory) is out of line,
+// and a full cache of running calls and expiry are off its straight path.
 
 IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::string_view key, const Fingerprint& fp,
                                                  std::int64_t now_ms, Response& hit) {
@@ -254,7 +254,8 @@ Response IdempotencyCache::wait(const Ticket& ticket) {
   return *answer;
 }
 
-void IdempotencyCache::complete(const Ticket& ticket, const Response& response, bool keep, std::int64_t now_ms) {
+void IdempotencyCache::complete(const Ticket& ticket, const Response& response, bool keep,
+                                std::int64_t now_ms) noexcept {
   bool notify = false;
   {
     std::lock_guard lock(mu_);

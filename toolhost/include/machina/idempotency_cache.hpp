@@ -73,7 +73,9 @@ class IdempotencyCache {
   Response wait(const Ticket& ticket);
   /// For a `run` ticket: publishes the response to the duplicates waiting for it and keeps
   /// it for later hits if `keep` (and it fits the byte budget).
-  void complete(const Ticket& ticket, const Response& response, bool keep, std::int64_t now_ms);
+  /// Never throws (out of memory: the result is not kept, waiters get an internal error),
+  /// so that an entry is never left running.
+  void complete(const Ticket& ticket, const Response& response, bool keep, std::int64_t now_ms) noexcept;
 
   std::size_t size() const;            // entries kept or running
   std::size_t stored_bytes() const;    // bytes of the responses kept
@@ -132,12 +134,12 @@ class IdempotencyCache {
   void free_slot(std::uint32_t slot);
   bool evict_oldest();                     // false if no kept entry can go
   void prune(std::int64_t now_ms);
-  // (out of the fresh-key path: see begin())
+  /// Keeps `response` in `e` if its `bytes` fit the budget (evicting the oldest for room).
+  bool keep_result(Entry& e, const Response& response, std::size_t bytes);
+  // (these three out of a fresh key's path: see begin())
   [[gnu::noinline]] Ticket found(std::uint32_t slot, const Fingerprint& fp, Response& hit);
   [[gnu::noinline]] void make_room_for_key(std::uint32_t slot, std::size_t n);
   [[gnu::noinline]] void hand_off(Entry& e, const Response& response);
-  /// Keeps `response` in `e` if its `bytes` fit the budget (evicting the oldest for room).
-  bool keep_result(Entry& e, const Response& response, std::size_t bytes);
 
   Options options_;
   mutable LightMutex mu_;
