@@ -13,8 +13,8 @@
 namespace machina {
 
 namespace {
-// A freed entry keeps the capacity of its strings for the next key, unless it is large:
-// memory held by entries no longer kept stays small, whatever they once held.
+// A freed entry keeps its buffer for the next key, unless it is large: memory held by
+// entries no longer kept stays small, whatever they once held.
 constexpr std::size_t kKeepCapacity = 4096;
 
 // (memcmp must not be given a null pointer, which an empty view may hold)
