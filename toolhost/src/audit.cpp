@@ -1037,7 +1037,9 @@ void AuditLog::flush() {
 AuditLog::TickLine::TickLine(TickPoint from, TickPoint now) : to(now) {
   // (Readings without a span between them — or ticks that are nanoseconds already —:
   // a tick counts as a nanosecond.)
-  if (to.ticks > from.ticks) ns_per_tick = static_cast<double>(to.ns - from.ns) / static_cast<double>(to.ticks - from.ticks);
+  if (to.ticks > from.ticks) {
+    ns_per_tick = static_cast<double>(to.ns - from.ns) / static_cast<double>(to.ticks - from.ticks);
+  }
 }
 
 AuditLog::TickPoint AuditLog::tick_point() const {
@@ -1068,8 +1070,9 @@ void AuditLog::run() {
   // Ticks become time by the line through two readings of both: one taken after the
   // buffers were last taken (or at the start) and one taken now, after taking them, so a
   // record's ticks lie between the two (a record made by a thread that waited for room in
-  // a full buffer may lie a little before the first: the line extends to it). The older reading moves on once the line is a
-  // millisecond long (shorter lines magnify the readings' few ns of error).
+  // a full buffer may lie a little before the first: the line extends to it). The older
+  // reading moves on once the line is a millisecond long (shorter lines magnify the
+  // readings' few ns of error).
   TickPoint from = start_;
   for (;;) {
     std::uint64_t asked = 0;
