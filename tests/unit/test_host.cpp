@@ -5,6 +5,12 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <thread>
+
 using namespace machina;
 
 namespace {
@@ -16,6 +22,41 @@ Request to(std::string aid) {
   Request r;
   r.aid = std::move(aid);
   return r;
+}
+
+// A linked plugin with one tool whose input schema does not compile: linked tools' schemas
+// are compiled at a tool's first call, so that call throws inside the host, after its
+// idempotency key has been taken.
+int never_runs(void*, const machina_host_api*, machina_call*, const char*, std::size_t) noexcept {
+  return MACHINA_TOOL_OK;
+}
+std::uint32_t bad_schema_abi() { return MACHINA_PLUGIN_ABI_VERSION; }
+int register_bad_schema(const machina_registrar_api* api, machina_registrar* registrar) {
+  machina_tool_desc d{};
+  d.struct_size = sizeof d;
+  d.aid = "AID.BAD_SCHEMA.v1";
+  d.name = "bad_schema";
+  d.description = "a tool whose schema fails at its first call";
+  d.input_schema = R"({"type":"object","patternProperties":{}})";
+  d.invoke = &never_runs;
+  return api->add_tool(registrar, &d);
+}
+
+/// Host::handle on another thread, failing the test run outright if it does not return
+/// (a key left running would make a later call with it wait for good).
+Response handle_within(Host& host, Request req, std::chrono::seconds limit) {
+  std::promise<Response> done;
+  auto answer = done.get_future();
+  std::thread caller([&host, req, done = std::move(done)]() mutable {
+    Session session(true);
+    done.set_value(host.handle(req, session));
+  });
+  if (answer.wait_for(limit) != std::future_status::ready) {
+    std::fprintf(stderr, "Host::handle did not return within %lld s\n", static_cast<long long>(limit.count()));
+    std::abort();
+  }
+  caller.join();
+  return answer.get();
 }
 }  // namespace
 
@@ -79,4 +120,21 @@ TEST_CASE("a deferred schema that does not compile throws when first used (Host:
   CHECK_NOTHROW(bad.compile_schema(/*defer=*/true));
   CHECK_THROWS_AS(bad.input_validator(), HostError);
   CHECK_THROWS_AS(bad.compile_schema(/*defer=*/false), HostError);
+}
+
+TEST_CASE("a keyed call whose host side throws answers internal_error and leaves its key free") {
+  Host host;
+  host.add_linked_plugin(PluginEntryPoints{&bad_schema_abi, &register_bad_schema});
+  Request call = to("AID.BAD_SCHEMA.v1");
+  call.input_json = "{}";
+  call.idempotency_key = "retry-me";
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the retry runs again: nothing was kept, nothing waits
+    CAPTURE(attempt);
+    const Response r = handle_within(host, call, std::chrono::seconds(10));
+    CHECK(r.kind == ErrorKind::internal_error);
+    CHECK(r.error.starts_with("internal error: "));
+    CHECK_FALSE(r.idempotent_hit);
+  }
+  call.input_json = R"({"other":1})";  // a kept key would answer idempotency_conflict
+  CHECK(handle_within(host, call, std::chrono::seconds(10)).kind == ErrorKind::internal_error);
 }
