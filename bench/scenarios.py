@@ -547,6 +547,8 @@ def run_with_rss(ctx: Ctx, cmd: list[str], stdin: Path, out: Path, expect: int) 
 def idempotency(ctx: Ctx) -> Section:
     s = Section("idempotency", "Idempotency keys",
                 "File-fed --serve of echo calls: without keys (the same request text, less the key); "
+                "the unique-key text with the key's field renamed to one the host ignores (what the key's bytes "
+                "cost to read, before any cache work); "
                 "every call with the same key (after the first, each is a cache hit answered without "
                 "running the tool); every call with its own "
                 "key, with the default cache (1024 entries: each insert evicts the oldest) and with a "
@@ -562,9 +564,17 @@ def idempotency(ctx: Ctx) -> Section:
         with unique.open("w") as f:
             for i in range(n):
                 f.write(json.dumps({"aid": "AID.ECHO.v1", "input_json": inp, "idempotency_key": f"key-{i}"}) + "\n")
+    # What reading the key's bytes costs before any cache work: the unique-key text with the
+    # field renamed to one the host ignores (a name of the same length), so no key at all.
+    ignored = ctx.work / "idem-ignored.ndjson"
+    if not ignored.exists():
+        with ignored.open("w") as f:
+            for i in range(n):
+                f.write(json.dumps({"aid": "AID.ECHO.v1", "input_json": inp, "not_a_known_key": f"key-{i}"}) + "\n")
     out = ctx.work / "out.ndjson"
     cases = [
         ("no key", [ctx.host, "--serve"], none),
+        ("no key, an ignored field of the key's size instead", [ctx.host, "--serve"], ignored),
         ("same key (cache hits)", [ctx.host, "--serve"], same),
         (f"{n:,} unique keys, default cache (1024)", [ctx.host, "--serve"], unique),
         (f"{n:,} unique keys, cache of {n:,}",
@@ -595,6 +605,8 @@ def idempotency(ctx: Ctx) -> Section:
             s.headline["unique_keys_ratio"] = sp.median / base
         if "hits" in name:
             s.headline["hit_ratio"] = sp.median / base
+        if "ignored field" in name:
+            s.headline["ignored_field_ratio"] = sp.median / base
     s.tables.append(Table(f"{n:,} requests per run, {ctx.reps} runs", ["requests", "requests/s (min–max)",
                                                                        "÷ no key", "peak RSS MiB"], rows))
     return s

@@ -38,7 +38,7 @@ def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
         assert f"]({png})" in report
     headline = {k: v for s in results["sections"] for k, v in s["headline"].items()}
     for key in ["serve_rps", "lockstep_p50_one_cpu_us", "inprocess_overhead_us", "pool_pipelined_cps",
-                "mcp_sdk_ratio", "unique_keys_ratio",
+                "mcp_sdk_ratio", "unique_keys_ratio", "ignored_field_ratio",
                 "audit_ratio", "audit_ratio_new_inputs", "isolation_added_one_cpu_us", "run_vs_true",
                 "python_lockstep_p50_us", "python_fresh_ratio", "python_pipelined_cps",
                 "mcp_front_lockstep_ratio_one_cpu", "mcp_front_lockstep_ratio_polling", "mcp_front_pipelined_ratio",
