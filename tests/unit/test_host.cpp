@@ -135,6 +135,6 @@ TEST_CASE("a keyed call whose host side throws answers internal_error and leaves
     CHECK(r.error.starts_with("internal error: "));
     CHECK_FALSE(r.idempotent_hit);
   }
-  call.input_json = R"({"other":1})";  // a kept key would answer idempotency_conflict
+  call.input_json = R"({"other":1})";  // a key still held (kept or left running) would answer idempotency_conflict
   CHECK(handle_within(host, call, std::chrono::seconds(10)).kind == ErrorKind::internal_error);
 }
