@@ -176,6 +176,10 @@ TEST_CASE("the index agrees with a plain map through heavy churn") {
     }
     REQUIRE(cache.size() == model.size());
   }
+  // Every byte counted in on keeping was counted out on expiry or eviction.
+  CHECK(cache.stored_bytes() > 0);
+  REQUIRE(cache.begin("AID.A", "last", kFp, 1'000'000, hit).outcome == Outcome::run);  // all else expired
+  CHECK(cache.stored_bytes() == 0);
 }
 
 TEST_CASE("keys chosen to share a bucket under an unseeded hash do not share one here") {

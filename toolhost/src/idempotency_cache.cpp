@@ -41,9 +41,8 @@ bool IdempotencyCache::Entry::is(std::string_view aid, std::string_view key) con
          same_bytes(data.bytes.get() + aid_len, key);
 }
 
-void IdempotencyCache::Entry::keep_result(const Response& r) {
+void IdempotencyCache::Entry::keep_result(const Response& r, std::size_t n) {
   const std::size_t scope = aid_len + key_len;
-  const std::size_t n = scope + r.output_json.size() + r.error.size() + r.lease_aid.size() + r.lease_reason.size();
   if (n > data.capacity) [[unlikely]] data.reserve(n, scope);
   kind = r.kind;
   lease_tier = r.lease_tier;
@@ -178,7 +177,7 @@ bool IdempotencyCache::evict_oldest() {
   const std::uint32_t slot = oldest_;
   oldest_ = entries_[slot].next;
   if (oldest_ == kNone) newest_ = kNone;
-  stored_bytes_ -= entries_[slot].bytes;
+  stored_bytes_ -= entries_[slot].kept_bytes();
   release(slot);
   return true;
 }
@@ -269,8 +268,7 @@ void IdempotencyCache::complete(const Ticket& ticket, const Response& response, 
     if (keep && keep_result(e, response, bytes)) {
       e.state = State::done;
       e.expires_at = now_ms + options_.ttl_ms;
-      e.bytes = bytes;
-      stored_bytes_ += bytes;
+      stored_bytes_ += bytes;  // (e.kept_bytes() from now on)
       append_kept(ticket.slot);
     } else {
       release(ticket.slot);
@@ -294,7 +292,7 @@ bool IdempotencyCache::keep_result(Entry& e, const Response& response, std::size
   while (stored_bytes_ + bytes > options_.max_stored_bytes && evict_oldest()) {
   }
   try {
-    e.keep_result(response);
+    e.keep_result(response, bytes - sizeof(Entry));
     return true;
   } catch (const std::bad_alloc&) {
     return false;  // (answered, not kept)

@@ -104,7 +104,6 @@ class IdempotencyCache {
     State state = State::free;
     ErrorKind kind = ErrorKind::none;  // the kept result's
     std::int64_t expires_at = 0;
-    std::size_t bytes = 0;             // counted in stored_bytes_ while kept
     std::size_t aid_len = 0, key_len = 0;
     Buffer data;                       // aid, key, output, error, lease aid, lease reason, end to end
     Fingerprint fp{};
@@ -114,8 +113,13 @@ class IdempotencyCache {
     std::shared_ptr<const Response> handoff;  // for waiters, when there are any
 
     bool is(std::string_view aid, std::string_view key) const noexcept;
-    void keep_result(const Response& r);
+    /// Keeps `r`; `n`: the bytes its parts and the entry's aid and key take in `data`.
+    void keep_result(const Response& r, std::size_t n);
     void copy_result_to(Response& r) const;
+    /// What a kept entry counts in stored_bytes_.
+    std::size_t kept_bytes() const noexcept {
+      return sizeof(Entry) + aid_len + key_len + output_len + error_len + lease_aid_len + lease_reason_len;
+    }
   };
   /// The index: hash chains whose links sit in an array of their own, beside the entries,
   /// so that a lookup that finds nothing touches no entry.
