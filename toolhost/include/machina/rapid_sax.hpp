@@ -33,6 +33,97 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace machina::detail {
+/// A text parsed in place in a buffer of ours, which holds at least kScanPadding readable
+/// bytes after the text's terminating NUL: strings are then scanned 16 bytes at a time from
+/// wherever they start (RapidJSON's own scanner goes byte by byte up to a 16-byte boundary,
+/// which is most of a short string such as a key or a field name).
+struct PaddedInsituStream : rapidjson::InsituStringStream {
+  static constexpr std::size_t kScanPadding = 16;
+  PaddedInsituStream(char* text, const char** plain_end_slot)
+      : rapidjson::InsituStringStream(text), plain_end(plain_end_slot) {}
+  /// Where the scanner records the end (the closing quote) of the last string it found
+  /// plain: printable ASCII without an escape, so its text needs no UTF-8 or control
+  /// check. Kept outside the stream, which RapidJSON copies while it reads a string.
+  const char** plain_end;
+};
+}  // namespace machina::detail
+
+RAPIDJSON_NAMESPACE_BEGIN
+template <>
+struct StreamTraits<machina::detail::PaddedInsituStream> {
+  enum { copyOptimization = 1 };
+};
+/// Whitespace between tokens is mostly none or one space: a plain loop on the pointer.
+template <>
+inline void SkipWhitespace(machina::detail::PaddedInsituStream& is) {
+  char* p = is.src_;
+  while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') ++p;
+  is.src_ = p;
+}
+#if defined(__SSE2__)
+/// Moves the stream to the first '"', '\\' or byte below 0x20 of the string it is in (the
+/// NUL after the text is one), closing up the bytes before it behind an earlier escape
+/// (src_ != dst_). RapidJSON's reader calls this hook for the stream type it parses.
+template <>
+template <>
+inline void GenericReader<UTF8<>, UTF8<>, CrtAllocator>::ScanCopyUnescapedString(
+    machina::detail::PaddedInsituStream& is, machina::detail::PaddedInsituStream&) {
+  char* p = is.src_;
+  char* q = is.dst_;
+  const __m128i quote = _mm_set1_epi8('"');
+  const __m128i backslash = _mm_set1_epi8('\\');
+  const __m128i control = _mm_set1_epi8(0x1F);
+  const bool unescaped = p == q;  // no escape yet in this string (an escape puts dst behind src)
+  unsigned high = 0;              // bytes of 0x80 and above, seen so far
+  for (;;) {
+    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(s, quote), _mm_cmpeq_epi8(s, backslash)),
+                                      _mm_cmpeq_epi8(_mm_max_epu8(s, control), control));  // s <= 0x1F
+    const unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(stop));
+    if (mask != 0) {
+      const auto n = static_cast<std::size_t>(__builtin_ctz(mask));
+      high |= static_cast<unsigned>(_mm_movemask_epi8(s)) & ((1u << n) - 1);
+      if (unescaped && high == 0) *is.plain_end = p + n;  // (a stop other than '"' fails or escapes)
+      if (p != q) {  // the n bytes before the stop move down, taken from `s` (a wider store could
+                     // overwrite the stop itself)
+        auto word = static_cast<std::uint64_t>(_mm_cvtsi128_si64(s));
+        char* d = q;
+        if (n & 8) {
+          std::memcpy(d, &word, 8);
+          d += 8;
+          word = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s, s)));
+        }
+        if (n & 4) {
+          std::memcpy(d, &word, 4);
+          d += 4;
+          word >>= 32;
+        }
+        if (n & 2) {
+          std::memcpy(d, &word, 2);
+          d += 2;
+          word >>= 16;
+        }
+        if (n & 1) *d = static_cast<char>(word);
+      }
+      is.src_ = p + n;
+      is.dst_ = q + n;
+      return;
+    }
+    // Sixteen bytes without a stop: behind an escape they move down (q < p; all sixteen are in `s`).
+    high |= static_cast<unsigned>(_mm_movemask_epi8(s));
+    if (p != q) _mm_storeu_si128(reinterpret_cast<__m128i*>(q), s);
+    p += 16;
+    q += 16;
+  }
+}
+#endif
+RAPIDJSON_NAMESPACE_END
 
 namespace machina::detail {
 
@@ -111,7 +202,7 @@ class RapidToNlohmann {
   // 0x1A..0x1F through (its bound is 0x19), and a decoded control character cannot tell
   // a raw byte (invalid) from an escape (valid). Both are rare in real requests.
   bool text(const char* s, std::size_t n) {
-    if (!is_utf8_without_controls(std::string_view(s, n))) {
+    if ((plain_end_ == nullptr || s + n != *plain_end_) && !is_utf8_without_controls(std::string_view(s, n))) {
       undecided_ = true;
       return false;
     }
@@ -122,6 +213,10 @@ class RapidToNlohmann {
   Sax& sax_;
   std::string scratch_;
   bool undecided_ = false;
+
+ public:
+  /// The stream's PaddedInsituStream::plain_end, when it is parsed from one.
+  const char* const* plain_end_ = nullptr;
 };
 
 inline constexpr unsigned kRapidFlags = rapidjson::kParseNumbersAsStringsFlag;
@@ -132,8 +227,10 @@ enum class RapidOutcome { accepted, handler_stopped, undecided };
 
 /// Runs `sax` over `text` with RapidJSON. `handler_stopped`: the handler returned
 /// false on its own; `undecided`: RapidJSON failed or stopped early (e.g. at a NUL),
-/// so nlohmann has to parse the text again. With `nul_terminated` (text[size] is
-/// readable and '\0') RapidJSON copies strings 16 bytes at a time.
+/// so nlohmann has to parse the text again. `nul_terminated` (text[size] is readable and
+/// '\0') matters only for a text that is not parsed in a copy (longer than
+/// kInsituMaxBytes, or a parse nested in another): RapidJSON then reads it without
+/// measuring it.
 template <class Sax>
 RapidOutcome rapid_parse(std::string_view text, Sax& sax, bool nul_terminated = false) {
   RapidToNlohmann<Sax> adapter(sax);
@@ -154,13 +251,18 @@ RapidOutcome rapid_parse(std::string_view text, Sax& sax, bool nul_terminated = 
   } release{took_shared};
   rapidjson::ParseResult result;
   std::size_t consumed = 0;
-  if (nul_terminated && took_shared && text.size() <= kInsituMaxBytes) {
-    // Parsed in place in a copy: strings are then scanned, not copied character by
-    // character into the reader's stack (a sixth less work for a request line). The
-    // text itself stays as it was, for nlohmann to explain a failure.
-    thread_local std::string insitu;
-    insitu.assign(text.data(), text.size() + 1);
-    rapidjson::InsituStringStream stream(insitu.data());
+  if (took_shared && text.size() <= kInsituMaxBytes) {
+    // Parsed in place in a padded copy: strings are then scanned 16 bytes at a time, not
+    // copied character by character into the reader's stack. The text itself stays as it
+    // was, for nlohmann to explain a failure.
+    thread_local std::vector<char> insitu;
+    const std::size_t room = text.size() + 1 + PaddedInsituStream::kScanPadding;
+    if (insitu.size() < room) insitu.resize(room);
+    if (!text.empty()) std::memcpy(insitu.data(), text.data(), text.size());
+    insitu[text.size()] = '\0';
+    const char* plain_end = nullptr;
+    PaddedInsituStream stream(insitu.data(), &plain_end);
+    adapter.plain_end_ = &plain_end;
     result = reader.Parse<kRapidFlags | rapidjson::kParseInsituFlag>(stream, adapter);
     consumed = stream.Tell();
   } else if (nul_terminated) {
