@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "string_cases.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -251,4 +253,27 @@ TEST_CASE("params the parse found plain are what validate_json takes; anything i
   // A message without params, or read after one with them, says nothing of params.
   REQUIRE(parse(R"({"jsonrpc":"2.0","id":1,"method":"m"})", m, why));
   CHECK_FALSE(m.params_valid_json);
+}
+
+TEST_CASE("strings read in place come out as nlohmann decodes them, whatever their length, content and place") {
+  // Strings are scanned sixteen bytes at a time from wherever they start: every length
+  // across two blocks, an escape or a multibyte character at every place, at several
+  // alignments, with the raw parts around them still cut right.
+  const auto values = machina::test::strings_with_inserts(
+      {"", "\\\"", "\\\\", "\\n", "\\/", "\\u00e9", "\\ud83d\\ude00", "\xC3\xA9", "\xF0\x9F\x98\x80", "\\\"\\\\\\t"});
+  int compared = 0;
+  for (const std::string& value : values) {
+    for (std::size_t indent = 0; indent < 16; indent += 5) {
+      const std::string line = "{" + std::string(indent, ' ') + "\"jsonrpc\":\"2.0\",\"id\":\"" + value +
+                               "\",\"method\":\"" + value + "\",\"params\":{\"k\":\"" + value + "\"}}";
+      CAPTURE(line);
+      const auto expected = nlohmann::json::parse(line);
+      const Message m = read(line);
+      CHECK(m.method == expected["method"].get<std::string>());
+      CHECK(nlohmann::json::parse(m.id) == expected["id"]);
+      CHECK(nlohmann::json::parse(m.params) == expected["params"]);
+      ++compared;
+    }
+  }
+  CHECK(compared > 3'000);
 }

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "string_cases.hpp"
+
 #include <string>
 
 using namespace machina;
@@ -90,35 +92,28 @@ TEST_CASE("every failure carries a status; only a call's failures carry output_j
 TEST_CASE("strings decode as the reference parser decodes them, whatever their length, content and place") {
   // The fast parser scans strings sixteen bytes at a time from wherever they start, and
   // skips the UTF-8 check of the ones it found plain: every length across two blocks,
-  // with something else at every place, at every alignment, must come out the same.
-  const std::string inserts[] = {
+  // with something else at every place, at several alignments, must come out the same.
+  const auto values = test::strings_with_inserts({
       "",           "\\\"",  "\\\\",   "\\n",         "\\u00e9", "\\ud83d\\ude00", "\\udc00", "\xC3\xA9",
       "\xF0\x9F\x98\x80", "\x01", "\x1F", "\x7F", "\xFF", "\xC3", "\\u0000", "\\x",
-  };
+  });
   int compared = 0;
-  for (std::size_t length = 0; length <= 34; ++length) {
-    for (const std::string& insert : inserts) {
-      for (std::size_t at = 0; at <= length; at += (length > 20 ? 3 : 1)) {
-        std::string value(length, 'a');
-        for (std::size_t i = 0; i < length; ++i) value[i] = static_cast<char>('a' + i % 26);
-        value.insert(at, insert);
-        for (std::size_t indent = 0; indent < 16; indent += 5) {
-          const std::string pad(indent, ' ');
-          for (const std::string& text :
-               {"{" + pad + "\"aid\":\"" + value + "\",\"idempotency_key\":\"" + value + "\"}",
-                "{" + pad + "\"x" + value + "\":1,\"aid\":\"A\"}", "{" + pad + "\"aid\":\"" + value}) {
-            CAPTURE(text);
-            Request fast, reference;
-            Response fast_err, reference_err;
-            const bool fast_ok = decode_request(text, fast, fast_err);
-            const bool reference_ok = detail::decode_request_reference(text, reference, reference_err);
-            REQUIRE(fast_ok == reference_ok);
-            CHECK(fast.aid == reference.aid);
-            CHECK(fast.idempotency_key == reference.idempotency_key);
-            CHECK(fast_err.error == reference_err.error);
-            ++compared;
-          }
-        }
+  for (const std::string& value : values) {
+    for (std::size_t indent = 0; indent < 16; indent += 5) {
+      const std::string pad(indent, ' ');
+      for (const std::string& text :
+           {"{" + pad + "\"aid\":\"" + value + "\",\"idempotency_key\":\"" + value + "\"}",
+            "{" + pad + "\"x" + value + "\":1,\"aid\":\"A\"}", "{" + pad + "\"aid\":\"" + value}) {
+        CAPTURE(text);
+        Request fast, reference;
+        Response fast_err, reference_err;
+        const bool fast_ok = decode_request(text, fast, fast_err);
+        const bool reference_ok = detail::decode_request_reference(text, reference, reference_err);
+        REQUIRE(fast_ok == reference_ok);
+        CHECK(fast.aid == reference.aid);
+        CHECK(fast.idempotency_key == reference.idempotency_key);
+        CHECK(fast_err.error == reference_err.error);
+        ++compared;
       }
     }
   }

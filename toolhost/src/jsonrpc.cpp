@@ -1,6 +1,7 @@
 // See jsonrpc.hpp.
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
+#include <machina/rapid_sax.hpp>
 
 #include <rapidjson/error/en.h>
 #include <rapidjson/reader.h>
@@ -31,6 +32,10 @@ class LineStream {
   Ch Take() { return *src_++; }
   std::size_t Tell() const { return static_cast<std::size_t>(src_ - begin_); }
   Ch* PutBegin() { return dst_ = src_; }
+#if defined(__SSE2__)
+  /// RapidJSON's in-place string scan (the copy is padded: see Scratch).
+  void scan_string() { detail::scan_json_string(src_, dst_, nullptr); }
+#endif
   void Put(Ch c) { *dst_++ = c; }
   std::size_t PutEnd(Ch* begin) { return static_cast<std::size_t>(dst_ - begin); }
   void Flush() {}
@@ -43,6 +48,21 @@ class LineStream {
 
 static_assert(rapidjson::StreamTraits<LineStream>::copyOptimization == 0,
               "the reader must work on the LineStream itself: Tell() in callbacks, RawNumber's text");
+
+}  // namespace
+}  // namespace machina::jsonrpc
+
+#if defined(__SSE2__)
+template <>
+template <>
+inline void rapidjson::GenericReader<rapidjson::UTF8<>, rapidjson::UTF8<>, rapidjson::CrtAllocator>::
+    ScanCopyUnescapedString(machina::jsonrpc::LineStream& is, machina::jsonrpc::LineStream&) {
+  is.scan_string();
+}
+#endif
+
+namespace machina::jsonrpc {
+namespace {
 
 /// What one parse works with: a reader (its stack allocated once per thread, not per line)
 /// and the copy its stream reads. A parse that starts while the thread's are busy (a
@@ -59,7 +79,10 @@ class Scratch {
       own_ = std::make_unique<Parts>();
       parts_ = own_.get();
     }
-    parts_->copy.assign(text);  // (std::string keeps a NUL after its last character)
+    // NUL-terminated, and padded for the string scanner (std::string keeps a NUL after
+    // its last character, and the padding is more of them).
+    parts_->copy.assign(text);
+    parts_->copy.append(detail::kScanPadding, '\0');
   }
   ~Scratch() {
     if (shared_ == nullptr) return;

@@ -39,12 +39,73 @@
 #endif
 
 namespace machina::detail {
-/// A text parsed in place in a buffer of ours, which holds at least kScanPadding readable
-/// bytes after the text's terminating NUL: strings are then scanned 16 bytes at a time from
-/// wherever they start (RapidJSON's own scanner goes byte by byte up to a 16-byte boundary,
-/// which is most of a short string such as a key or a field name).
+/// Bytes a text parsed in place by scan_json_string must have readable after its
+/// terminating NUL.
+inline constexpr std::size_t kScanPadding = 16;
+
+#if defined(__SSE2__)
+/// RapidJSON's hook for reading a string in place (ScanCopyUnescapedString), for texts in a
+/// buffer of ours with kScanPadding readable bytes after their NUL: moves `src` to the
+/// first '"', '\\' or byte below 0x20 of the string it is in (the NUL is one), 16 bytes at
+/// a time from wherever the string starts (RapidJSON's own scanner goes byte by byte up to
+/// a 16-byte boundary, which is most of a short string such as a key or a field name), and
+/// moves the bytes before it down to `dst` behind an earlier escape (dst != src). If
+/// `plain_end` is given and the string has been printable ASCII without an escape up to a
+/// stop, that stop's place is stored there (a closing quote, if the string ends there).
+inline void scan_json_string(char*& src, char*& dst, const char** plain_end) noexcept {
+  char* p = src;
+  char* q = dst;
+  const __m128i quote = _mm_set1_epi8('"');
+  const __m128i backslash = _mm_set1_epi8('\\');
+  const __m128i control = _mm_set1_epi8(0x1F);
+  const bool unescaped = p == q;  // no escape yet in this string (an escape puts dst behind src)
+  unsigned high = 0;              // bytes of 0x80 and above, seen so far
+  for (;;) {
+    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(s, quote), _mm_cmpeq_epi8(s, backslash)),
+                                      _mm_cmpeq_epi8(_mm_max_epu8(s, control), control));  // s <= 0x1F
+    const unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(stop));
+    if (mask != 0) {
+      const auto n = static_cast<std::size_t>(__builtin_ctz(mask));
+      high |= static_cast<unsigned>(_mm_movemask_epi8(s)) & ((1u << n) - 1);
+      if (plain_end != nullptr && unescaped && high == 0) *plain_end = p + n;
+      if (p != q) {  // the n bytes before the stop move down, taken from `s` (a wider store could
+                     // overwrite the stop itself)
+        auto word = static_cast<std::uint64_t>(_mm_cvtsi128_si64(s));
+        char* d = q;
+        if (n & 8) {
+          std::memcpy(d, &word, 8);
+          d += 8;
+          word = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s, s)));
+        }
+        if (n & 4) {
+          std::memcpy(d, &word, 4);
+          d += 4;
+          word >>= 32;
+        }
+        if (n & 2) {
+          std::memcpy(d, &word, 2);
+          d += 2;
+          word >>= 16;
+        }
+        if (n & 1) *d = static_cast<char>(word);
+      }
+      src = p + n;
+      dst = q + n;
+      return;
+    }
+    // Sixteen bytes without a stop: behind an escape they move down (q < p; all sixteen are in `s`).
+    high |= static_cast<unsigned>(_mm_movemask_epi8(s));
+    if (p != q) _mm_storeu_si128(reinterpret_cast<__m128i*>(q), s);
+    p += 16;
+    q += 16;
+  }
+}
+#endif
+
+/// A text parsed in place in a buffer of ours, with kScanPadding readable bytes after its
+/// NUL, so that strings are read by scan_json_string.
 struct PaddedInsituStream : rapidjson::InsituStringStream {
-  static constexpr std::size_t kScanPadding = 16;
   PaddedInsituStream(char* text, const char** plain_end_slot)
       : rapidjson::InsituStringStream(text), plain_end(plain_end_slot) {}
   /// Where the scanner records the end (the closing quote) of the last string it found
@@ -67,60 +128,11 @@ inline void SkipWhitespace(machina::detail::PaddedInsituStream& is) {
   is.src_ = p;
 }
 #if defined(__SSE2__)
-/// Moves the stream to the first '"', '\\' or byte below 0x20 of the string it is in (the
-/// NUL after the text is one), closing up the bytes before it behind an earlier escape
-/// (src_ != dst_). RapidJSON's reader calls this hook for the stream type it parses.
 template <>
 template <>
 inline void GenericReader<UTF8<>, UTF8<>, CrtAllocator>::ScanCopyUnescapedString(
     machina::detail::PaddedInsituStream& is, machina::detail::PaddedInsituStream&) {
-  char* p = is.src_;
-  char* q = is.dst_;
-  const __m128i quote = _mm_set1_epi8('"');
-  const __m128i backslash = _mm_set1_epi8('\\');
-  const __m128i control = _mm_set1_epi8(0x1F);
-  const bool unescaped = p == q;  // no escape yet in this string (an escape puts dst behind src)
-  unsigned high = 0;              // bytes of 0x80 and above, seen so far
-  for (;;) {
-    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(s, quote), _mm_cmpeq_epi8(s, backslash)),
-                                      _mm_cmpeq_epi8(_mm_max_epu8(s, control), control));  // s <= 0x1F
-    const unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(stop));
-    if (mask != 0) {
-      const auto n = static_cast<std::size_t>(__builtin_ctz(mask));
-      high |= static_cast<unsigned>(_mm_movemask_epi8(s)) & ((1u << n) - 1);
-      if (unescaped && high == 0) *is.plain_end = p + n;  // (a stop other than '"' fails or escapes)
-      if (p != q) {  // the n bytes before the stop move down, taken from `s` (a wider store could
-                     // overwrite the stop itself)
-        auto word = static_cast<std::uint64_t>(_mm_cvtsi128_si64(s));
-        char* d = q;
-        if (n & 8) {
-          std::memcpy(d, &word, 8);
-          d += 8;
-          word = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s, s)));
-        }
-        if (n & 4) {
-          std::memcpy(d, &word, 4);
-          d += 4;
-          word >>= 32;
-        }
-        if (n & 2) {
-          std::memcpy(d, &word, 2);
-          d += 2;
-          word >>= 16;
-        }
-        if (n & 1) *d = static_cast<char>(word);
-      }
-      is.src_ = p + n;
-      is.dst_ = q + n;
-      return;
-    }
-    // Sixteen bytes without a stop: behind an escape they move down (q < p; all sixteen are in `s`).
-    high |= static_cast<unsigned>(_mm_movemask_epi8(s));
-    if (p != q) _mm_storeu_si128(reinterpret_cast<__m128i*>(q), s);
-    p += 16;
-    q += 16;
-  }
+  machina::detail::scan_json_string(is.src_, is.dst_, is.plain_end);
 }
 #endif
 RAPIDJSON_NAMESPACE_END
@@ -202,6 +214,8 @@ class RapidToNlohmann {
   // 0x1A..0x1F through (its bound is 0x19), and a decoded control character cannot tell
   // a raw byte (invalid) from an escape (valid). Both are rare in real requests.
   bool text(const char* s, std::size_t n) {
+    // (a stop the scanner recorded at an escape lies before the end of that string's
+    // decoded text, since an escape decodes to at least one byte: it never matches)
     if ((plain_end_ == nullptr || s + n != *plain_end_) && !is_utf8_without_controls(std::string_view(s, n))) {
       undecided_ = true;
       return false;
@@ -256,7 +270,7 @@ RapidOutcome rapid_parse(std::string_view text, Sax& sax, bool nul_terminated = 
     // copied character by character into the reader's stack. The text itself stays as it
     // was, for nlohmann to explain a failure.
     thread_local std::vector<char> insitu;
-    const std::size_t room = text.size() + 1 + PaddedInsituStream::kScanPadding;
+    const std::size_t room = text.size() + 1 + kScanPadding;
     if (insitu.size() < room) insitu.resize(room);
     if (!text.empty()) std::memcpy(insitu.data(), text.data(), text.size());
     insitu[text.size()] = '\0';
