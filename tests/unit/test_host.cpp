@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <string>
 #include <thread>
 
 using namespace machina;
@@ -24,22 +25,39 @@ Request to(std::string aid) {
   return r;
 }
 
+/// The ABI version of the linked test plugins below.
+std::uint32_t test_plugin_abi() { return MACHINA_PLUGIN_ABI_VERSION; }
+/// Registers one tool of a linked test plugin.
+int add_test_tool(const machina_registrar_api* api, machina_registrar* registrar, const char* aid,
+                  const char* input_schema, machina_tool_fn invoke) {
+  machina_tool_desc d{};
+  d.struct_size = sizeof d;
+  d.aid = aid;
+  d.name = aid;
+  d.description = "a tool of the unit tests";
+  d.input_schema = input_schema;
+  d.invoke = invoke;
+  return api->add_tool(registrar, &d);
+}
+
 // A linked plugin with one tool whose input schema does not compile: linked tools' schemas
 // are compiled at a tool's first call, so that call throws inside the host, after its
 // idempotency key has been taken.
 int never_runs(void*, const machina_host_api*, machina_call*, const char*, std::size_t) noexcept {
   return MACHINA_TOOL_OK;
 }
-std::uint32_t bad_schema_abi() { return MACHINA_PLUGIN_ABI_VERSION; }
 int register_bad_schema(const machina_registrar_api* api, machina_registrar* registrar) {
-  machina_tool_desc d{};
-  d.struct_size = sizeof d;
-  d.aid = "AID.BAD_SCHEMA.v1";
-  d.name = "bad_schema";
-  d.description = "a tool whose schema fails at its first call";
-  d.input_schema = R"({"type":"object","patternProperties":{}})";
-  d.invoke = &never_runs;
-  return api->add_tool(registrar, &d);
+  return add_test_tool(api, registrar, "AID.BAD_SCHEMA.v1", R"({"type":"object","patternProperties":{}})", &never_runs);
+}
+
+// A linked tool that sleeps for as many milliseconds as its input says, then echoes it.
+int sleep_for_input(void*, const machina_host_api* api, machina_call* call, const char* input,
+                    std::size_t len) noexcept {
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(std::string(input, len).c_str())));
+  return api->set_output(call, input, len) == 0 ? MACHINA_TOOL_OK : MACHINA_TOOL_FAULT;
+}
+int register_sleeper(const machina_registrar_api* api, machina_registrar* registrar) {
+  return add_test_tool(api, registrar, "AID.SLEEP.v1", nullptr, &sleep_for_input);
 }
 
 /// Host::handle on another thread, failing the test run outright if it does not return
@@ -124,7 +142,7 @@ TEST_CASE("a deferred schema that does not compile throws when first used (Host:
 
 TEST_CASE("a keyed call whose host side throws answers internal_error and leaves its key free") {
   Host host;
-  host.add_linked_plugin(PluginEntryPoints{&bad_schema_abi, &register_bad_schema});
+  host.add_linked_plugin(PluginEntryPoints{&test_plugin_abi, &register_bad_schema});
   Request call = to("AID.BAD_SCHEMA.v1");
   call.input_json = "{}";
   call.idempotency_key = "retry-me";
@@ -137,4 +155,51 @@ TEST_CASE("a keyed call whose host side throws answers internal_error and leaves
   }
   call.input_json = R"({"other":1})";  // a key still held (kept or left running) would answer idempotency_conflict
   CHECK(handle_within(host, call, std::chrono::seconds(10)).kind == ErrorKind::internal_error);
+}
+
+TEST_CASE("a call that returns past its deadline is a timeout even when the watchdog could not fire") {
+  // The watchdog thread answers the first call's overrun through a takeover that holds it
+  // until released, as a loaded machine may keep it off the CPU: the second call's
+  // deadline passes with no one to fire it, and the tool returns after it.
+  struct HeldTakeover : Takeover {
+    std::promise<void> entered;
+    std::shared_future<void> release;
+    Response delivered;
+    void deliver_overrun(Response response) override {
+      delivered = std::move(response);
+      entered.set_value();
+      release.wait();
+    }
+  };
+  Host host;
+  host.add_linked_plugin(PluginEntryPoints{&test_plugin_abi, &register_sleeper});
+  std::promise<void> let_go;
+  HeldTakeover held;
+  held.release = let_go.get_future().share();
+  auto entered = held.entered.get_future();
+  Request first = to("AID.SLEEP.v1");
+  first.input_json = "300";
+  first.timeout_ms = 20;
+  std::thread caller([&] {
+    Session session(true);
+    const Response r = host.handle(first, session, &held);
+    CHECK(r.abandoned);  // answered through the takeover
+  });
+  REQUIRE(entered.wait_for(std::chrono::seconds(10)) == std::future_status::ready);  // the watchdog is held
+  CHECK(held.delivered.kind == ErrorKind::timeout);
+
+  Request second = to("AID.SLEEP.v1");
+  second.input_json = "80";
+  second.timeout_ms = 20;
+  const Response late = handle(host, second);
+  CHECK(late.kind == ErrorKind::timeout);
+  CHECK(late.error.find("returned after its deadline") != std::string::npos);
+  CHECK(late.output_json.empty());
+
+  Request on_time = to("AID.SLEEP.v1");
+  on_time.input_json = "1";
+  on_time.timeout_ms = 5'000;
+  CHECK(handle(host, on_time).ok());  // (the watchdog still held: a call within its deadline is answered)
+  let_go.set_value();
+  caller.join();
 }

@@ -33,9 +33,14 @@ std::int64_t steady_now_ms_not_before() noexcept {
     clock_getres(CLOCK_MONOTONIC_COARSE, &res);
     return static_cast<std::int64_t>(res.tv_sec) * 1000 + (res.tv_nsec + 999'999) / 1'000'000;
   }();
+  return steady_now_ms_not_after() + tick_ms;
+}
+
+std::int64_t steady_now_ms_not_after() noexcept {
+  // The coarse clock is the time of the last tick.
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000 + tick_ms;
+  return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000;
 }
 
 std::int64_t unix_now_ms() noexcept {

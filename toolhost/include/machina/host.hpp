@@ -217,5 +217,7 @@ std::int64_t steady_now_ns() noexcept;
 std::int64_t unix_now_ms() noexcept;
 /// The monotonic clock in milliseconds, cheaply, never earlier than steady_now_ms() (at most one clock tick later).
 std::int64_t steady_now_ms_not_before() noexcept;
+/// The monotonic clock in milliseconds, cheaply, never later than steady_now_ms() (at most one clock tick earlier).
+std::int64_t steady_now_ms_not_after() noexcept;
 
 }  // namespace machina
