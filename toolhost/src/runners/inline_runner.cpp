@@ -54,12 +54,14 @@ void InlineRunner::on_deadline(DeadlineWatchdog::Watch& watch) {
   const std::uint64_t stuck = self.stuck_now_.fetch_add(1, std::memory_order_relaxed) + 1;
   for (std::uint64_t peak = self.stuck_peak_.load(); stuck > peak && !self.stuck_peak_.compare_exchange_weak(peak, stuck);) {
   }
-  w.spec->overrun->overrun();
+  // Logged before the call is answered: once the timeout is delivered, the front may end
+  // the process (its input over) before a line written after it.
   if (self.on_event_) {
     self.on_event_(w.spec->tool.info.aid + " overran its " + std::to_string(w.spec->timeout_ms) +
                    " ms deadline; its thread is stuck in the tool (" +
                    std::to_string(stuck) + " stuck, at most " + std::to_string(self.max_stuck_calls_) + ")");
   }
+  w.spec->overrun->overrun();
 }
 
 }  // namespace machina
