@@ -252,11 +252,8 @@ void append_json_string(std::string& out, std::string_view s) {
 #if defined(__SSE2__)
     if (end - p >= 16) {
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      const __m128i special =
-          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-                       _mm_cmpeq_epi8(_mm_max_epu8(v, _mm_set1_epi8(0x1F)), _mm_set1_epi8(0x1F)));  // v <= 0x1F
       _mm_storeu_si128(reinterpret_cast<__m128i*>(d), v);
-      const auto mask = static_cast<unsigned>(_mm_movemask_epi8(special));
+      const unsigned mask = detail::json_string_stops(v);
       found = mask != 0;
       plain = found ? static_cast<std::size_t>(__builtin_ctz(mask)) : 16;
     } else

@@ -44,6 +44,17 @@ namespace machina::detail {
 inline constexpr std::size_t kScanPadding = 16;
 
 #if defined(__SSE2__)
+/// The bytes of `v` a JSON string cannot hold as they are ('"', '\\' and those below 0x20),
+/// as a mask: bit i for byte i.
+inline unsigned json_string_stops(__m128i v) noexcept {
+  const __m128i control = _mm_set1_epi8(0x1F);
+  const __m128i quote_or_backslash =
+      _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+  const __m128i below_0x20 = _mm_cmpeq_epi8(_mm_max_epu8(v, control), control);  // v <= 0x1F
+  const __m128i stops = _mm_or_si128(quote_or_backslash, below_0x20);
+  return static_cast<unsigned>(_mm_movemask_epi8(stops));
+}
+
 /// RapidJSON's hook for reading a string in place (ScanCopyUnescapedString), for texts in a
 /// buffer of ours with kScanPadding readable bytes after their NUL: moves `src` to the
 /// first '"', '\\' or byte below 0x20 of the string it is in (the NUL is one), 16 bytes at
@@ -55,16 +66,11 @@ inline constexpr std::size_t kScanPadding = 16;
 inline void scan_json_string(char*& src, char*& dst, const char** plain_end) noexcept {
   char* p = src;
   char* q = dst;
-  const __m128i quote = _mm_set1_epi8('"');
-  const __m128i backslash = _mm_set1_epi8('\\');
-  const __m128i control = _mm_set1_epi8(0x1F);
   const bool unescaped = p == q;  // no escape yet in this string (an escape puts dst behind src)
   unsigned high = 0;              // bytes of 0x80 and above, seen so far
   for (;;) {
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(s, quote), _mm_cmpeq_epi8(s, backslash)),
-                                      _mm_cmpeq_epi8(_mm_max_epu8(s, control), control));  // s <= 0x1F
-    const unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(stop));
+    const unsigned mask = json_string_stops(s);
     if (mask != 0) {
       const auto n = static_cast<std::size_t>(__builtin_ctz(mask));
       high |= static_cast<unsigned>(_mm_movemask_epi8(s)) & ((1u << n) - 1);
