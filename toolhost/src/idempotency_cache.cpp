@@ -144,7 +144,7 @@ std::uint32_t IdempotencyCache::take_slot() {
   }
   // The index grows first: if that fails, nothing has changed (the new slot would be on
   // no list, lost for good, if the slab grew first).
-  if ((entries_.size() + 1) * 2 > buckets_.size()) rehash(buckets_.size() * 2);
+  if (buckets_for(entries_.size() + 1) > buckets_.size()) rehash(buckets_.size() * 2);
   links_.emplace_back();
   try {
     entries_.emplace_back();
