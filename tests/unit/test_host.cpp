@@ -5,12 +5,15 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace machina;
 
@@ -171,7 +174,14 @@ TEST_CASE("a call that returns past its deadline is a timeout even when the watc
       release.wait();
     }
   };
-  Host host;
+  std::mutex events_mu;
+  std::vector<std::string> events;
+  HostOptions options;
+  options.on_event = [&](std::string_view line) {
+    std::lock_guard lock(events_mu);
+    events.emplace_back(line);
+  };
+  Host host(options);
   host.add_linked_plugin(PluginEntryPoints{&test_plugin_abi, &register_sleeper});
   std::promise<void> let_go;
   HeldTakeover held;
@@ -195,6 +205,11 @@ TEST_CASE("a call that returns past its deadline is a timeout even when the watc
   CHECK(late.kind == ErrorKind::timeout);
   CHECK(late.error.find("returned after its deadline") != std::string::npos);
   CHECK(late.output_json.empty());
+  {
+    std::lock_guard lock(events_mu);
+    CHECK(std::count(events.begin(), events.end(),
+                     "AID.SLEEP.v1 returned after its deadline before it could be stopped; answered timeout") == 1);
+  }
 
   Request on_time = to("AID.SLEEP.v1");
   on_time.input_json = "1";

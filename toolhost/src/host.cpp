@@ -25,7 +25,9 @@ std::int64_t steady_now_ns() noexcept {
   return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
-std::int64_t steady_now_ms_not_before() noexcept {
+std::int64_t steady_now_ms_not_before() noexcept { return not_before_from_not_after(steady_now_ms_not_after()); }
+
+std::int64_t not_before_from_not_after(std::int64_t not_after_ms) noexcept {
   // The coarse clock is the time of the last tick: adding one tick makes it no earlier
   // than the precise clock, for a sixth of its cost here.
   static const std::int64_t tick_ms = [] {
@@ -33,7 +35,7 @@ std::int64_t steady_now_ms_not_before() noexcept {
     clock_getres(CLOCK_MONOTONIC_COARSE, &res);
     return static_cast<std::int64_t>(res.tv_sec) * 1000 + (res.tv_nsec + 999'999) / 1'000'000;
   }();
-  return steady_now_ms_not_after() + tick_ms;
+  return not_after_ms + tick_ms;
 }
 
 std::int64_t steady_now_ms_not_after() noexcept {
@@ -79,6 +81,7 @@ struct Host::Scope final : Overrun {
   Session* session = nullptr;
   std::int64_t timeout_ms = 0;
   std::int64_t started_ns = 0;        // when the host took the request (steady clock)
+  std::int64_t returned_ms = 0;       // when the runner returned (steady_now_ms_not_after), if it ran
   std::shared_ptr<const Slots> base;  // the state the request set, if it sent one
   const IdempotencyCache::Ticket* ticket = nullptr;  // set: complete it
   Takeover* takeover = nullptr;
@@ -384,7 +387,9 @@ void Host::run_keyed(const Tool& tool, const Request& request, Session& session,
   }
   if (!scope.finished) {
     const bool keep = r.ok() || r.kind == ErrorKind::tool_error;
-    idempotency_.complete(ticket, r, keep, steady_now_ms_not_before());
+    // (kept from when the call returned, if it ran)
+    idempotency_.complete(ticket, r, keep,
+                          scope.returned_ms > 0 ? not_before_from_not_after(scope.returned_ms) : steady_now_ms_not_before());
   }
 }
 
@@ -450,11 +455,23 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
   scope.session = &session;
   scope.timeout_ms = timeout_ms;
   calls_.fetch_add(1, std::memory_order_relaxed);
-  const RunOutcome outcome =
-      tool.runner->run(RunSpec{tool, request.input_json, now + timeout_ms + 1, timeout_ms, call, &scope,
+  const std::int64_t deadline_ms = now + timeout_ms + 1;
+  RunOutcome outcome =
+      tool.runner->run(RunSpec{tool, request.input_json, deadline_ms, timeout_ms, call, &scope,
                                request.trace_id ? std::string_view(*request.trace_id) : std::string_view(),
                                request.cancel, request.progress,
                                request.user ? std::string_view(*request.user) : std::string_view()});
+  // A call that returns past its deadline is a timeout, whatever ran it and whether or not
+  // its runner's timer could act in time (a watchdog thread kept off the CPU on a loaded
+  // machine, a worker's answer read as its time ran out): whether a late call succeeds
+  // does not depend on scheduling. The coarse clock may read up to a tick early: a call
+  // on time is never taken for late. (The reading also dates an idempotency entry.)
+  scope.returned_ms = steady_now_ms_not_after();
+  if (outcome.ending == RunOutcome::Ending::ran && scope.returned_ms >= deadline_ms) [[unlikely]] {
+    event(tool.info.aid + " returned after its deadline before it could be stopped; answered timeout");
+    outcome.ending = RunOutcome::Ending::timed_out;
+    outcome.detail = "it returned after its deadline; its result was discarded";
+  }
   const int rc = outcome.rc;
   switch (outcome.ending) {
     case RunOutcome::Ending::ran:
