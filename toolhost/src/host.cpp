@@ -368,8 +368,7 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
 void Host::run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope,
                      Response& r) {
   // (a fresh key's path is kept short in code: see IdempotencyCache::begin)
-  const auto ticket = idempotency_.begin(tool.info.aid, *request.idempotency_key,
-                                         IdempotencyCache::fingerprint(request.input_json), now, r);
+  const auto ticket = idempotency_.begin(tool.info.aid, *request.idempotency_key, request.input_json, now, r);
   if (ticket.outcome != IdempotencyCache::Outcome::run) [[unlikely]] {
     answer_without_running(tool, session, ticket, r);
     return;

@@ -64,10 +64,13 @@ class IdempotencyCache {
     return fp;
   }
 
-  /// On a hit, the stored response is copied into `hit` (its status, output, error and
-  /// lease details; nothing else of it is kept). On any other outcome `hit` is left as it
-  /// was (the host passes its fresh return object).
-  Ticket begin(std::string_view aid, std::string_view key, const Fingerprint& fp, std::int64_t now_ms, Response& hit);
+  /// The call of tool `aid` with `key` and the input `input_json` (bound to the key by
+  /// its fingerprint(), made here: a long input is hashed before the lock is taken). On a
+  /// hit, the stored response is copied into `hit` (its status, output, error and lease
+  /// details; nothing else of it is kept). On any other outcome `hit` is left as it was
+  /// (the host passes its fresh return object).
+  Ticket begin(std::string_view aid, std::string_view key, std::string_view input_json, std::int64_t now_ms,
+               Response& hit);
   /// For a `wait` ticket: the response of the call it waited for (an internal error if
   /// it could not be handed over).
   Response wait(const Ticket& ticket);
@@ -145,9 +148,12 @@ class IdempotencyCache {
   void rehash(std::size_t buckets);
   std::uint32_t take_slot();
   void append_kept(std::uint32_t slot);
-  void release(std::uint32_t slot);        // no longer indexed; freed once no waiter needs it
+  void release(std::uint32_t slot);        // takes a running entry off the index and retires it
   void free_slot(std::uint32_t slot);
+  std::uint32_t unindex_oldest();          // takes the oldest kept entry off the queue and the index (kNone: none)
+  void retire(std::uint32_t slot);         // an entry taken off the index: freed once no waiter needs it
   bool evict_oldest();                     // false if no kept entry can go
+  std::uint32_t reuse_oldest();            // evicts the oldest kept entry for a new key: the new key's slot (kNone: none)
   void prune(std::int64_t now_ms);
   /// Keeps `response` in `e` if its `bytes` fit the budget (evicting the oldest for room).
   bool keep_result(Entry& e, const Response& response, std::size_t bytes);
