@@ -178,7 +178,6 @@ std::uint32_t IdempotencyCache::take_slot() {
 void IdempotencyCache::free_slot(std::uint32_t slot) {
   Entry& e = entries_[slot];
   e.state = State::free;
-  ++e.generation;
   if (e.handoff) [[unlikely]] e.handoff.reset();
   if (e.data.capacity > kKeepCapacity) [[unlikely]] e.data = Buffer{};
   e.next = free_;
@@ -278,7 +277,7 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
   e.waiters = 0;
   link_bucket(slot, tag);
   ++in_use_;
-  return Ticket{Outcome::run, slot, e.generation};
+  return Ticket{Outcome::run, slot};
 }
 
 IdempotencyCache::Ticket IdempotencyCache::found(std::uint32_t slot, const Fingerprint& fp, Response& hit) {
@@ -286,7 +285,7 @@ IdempotencyCache::Ticket IdempotencyCache::found(std::uint32_t slot, const Finge
   if (e.fp != fp) return Ticket{Outcome::conflict};
   if (e.state == State::running) {
     ++e.waiters;
-    return Ticket{Outcome::wait, slot, e.generation};
+    return Ticket{Outcome::wait, slot};
   }
   e.copy_result_to(hit);
   return Ticket{Outcome::hit};
@@ -329,8 +328,7 @@ void IdempotencyCache::complete(const Ticket& ticket, const Response& response, 
       hand_off(e, response);
       notify = true;
     }
-    const std::size_t bytes = sizeof(Entry) + e.aid_len + e.key_len + response.output_json.size() +
-                              response.error.size() + response.lease_aid.size() + response.lease_reason.size();
+    const std::size_t bytes = e.bytes_with(Entry::result_bytes(response));
     if (keep && keep_result(e, response, bytes)) {
       e.state = State::done;
       e.expires_at = now_ms + options_.ttl_ms;

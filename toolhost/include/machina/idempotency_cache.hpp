@@ -51,7 +51,6 @@ class IdempotencyCache {
   struct Ticket {
     Outcome outcome = Outcome::run;
     std::uint32_t slot = 0;      // run, wait: the entry
-    std::uint32_t generation = 0;
   };
 
   explicit IdempotencyCache(Options options);
@@ -114,7 +113,6 @@ class IdempotencyCache {
     // What prune() and a key comparison read lie in the first 64 bytes.
     std::uint32_t next = kNone;        // the free list, or the queue of kept entries (towards the newest)
     std::uint32_t waiters = 0;         // duplicates waiting for this call
-    std::uint32_t generation = 0;
     State state = State::free;
     ErrorKind kind = ErrorKind::none;  // the kept result's
     std::int64_t expires_at = 0;
@@ -130,9 +128,15 @@ class IdempotencyCache {
     /// Keeps `r`; `n`: the bytes its parts and the entry's aid and key take in `data`.
     void keep_result(const Response& r, std::size_t n);
     void copy_result_to(Response& r) const;
+    /// What the entry counts in stored_bytes_ while it keeps a result whose parts take
+    /// `result` bytes (see result_bytes).
+    std::size_t bytes_with(std::size_t result) const noexcept { return sizeof(Entry) + aid_len + key_len + result; }
+    static std::size_t result_bytes(const Response& r) noexcept {
+      return r.output_json.size() + r.error.size() + r.lease_aid.size() + r.lease_reason.size();
+    }
     /// What a kept entry counts in stored_bytes_.
     std::size_t kept_bytes() const noexcept {
-      return sizeof(Entry) + aid_len + key_len + output_len + error_len + lease_aid_len + lease_reason_len;
+      return bytes_with(output_len + error_len + lease_aid_len + lease_reason_len);
     }
   };
   /// The index: hash chains whose links sit in an array of their own, beside the entries,
