@@ -211,6 +211,9 @@ class RapidToNlohmann {
   /// string that decodes to ill-formed UTF-8 such as a lone low surrogate escape, a
   /// number that overflows a double): nlohmann must judge that document.
   bool needs_second_opinion() const { return undecided_; }
+  /// Parsed from a PaddedInsituStream: where its scanner records the end of the last
+  /// string it found plain (such a string needs no UTF-8 check here).
+  void watch_plain_end(const char* const* plain_end) { plain_end_ = plain_end; }
 
  private:
   // RapidJSON runs without its own encoding check: checking the decoded text is
@@ -233,10 +236,7 @@ class RapidToNlohmann {
   Sax& sax_;
   std::string scratch_;
   bool undecided_ = false;
-
- public:
-  /// The stream's PaddedInsituStream::plain_end, when it is parsed from one.
-  const char* const* plain_end_ = nullptr;
+  const char* const* plain_end_ = nullptr;  // see watch_plain_end
 };
 
 inline constexpr unsigned kRapidFlags = rapidjson::kParseNumbersAsStringsFlag;
@@ -282,7 +282,7 @@ RapidOutcome rapid_parse(std::string_view text, Sax& sax, bool nul_terminated = 
     insitu[text.size()] = '\0';
     const char* plain_end = nullptr;
     PaddedInsituStream stream(insitu.data(), &plain_end);
-    adapter.plain_end_ = &plain_end;
+    adapter.watch_plain_end(&plain_end);
     result = reader.Parse<kRapidFlags | rapidjson::kParseInsituFlag>(stream, adapter);
     consumed = stream.Tell();
   } else if (nul_terminated) {
