@@ -19,7 +19,6 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,13 +54,7 @@ class IdempotencyCache {
 
   explicit IdempotencyCache(Options options);
 
-  static Fingerprint fingerprint(std::string_view input_json) {
-    if (input_json.size() >= std::tuple_size_v<Fingerprint>) return digest(input_json);
-    Fingerprint fp{};
-    fp[0] = static_cast<unsigned char>(input_json.size());
-    if (!input_json.empty()) std::memcpy(fp.data() + 1, input_json.data(), input_json.size());
-    return fp;
-  }
+  static Fingerprint fingerprint(std::string_view input_json);
 
   /// The call of tool `aid` with `key` and the input `input_json` (bound to the key by
   /// its fingerprint(), made here: a long input is hashed before the lock is taken). On a
@@ -99,7 +92,12 @@ class IdempotencyCache {
   static constexpr std::size_t buckets_for(std::size_t entries) noexcept {
     return entries <= 8192 ? entries * 8 : entries * 2;
   }
+  static bool is_hashed(std::string_view input_json) noexcept {
+    return input_json.size() >= std::tuple_size_v<Fingerprint>;
+  }
   static Fingerprint digest(std::string_view input_json);  // fingerprint() of a long input
+  /// fingerprint() of a short input, written in place (all of `fp`).
+  static void write_short(Fingerprint& fp, std::string_view input_json) noexcept;
   enum class State : std::uint8_t { free, running, done, handed_off };
   /// Bytes owned by an entry, reused from key to key: grows as needed, never shrinks
   /// except when freed large (see free_slot).
