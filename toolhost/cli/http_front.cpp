@@ -18,7 +18,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +29,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #ifndef MACHINA_VERSION
 #define MACHINA_VERSION "dev"
@@ -50,11 +53,32 @@ void put(std::string& out, const char (&literal)[N]) {
   out.append(literal, N - 1);
 }
 
+/// A field's value as a standard string view.
+std::string_view as_view(boost::beast::string_view v) { return {v.data(), v.size()}; }
+
+/// What an answer to an allowed cross-origin request carries for the browser.
+struct Cors {
+  std::string_view origin;      // "": not a cross-origin request (no CORS fields)
+  bool preflight = false;       // an OPTIONS preflight: which methods and fields may follow
+  bool private_network = false;  // the preflight asked for a private-network address
+};
+
 /// One HTTP response, serialized.
-std::string http_response(unsigned status, std::string body, bool keep_alive) {
+std::string http_response(unsigned status, std::string body, bool keep_alive, const Cors& cors = {}) {
   beast_http::response<beast_http::string_body> res{static_cast<beast_http::status>(status), 11};
   res.set(beast_http::field::server, "machina-toolhost/" MACHINA_VERSION);
-  res.set(beast_http::field::content_type, "application/json");
+  if (!body.empty()) res.set(beast_http::field::content_type, "application/json");
+  if (!cors.origin.empty()) {
+    res.set(beast_http::field::access_control_allow_origin,
+            boost::beast::string_view(cors.origin.data(), cors.origin.size()));
+    res.set(beast_http::field::vary, "Origin");
+    if (cors.preflight) {
+      res.set(beast_http::field::access_control_allow_methods, "GET, POST");
+      res.set(beast_http::field::access_control_allow_headers, "Authorization, Content-Type");
+      res.set(beast_http::field::access_control_max_age, "600");
+      if (cors.private_network) res.set("Access-Control-Allow-Private-Network", "true");
+    }
+  }
   res.keep_alive(keep_alive);
   res.body() = std::move(body);
   res.prepare_payload();
@@ -91,6 +115,101 @@ bool write_all_fd(int fd, std::string_view data) {
     return false;
   }
   return true;
+}
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::string_view trimmed(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+bool is_ipv4(const std::string& text) {
+  in_addr a{};
+  return ::inet_pton(AF_INET, text.c_str(), &a) == 1;
+}
+
+bool is_ipv6(const std::string& text) {
+  in6_addr a{};
+  return ::inet_pton(AF_INET6, text.c_str(), &a) == 1;
+}
+
+/// Whether a numeric address (or "localhost") only this machine can reach.
+bool is_loopback(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr a4{};
+  if (::inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  in6_addr a6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &a6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "::"; }
+
+/// A Host field's value (or an allowed name) split into its name, lowercase, IPv6 literals in
+/// brackets, and its port ("" when it names none). False when it is not of that form.
+bool split_authority(std::string_view value, std::string& name, std::string& port) {
+  value = trimmed(value);
+  std::string_view rest;
+  if (!value.empty() && value.front() == '[') {
+    const auto close = value.find(']');
+    if (close == std::string_view::npos || !is_ipv6(std::string(value.substr(1, close - 1)))) return false;
+    name = lowercase(value.substr(0, close + 1));
+    rest = value.substr(close + 1);
+  } else {
+    const auto colon = value.find(':');
+    name = lowercase(value.substr(0, colon));
+    rest = colon == std::string_view::npos ? std::string_view{} : value.substr(colon);
+  }
+  if (name.empty()) return false;
+  if (name.front() != '[' && name.find_first_of(" \t/\\@?#[]") != std::string::npos) return false;
+  if (rest.empty()) {
+    port.clear();
+    return true;
+  }
+  if (rest.front() != ':' || rest.size() < 2 || rest.size() > 6) return false;
+  port = std::string(rest.substr(1));
+  return std::all_of(port.begin(), port.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+/// Whether a Content-Type names JSON (`application/json`, parameters aside).
+bool is_json_media_type(std::string_view value) {
+  return lowercase(trimmed(value.substr(0, value.find(';')))) == "application/json";
+}
+
+/// Why a request's framing is refused ("": it is not). Only `Transfer-Encoding: chunked`
+/// alone, or a Content-Length alone, frames a request the same way for this parser and for
+/// any proxy in front of it.
+template <class Header>
+std::string framing_fault(const Header& h) {
+  const auto te = h.count(beast_http::field::transfer_encoding);
+  if (te == 0) return {};
+  if (h.count(beast_http::field::content_length) != 0)
+    return "a request may not carry both Transfer-Encoding and Content-Length";
+  if (h.version() < 11) return "Transfer-Encoding in an HTTP/1.0 request";
+  if (te != 1 || lowercase(trimmed(as_view(h[beast_http::field::transfer_encoding]))) != "chunked")
+    return "the only transfer coding served is chunked, alone (Transfer-Encoding: " +
+           excerpt(std::string(h[beast_http::field::transfer_encoding])) + ")";
+  return {};
+}
+
+/// A client's address as text, IPv4 ones mapped into IPv6 as IPv4.
+std::string peer_text(const sockaddr_storage& peer) {
+  char text[INET6_ADDRSTRLEN] = "";
+  if (peer.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr, text, sizeof text);
+  } else if (peer.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a)) ::inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof text);
+    else ::inet_ntop(AF_INET6, &a, text, sizeof text);
+  }
+  return text;
 }
 
 /// The tool protocol's answer for a host response: {ok, result} or {ok: false, error}, with
@@ -146,20 +265,29 @@ class HttpServer {
 
  private:
   struct Connection;
-  void handle(int fd);
+  using HttpRequest = beast_http::request<beast_http::string_body>;
+  void handle(int fd, const std::string& peer);
+  /// The names this host answers to, once its port is known.
+  void learn_own_names(const std::string& bound_host, unsigned port);
+  bool host_allowed(std::string_view value) const;
+  bool origin_allowed(std::string_view origin) const;
   /// What answers one request: HTTP status and body. `conn` for the takeover of a stuck call.
-  std::pair<unsigned, std::string> dispatch(const beast_http::request<beast_http::string_body>& req,
-                                            Connection& conn);
+  std::pair<unsigned, std::string> dispatch(const HttpRequest& req, Connection& conn);
   std::pair<unsigned, std::string> run_call(const std::string& target, const std::string& body, Connection& conn);
   std::pair<unsigned, std::string> handshake(const std::string& body);
   const Tool* find_tool(const std::string& name) const;
-  bool authorized(const beast_http::request<beast_http::string_body>& req) const;
+  bool authorized(const HttpRequest& req) const;
 
   Host& host_;
   const HttpFrontOptions& o_;
+  std::vector<std::string> own_authorities_;  // "name:port", lowercase: Host values served
+  std::vector<std::string> allowed_names_;    // configured names served on any port
+  bool any_ip_literal_ = false;               // bound to every address: any numeric Host
+  std::string port_;
   std::mutex mu_;
   std::condition_variable done_;
   std::size_t active_ = 0;
+  std::unordered_map<std::string, std::size_t> per_peer_;  // open connections by client address
 };
 
 /// One client connection; also the takeover that answers a call whose inline tool overran
@@ -177,7 +305,42 @@ struct HttpServer::Connection final : Takeover {
   }
 };
 
-bool HttpServer::authorized(const beast_http::request<beast_http::string_body>& req) const {
+void HttpServer::learn_own_names(const std::string& bound_host, unsigned port) {
+  port_ = std::to_string(port);
+  auto own = [&](const std::string& name) { own_authorities_.push_back(lowercase(name) + ":" + port_); };
+  if (is_wildcard(bound_host)) any_ip_literal_ = true;
+  else own(is_ipv6(bound_host) ? "[" + bound_host + "]" : bound_host);
+  if (is_loopback(bound_host) || is_wildcard(bound_host)) {
+    own("localhost");
+    own("127.0.0.1");
+    own("[::1]");
+  }
+  for (const auto& name : o_.allow_hosts) {
+    std::string n, p;
+    (void)split_authority(name, n, p);  // (checked at start)
+    if (p.empty()) allowed_names_.push_back(n);
+    else own_authorities_.push_back(n + ":" + p);
+  }
+}
+
+bool HttpServer::host_allowed(std::string_view value) const {
+  std::string name, port;
+  if (!split_authority(value, name, port)) return false;
+  if (std::find(allowed_names_.begin(), allowed_names_.end(), name) != allowed_names_.end()) return true;
+  if (port.empty()) port = "80";
+  if (std::find(own_authorities_.begin(), own_authorities_.end(), name + ":" + port) != own_authorities_.end())
+    return true;
+  if (!any_ip_literal_ || port != port_) return false;
+  return is_ipv4(name) || (name.size() > 2 && name.front() == '[' && is_ipv6(name.substr(1, name.size() - 2)));
+}
+
+bool HttpServer::origin_allowed(std::string_view origin) const {
+  const std::string o = lowercase(trimmed(origin));
+  return std::any_of(o_.allow_origins.begin(), o_.allow_origins.end(),
+                     [&](const std::string& allowed) { return lowercase(allowed) == o; });
+}
+
+bool HttpServer::authorized(const HttpRequest& req) const {
   if (o_.token.empty()) return true;
   const std::string expected = "Bearer " + o_.token;
   const auto got = req[beast_http::field::authorization];
@@ -275,8 +438,22 @@ std::pair<unsigned, std::string> HttpServer::handshake(const std::string& body) 
   return {200, answer.dump()};
 }
 
-std::pair<unsigned, std::string> HttpServer::dispatch(const beast_http::request<beast_http::string_body>& req,
-                                                      Connection& conn) {
+std::pair<unsigned, std::string> HttpServer::dispatch(const HttpRequest& req, Connection& conn) {
+  // A page in a browser can make a request reach this host (a form or a fetch without a
+  // preflight, or its own name resolved to this address): a foreign Host or Origin, or a body
+  // a page may send without asking first, reaches no tool.
+  if (req.count(beast_http::field::host) != 1)
+    return {400, refusal("malformed_request", "a request names its host in one Host field")};
+  if (!host_allowed(as_view(req[beast_http::field::host])))
+    return {403, refusal("host_not_allowed", "this host does not serve the name " +
+                                                 excerpt(std::string(req[beast_http::field::host])) +
+                                                 " (--http-allow-host)")};
+  const auto origins = req.count(beast_http::field::origin);
+  if (origins > 1 || (origins == 1 && !origin_allowed(as_view(req[beast_http::field::origin]))))
+    return {403, refusal("origin_not_allowed", "requests from the origin " +
+                                                   excerpt(std::string(req[beast_http::field::origin])) +
+                                                   " are not served (--http-allow-origin)")};
+  if (req.method() == beast_http::verb::options && origins == 1) return {204, {}};  // an allowed preflight
   if (!authorized(req)) return {401, refusal("unauthorized", "a valid bearer token is required")};
   const std::string target(req.target());
   if (req.method() == beast_http::verb::get) {
@@ -285,22 +462,28 @@ std::pair<unsigned, std::string> HttpServer::dispatch(const beast_http::request<
     return {404, refusal("not_found", "no such resource: " + excerpt(target))};
   }
   if (req.method() != beast_http::verb::post) return {405, refusal("method_not_allowed", "use POST")};
+  if (req.count(beast_http::field::content_type) != 1 || !is_json_media_type(as_view(req[beast_http::field::content_type])))
+    return {415, refusal("unsupported_media_type", "the request body must be sent as Content-Type: application/json")};
   if (target == "/capabilities/handshake") return handshake(req.body());
   return run_call(target, req.body(), conn);
 }
 
-void HttpServer::handle(int fd) {
+void HttpServer::handle(int fd, const std::string& peer) {
   Connection conn;
   conn.fd = fd;
   char chunk[64 * 1024];
   std::string pending;
+  // A new connection's first request is timed from the accept: a connection that sends
+  // nothing holds its slot no longer than one that sends its headers slowly.
+  auto began = Clock::now();
   for (;;) {
     beast_http::request_parser<beast_http::string_body> parser;
+    parser.eager(false);  // put() stops after the header: its framing is checked before the body
     parser.body_limit(o_.max_body_bytes);
     parser.header_limit(64 * 1024);
     unsigned refuse_status = 0;
     std::string refuse_body;
-    auto started = Clock::time_point{};
+    bool framing_checked = false;
     bool closed = false;
     while (!parser.is_done() && refuse_status == 0) {
       boost::beast::error_code ec;
@@ -322,16 +505,35 @@ void HttpServer::handle(int fd) {
           refuse_body = refusal("malformed_request", "not an HTTP/1.1 request: " + ec.message());
           break;
         }
+        if (!framing_checked && parser.is_header_done()) {
+          framing_checked = true;
+          if (std::string fault = framing_fault(parser.get()); !fault.empty()) {
+            refuse_status = 400;
+            refuse_body = refusal("malformed_request", fault);
+            break;
+          }
+        }
         if (used == 0) break;
       }
       if (parser.is_done() || refuse_status != 0) break;
-      const bool begun = started != Clock::time_point{};
-      const int limit = begun ? o_.read_timeout_ms : o_.idle_timeout_ms;
-      const auto now = Clock::now();
-      const int left = begun ? static_cast<int>(limit - std::chrono::duration_cast<std::chrono::milliseconds>(now - started).count())
-                             : limit;
+      const bool begun = began != Clock::time_point{};
+      int left = o_.idle_timeout_ms;
+      if (begun) {
+        const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count();
+        left = static_cast<int>((parser.is_header_done() ? o_.read_timeout_ms : o_.header_timeout_ms) - spent);
+      }
       pollfd p[2] = {{fd, POLLIN, 0}, {g_stop_fd, POLLIN, 0}};
-      if (left <= 0 || ::poll(p, 2, left) <= 0 || (p[1].revents & POLLIN) != 0) {
+      const int ready = left <= 0 ? 0 : ::poll(p, 2, left);
+      if (ready == 0 && begun && !parser.is_header_done()) {
+        std::lock_guard lock(conn.write_mu);
+        (void)write_all_fd(fd, http_response(408, refusal("request_timeout",
+                                                          "the request's headers did not arrive within " +
+                                                              std::to_string(o_.header_timeout_ms) + " ms"),
+                                             false));
+        closed = true;
+        break;
+      }
+      if (ready <= 0 || (p[1].revents & POLLIN) != 0) {
         closed = true;  // idle, too slow, or the server is stopping
         break;
       }
@@ -341,7 +543,7 @@ void HttpServer::handle(int fd) {
         closed = true;
         break;
       }
-      if (!begun) started = Clock::now();
+      if (!begun) began = Clock::now();
       pending.append(chunk, static_cast<std::size_t>(n));
     }
     if (closed) break;
@@ -366,12 +568,20 @@ void HttpServer::handle(int fd) {
     auto [status, body] = dispatch(req, conn);
     std::lock_guard lock(conn.write_mu);
     if (status == 0 || conn.answered_by_takeover) break;
+    Cors cors;
+    if (status != 403 && req.count(beast_http::field::origin) == 1) {  // (dispatch refuses any other)
+      cors.origin = as_view(req[beast_http::field::origin]);
+      cors.preflight = status == 204;
+      cors.private_network = lowercase(as_view(req["Access-Control-Request-Private-Network"])) == "true";
+    }
     const bool keep = req.keep_alive();
-    if (!write_all_fd(fd, http_response(status, std::move(body), keep)) || !keep) break;
+    if (!write_all_fd(fd, http_response(status, std::move(body), keep, cors)) || !keep) break;
+    began = pending.empty() ? Clock::time_point{} : Clock::now();  // (the next request: timed from its first byte)
   }
   ::close(fd);
   std::lock_guard lock(mu_);
   --active_;
+  if (auto it = per_peer_.find(peer); it != per_peer_.end() && --it->second == 0) per_peer_.erase(it);
   done_.notify_all();
 }
 
@@ -402,6 +612,8 @@ int HttpServer::run() {
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &bound_len);
   const unsigned actual = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  learn_own_names(host, actual);
+  char chunk[4096];
   g_stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -417,19 +629,34 @@ int HttpServer::run() {
     if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
     if ((p[1].revents & POLLIN) != 0) break;
     if ((p[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage peer_addr{};
+    socklen_t peer_len = sizeof peer_addr;
+    const int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&peer_addr), &peer_len, SOCK_CLOEXEC);
     if (fd < 0) continue;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::string peer = peer_text(peer_addr);
     {
       std::lock_guard lock(mu_);
-      if (active_ >= o_.max_connections) {
-        (void)write_all_fd(fd, http_response(503, refusal("overloaded", "too many connections"), false));
+      std::string why;
+      if (active_ >= o_.max_connections) why = "too many connections";
+      else if (per_peer_[peer] >= o_.max_connections_per_peer)
+        why = "too many connections from " + peer + " (--http-max-connections-per-peer " +
+              std::to_string(o_.max_connections_per_peer) + ")";
+      if (!why.empty()) {
+        if (per_peer_[peer] == 0) per_peer_.erase(peer);
+        (void)write_all_fd(fd, http_response(503, refusal("overloaded", why), false));
+        // What the client already sent is dropped first: closing over unread bytes would
+        // reset the connection, and the refusal with it.
+        ::shutdown(fd, SHUT_WR);
+        for (int i = 0; i < 16 && ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT) > 0; ++i) {
+        }
         ::close(fd);
         continue;
       }
       ++active_;
+      ++per_peer_[peer];
     }
-    std::thread([this, fd] { handle(fd); }).detach();
+    std::thread([this, fd, peer = std::move(peer)] { handle(fd, peer); }).detach();
   }
   ::close(listener);
   // Connections see the stop and end; a call still running gets a little time to finish.
@@ -440,7 +667,27 @@ int HttpServer::run() {
 
 }  // namespace
 
+void check_http_front_options(const HttpFrontOptions& options) {
+  if (options.token.empty() && !is_loopback(options.host))
+    throw HostError("--http " + options.host + ": not a loopback address, so every request must carry a bearer token: "
+                    "set MACHINA_TOOLHOST_HTTP_TOKEN (or serve on 127.0.0.1 behind a proxy)");
+  for (const auto& origin : options.allow_origins) {
+    const auto scheme_end = origin.find("://");
+    const bool ok = origin == "null" || (scheme_end != std::string::npos && scheme_end > 0 &&
+                                         scheme_end + 3 < origin.size() &&
+                                         origin.find_first_of("/ ?#", scheme_end + 3) == std::string::npos);
+    if (!ok)
+      throw HostError("--http-allow-origin " + origin + ": expected an origin as a browser sends it, "
+                      "SCHEME://HOST[:PORT] without a path (e.g. http://localhost:3000)");
+  }
+  for (const auto& name : options.allow_hosts) {
+    std::string n, p;
+    if (!split_authority(name, n, p)) throw HostError("--http-allow-host " + name + ": expected NAME or NAME:PORT");
+  }
+}
+
 int serve_http(Host& host, const HttpFrontOptions& options) {
+  check_http_front_options(options);
   HttpServer server(host, options);
   return server.run();
 }

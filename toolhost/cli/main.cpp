@@ -353,12 +353,33 @@ int main(int argc, char** argv) {
   auto* http_opt = app.add_option("--http", http_address,
                                   "Serve tools over HTTP (tool protocol v1's service runner and capability handshake) on "
                                   "this numeric address and port (port 0: any free one, said on stderr); bearer token "
-                                  "from MACHINA_TOOLHOST_HTTP_TOKEN if set (docs/python-tools.md)")
+                                  "from MACHINA_TOOLHOST_HTTP_TOKEN if set, required off loopback; only JSON bodies, "
+                                  "the host's own Host names and no foreign Origin are served (docs/python-tools.md)")
                        ->type_name("HOST:PORT");
   std::size_t http_max_connections = 256;
   app.add_option("--http-max-connections", http_max_connections, "In --http, connections at once (more: 503)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
       ->capture_default_str();
+  std::size_t http_max_per_peer = 32;
+  app.add_option("--http-max-connections-per-peer", http_max_per_peer,
+                 "In --http, connections at once from one client address (more: 503)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
+      ->capture_default_str();
+  int http_header_timeout_ms = 10'000;
+  app.add_option("--http-header-timeout-ms", http_header_timeout_ms,
+                 "In --http, a request's headers must arrive within this (a new connection's: from its accept; "
+                 "else 408 and the connection is closed)")
+      ->check(CLI::Range(100, 600'000))
+      ->capture_default_str();
+  std::vector<std::string> http_allow_origins, http_allow_hosts;
+  app.add_option("--http-allow-origin", http_allow_origins,
+                 "In --http, serve requests carrying this Origin (repeatable; a request with any other Origin: 403), "
+                 "e.g. http://localhost:3000")
+      ->type_name("ORIGIN");
+  app.add_option("--http-allow-host", http_allow_hosts,
+                 "In --http, serve requests whose Host is this name (any port; NAME:PORT pins one; repeatable) "
+                 "beside the bound address and, on loopback, localhost (any other Host: 403)")
+      ->type_name("NAME");
   bool mcp = false;
   auto* mcp_opt = app.add_flag("--mcp", mcp,
                                "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
@@ -496,6 +517,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
       ->capture_default_str()
       ->group("Audit");
+  std::string audit_required = "leased";
+  app.add_option("--audit-required", audit_required,
+                 "Calls answered only once recorded: leased (of tools of tier > 0), all, or none; while the store "
+                 "cannot record (a full disk) they are refused with audit_unavailable")
+      ->check(CLI::IsMember({"leased", "all", "none"}))
+      ->capture_default_str()
+      ->group("Audit");
 
   // The worker side of --isolation process (started by the host itself, not by people).
   bool worker_mode = false;
@@ -606,6 +634,7 @@ int main(int argc, char** argv) {
     if (app.get_option("--python-workers")->count() == 0) options.python_workers = workers;
     report_events(options);
     audit.jsonl_max_bytes = audit_jsonl_max_mb << 20;
+    audit.required = machina::parse_audit_required(audit_required);
     if (*report_cmd) {
       if (report.db_path.empty()) report.db_path = options.audit.db_path;
       if (report.db_path.empty()) throw machina::HostError("audit report: name the database (--db FILE)");
@@ -650,11 +679,16 @@ int main(int argc, char** argv) {
       if (inv.http.port != "0" && (!parse_positive(inv.http.port, port) || port > 65535))
         throw machina::HostError("--http " + http_address + ": the port must be 0..65535");
       inv.http.max_connections = http_max_connections;
+      inv.http.max_connections_per_peer = http_max_per_peer;
+      inv.http.header_timeout_ms = http_header_timeout_ms;
+      inv.http.allow_origins = http_allow_origins;
+      inv.http.allow_hosts = http_allow_hosts;
       // The token stays in this process only: no tool inherits it.
       if (const char* token = std::getenv("MACHINA_TOOLHOST_HTTP_TOKEN"); token != nullptr && *token != '\0') {
         inv.http.token = token;
         ::unsetenv("MACHINA_TOOLHOST_HTTP_TOKEN");
       }
+      machina::cli::check_http_front_options(inv.http);  // before any tool is loaded
     }
     inv.plugins = plugins;
     inv.manifests = manifests;
