@@ -225,7 +225,7 @@ def half_sent(port: int, source: str = "127.0.0.1") -> socket.socket:
 
 
 def test_one_peer_cannot_hold_every_connection(tmp_path: Path) -> None:
-    host = start(tmp_path, "--http-max-connections", "40", "--http-header-timeout-ms", "1500")
+    host = start(tmp_path, "--http-max-connections", "40", "--http-header-timeout-ms", "2500")
     held: list[socket.socket] = []
     try:
         t0 = time.monotonic()
@@ -244,7 +244,7 @@ def test_one_peer_cannot_hold_every_connection(tmp_path: Path) -> None:
         status, _, answer = http_request(host.port, {"Host": f"127.0.0.1:{host.port}",
                                                      "Content-Type": "application/json"}, echo, source="127.0.0.2")
         assert status == 200 and answer["result"] == 4
-        assert time.monotonic() - t0 < 1.5
+        assert time.monotonic() - t0 < 2.5  # (while the 32 were still held)
         # Past the header deadline the half-sent ones are answered 408 and closed.
         for s in held[:32]:
             raw = b""
@@ -252,7 +252,7 @@ def test_one_peer_cannot_hold_every_connection(tmp_path: Path) -> None:
                 raw += chunk
             status, _, answer = parse_response(raw)
             assert status == 408 and answer["error"]["type"] == "request_timeout", raw
-        assert 1.4 < time.monotonic() - t0 < 8
+        assert 2.4 < time.monotonic() - t0 < 10
     finally:
         for s in held:
             s.close()
