@@ -22,6 +22,7 @@ from . import _core
 from ._core import Session, issue_lease
 from ._errors import (
     AccessDenied,
+    AuditUnavailable,
     BreakerOpen,
     Cancelled,
     CapabilityRefused,
@@ -69,6 +70,7 @@ __all__ = [
     "Artifact",
     "BreakerOpen",
     "AccessDenied",
+    "AuditUnavailable",
     "Cancelled",
     "Call",
     "CapabilityRefused",

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AccessDenied",
+    "AuditUnavailable",
     "BreakerOpen",
     "Cancelled",
     "CapabilityRefused",
@@ -238,6 +239,15 @@ class Overloaded(ToolhostError):
     kind = "overloaded"
 
 
+class AuditUnavailable(ToolhostError):
+    """The audit store cannot record (a full disk), and the call is one it must record
+    before it is answered (``audit_unavailable``, ``--audit-required``): refused before the
+    tool ran, or, when the call's own record failed, its output withheld. Retry once the
+    store records again."""
+
+    kind = "audit_unavailable"
+
+
 class InternalError(ToolhostError):
     """A defect in the host (``internal_error``)."""
 
@@ -282,6 +292,7 @@ _CLASS_OF_KIND: dict[str, type[ToolhostError]] = {
     "system_error": SystemFailure,
     "overloaded": Overloaded,
     "internal_error": InternalError,
+    "audit_unavailable": AuditUnavailable,
 }
 
 CODES: tuple[str, ...] = tuple(code for code, _status, _breaker in _core.error_kinds())

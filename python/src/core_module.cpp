@@ -86,6 +86,7 @@ const std::vector<std::pair<const char*, OptionSetter>>& host_options() {
       {"audit_jsonl", [](O& o, py::handle v) { o.audit.jsonl_path = as<std::string>(v, "audit_jsonl", "a str"); }},
       {"audit_retention_days", [](O& o, py::handle v) { o.audit.retention_days = as<std::int64_t>(v, "audit_retention_days", "an int"); }},
       {"audit_max_rows", [](O& o, py::handle v) { o.audit.max_rows = as<std::int64_t>(v, "audit_max_rows", "an int"); }},
+      {"audit_required", [](O& o, py::handle v) { o.audit.required = machina::parse_audit_required(as<std::string>(v, "audit_required", "a str")); }},
   };
   return table;
 }

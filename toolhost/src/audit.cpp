@@ -6,8 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -20,6 +22,7 @@
 #include <optional>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 namespace machina {
 
@@ -102,13 +105,14 @@ class DigestSax {
     }
     if (depth_ == 1) {
       if (keep_) {
-        if (path_ != nullptr && path_->empty() && path_member(key_)) *path_ = cut_utf8(v, kAuditMaxValue);
-        value_cut(v);
+        const std::string kept = mask_.masked(v);
+        if (path_ != nullptr && path_->empty() && path_member(key_)) *path_ = cut_utf8(kept, kAuditMaxValue);
+        value_cut(kept);
       } else {
         described("<string, ", v.size(), " bytes>");
       }
     } else if (depth_ == 2 && in_kept_array_) {
-      element_cut(v);
+      element_cut(mask_.masked(v));
     }
     return true;
   }
@@ -116,6 +120,7 @@ class DigestSax {
     if (depth_ == 1) {
       key_.assign(k);
       keep_ = kept_member(k);
+      mask_.reset();
     }
     return true;
   }
@@ -240,6 +245,7 @@ class DigestSax {
 
   std::string& out_;
   std::string* path_;
+  AuditCredentialMask mask_;  // over the values of one kept member
   int depth_ = 0;
   std::string key_;
   bool keep_ = false;
@@ -332,6 +338,14 @@ std::int64_t steady_ns() {
       .count();
 }
 
+/// Opens (making it if need be) a file of the store readable and writable by its owner
+/// only, whatever the umask and whatever mode an existing one had.
+int open_owner_only(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) (void)::fchmod(fd, 0600);
+  return fd;
+}
+
 constexpr std::size_t kWakeBytes = 2u << 20;  // (or a quarter of the buffer, if that is less)
 constexpr std::int64_t kCallsPerBatch = 1024;  // calls in one row of `batches` at most
 constexpr std::size_t kMaxOpenBatches = 4096;  // batches built at once (then written)
@@ -393,15 +407,16 @@ class AuditLog::Writer {
         complain(std::string("audit store ") + options_.db_path + ": " + e.what());
       }
     }
-    if (jsonl_ != nullptr) std::fclose(jsonl_);
+    if (jsonl_ >= 0) ::close(jsonl_);
   }
 
   /// Writes the records in `chunks` (each a run of RecordHead + bytes) in one transaction;
-  /// returns how many.
+  /// returns how many, and in `ok` whether all of them were written.
   /// `ticks` turns the ticks the records were stamped with into the steady clock.
-  std::size_t write(const std::vector<const AuditBytes*>& chunks, const TickLine& ticks) {
+  std::size_t write(const std::vector<const AuditBytes*>& chunks, const TickLine& ticks, bool& ok) {
     const std::int64_t offset_ns = realtime_minus_steady_ns();
     std::size_t total = 0;
+    ok = true;
     std::optional<sql::Transaction> tx;
     try {
       if (db_.is_open()) {
@@ -438,12 +453,13 @@ class AuditLog::Writer {
             }
           }
           if (db_.is_open()) add(batches_[batch_], c);
-          if (jsonl_ != nullptr) jsonl_line(c);
+          if (jsonl_ >= 0) jsonl_line(c);
           ++total;
         }
       }
       put_batches();
-      if (jsonl_ != nullptr) put_jsonl(jsonl_text_);
+      if (jsonl_ >= 0) put_jsonl(jsonl_text_);
+      if (std::exchange(jsonl_failed_, false)) ok = false;
       if (tx) {
         tx->commit();
         since_prune_ += total;
@@ -461,9 +477,35 @@ class AuditLog::Writer {
       for (const auto* chunk : chunks) lost += count_records(*chunk);
       complain(std::string("audit store ") + options_.db_path + ": " + e.what() + " (" + std::to_string(lost) +
                " calls not recorded)");
+      ok = false;
       return 0;
     }
     return total;
+  }
+
+  /// A write of its own (nothing was waiting): whether the store can record again. The
+  /// database gets a row of `meta` rewritten; the JSON lines file, what was kept back.
+  bool probe() {
+    try {
+      if (db_.is_open()) {
+        sql::Transaction tx(db_);
+        probe_.bind(1, audit_iso_time(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count()))
+            .run();
+        tx.commit();
+      }
+    } catch (const sql::Error& e) {
+      complain(std::string("audit store ") + options_.db_path + ": " + e.what());
+      return false;
+    }
+    if (jsonl_ < 0) return true;
+    // (Room for what a pass writes, taken and given back.)
+    if (const int err = ::posix_fallocate(jsonl_, static_cast<off_t>(jsonl_bytes_), 64 * 1024); err != 0) {
+      complain("audit JSON lines file " + options_.jsonl_path + ": " + std::strerror(err));
+      return false;
+    }
+    return ::ftruncate(jsonl_, static_cast<off_t>(jsonl_bytes_)) == 0;
   }
 
   static std::size_t count_records(const AuditBytes& chunk) {
@@ -538,6 +580,14 @@ class AuditLog::Writer {
   using Ids = std::unordered_map<std::string, std::int64_t, Hash, std::equal_to<>>;
 
   void open_db() {
+    // Made (or kept) its owner's only before SQLite opens it: SQLite gives the WAL and
+    // shared-memory files it makes the database file's mode.
+    const int fd = open_owner_only(options_.db_path, O_RDWR);
+    if (fd < 0) {
+      throw HostError("audit store " + options_.db_path + ": cannot open it: " + std::strerror(errno));
+    }
+    ::close(fd);
+    for (const char* suffix : {"-wal", "-shm", "-journal"}) (void)::chmod((options_.db_path + suffix).c_str(), 0600);
     try {
       db_ = sql::Db(options_.db_path);
       // Switching a new store to WAL needs it to itself: hosts starting together retry
@@ -598,6 +648,7 @@ class AuditLog::Writer {
       } else {
         db_.prepare("INSERT INTO meta VALUES('schema', ?)").bind(1, kAuditSchema).run();
       }
+      probe_ = db_.prepare("INSERT OR REPLACE INTO meta VALUES('written', ?)");
       insert_batch_ = db_.prepare(
           "INSERT INTO batches(first_call, shape, n, base_ms, min_ms, max_ms, calls) VALUES(?, ?, ?, ?, ?, ?, ?)");
       last_batch_ = db_.prepare("SELECT first_call + n FROM batches ORDER BY id DESC LIMIT 1");
@@ -654,12 +705,12 @@ class AuditLog::Writer {
   }
 
   void open_jsonl() {
-    jsonl_ = std::fopen(options_.jsonl_path.c_str(), "ae");
-    if (jsonl_ == nullptr) {
+    jsonl_ = open_owner_only(options_.jsonl_path, O_WRONLY | O_APPEND);
+    if (jsonl_ < 0) {
       throw HostError("audit JSON lines file " + options_.jsonl_path + ": cannot be opened: " + std::strerror(errno));
     }
     struct stat st {};
-    jsonl_bytes_ = ::fstat(fileno(jsonl_), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+    jsonl_bytes_ = ::fstat(jsonl_, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
   }
 
   void forget_ids() {
@@ -835,27 +886,41 @@ class AuditLog::Writer {
       put_jsonl(out);
       rotate_jsonl();
     }
-    if (jsonl_ != nullptr) out += line;
+    if (jsonl_ >= 0) out += line;
   }
 
+  /// Appends `text` (whole lines) to the JSON lines file. A write that fails leaves the file
+  /// as it was (no part of a line), the lines lost and jsonl_failed_ set.
   void put_jsonl(std::string& text) {
-    if (text.empty() || jsonl_ == nullptr) {
+    if (text.empty() || jsonl_ < 0) {
       text.clear();
       return;
     }
-    if (std::fwrite(text.data(), 1, text.size(), jsonl_) != text.size() || std::fflush(jsonl_) != 0) {
-      complain("audit JSON lines file " + options_.jsonl_path + ": " + std::strerror(errno));
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(jsonl_, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : ENOSPC;
+        if (done > 0) (void)::ftruncate(jsonl_, static_cast<off_t>(jsonl_bytes_));
+        complain("audit JSON lines file " + options_.jsonl_path + ": " + std::strerror(err) + " (lines not recorded)");
+        jsonl_failed_ = true;
+        text.clear();
+        return;
+      }
+      done += static_cast<std::size_t>(n);
     }
     jsonl_bytes_ += text.size();
     text.clear();
   }
 
   void rotate_jsonl() {
-    std::fclose(jsonl_);
+    ::close(jsonl_);
     std::rename(options_.jsonl_path.c_str(), (options_.jsonl_path + ".1").c_str());
-    jsonl_ = std::fopen(options_.jsonl_path.c_str(), "ae");
+    jsonl_ = open_owner_only(options_.jsonl_path, O_WRONLY | O_APPEND);
     jsonl_bytes_ = 0;
-    if (jsonl_ == nullptr) {
+    if (jsonl_ < 0) {
+      jsonl_failed_ = true;
       complain("audit JSON lines file " + options_.jsonl_path + ": cannot be opened again: " + std::strerror(errno));
     }
   }
@@ -869,7 +934,7 @@ class AuditLog::Writer {
 
   const AuditOptions& options_;
   sql::Db db_;
-  sql::Stmt insert_batch_, last_batch_, expire_, drop_old_, trim_, orphan_shapes_, orphan_args_, add_args_,
+  sql::Stmt probe_, insert_batch_, last_batch_, expire_, drop_old_, trim_, orphan_shapes_, orphan_args_, add_args_,
       find_args_, add_shape_, find_shape_;
   struct Shape {
     std::int64_t tool, front, user, code, args, hit;
@@ -904,7 +969,8 @@ class AuditLog::Writer {
   std::string jsonl_text_, jsonl_line_;
   std::size_t since_prune_ = 0;
   std::chrono::steady_clock::time_point last_prune_{}, last_complaint_{};
-  std::FILE* jsonl_ = nullptr;
+  int jsonl_ = -1;  // the JSON lines file
+  bool jsonl_failed_ = false;  // a write to it failed in this pass
   std::uint64_t jsonl_bytes_ = 0;
 };
 
@@ -1027,6 +1093,26 @@ void AuditLog::record(const AuditCall& call) {
   }
 }
 
+bool AuditLog::can_record() {
+  if (healthy_.load()) return true;
+  flush();
+  return healthy_.load();
+}
+
+bool AuditLog::record_committed(const AuditCall& call) {
+  const std::uint64_t failed = failed_writes_.load();
+  record(call);
+  flush();
+  return failed_writes_.load() == failed && healthy_.load();
+}
+
+AuditRequired parse_audit_required(std::string_view text) {
+  if (text == "none") return AuditRequired::none;
+  if (text == "leased") return AuditRequired::leased;
+  if (text == "all") return AuditRequired::all;
+  throw HostError("the audit requirement must be none, leased or all, not '" + std::string(text) + "'");
+}
+
 void AuditLog::flush() {
   std::unique_lock lock(mu_);
   const std::uint64_t target = ++flush_asked_;
@@ -1075,7 +1161,7 @@ void AuditLog::run() {
   // readings' few ns of error).
   TickPoint from = start_;
   for (;;) {
-    std::uint64_t asked = 0;
+    std::uint64_t asked = 0, flush_done_seen = 0;
     bool stopping = false;
     {
       std::unique_lock lock(mu_);
@@ -1084,6 +1170,7 @@ void AuditLog::run() {
       pressure_.store(false, std::memory_order_relaxed);
       stopping = stop_;
       asked = flush_asked_;
+      flush_done_seen = flush_done_;
       // A buffer only this log still holds belongs to a thread that has ended: once
       // drained (below, on an earlier pass), it goes.
       std::erase_if(buffers_, [](const auto& b) { return b.use_count() == 1 && b->data.empty() && b->taken.empty(); });
@@ -1104,12 +1191,22 @@ void AuditLog::run() {
       if (!b->taken.empty()) chunks.push_back(&b->taken);
     }
     const TickPoint now = tick_point();
+    std::optional<bool> ok;  // whether this pass wrote what it took (none: it wrote nothing)
     if (!chunks.empty()) {
       try {
-        written_.fetch_add(writer_->write(chunks, TickLine(from, now)), std::memory_order_relaxed);
+        bool all = false;
+        written_.fetch_add(writer_->write(chunks, TickLine(from, now), all), std::memory_order_relaxed);
+        ok = all;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "machina-toolhost: audit: %s\n", e.what());
+        ok = false;
       }
+    } else if (asked > flush_done_seen && !healthy_.load()) {
+      ok = writer_->probe();  // asked whether the store records again, with nothing to write
+    }
+    if (ok) {
+      if (!*ok) failed_writes_.fetch_add(1);
+      healthy_.store(*ok);
     }
     for (const auto& b : buffers) b->taken.clear();
     buffers.clear();

@@ -269,13 +269,13 @@ Response Host::handle(Request& request, Session& session, Takeover* takeover) {
     }
   }();
   // (An abandoned response was recorded when the takeover answered.)
-  if (audit_ && !r.abandoned) record_call(request, r, started_ns);
+  if (audit_ && !r.abandoned) record_or_withhold(request, session, r, started_ns);
   r.id_json = std::move(request.id_json);
   if (request.ds_state && request.ds_state->numbered) r.ds_state.numbered = true;  // answered as asked
   return r;
 }
 
-void Host::record_call(const Request& request, const Response& response, std::int64_t started_ns) const {
+AuditCall Host::audit_call(const Request& request, const Response& response, std::int64_t started_ns) const {
   AuditCall call;
   call.front = request.front;
   call.kind = response.kind;
@@ -286,7 +286,31 @@ void Host::record_call(const Request& request, const Response& response, std::in
   if (request.user) call.user = *request.user;
   call.input_json = request.input_json;
   call.output_bytes = response.output_json.size();
-  audit_->record(call);
+  return call;
+}
+
+void Host::record_call(const Request& request, const Response& response, std::int64_t started_ns) const {
+  audit_->record(audit_call(request, response, started_ns));
+}
+
+void Host::record_or_withhold(const Request& request, Session& session, Response& r, std::int64_t started_ns) const {
+  const Tool* tool = audit_->options().required == AuditRequired::none || r.kind == ErrorKind::audit_unavailable
+                         ? nullptr
+                         : registry_.find(request.aid);
+  if (tool == nullptr || !audit_->must_record(tool->info.tier)) {
+    record_call(request, r, started_ns);
+    return;
+  }
+  // A call the store must record is answered once its record is written: if the write
+  // fails, the answer is withheld (the tool may have run; the state it changed stays, as
+  // the session's delta says).
+  if (audit_->record_committed(audit_call(request, r, started_ns))) return;
+  DsReport state = std::move(r.ds_state);
+  r = Response::failure(ErrorKind::audit_unavailable,
+                        "audit_unavailable: the audit store cannot record; the call of " + tool->info.aid +
+                            " ended but its record could not be written, so its answer is withheld");
+  r.ds_state = state.mode == DsReport::Mode::none ? report(session, nullptr) : std::move(state);
+  record_call(request, r, started_ns);
 }
 
 namespace {
@@ -337,6 +361,15 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
 
   const Tool* tool = registry_.find(request.aid);
   if (tool == nullptr) return Response::failure(ErrorKind::tool_not_found, "tool not found: " + excerpt(request.aid));
+
+  // A call the audit store must record is refused while it cannot (before a lease is used).
+  if (audit_ && audit_->must_record(tool->info.tier) && !audit_->can_record()) [[unlikely]] {
+    Response r = Response::failure(ErrorKind::audit_unavailable,
+                                   "audit_unavailable: the audit store cannot record (its last write failed); " +
+                                       tool->info.aid + " is not run until it can");
+    r.ds_state = report(session, nullptr);
+    return r;
+  }
 
   if (leases_ && tool->info.tier > 0) {
     if (!request.lease_token) {

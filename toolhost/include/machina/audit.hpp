@@ -8,6 +8,9 @@
 // everything else (ticks to time, digests, names, SQL) happens on the log's writer thread,
 // in batches.
 // A thread whose buffer is full waits for the writer: a record is never dropped.
+// A store that cannot record (its disk full, its file gone) does not fail open: the calls
+// AuditOptions::required names are refused (audit_unavailable) until it records again.
+// Credentials in what is kept are masked; the store's files are its owner's only (0600).
 // See docs/tool-packs.md (the audit store) for the schema and `machina-toolhost audit report`.
 #pragma once
 
@@ -34,6 +37,15 @@
 
 namespace machina {
 
+/// Which calls the store must be able to record before they are answered.
+enum class AuditRequired {
+  none,    // none: a store that cannot record loses the calls and says so on stderr
+  leased,  // the calls of tools of tier > 0 (the ones a lease is for)
+  all,     // every call that reaches a tool
+};
+/// "none", "leased", "all"; throws HostError for anything else.
+AuditRequired parse_audit_required(std::string_view text);
+
 struct AuditOptions {
   std::string db_path;     // the SQLite database ("" with jsonl_path "": no audit)
   std::string jsonl_path;  // also one JSON line per call ("" : none)
@@ -43,6 +55,7 @@ struct AuditOptions {
   std::size_t buffer_bytes = 8u << 20;     // per recording thread: past this it waits for the writer
   std::int64_t flush_interval_ms = 5;      // how often the writer takes what the threads recorded (sooner
                                            // when a thread has recorded 2 MiB, or a quarter of buffer_bytes)
+  AuditRequired required = AuditRequired::leased;
 
   bool enabled() const { return !db_path.empty() || !jsonl_path.empty(); }
 };
@@ -77,8 +90,29 @@ inline constexpr std::size_t kAuditMaxValue = 1024;       // bytes of one path/c
 /// "<object>") or, for a string, its kind and size ("<string, 12 bytes>"). An input that is
 /// not an object (or not JSON, or cut) is described the same way. `path` is set to the
 /// first path-like member's value.
+/// Credentials in kept values are masked (AuditCredentialMask).
 std::string audit_digest(std::string_view input_json, bool input_cut, std::string* path);
 void audit_digest_into(std::string& out, std::string_view input_json, bool input_cut, std::string* path);
+
+/// Masks credentials in the values the store keeps with "***": the password of a URL's user
+/// (`https://user:***@host`), the values of query parameters, assignments and flags named
+/// like credentials (`token=***`, `--password=***`, `--password ***`, `API_KEY=***`), what
+/// follows `Bearer` or a header such as `Authorization:` or `X-Api-Key:`, the password of
+/// `-u name:***`, and a mysql client's `-p***`. A flag's value may be the next word or the
+/// next element of an array: one mask masks a member's values in turn (reset() between
+/// members).
+class AuditCredentialMask {
+ public:
+  std::string masked(std::string_view text);
+  void reset();
+
+ private:
+  std::string word(std::string_view w);
+  enum class Next { none, value, auth_value, user };
+  Next next_ = Next::none;
+  bool program_seen_ = false;  // the first word (the program) was seen
+  bool mysql_ = false;         // it is a mysql client (whose -pSECRET is a password)
+};
 
 class AuditLog {
  public:
@@ -106,6 +140,19 @@ class AuditLog {
   bool ticks_are_tsc() const { return tsc_; }
   /// Blocks until every call recorded before this one is written (and committed).
   void flush();
+
+  /// Whether a call of a tool of this tier must be recordable before it is answered
+  /// (AuditOptions::required).
+  bool must_record(int tier) const {
+    return options_.required == AuditRequired::all || (options_.required == AuditRequired::leased && tier > 0);
+  }
+  /// Whether the store's last write succeeded. When it did not, the writer is asked to
+  /// write what is waiting (or, with nothing waiting, to try a write of its own) and the
+  /// answer is whether that succeeded.
+  bool can_record();
+  /// Records one call and waits until the writer has written it: true when it committed
+  /// (false also when a write of other calls failed in the meantime).
+  bool record_committed(const AuditCall& call);
 
   const AuditOptions& options() const { return options_; }
   /// The files of the store (database, its WAL and shared-memory files, the JSON lines):
@@ -146,6 +193,8 @@ class AuditLog {
   bool stop_ = false;
   std::atomic<std::uint64_t> written_{0};
   std::atomic<bool> pressure_{false};  // a thread's buffer passed the wake mark
+  std::atomic<bool> healthy_{true};    // the writer's last write succeeded
+  std::atomic<std::uint64_t> failed_writes_{0};
   std::thread thread_;
 };
 

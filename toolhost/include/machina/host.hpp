@@ -170,7 +170,11 @@ class Host {
   struct Scope;
 
   Response handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns);
+  AuditCall audit_call(const Request& request, const Response& response, std::int64_t started_ns) const;
   void record_call(const Request& request, const Response& response, std::int64_t started_ns) const;
+  /// Records the call; one the store must record (AuditOptions::required) is first written,
+  /// and if that fails `r` becomes audit_unavailable (its output withheld).
+  void record_or_withhold(const Request& request, Session& session, Response& r, std::int64_t started_ns) const;
   /// Runs the call into `r` (a fresh Response, the caller's return object).
   void execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope,
                Response& r);
