@@ -17,7 +17,8 @@
 namespace machina {
 
 /// Names no file tool may open, matched against every part of a path (a pattern without
-/// a '/') or the path beneath its root (a pattern with one); fnmatch(3) globs.
+/// a '/') or the path beneath its root (a pattern with one); fnmatch(3) globs, matched
+/// whatever the case of the name.
 const std::vector<std::string>& default_deny_globs();
 
 struct FilePolicy {

@@ -29,13 +29,15 @@ std::string joined(const std::vector<std::string>& parts, std::size_t count) {
   return out;
 }
 
-/// The deny glob a path beneath its root matches, or null.
+/// The deny glob a path beneath its root matches, or null. Case is ignored: on a
+/// case-insensitive mount `.GIT/config` opens `.git/config`.
 const std::string* denied_by(const Policy& policy, const std::vector<std::string>& parts) {
   for (const auto& glob : policy.files.deny) {
     const bool whole = glob.find('/') != std::string::npos;
     for (std::size_t i = 0; i < parts.size(); ++i) {
-      const bool hit = whole ? ::fnmatch(glob.c_str(), joined(parts, i + 1).c_str(), FNM_PATHNAME | FNM_PERIOD) == 0
-                             : ::fnmatch(glob.c_str(), parts[i].c_str(), 0) == 0;
+      const bool hit = whole ? ::fnmatch(glob.c_str(), joined(parts, i + 1).c_str(),
+                                         FNM_PATHNAME | FNM_PERIOD | FNM_CASEFOLD) == 0
+                             : ::fnmatch(glob.c_str(), parts[i].c_str(), FNM_CASEFOLD) == 0;
       if (hit) return &glob;
     }
   }
