@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace machina::jsonrpc;
@@ -160,7 +161,8 @@ TEST_CASE("params the parse does not keep are read again: too many members, an a
   CHECK_FALSE(m.params_members_found);
   std::string why;
   CHECK_FALSE(each_param(m, [](const Member&) { return true; }, why));
-  // Given twice, the last params counts, for its text and its members alike.
+  // Given twice (which makes the message invalid: see below), the last params is what the
+  // parse cut, its text and its members alike.
   m = read(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1},"params":{"b":"two"}})");
   CHECK(m.params == R"({"b":"two"})");
   REQUIRE(m.params_members_found);
@@ -179,6 +181,33 @@ TEST_CASE("params the parse does not keep are read again: too many members, an a
          m.error_data.empty() && m.why.empty()));
   REQUIRE(parse(R"({"jsonrpc":"2.0"})", m, ignored));
   CHECK((m.kind == Message::Kind::invalid && m.id.empty() && m.result.empty() && !m.why.empty()));
+}
+
+TEST_CASE("a member of a message or of its error given twice makes it invalid, naming the member") {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"jsonrpc":"2.0","id":1,"id":2,"method":"ping"})", "id"},
+      {R"({"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"ping"})", "jsonrpc"},
+      {R"({"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/list"})", "method"},
+      {R"({"jsonrpc":"2.0","id":1,"method":"m","params":{},"params":{"a":1}})", "params"},
+      {R"({"jsonrpc":"2.0","id":1,"result":1,"result":2})", "result"},
+      {R"({"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"a"},"error":{"code":2,"message":"b"}})", "error"},
+      {R"({"jsonrpc":"2.0","id":1,"error":{"code":1,"code":2,"message":"a"}})", "error.code"},
+      {R"({"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"a","message":"b"}})", "error.message"},
+      {R"({"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"a","data":1,"data":2}})", "error.data"},
+  };
+  for (const auto& [line, member] : cases) {
+    CAPTURE(line);
+    Message m;
+    std::string why;
+    REQUIRE(parse(line, m, why));
+    CHECK(m.kind == Message::Kind::invalid);
+    CHECK(m.why == "the member \"" + std::string(member) + "\" is given twice");
+    if (std::string_view(member) == "id") CHECK(m.id.empty());  // (neither is the id)
+    else CHECK(m.id == "1");
+  }
+  // Members a message does not have, and a member of params, may come twice: not the envelope's.
+  Message m = read(R"({"jsonrpc":"2.0","id":1,"method":"m","x":1,"x":2,"params":{"a":1,"a":2}})");
+  CHECK(m.kind == Message::Kind::request);
 }
 
 TEST_CASE("a parse inside another's callback reads its own text") {

@@ -162,12 +162,11 @@ class MessageSax {
       if (k == "jsonrpc") field_ = Field::jsonrpc;
       else if (k == "id") field_ = Field::id;
       else if (k == "method") field_ = Field::method;
-      else if (k == "params") {
-        field_ = Field::params;
-        params_doubt_ = false;  // (given twice, the last counts)
-      } else if (k == "result") field_ = Field::result;
+      else if (k == "params") field_ = Field::params;
+      else if (k == "result") field_ = Field::result;
       else if (k == "error") field_ = Field::error;
       else field_ = Field::other;
+      if (field_ != Field::other) seen(seen1_, static_cast<unsigned>(field_), k);
     } else if (depth_ == 2 && field_ == Field::params) {
       start2_ = stream_.Tell();
       if (params_object_ && out_.params_member_count < Message::kParamsMembers) {
@@ -181,6 +180,7 @@ class MessageSax {
       else if (k == "message") error_field_ = ErrorField::message;
       else if (k == "data") error_field_ = ErrorField::data;
       else error_field_ = ErrorField::other;
+      if (error_field_ != ErrorField::other) seen(seen2_, static_cast<unsigned>(error_field_), "error." + std::string(k));
     }
     return true;
   }
@@ -193,6 +193,12 @@ class MessageSax {
   void finish() {
     if (batch_) return invalid("a batch (JSON-RPC arrays are not supported here)");
     if (!object_) return invalid("not a JSON-RPC message (not an object)");
+    if (!twice_.empty()) {
+      // Read as either of its values, a member given twice would let two readers of one
+      // message disagree (a proxy checks one id or method, this host answers the other).
+      if (twice_ == "id") out_.id = {};
+      return invalid("the member \"" + twice_ + "\" is given twice");
+    }
     if (!version_ok_) return invalid("not a JSON-RPC 2.0 message (\"jsonrpc\": \"2.0\" missing)");
     if (id_type_ != Type::none && id_type_ != Type::number && id_type_ != Type::string && id_type_ != Type::null)
       return invalid("the id must be a number or a string");
@@ -227,6 +233,11 @@ class MessageSax {
   void invalid(std::string why) {
     out_.kind = Message::Kind::invalid;
     out_.why = std::move(why);
+  }
+  /// A member of the envelope (or of its error) met: the first one met twice is kept.
+  void seen(unsigned& mask, unsigned bit, std::string_view key) {
+    if ((mask & (1u << bit)) != 0 && twice_.empty()) twice_ = key;
+    mask |= 1u << bit;
   }
   std::string_view raw(std::size_t from) const {
     std::size_t at = from;
@@ -277,7 +288,8 @@ class MessageSax {
       if (object) object_ = true;
       else batch_ = true;
     } else if (depth_ == 1 && field_ == Field::params) {
-      // (given twice, the last params counts, as for out_.params)
+      // (A params given twice makes the message invalid; its members start again here so
+      // that the second stays within params_members.)
       params_object_ = object;
       params_overflow_ = false;
       out_.params_member_count = 0;
@@ -334,6 +346,8 @@ class MessageSax {
   Type id_type_ = Type::none, params_type_ = Type::none;
   bool params_object_ = false, params_overflow_ = false;
   bool params_doubt_ = false;  // see Message::params_valid_json
+  unsigned seen1_ = 0, seen2_ = 0;  // the envelope's members met (by Field), its error's (by ErrorField)
+  std::string twice_;               // the first member met twice
 };
 
 /// The members of one object, each with its raw text (see for_each_member).

@@ -79,7 +79,8 @@ struct Message {
 
 /// Reads one message. False, with `why`, when the line is not JSON (a parse error);
 /// true otherwise, with kind `invalid` for JSON that is not a message (a batch, no
-/// "jsonrpc": "2.0", an id that is neither a number nor a string, ...).
+/// "jsonrpc": "2.0", an id that is neither a number nor a string, a member of the message
+/// or of its error given twice — then an `id` given twice is left out, ...).
 bool parse(std::string_view line, Message& out, std::string& why);
 
 /// Calls `each` for the members of the JSON object `text`, in order, until it returns
