@@ -214,15 +214,24 @@ json object_schema(const std::string& text) {
   return s;
 }
 
+/// A tool's MCP annotations. The host's view comes from the tier (0 safe, 1 write, 2
+/// system, 3 dangerous) and the declared side effects. A hosted server's own annotations
+/// are listed where they claim no less than that view: clients approve read-only tools
+/// without asking, so a tool the operator declared with a tier or side effects is never
+/// shown read-only, and one of tier 2 or more is shown destructive, whatever its server says.
 json annotations_of(const ToolInfo& info) {
+  const bool read_only = info.tier == 0 && info.side_effects.empty();
+  const bool destructive = !read_only && info.tier >= 2;
   if (!info.annotations.empty()) {
     json a = json::parse(info.annotations, nullptr, false);
-    if (a.is_object()) return a;
+    if (a.is_object()) {
+      if (!read_only) a["readOnlyHint"] = false;
+      if (destructive) a["destructiveHint"] = true;
+      return a;
+    }
   }
-  // From the tier (0 safe, 1 write, 2 system, 3 dangerous) and what the tool declares.
-  const bool read_only = info.tier == 0 && info.side_effects.empty();
   return {{"readOnlyHint", read_only},
-          {"destructiveHint", !read_only && info.tier >= 2},
+          {"destructiveHint", destructive},
           {"idempotentHint", read_only || info.deterministic}};
 }
 
