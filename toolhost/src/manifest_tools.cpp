@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 
@@ -43,6 +45,23 @@ std::string capability_context(const ManifestTool& t, const std::string& runner)
 /// The error of a skill's or an MCP server's entry.
 [[noreturn]] void refuse_child(const ToolManifest& m, const ManifestChild& c, const std::string& why) {
   throw HostError(m.path + ":" + std::to_string(c.line) + ": " + c.kind + " " + c.name + ": " + why);
+}
+
+/// What to tell the operator of the variables a skill directory's manifest.json asks for
+/// that the tool manifest's `env` does not list ("" for none): they are not passed.
+std::string asked_env_warning(const ManifestChild& c) {
+  std::string names;
+  for (const auto& name : c.skill_env) {
+    if (std::find(c.env.begin(), c.env.end(), name) != c.env.end()) continue;
+    const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+    });
+    names += (names.empty() ? "" : ", ") +
+             (plain ? name : nlohmann::json(name).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace));
+  }
+  if (names.empty()) return {};
+  return c.kind + " " + c.name + ": its manifest.json asks for the environment variables " + names +
+         "; only the tool manifest's env passes variables to a skill: not passed";
 }
 
 /// The tool a skill or an MCP server offers, as the registry knows it.
@@ -111,6 +130,7 @@ std::vector<std::shared_ptr<JsonRpcToolset>> Host::start_children(const ToolMani
       o.child.argv = plan.launcher;
       o.child.argv.push_back(program);
       o.child.argv.insert(o.child.argv.end(), c.command.begin() + 1, c.command.end());
+      if (const std::string warning = asked_env_warning(c); !warning.empty()) event(warning);
       std::vector<std::string> pass(std::begin(kWorkerEnvironment), std::end(kWorkerEnvironment));
       pass.insert(pass.end(), options_.workers.pass_env.begin(), options_.workers.pass_env.end());
       pass.insert(pass.end(), c.env.begin(), c.env.end());

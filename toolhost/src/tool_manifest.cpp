@@ -200,7 +200,8 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
 
 /// What a skill directory's manifest.json says of how to start it (the seed's
 /// {"runtime": {"type": "subprocess", "command", "args"}}, or the later runtime's
-/// {"runtime": "python", "entry", "tick_interval", "env"}), and SKILL.md's name and description.
+/// {"runtime": "python", "entry", "tick_interval", "env"}), and SKILL.md's name and
+/// description. Its `env` is only a request (ManifestChild::skill_env).
 void read_skill_dir(ManifestChild& c, const std::string& dir, const std::function<void(const std::string&)>& fail) {
   namespace fs = std::filesystem;
   std::ifstream in(fs::path(dir) / "manifest.json", std::ios::binary);
@@ -229,9 +230,11 @@ void read_skill_dir(ManifestChild& c, const std::string& dir, const std::functio
     c.methods = "skill";
     if (j.contains("tick_interval") && j["tick_interval"].is_number_integer() && c.tick_interval_ms == 0)
       c.tick_interval_ms = j["tick_interval"].get<std::int64_t>();
+    // What the skill asks for: the operator's `env` alone passes variables (a skill does
+    // not pick the host's secrets for itself).
     if (j.contains("env") && j["env"].is_array()) {
       for (const auto& e : j["env"]) {
-        if (e.is_string()) c.env.push_back(e.get<std::string>());
+        if (e.is_string()) c.skill_env.push_back(e.get<std::string>());
       }
     }
   } else if (c.command.empty()) {

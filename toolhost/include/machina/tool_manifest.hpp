@@ -54,7 +54,8 @@ struct ManifestChild {
   std::map<std::string, bool> guarantees;
   bool sandbox = false;
   std::uint64_t memory_mb = 0;
-  std::vector<std::string> env;
+  std::vector<std::string> env;      // variables of the host's environment it also gets (the operator's list)
+  std::vector<std::string> skill_env; // what a skill directory's manifest.json asks for: passed only if in `env`
   std::string write_root;
   std::string skill_manifest_json;   // a skill directory's manifest.json (skill/load's `manifest`)
 };
