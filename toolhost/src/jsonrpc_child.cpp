@@ -25,6 +25,8 @@ constexpr auto kIdleTakeover = std::chrono::milliseconds(2);
 // How often the watch thread looks while a caller holds the turn (it takes the turn no
 // sooner than kIdleTakeover after it is given up, and no later than this).
 constexpr auto kWatchWhileCallersRead = std::chrono::milliseconds(50);
+// Answers to no request in flight told one by one; past these, one in a thousand.
+constexpr std::uint64_t kStrayAnswersTold = 10;
 
 /// The id as we sent it (an integer), from the raw JSON an answer carries: 7 or "7".
 bool id_of(std::string_view raw, std::int64_t& id) {
@@ -152,6 +154,8 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
       return r;
     }
     id = next_id_++;
+    // What the child wrote before now cannot answer this request.
+    p->sent_after = bytes_read_.load(std::memory_order_acquire);
     pending_.emplace(id, p);
   }
   // Known to the owner before the child can see it (its requests about the call may come
@@ -265,6 +269,18 @@ std::uint64_t JsonRpcChild::answers_read_by_callers() const {
   return answers_read_by_callers_;
 }
 
+std::uint64_t JsonRpcChild::stray_answers() const {
+  std::lock_guard lock(mu_);
+  return stray_answers_;
+}
+
+void JsonRpcChild::stray_answer(std::int64_t id, std::uint64_t count) const {
+  if (!options_.on_event || (count > kStrayAnswersTold && count % 1000 != 0)) return;
+  options_.on_event(options_.name + ": dropped an answer for id " + std::to_string(id) +
+                    ", which is not a request in flight (" + std::to_string(count) + " dropped" +
+                    (count == kStrayAnswersTold ? "; from here on one in a thousand is told)" : ")"));
+}
+
 std::string JsonRpcChild::ended_how() const {
   std::lock_guard lock(mu_);
   return how_;
@@ -322,6 +338,7 @@ JsonRpcChild::Read JsonRpcChild::read_some(int timeout_ms, const Pending* mine, 
           return Read::more;
         }
         buffer_.append(chunk_.get(), static_cast<std::size_t>(n));
+        bytes_read_.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_release);
         if (static_cast<std::size_t>(n) < kChunkBytes) break;  // (a pipe gives what it holds: drained)
         if (buffer_.size() > options_.max_line_bytes) break;
       }
@@ -335,9 +352,11 @@ JsonRpcChild::Read JsonRpcChild::read_some(int timeout_ms, const Pending* mine, 
       const std::size_t line_start = at;
       at = nl + 1;
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
-      const Handled handled = handle_line(line, mine != nullptr);
+      const std::size_t lead = line.find_first_not_of(" \t");
+      if (lead == std::string_view::npos) continue;
+      const Handled handled = handle_line(line, mine != nullptr, buffer_at_ + line_start + lead);
       if (handled == Handled::killed) {
+        buffer_at_ += buffer_.size();
         buffer_.clear();
         clean_ = 0;
         return Read::more;  // (its end is read next)
@@ -358,15 +377,18 @@ JsonRpcChild::Read JsonRpcChild::read_some(int timeout_ms, const Pending* mine, 
       }
     }
     buffer_.erase(0, at);
+    buffer_at_ += at;
     clean_ = stopped ? 0 : buffer_.size();  // (searched to its end: no newline left)
     if (buffer_.size() > options_.max_line_bytes && clean_ == buffer_.size()) {
       kill("wrote a message over " + std::to_string(options_.max_line_bytes) + " bytes");
+      buffer_at_ += buffer_.size();
       buffer_.clear();
       clean_ = 0;
     }
     return next;
   } catch (const std::exception& e) {
     // (Out of memory, say.) Nothing of the exchange can be trusted any more.
+    buffer_at_ += buffer_.size();
     buffer_.clear();
     clean_ = 0;
     kill(std::string("its output could not be handled (") + e.what() + ")");
@@ -374,7 +396,7 @@ JsonRpcChild::Read JsonRpcChild::read_some(int timeout_ms, const Pending* mine, 
   return Read::more;
 }
 
-JsonRpcChild::Handled JsonRpcChild::handle_line(std::string_view line, bool by_caller) {
+JsonRpcChild::Handled JsonRpcChild::handle_line(std::string_view line, bool by_caller, std::uint64_t at) {
   jsonrpc::Message m;
   std::string why;
   if (!jsonrpc::parse(line, m, why) || m.kind == jsonrpc::Message::Kind::invalid) {
@@ -408,23 +430,35 @@ JsonRpcChild::Handled JsonRpcChild::handle_line(std::string_view line, bool by_c
     std::int64_t id = 0;
     if (!id_of(m.id, id)) return Handled::done;  // an answer to nothing we sent (a null id): dropped
     std::shared_ptr<Pending> p;
+    std::uint64_t stray = 0;
     {
       std::lock_guard lock(mu_);
       auto it = pending_.find(id);
-      if (it == pending_.end()) return Handled::done;  // late: its call gave up already
-      p = std::move(it->second);
-      pending_.erase(it);
-      if (m.kind == jsonrpc::Message::Kind::result) {
-        p->reply.ending = Reply::Ending::result;
-        p->reply.result.assign(m.result);
+      // An id not given out yet, or one whose request was not yet written when the child
+      // began this line (left unread, or unfinished, until the request went): not its answer.
+      if (id < 1 || id >= next_id_ || (it != pending_.end() && at < it->second->sent_after)) {
+        stray = ++stray_answers_;
+      } else if (it == pending_.end()) {
+        return Handled::done;  // late: its call gave up already
       } else {
-        p->reply.ending = Reply::Ending::error;
-        p->reply.code = m.error_code;
-        p->reply.message = std::move(m.error_message);
-        p->reply.data.assign(m.error_data);
+        p = std::move(it->second);
+        pending_.erase(it);
+        if (m.kind == jsonrpc::Message::Kind::result) {
+          p->reply.ending = Reply::Ending::result;
+          p->reply.result.assign(m.result);
+        } else {
+          p->reply.ending = Reply::Ending::error;
+          p->reply.code = m.error_code;
+          p->reply.message = std::move(m.error_message);
+          p->reply.data.assign(m.error_data);
+        }
+        p->done = true;
+        if (by_caller) ++answers_read_by_callers_;
       }
-      p->done = true;
-      if (by_caller) ++answers_read_by_callers_;
+    }
+    if (stray != 0) {
+      stray_answer(id, stray);
+      return Handled::done;
     }
     // Told once the lock is free: woken under it, the caller would only wait for it
     // again (two more thread switches a call on one CPU).

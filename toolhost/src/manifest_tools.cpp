@@ -136,6 +136,8 @@ std::vector<std::shared_ptr<JsonRpcToolset>> Host::start_children(const ToolMani
       pass.insert(pass.end(), c.env.begin(), c.env.end());
       o.child.env = plan.empty_environment ? std::vector<std::string>{} : pick_environment(pass);
       o.child.cwd = c.dir;
+      o.child.name = (c.kind == "mcp_server" ? "MCP server " : "skill ") + c.name;
+      o.child.on_event = options_.on_event;
       o.child.max_line_bytes = options_.max_output_bytes + (1u << 20);
       o.start_timeout_ms = c.start_timeout_ms;
       o.tick_interval_ms = c.tick_interval_ms;

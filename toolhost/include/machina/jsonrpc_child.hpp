@@ -41,6 +41,9 @@ struct JsonRpcChildOptions {
   std::string cwd;                // "" for ours
   std::size_t max_line_bytes = 16u << 20;  // longest message read
   std::size_t stderr_tail_bytes = 4096;
+  std::string name;  // names it in events ("skill weather")
+  // Told of what the host's operator should hear (an answer dropped: see stray_answers()).
+  std::function<void(std::string_view)> on_event;
 };
 
 class JsonRpcChild {
@@ -93,10 +96,16 @@ class JsonRpcChild {
   /// Answers read by the caller waiting for them or by another caller (the rest: by the
   /// watch thread, which wakes the caller).
   std::uint64_t answers_read_by_callers() const;
+  /// Answers dropped because their id was not a request in flight when the child began to
+  /// write them (an id not sent yet: a child cannot answer a call before it is made). Each
+  /// is told to on_event (the first ten, then one in a thousand). Answers that come after
+  /// their call gave up (its deadline, a cancellation) are dropped without a word.
+  std::uint64_t stray_answers() const;
 
  private:
   struct Pending {
     Reply reply;
+    std::uint64_t sent_after = 0;   // of the child's output, the bytes read before its id was given out
     std::atomic<bool> done{false};  // set under mu_; read without it by the thread reading
     bool waiting = false;           // its caller waits on cv (not reading, not still writing)
     std::condition_variable cv;
@@ -114,7 +123,10 @@ class JsonRpcChild {
   /// One line of the child's (`killed`: it killed the child for it). A caller reading
   /// (`by_caller`) leaves the child's requests and notifications to the watch thread
   /// (`for_watch`): their handlers may take a while.
-  Handled handle_line(std::string_view line, bool by_caller);
+  /// `at`: where the line's message begins in the child's whole output.
+  Handled handle_line(std::string_view line, bool by_caller, std::uint64_t at);
+  /// An answer to no request in flight: counted, and told.
+  void stray_answer(std::int64_t id, std::uint64_t count) const;
   /// The output ended: how, and every call in flight failed.
   void ended();
   /// The watch thread: holds the reading turn while no caller has for kIdleTakeover.
@@ -137,6 +149,10 @@ class JsonRpcChild {
   std::map<std::int64_t, std::shared_ptr<Pending>> pending_;
   std::int64_t next_id_ = 1;
   std::uint64_t answers_read_by_callers_ = 0;
+  std::uint64_t stray_answers_ = 0;
+  // Of the child's output, the bytes read so far (by the reader; read by callers as they
+  // give out an id).
+  std::atomic<std::uint64_t> bytes_read_{0};
   bool gone_ = false;   // no call goes to it any more
   bool ended_ = false;  // its output has ended (it is reaped)
   std::string how_;
@@ -151,6 +167,7 @@ class JsonRpcChild {
   // the chunk read into.
   std::string buffer_;
   std::size_t clean_ = 0;
+  std::uint64_t buffer_at_ = 0;  // where buffer_ begins in the child's whole output
   std::unique_ptr<char[]> chunk_;
   std::mutex write_mu_;
   std::thread watch_;
