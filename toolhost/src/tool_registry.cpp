@@ -3,6 +3,7 @@
 #include <machina/errors.hpp>
 #include <machina/tool_registry.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <mutex>
@@ -147,6 +148,8 @@ std::vector<std::string> ToolRegistry::add_described(const std::string& source, 
   const std::string where = std::string(what) + " " + source;
   std::vector<std::unique_ptr<Tool>> tools;
   tools.reserve(described.size());
+  const bool host_own = !described.empty() && std::all_of(described.begin(), described.end(),
+                                                          [](const Described& d) { return d.host_own; });
   for (auto& d : described) {
     auto tool = std::make_unique<Tool>(breaker_options_);
     tool->info = std::move(d.info);
@@ -155,25 +158,59 @@ std::vector<std::string> ToolRegistry::add_described(const std::string& source, 
     tools.push_back(std::move(tool));
   }
   if (tools.empty()) throw HostError(where + ": registers no tools");
-  return add(where, std::move(tools));
+  return add(where, std::move(tools), host_own);
 }
 
-std::vector<std::string> ToolRegistry::add(const std::string& where, std::vector<std::unique_ptr<Tool>> tools) {
+std::string ToolRegistry::name_taken(const Tool& tool,
+                                     const std::unordered_map<std::string_view, const Tool*>& batch) const {
+  const ToolInfo& info = tool.info;
+  auto described = [](const ToolInfo& other) {
+    return other.aid + (other.alias_of.empty() ? " (" + other.name + ")" : " (another name of " + other.alias_of + ")");
+  };
+  // Fronts that take a name (--http, the LLM tool lists) would find the built-in by it no
+  // more (two tools of that name), or this tool in its place (an aid is looked up first).
+  // (A name that is a built-in's aid leaves the built-in first: an inner host's tools, say.)
+  for (const std::string* taken : {&info.aid, &info.name}) {
+    if (auto it = built_in_names_.find(*taken); it != built_in_names_.end()) {
+      return "tool " + info.aid + " takes the name '" + *taken + "' of the built-in tool " + described(it->second->info);
+    }
+  }
+  // A call by that name would reach this tool (aids are looked up first), not the one named so.
+  const Tool* named = nullptr;
+  if (auto it = by_name_.find(info.aid); it != by_name_.end()) named = it->second;
+  else if (auto jt = batch.find(info.aid); jt != batch.end() && jt->second != &tool) named = jt->second;
+  if (named != nullptr) {
+    return "tool " + info.aid + " takes the name '" + info.aid + "' of the tool " + described(named->info) +
+           " (an aid is looked up before a name)";
+  }
+  return {};
+}
+
+std::vector<std::string> ToolRegistry::add(const std::string& where, std::vector<std::unique_ptr<Tool>> tools,
+                                           bool host_own) {
   auto refuse = [&](const std::string& why) { throw HostError(where + ": " + why); };
   std::unique_lock lock(mu_);
   std::set<std::string_view> in_plugin;
+  std::unordered_map<std::string_view, const Tool*> batch;
+  for (const auto& tool : tools) batch.emplace(tool->info.name, tool.get());
   for (const auto& tool : tools) {
     const std::string& aid = tool->info.aid;
     if (auto it = tools_.find(aid); it != tools_.end()) {
       refuse("duplicate aid " + aid + " (already registered by " + it->second->info.plugin_path + ")");
     }
     if (!in_plugin.insert(aid).second) refuse("duplicate aid " + aid + " (declared twice)");
+    if (!host_own) {
+      if (std::string why = name_taken(*tool, batch); !why.empty()) refuse(why);
+    }
   }
   std::vector<std::string> added;
   for (auto& tool : tools) {
-    added.push_back(tool->info.aid);
-    order_.push_back(tool->info.aid);
-    tools_.emplace(tool->info.aid, std::move(tool));
+    const Tool* t = tool.get();
+    by_name_.emplace(t->info.name, t);
+    if (host_own) built_in_names_.emplace(t->info.name, t);
+    added.push_back(t->info.aid);
+    order_.push_back(t->info.aid);
+    tools_.emplace(t->info.aid, std::move(tool));
   }
   return added;
 }

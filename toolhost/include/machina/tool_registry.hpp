@@ -76,7 +76,15 @@ class ToolRegistry {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
-  std::vector<std::string> add(const std::string& where, std::vector<std::unique_ptr<Tool>> tools);
+  /// `host_own`: the tools are the host's built-ins (the packs), whose names no later tool
+  /// may take.
+  std::vector<std::string> add(const std::string& where, std::vector<std::unique_ptr<Tool>> tools,
+                               bool host_own = false);
+  /// Why `tool` may not be registered under its aid or name ("" if it may): its aid or its
+  /// name is a built-in tool's name, or its aid is a name another tool answers to (`batch`:
+  /// the names of the tools registered with it). Under mu_.
+  std::string name_taken(const Tool& tool,
+                         const std::unordered_map<std::string_view, const Tool*>& batch) const;
 
   CircuitBreaker::Options breaker_options_;
   // Unique for the life of the process (unlike the registry's address): names this
@@ -85,6 +93,10 @@ class ToolRegistry {
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Tool>, Hash, std::equal_to<>> tools_;
   std::vector<std::string> order_;
+  // The first tool registered under each name (fronts that call by name look names up).
+  std::unordered_map<std::string, const Tool*, Hash, std::equal_to<>> by_name_;
+  // The built-in tools by name (another name of one, such as readFile, is a tool too).
+  std::unordered_map<std::string, const Tool*, Hash, std::equal_to<>> built_in_names_;
   // Opened plugin libraries, closed after tools_ is cleared (the closer comes with them).
   std::vector<std::unique_ptr<void, int (*)(void*)>> libraries_;
 };
