@@ -141,6 +141,13 @@ class Host {
   /// the `timeout` response is returned here once the tool gives the thread back.
   Response handle(Request& request, Session& session, Takeover* takeover = nullptr);
 
+  /// Answers `request` with `stored`, what a store outside the host (a group's shared
+  /// idempotency store) holds for its idempotency key, as a hit of the host's own cache is
+  /// answered: the request passes the same rules and lease gate as in handle() (a lease is
+  /// used up), a refusal there is the answer instead, and either is audited. The tool
+  /// does not run.
+  Response replay(Request& request, Session& session, Response stored);
+
   /// The response for a request refused by size before it was decoded.
   Response request_too_large() const;
 
@@ -169,7 +176,10 @@ class Host {
  private:
   struct Scope;
 
-  Response handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns);
+  /// handle() and replay(): `replayed` is the answer replay() gives once the gate is passed.
+  Response answer(Request& request, Session& session, Takeover* takeover, Response* replayed);
+  Response handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns,
+                          Response* replayed);
   AuditCall audit_call(const Request& request, const Response& response, std::int64_t started_ns) const;
   void record_call(const Request& request, const Response& response, std::int64_t started_ns) const;
   /// Records the call; one the store must record (AuditOptions::required) is first written,
