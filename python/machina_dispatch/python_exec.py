@@ -20,9 +20,9 @@ next call of this worker; else a fresh namespace), ``session_new``, ``max_output
 A result with no JSON form is represented, never refused: ``{"repr": ..., "type": ...}`` in
 its place (NaN and the infinities, bytes, sets, objects; a container past 100 levels or
 100 000 values; an integer of more than 4 000 digits), and one over ``max_result_bytes`` by
-a cut repr with ``"truncated": true``. ``threads`` counts the threads the code left running
-(a worker shared by calls without a session is replaced when there are any); it comes first,
-so that the host can read it without parsing the rest.
+a cut repr with ``"truncated": true``. ``threads`` counts the Python threads the code left
+running, as the interpreter knows them (the host counts the process's threads itself, those
+started around the interpreter too).
 
 ``list_packages(payload)`` lists the distributions the interpreter can import, the first of
 each name on its path, with ``installed`` true for those in the workspace's own environment
@@ -423,7 +423,6 @@ def execute(payload: dict[str, Any]) -> dict[str, Any]:
         signal.signal(signal.SIGXCPU, previous)
         if not session:
             _leave(payload["cwd"])
-    # `threads` first: the host reads it without parsing the rest.
     answer: dict[str, Any] = {"threads": _thread._count()}
     if failure is None:
         result, cut = represent(None if value is _NOTHING else value, int(payload.get("max_result_bytes", 65536)))

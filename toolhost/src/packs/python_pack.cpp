@@ -132,7 +132,7 @@ PythonPack::Workspace::~Workspace() {
 
 /// A session: one worker reserved for it, keeping the code's names between its calls.
 struct PythonPack::Session {
-  std::string key;  // workspace scope and id
+  std::string key;  // workspace scope, user and id
   std::string id;
   std::string dir;  // <run>/sessions/<serial>-<id>: the code's own folder
   std::shared_ptr<PythonWorkerPool> pool;
@@ -313,6 +313,7 @@ std::shared_ptr<PythonWorkerPool> PythonPack::make_pool(const Workspace& ws, con
   o.launcher = {executable_, "--sandbox-exec", walls.to_json(), "--"};
   o.workers = workers;
   o.queue_depth = 1;
+  o.replace_retired = true;  // (calls without a session retire theirs)
   o.max_answer_bytes = 2 * p.max_output_bytes + p.max_result_bytes + (1u << 20);
   o.worker_args = {"--module", "machina_python_exec=" + std::string(kPythonExecSource)};
   return std::make_shared<PythonWorkerPool>(std::move(o));
@@ -377,10 +378,10 @@ std::shared_ptr<PythonWorkerPool> PythonPack::stateless_pool(Workspace& ws) {
 
 // --- sessions ---------------------------------------------------------------------------
 
-std::shared_ptr<PythonPack::Session> PythonPack::acquire(Workspace& ws, const std::string& id,
+std::shared_ptr<PythonPack::Session> PythonPack::acquire(Workspace& ws, std::string_view user, const std::string& id,
                                                          std::int64_t deadline_ms, bool& fresh, Result& refusal) {
   const PythonPolicy& p = policy_.python;
-  const std::string key = ws.scope + '\n' + id;
+  const std::string key = ws.scope + '\n' + std::string(user) + '\n' + id;
   for (int attempt = 0; attempt < 3; ++attempt) {
     std::shared_ptr<Session> s;
     std::shared_ptr<Session> evicted;
@@ -571,7 +572,7 @@ Result PythonPack::execute(const Call& c) {
   std::shared_ptr<PythonWorkerPool> pool;
   std::string why;
   if (!session_id.empty()) {
-    session = acquire(*ws, session_id, c.spec.deadline_ms, fresh, refusal);
+    session = acquire(*ws, c.user, session_id, c.spec.deadline_ms, fresh, refusal);
     if (!session) return refusal;
     dir = session->dir;
     pool = session->pool;
@@ -624,19 +625,16 @@ Result PythonPack::execute(const Call& c) {
   tool_protocol::encode_local_call(
       {"execute_python", kEntryExecute, payload_text, true, c.spec.trace_id, {}, c.spec.deadline_ms}, line);
   line.push_back('\n');
-  // Threads a call without a session left running would go on beside the next caller's
-  // code: its worker is replaced before it takes another call. (The code runner writes
-  // `threads` first in its answer.)
-  static const PythonWorkerPool::Retire left_threads = [](std::string_view text) {
-    tool_protocol::Answer a;
-    std::string ignored;
-    return !tool_protocol::decode_answer(text, a, ignored) || !a.ok || a.result.rfind("{\"threads\":0,", 0) != 0;
-  };
+  // An interpreter that ran a call's code without a session runs no other call: nothing the
+  // code left in it (a patched runner or builtins, a hook, a thread) reaches a later call.
+  // Its replacement starts as soon as it is retired. (A session's interpreter is its own,
+  // retired by the pool when its code leaves threads running.)
+  static const PythonWorkerPool::Retire one_call = [](std::string_view) { return true; };
   const std::int64_t ran_from = steady_now_ms();
   // The time limit counts from when the code starts: waiting for a free worker is bounded by
   // the call's deadline alone.
   const PythonWorkerPool::Exchange ex =
-      pool->call(line, c.spec.deadline_ms, c.spec.cancel, session ? nullptr : &left_threads, p.timeout_ms);
+      pool->call(line, c.spec.deadline_ms, c.spec.cancel, session ? nullptr : &one_call, p.timeout_ms, c.user);
   const double ran_ms = static_cast<double>(steady_now_ms() - ran_from);
   const std::string lost = session ? "; session " + session_id + "'s variables are lost (its interpreter was killed)"
                                    : std::string();
@@ -651,6 +649,7 @@ Result PythonPack::execute(const Call& c) {
         keep = false;
         return system_error("the code runner failed: " + why.substr(0, 2000));
       }
+      if (ex.retired) keep = false;  // (a session's code left threads running)
       break;
     case Ending::timed_out:
       if (!ex.killed) return Result::stopped(RunOutcome::Ending::timed_out, ex.detail);

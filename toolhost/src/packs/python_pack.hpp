@@ -5,9 +5,11 @@
 // hidden, memory and file limits), per workspace: a scope of the policy (a user listed in
 // [users], or the defaults) with a virtual environment that pip installs into, run by the
 // host in walls of its own where the network is open. A call without a session runs in a
-// fresh namespace and a folder of its own on one of the workspace's warm workers; a session
-// keeps its namespace in one worker reserved for it, until it is idle too long, its code is
-// killed, or a new session needs its place.
+// folder of its own, in one of the workspace's interpreters that was started ahead of it and
+// runs no other call (nothing a caller's code leaves in an interpreter reaches another
+// call); a session (of one user) keeps its namespace in one worker reserved for it, until it
+// is idle too long, its code is killed or leaves threads running, or a new session needs
+// its place.
 #pragma once
 
 #include "packs.hpp"
@@ -55,10 +57,11 @@ class PythonPack {
   /// The workspace of the caller's scope, made ready (its environment, this host's folder
   /// in it) on first use; null with a refusal.
   Workspace* workspace(const Call& c, Result& refusal);
-  /// A session by id: the live one, or a new one (ending the idlest idle session past the
-  /// cap); null with a refusal. Held (one call at a time) until release().
-  std::shared_ptr<Session> acquire(Workspace& ws, const std::string& id, std::int64_t deadline_ms, bool& fresh,
-                                   Result& refusal);
+  /// A session of `user`'s by id (another user's of the same id is another session): the
+  /// live one, or a new one (ending the idlest idle session past the cap); null with a
+  /// refusal. Held (one call at a time) until release().
+  std::shared_ptr<Session> acquire(Workspace& ws, std::string_view user, const std::string& id,
+                                   std::int64_t deadline_ms, bool& fresh, Result& refusal);
   void release(const std::shared_ptr<Session>& s, bool keep);
   void end_session(const std::shared_ptr<Session>& s);
   void reap_loop();
@@ -97,7 +100,8 @@ struct PythonPack::Workspace {
   std::string dir;           // <workspaces>/<default | user-NAME-HASH>
   std::string env;           // <dir>/env: the virtual environment installs go into
   std::string python;        // <env>/bin/python: what the workers run
-  std::string base_python;   // the policy's interpreter (it runs pip)
+  std::string base_python;   // the policy's interpreter (pip is its)
+  std::string pip_runner;    // pip's __pip-runner__.py (found at the first install, under install_mu)
   std::string run;           // <dir>/run/<host id>: this host's, removed when it closes
   std::string calls;         // <run>/calls: a folder per call without a session
   std::string sessions;      // <run>/sessions: a folder per session

@@ -119,6 +119,7 @@ struct PythonWorkerPool::Pending {
   State state = State::waiting;
   bool cancelled = false;  // by its caller (see cancel_call)
   const Retire* retire = nullptr;
+  std::string caller;
   Exchange result;
   std::condition_variable cv;  // settled, or it may now read its worker's answers
 };
@@ -138,6 +139,8 @@ struct PythonWorkerPool::Worker {
   bool settled = false;                        // its end was handled (lost())
   std::string kill_reason;                     // why it was killed, for the call it was running
   bool running_settled = false;                // the call it was running was answered at its deadline
+  bool taken = false;                          // it has taken a call (of `caller`'s)
+  std::string caller;                          // whose calls it takes, once taken
 };
 
 PythonWorkerPool::PythonWorkerPool(PythonPoolOptions options)
@@ -201,6 +204,27 @@ void PythonWorkerPool::reap_loop() {
     for (auto& w : batch) w->child->end(100);
     batch.clear();
     lock.lock();
+    // A retired worker's replacement starts now, not when the next call needs it.
+    while (to_replace_ > 0 && !closing_ && workers_.size() + starting_ < options_.workers) {
+      --to_replace_;
+      ++starting_;
+      lock.unlock();
+      std::shared_ptr<Worker> fresh;
+      try {
+        fresh = start();
+      } catch (const HostError&) {
+        // (the next call starts one itself, and says why it cannot)
+      }
+      lock.lock();
+      --starting_;
+      if (fresh) {
+        ++stats_.started;
+        workers_.push_back(fresh);
+        if (closing_) kill(*fresh, "the Python worker pool was closed");
+      }
+      changed_.notify_all();
+    }
+    to_replace_ = 0;
   }
 }
 
@@ -256,17 +280,32 @@ void PythonWorkerPool::lost(Worker& w, const std::string& why) {
   changed_.notify_all();
 }
 
-std::uint64_t PythonWorkerPool::interpreter_mb(Worker& w) const {
+pid_t PythonWorkerPool::interpreter_of(Worker& w) const {
   if (w.interpreter == 0) {
     if (options_.launcher.empty()) {
       w.interpreter = w.pid;
     } else {  // launcher -> the sandbox's init -> the interpreter
       const pid_t init = first_child(w.pid);
       w.interpreter = init > 0 ? first_child(init) : 0;
-      if (w.interpreter == 0) return 0;
     }
   }
-  return sandbox::resident_mb(w.interpreter);
+  return w.interpreter;
+}
+
+std::uint64_t PythonWorkerPool::interpreter_mb(Worker& w) const {
+  const pid_t pid = interpreter_of(w);
+  return pid == 0 ? 0 : sandbox::resident_mb(pid);
+}
+
+std::size_t PythonWorkerPool::interpreter_threads(Worker& w) const {
+  const pid_t pid = interpreter_of(w);
+  if (pid == 0) return 0;
+  // A process's task folder has a link for each of its threads, and two more.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/task", static_cast<int>(pid));
+  struct stat st {};
+  if (::stat(path, &st) != 0 || st.st_nlink < 2) return 0;
+  return static_cast<std::size_t>(st.st_nlink - 2);
 }
 
 void PythonWorkerPool::take_answers(Worker& w) {
@@ -297,9 +336,16 @@ void PythonWorkerPool::take_answers(Worker& w) {
     }
     call->state = Pending::State::answered;
     call->result = {Exchange::Ending::answered, w.buffer.substr(at, nl - at), {}, w.pid};
+    // Answered every call sent to it, it waits for the next: a thread still there was
+    // started by a call and left running (it would run beside the next call).
+    const char* retire_why = nullptr;
+    if (call->retire != nullptr && (*call->retire)(call->result.answer)) retire_why = "was retired after its call";
+    else if (w.queue.empty() && interpreter_threads(w) > 1) retire_why = "left threads running after its call";
+    call->result.retired = retire_why != nullptr;
     call->cv.notify_one();
-    if (call->retire != nullptr && (*call->retire)(call->result.answer)) {
-      kill(w, "was retired after its call and replaced");
+    if (retire_why != nullptr) {
+      if (options_.replace_retired && !closing_) ++to_replace_;
+      kill(w, std::string(retire_why) + " and was replaced");
       w.buffer.clear();
       return;
     }
@@ -380,7 +426,12 @@ PythonWorkerPool::Sent PythonWorkerPool::send(const std::shared_ptr<Pending>& ca
       for (;;) {
         if (closing_) return Sent::closed;
         std::shared_ptr<Worker> best;
+        std::shared_ptr<Worker> other_idle;  // a worker of another caller's, idle
         for (const auto& candidate : workers_) {
+          if (candidate->taken && candidate->caller != call->caller) {
+            if (candidate->queue.empty() && !candidate->reading) other_idle = candidate;
+            continue;
+          }
           if (candidate->queue.size() < options_.queue_depth && (!best || candidate->queue.size() < best->queue.size()))
             best = candidate;
         }
@@ -420,6 +471,11 @@ PythonWorkerPool::Sent PythonWorkerPool::send(const std::shared_ptr<Pending>& ca
           w = fresh;
           break;
         }
+        if (!best && other_idle) {
+          // Every worker has served someone else: an idle one makes room for this caller's.
+          kill(*other_idle, "was ended to make room for another caller's worker");
+          continue;
+        }
         if (changed_.wait_until(lock, Clock::time_point(std::chrono::milliseconds(call->deadline_ms))) ==
                 std::cv_status::timeout &&
             steady_now_ms() >= call->deadline_ms) {
@@ -432,6 +488,9 @@ PythonWorkerPool::Sent PythonWorkerPool::send(const std::shared_ptr<Pending>& ca
     {
       std::lock_guard lock(mu_);
       if (w->dead || w->queue.size() >= options_.queue_depth) continue;  // choose again
+      if (w->taken && w->caller != call->caller) continue;
+      w->taken = true;
+      w->caller = call->caller;
       call->state = Pending::State::waiting;
       w->queue.push_back(call);
     }
@@ -458,10 +517,12 @@ PythonWorkerPool::Sent PythonWorkerPool::send(const std::shared_ptr<Pending>& ca
 }
 
 PythonWorkerPool::Exchange PythonWorkerPool::call(std::string_view line, const std::int64_t deadline_ms,
-                                                  CancelToken* cancel, const Retire* retire, std::int64_t run_ms) {
+                                                  CancelToken* cancel, const Retire* retire, std::int64_t run_ms,
+                                                  std::string_view caller) {
   auto call = std::make_shared<Pending>();
   call->deadline_ms = deadline_ms;
   call->retire = retire;
+  call->caller = caller;
   if (cancel != nullptr) {
     cancel->on_cancel([this, call] { cancel_call(call); });
   }
@@ -640,7 +701,7 @@ RunOutcome PythonRunner::run(const RunSpec& spec) {
                                     fields_.capability_context_json, spec.deadline_ms},
                                    line);
   line.push_back('\n');
-  PythonWorkerPool::Exchange ex = pool_->call(line, spec.deadline_ms, spec.cancel);
+  PythonWorkerPool::Exchange ex = pool_->call(line, spec.deadline_ms, spec.cancel, nullptr, 0, spec.user);
   switch (ex.ending) {
     case PythonWorkerPool::Exchange::Ending::timed_out: out.ending = RunOutcome::Ending::timed_out; break;
     case PythonWorkerPool::Exchange::Ending::crashed: out.ending = RunOutcome::Ending::crashed; break;

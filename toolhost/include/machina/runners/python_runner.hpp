@@ -8,6 +8,11 @@
 // overruns a deadline or grows past its memory cap is killed with its process group and
 // replaced: the call it was running is answered `tool_crashed` or `timeout` with the tail of
 // its stderr, and the calls queued behind it, which never started, go to another worker.
+// A worker serves one caller (the request's `user`): once it has taken a call of one, a call
+// of another goes to another worker, or to a new one in the place of an idle worker of
+// someone else. A worker found with threads left running once it has answered every call
+// sent to it (its interpreter's thread count, read by the host: threads started around the
+// interpreter count too) is retired and replaced before it takes another call.
 #pragma once
 
 #include <machina/child_process.hpp>
@@ -43,6 +48,9 @@ struct PythonPoolOptions {
   std::size_t max_answer_bytes = 0;  // longest answer line read (the output cap and room for the trace)
   /// How long a caller polls for its answer before sleeping (never on one CPU).
   std::chrono::microseconds spin{50};
+  /// A worker retired after its call is replaced at once (off the callers' threads), so that
+  /// the next call finds one started.
+  bool replace_retired = false;
   EventSink on_event;
 };
 
@@ -58,6 +66,7 @@ class PythonWorkerPool {
     pid_t pid = 0;       // the worker that had it
     bool killed = false; // timed_out, cancelled: it had started, and its worker was killed for it
     bool over_run = false;  // timed_out: at the end of its running time (run_ms), before the deadline
+    bool retired = false;   // answered: its worker was retired after it (it takes no other call)
   };
   struct Stats {
     std::uint64_t started = 0;   // workers started
@@ -77,9 +86,10 @@ class PythonWorkerPool {
 
   /// Sends one request line (with its '\n') to a worker and waits for its answer until
   /// `deadline_ms` (steady_now_ms), and at most `run_ms` (if not 0) from when the line is sent
-  /// to its worker (with queue_depth 1: from when it starts). Thread-safe.
+  /// to its worker (with queue_depth 1: from when it starts). `caller`: who calls (a worker
+  /// serves one caller only). Thread-safe.
   Exchange call(std::string_view line, std::int64_t deadline_ms, CancelToken* cancel = nullptr,
-                const Retire* retire = nullptr, std::int64_t run_ms = 0);
+                const Retire* retire = nullptr, std::int64_t run_ms = 0, std::string_view caller = {});
   /// Kills the worker `pid` (it broke the protocol): replaced, its queued calls sent again.
   void condemn(pid_t pid, const std::string& why);
   /// Ends every worker; later calls end `closed`. Idempotent.
@@ -101,8 +111,12 @@ class PythonWorkerPool {
   void read_for(Worker& worker, Pending& call, std::unique_lock<std::mutex>& lock);
   /// Settles the calls the complete lines in the worker's buffer answer. With mu_ held.
   void take_answers(Worker& worker);
+  /// The worker's interpreter's pid (below a sandbox's launcher and init); 0 while not found.
+  pid_t interpreter_of(Worker& worker) const;
   /// Resident memory of the worker's interpreter in MiB (0 while it cannot be read).
   std::uint64_t interpreter_mb(Worker& worker) const;
+  /// Threads of the worker's interpreter, as the kernel counts them (0 while it cannot be read).
+  std::size_t interpreter_threads(Worker& worker) const;
   /// The worker is gone (ended, or killed for `why`): fails the call it was running and
   /// hands the others back to be sent again. With mu_ held.
   void lost(Worker& worker, const std::string& why);
@@ -122,6 +136,7 @@ class PythonWorkerPool {
   std::condition_variable changed_;  // a worker started, ended or has room
   std::vector<std::shared_ptr<Worker>> workers_;  // live (or starting)
   std::size_t starting_ = 0;
+  std::size_t to_replace_ = 0;  // retired workers the reaper replaces (replace_retired)
   bool closing_ = false;
   Stats stats_;
   // Killed and ended workers are reaped here, off the callers' threads.
