@@ -5,7 +5,10 @@
 // time into the workspace's virtual environment, run by the host in walls of its own: the
 // network is open (the code's never is), but it reads only the interpreters' files, the
 // name-service and certificate files and the policy's find_links folders, writes only the
-// environment and its temporary folder, and never sees the lease key. The first failure
+// environment and its temporary folder, and never sees the lease key. pip (the policy's
+// interpreter's) runs in the environment's interpreter without its site initialisation:
+// the environment's packages are seen as installed, but none of their code runs (no .pth
+// file, no sitecustomize), since pip's walls let the network through. The first failure
 // stops the rest, with pip's own words.
 #include "python_files.hpp"
 #include "python_pack.hpp"
@@ -15,6 +18,7 @@
 #include <machina/isolation/sandbox_exec.hpp>
 
 #include <fnmatch.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -38,6 +42,10 @@ const char* const kInstallReadPaths[] = {
     "/etc/ssl", "/etc/pki", "/etc/ca-certificates", "/usr/share/ca-certificates", "/etc/resolv.conf", "/etc/hosts",
     "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/host.conf", "/etc/services", "/etc/protocols", "/etc/os-release",
     "/etc/debian_version", "/etc/mime.types", "/etc/passwd", "/etc/group"};
+
+// File endings pip takes for an archive to install from (a path, not a name).
+const char* const kArchiveEndings[] = {".whl",  ".zip", ".tar",  ".tar.gz",  ".tgz",      ".tar.bz2",
+                                       ".tbz", ".tar.xz", ".txz", ".tar.lz", ".tlz", ".tar.lzma"};
 
 bool name_char(char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'; }
 
@@ -93,9 +101,33 @@ bool check_requirement(const PythonPolicy& p, const std::string& text, std::stri
   }
   name = canonical(text.substr(0, i));
   spaces();
+  // A file name (pip reads "x.whl" or "x.tar.gz" as a path, not a name) is not a package.
+  for (const char* archive : kArchiveEndings) {
+    const std::size_t n = std::char_traits<char>::length(archive);
+    if (i >= n && strncasecmp(text.c_str() + i - n, archive, n) == 0) {
+      refusal = invalid(form + "; paths and URLs are not packages");
+      return false;
+    }
+  }
   if (i < text.size() && text[i] == '[') {
+    // Extras: names (each like a package's), separated by commas.
     ++i;
-    while (i < text.size() && (name_char(text[i]) || text[i] == ',' || text[i] == ' ')) ++i;
+    for (;;) {
+      spaces();
+      const std::size_t from = i;
+      while (i < text.size() && name_char(text[i])) ++i;
+      if (i == from || !std::isalnum(static_cast<unsigned char>(text[from])) ||
+          !std::isalnum(static_cast<unsigned char>(text[i - 1]))) {
+        refusal = invalid(form + (text.find('-', from) == from ? "; options cannot be given" : ""));
+        return false;
+      }
+      spaces();
+      if (i < text.size() && text[i] == ',') {
+        ++i;
+        continue;
+      }
+      break;
+    }
     if (i >= text.size() || text[i] != ']') {
       refusal = invalid(form);
       return false;
@@ -164,6 +196,48 @@ bool check_requirement(const PythonPolicy& p, const std::string& text, std::stri
   return true;
 }
 
+/// Runs pip's __pip-runner__.py in the environment's interpreter started with -I -S: the
+/// environment made the interpreter's prefix and its site-packages (and the base
+/// interpreter's) put on the path as site would, but no .pth file processed.
+constexpr const char* kPipBoot =
+    "import runpy, site, sys\n"
+    "runner, env = sys.argv[1:3]\n"
+    "del sys.argv[1:3]\n"
+    "sys.prefix = sys.exec_prefix = env\n"
+    "sys.path += site.getsitepackages([env]) + site.getsitepackages([sys.base_prefix])\n"
+    "sys.argv[0] = runner\n"
+    "runpy.run_path(runner, run_name='__main__')\n";
+
+/// pip's __pip-runner__.py of the policy's interpreter; "" with `why`.
+std::string find_pip_runner(const std::string& base_python, std::string& why) {
+  ChildSpec find;
+  find.executable = base_python;
+  find.argv = {base_python, "-I", "-c",
+               "import os, pip; print(os.path.join(os.path.dirname(pip.__file__), '__pip-runner__.py'))"};
+  find.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "LC_ALL=C.UTF-8"};
+  find.tail_bytes = 4096;
+  ChildOutcome run;
+  try {
+    run = run_to_completion(find, "", std::chrono::seconds(60), 1 << 16);
+  } catch (const HostError& e) {
+    why = std::string("pip could not be looked for: ") + e.what();
+    return {};
+  }
+  if (run.ended != ChildOutcome::Ended::exited || run.exit_code != 0) {
+    why = run.tail.find("No module named pip") != std::string::npos
+              ? "pip is not installed for " + base_python + " (the policy's [python] python)"
+              : "pip could not be looked for: " + base_python + " " + run.how + ": " + run.tail;
+    return {};
+  }
+  std::string path = run.stdout_text;
+  while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
+  if (path.empty() || path.front() != '/' || ::access(path.c_str(), R_OK) != 0) {
+    why = "the pip of " + base_python + " is too old: installs need pip 22.3 or later";
+    return {};
+  }
+  return path;
+}
+
 /// How one pip run ended.
 struct PipRun {
   enum class End { installed, failed, out_of_time, system } end = End::failed;
@@ -196,8 +270,8 @@ PipRun run_pip(const PythonPolicy& p, const std::string& executable, const Pytho
   }
   ChildSpec child;
   child.executable = executable;
-  child.argv = {executable, "--sandbox-exec", walls.to_json(), "--", ws.base_python, "-m", "pip", "--python",
-                ws.python, "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir",
+  child.argv = {executable, "--sandbox-exec", walls.to_json(), "--", ws.python, "-I", "-S", "-c", kPipBoot,
+                ws.pip_runner, ws.env, "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir",
                 "--no-warn-script-location", "--progress-bar", "off", "--quiet", "--report", "-"};
   if (p.only_binary) child.argv.insert(child.argv.end(), {"--only-binary", ":all:"});
   if (!p.index_url.empty()) child.argv.insert(child.argv.end(), {"--index-url", p.index_url});
@@ -238,15 +312,7 @@ PipRun run_pip(const PythonPolicy& p, const std::string& executable, const Pytho
     return out;
   }
   if (run.exit_code != 0) {
-    if (tail.find("No module named pip") != std::string::npos) {
-      out.end = PipRun::End::system;
-      out.text = "pip is not installed for " + ws.base_python + " (the policy's [python] python)";
-    } else if (tail.find("no such option: --python") != std::string::npos) {
-      out.end = PipRun::End::system;
-      out.text = "the pip of " + ws.base_python + " is too old: installs need pip 22.3 or later";
-    } else {
-      out.text = tail.empty() ? "pip " + run.how : tail;
-    }
+    out.text = tail.empty() ? "pip " + run.how : tail;
     return out;
   }
   const json report = json::parse(run.stdout_text, nullptr, false);
@@ -291,6 +357,10 @@ Result PythonPack::install_all(const Call& c, Workspace& ws, const std::vector<s
     int fd;
     ~Unlock() { ::close(fd); }
   } unlock{shared_lock};
+  if (ws.pip_runner.empty()) {
+    ws.pip_runner = find_pip_runner(ws.base_python, why);
+    if (ws.pip_runner.empty()) return system_error(why);
+  }
   bool changed = false;
   for (const auto& spec : specs) {
     const std::int64_t left = deadline - steady_now_ms();
