@@ -4,6 +4,8 @@ machina-toolhost-nats hosts started against it — for the tests and the benchma
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import shutil
 import signal
 import socket
@@ -38,19 +40,24 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def nats_server(jetstream: bool = True, max_payload: int | None = None) -> Iterator[str]:
+def nats_server(jetstream: bool = True, max_payload: int | None = None, config: str = "",
+                env: Mapping[str, str] | None = None) -> Iterator[str]:
     """A nats-server of its own (JetStream in a temporary folder; messages up to
-    `max_payload` bytes, else the server's 1 MiB); yields its URL."""
+    `max_payload` bytes, else the server's 1 MiB; `config`: more of its configuration file,
+    whose `$NAME`s it reads from `env`); yields its URL."""
     with tempfile.TemporaryDirectory(prefix="machina-nats-") as store:
         port = free_port()
         argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port)]
         if max_payload is not None:
+            config += f"\nmax_payload: {max_payload}\n"
+        if config:
             conf = Path(store) / "server.conf"
-            conf.write_text(f"max_payload: {max_payload}\n")
+            conf.write_text(config)
             argv += ["-c", str(conf)]
         if jetstream:
             argv += ["-js", "-sd", store]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env={**os.environ, **(env or {})})
         try:
             deadline = time.monotonic() + 15
             while True:
@@ -70,6 +77,34 @@ def nats_server(jetstream: bool = True, max_payload: int | None = None) -> Itera
                 proc.wait()
 
 
+def write_kv_key(path: Path) -> Path:
+    """A key for the shared idempotency store (--kv-key-file), made as an operator makes one:
+    random, readable by its owner alone."""
+    path.write_text(secrets.token_hex(32) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+_GROUP_KEY: list[Path] = []  # one key for every host this test session starts
+
+
+def group_kv_key() -> Path:
+    """The key file every host of this test session shares when its test names none."""
+    if not _GROUP_KEY:
+        fd, name = tempfile.mkstemp(prefix="machina-nats-kv-", suffix=".key")
+        os.close(fd)
+        _GROUP_KEY.append(write_kv_key(Path(name)))
+    return _GROUP_KEY[0]
+
+
+def with_kv_key(args: list[str]) -> list[str]:
+    """`args`, with the session's store key added when they ask for the shared store
+    (--idempotency kv, --durable) and name no key file."""
+    pairs = zip(args, args[1:], strict=False)
+    shared = "--durable" in args or any(a == "--idempotency" and b == "kv" for a, b in pairs)
+    return [*args, "--kv-key-file", str(group_kv_key())] if shared and "--kv-key-file" not in args else args
+
+
 class Front:
     """One machina-toolhost-nats process (stderr kept in a file)."""
 
@@ -77,8 +112,9 @@ class Front:
                  log_dir: Path | None = None) -> None:
         self.log = Path(tempfile.mkstemp(prefix="nats-front-", suffix=".log", dir=log_dir)[1])
         full_env = base_env(env)  # this environment without MACHINA_* settings, and `env`
+        argv = [front_binary(), "--url", url, *with_kv_key(list(args or []))]
         with open(self.log, "wb") as err:
-            self.proc = subprocess.Popen([front_binary(), "--url", url, *(args or [])], stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=err, env=full_env)
         deadline = time.monotonic() + 60
         while b"serving" not in self.log.read_bytes():

@@ -23,7 +23,11 @@ With ``--idempotency kv`` (implied by ``--durable``) calls that carry an idempot
 claim it in a JetStream key-value bucket shared by every host of the group before running,
 so a retry that lands on another host — after the first one died — never runs the tool a
 second time: it gets the stored answer, or, if the claiming host died before answering,
-an error saying that the outcome is unknown.
+an error saying that the outcome is unknown. Every entry is signed with a key the hosts
+share and their clients do not have (``--kv-key-file``); an entry that fails its check is
+neither replayed nor run over (see :class:`StoreSeal`). A stored answer reaches its caller
+through the host (:meth:`_core.Host.replay_json`): the same request rules and lease gate
+as a call, and an audit record.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import hmac
 import os
 import signal
 import sys
@@ -77,6 +82,7 @@ TAKEOVER_MARGIN_S = 0.1  # past a call's deadline, when the front answers `timeo
 FETCH_BATCH = 64
 CONNECT_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 5.0  # durable mode: messages asked for at once (at most the free slots)
+KV_KEY_MIN_BYTES = 32
 # The host's answer when a request is refused before a tool could run: no claim is kept.
 _NOT_RUN_CODES = frozenset({"breaker_open", "overloaded", "lease_required", "lease_rejected", "guarantee_blocked",
                             "idempotency_conflict", "rate_limited", "tool_not_found"})
@@ -113,6 +119,62 @@ def host_response(status: str, code: str, error: str) -> dict[str, Any]:
     return {"ok": False, "status": status, "error": error, "code": code}
 
 
+def load_kv_key(path: str) -> bytes:
+    """The shared store's key from its file (trailing ``\r``/``\n`` removed). Raises
+    OSError if it cannot be read, ValueError if it is shorter than KV_KEY_MIN_BYTES."""
+    with open(path, "rb") as f:
+        key = f.read().rstrip(b"\r\n")
+    if len(key) < KV_KEY_MIN_BYTES:
+        raise ValueError(f"the key must be at least {KV_KEY_MIN_BYTES} bytes long")
+    return key
+
+
+class StoreSeal:
+    """Signs and checks the entries of the group's shared store (HMAC-SHA256).
+
+    Whoever may write into the bucket can put any value under any key, and a store key is a
+    plain hash of an idempotency key: an entry counts only if a host holding the group's key
+    wrote it under that very store key, so that neither an answer, nor a claim, nor an entry
+    moved from another key is taken from anyone else. The fingerprint of a call's input is
+    keyed too, so the store shows nothing of inputs to those who can read it. The signing
+    key is derived from the file's key for this purpose alone: a file that also holds
+    another secret (the lease key) signs nothing here that it signs there."""
+
+    _PURPOSE = b"machina-toolhost shared idempotency store v1"
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < KV_KEY_MIN_BYTES:
+            raise ValueError(f"the shared store's key must be at least {KV_KEY_MIN_BYTES} bytes long")
+        self._key = hmac.new(key, self._PURPOSE, hashlib.sha256).digest()
+
+    def fingerprint(self, aid: str, input_json: str) -> str:
+        """What binds a key to one call: the tool and its exact input text."""
+        return hmac.new(self._key, b"fp\0" + aid.encode() + b"\0" + input_json.encode(), hashlib.sha256).hexdigest()
+
+    def seal(self, kv_key: str, entry: Mapping[str, Any]) -> bytes:
+        """`entry` as the value stored under `kv_key`: its signature, a space, its JSON."""
+        body = orjson.dumps(entry)
+        return self._mac(kv_key, body) + b" " + body
+
+    def open(self, kv_key: str, value: bytes) -> dict[str, Any] | None:
+        """The entry a host of the group stored under `kv_key`, or None if `value` is not one."""
+        mac, sep, body = value.partition(b" ")
+        if not sep or not hmac.compare_digest(mac, self._mac(kv_key, body)):
+            return None
+        try:
+            entry = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        return entry if isinstance(entry, dict) and entry.get("state") in ("running", "done") else None
+
+    def _mac(self, kv_key: str, body: bytes) -> bytes:
+        return hmac.new(self._key, b"entry\0" + kv_key.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
+
+
+class ForgedEntry(Exception):
+    """The shared store holds an entry under a key that no host of the group wrote."""
+
+
 @dataclass
 class FrontOptions:
     """How the front serves (the tool options belong to the host)."""
@@ -124,6 +186,7 @@ class FrontOptions:
     max_pending_bytes: int = 64 * 1024 * 1024
     idempotency: str = "local"  # "local": each host's own cache; "kv": shared by the group
     kv_bucket: str = IDEMPOTENCY_BUCKET
+    kv_key: bytes = b""  # the key the group's hosts sign the shared store's entries with (--kv-key-file)
     kv_ttl_s: float = 600.0  # how long a stored answer is replayed (the bucket's max age)
     max_timeout_ms: int = 600_000  # the host's ceiling on deadlines (--max-timeout-ms)
     stuck_threads: int = 16  # threads beyond `concurrency` for inline calls left running past their deadline
@@ -150,6 +213,7 @@ class Endpoint:
     num_errors: int = 0
     processing_time: int = 0  # nanoseconds, all requests
     last_error: str = ""
+    entries_rejected: int | None = None  # shared store entries that failed their check (None: no shared store)
 
     def record(self, elapsed_ns: int, error: str | None) -> None:
         self.num_requests += 1
@@ -166,7 +230,9 @@ class Endpoint:
         average = self.processing_time // self.num_requests if self.num_requests else 0
         return {"name": self.name, "subject": self.subject, "queue_group": self.queue_group,
                 "num_requests": self.num_requests, "num_errors": self.num_errors, "last_error": self.last_error,
-                "processing_time": self.processing_time, "average_processing_time": average, "data": None}
+                "processing_time": self.processing_time, "average_processing_time": average,
+                "data": None if self.entries_rejected is None
+                else {"idempotency_entries_rejected": self.entries_rejected}}
 
 
 @dataclass
@@ -215,6 +281,7 @@ class NatsFront:
         self._slots = asyncio.Semaphore(self.options.concurrency)
         self._nc: Any = None
         self._kv: Any = None
+        self._seal: StoreSeal | None = None
         self._durable_task: asyncio.Task[None] | None = None
         self._stopping = False
         self.id = ""
@@ -238,7 +305,13 @@ class NatsFront:
             if aid.startswith("tools.") and tool_subject("x", aid) is not None:  # a seed-002 subject
                 self._add_endpoint(Endpoint(_endpoint_name(aid), aid, o.queue_group, aid, {"aid": aid}))
         if o.idempotency == "kv" or o.durable:
+            if not o.kv_key:
+                raise ValueError("the shared idempotency store needs the key its hosts sign entries with "
+                                 "(FrontOptions.kv_key, --kv-key-file)")
+            self._seal = StoreSeal(o.kv_key)
             await self._open_kv()
+            for ep in self._endpoints:
+                ep.entries_rejected = 0
         for ep in self._endpoints:
             self._subscriptions.append(await nc.subscribe(
                 ep.subject, queue=ep.queue_group, cb=self._on_message(ep),
@@ -293,19 +366,33 @@ class NatsFront:
                 "version": VERSION, "metadata": {"prefix": self.options.prefix}}
 
     async def _ping(self, msg: Any) -> None:
-        await msg.respond(orjson.dumps(self._identity("ping")))
+        if self.may_answer(msg.reply):
+            await msg.respond(orjson.dumps(self._identity("ping")))
 
     async def _info(self, msg: Any) -> None:
         body = self._identity("info")
         body["description"] = "machina-toolhost: every registered tool, one endpoint each (docs/nats.md)"
         body["endpoints"] = [ep.info() for ep in self._endpoints]
-        await msg.respond(orjson.dumps(body))
+        if self.may_answer(msg.reply):
+            await msg.respond(orjson.dumps(body))
 
     async def _stats(self, msg: Any) -> None:
         body = self._identity("stats")
         body["started"] = self.started
         body["endpoints"] = [ep.stats() for ep in self._endpoints]
-        await msg.respond(orjson.dumps(body))
+        if self.may_answer(msg.reply):
+            await msg.respond(orjson.dumps(body))
+
+    @staticmethod
+    def may_answer(subject: str) -> bool:
+        """Whether an answer may go to `subject`, which the requester chose: never to one
+        under ``$`` (JetStream's API, the key-value store, the system's subjects), where the
+        host's own permissions would let the requester write through it."""
+        if not subject.startswith("$"):
+            return True
+        print(f"machina-toolhost-nats: not answered: the reply subject {subject[:100]!r} lies under '$'",
+              file=sys.stderr, flush=True)
+        return False
 
     # ---- calls
 
@@ -324,6 +411,8 @@ class NatsFront:
         self._slots.release()
 
     async def _serve(self, ep: Endpoint, msg: Any) -> None:
+        if msg.reply and not self.may_answer(msg.reply):
+            return  # (not run: its answer could go nowhere)
         start = time.perf_counter_ns()
         headers: dict[str, str] = {}
         body, error = await self.answer(ep, msg.data, msg.headers or {}, headers)
@@ -343,7 +432,7 @@ class NatsFront:
         try:
             call = self.parse(ep, data, in_headers)
             form = call.form
-            response = await self.run(call)
+            response = await self.run(call, ep)
         except BadRequest as e:
             response = host_response("INVALID_PICK", "malformed_request", f"malformed request: {e}")
             call = e.call
@@ -455,11 +544,11 @@ class NatsFront:
                                  "content": content})
         return orjson.dumps(response)
 
-    async def run(self, call: Call) -> dict[str, Any]:
+    async def run(self, call: Call, ep: Endpoint) -> dict[str, Any]:
         """The host's response to one call; with the shared store, at most one run per key."""
         if self._kv is None or call.idempotency_key is None:
             return await self._run_on_host(call)
-        return await self._run_once(call)
+        return await self._run_once(call, ep)
 
     async def _run_on_host(self, call: Call) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -488,73 +577,99 @@ class NatsFront:
         tool = self._tools.get(call.aid)
         return min(int(tool.get("timeout_ms") or 30_000) if tool else 30_000, self.options.max_timeout_ms)
 
-    async def _run_once(self, call: Call) -> dict[str, Any]:
-        from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+    async def _run_once(self, call: Call, ep: Endpoint) -> dict[str, Any]:
+        from nats.js.errors import KeyWrongLastSequenceError
 
-        assert call.idempotency_key is not None
+        assert call.idempotency_key is not None and self._seal is not None
         kv_key = "k" + hashlib.sha256(call.idempotency_key.encode()).hexdigest()
-        fingerprint = hashlib.sha256(f"{self._canonical.get(call.aid, call.aid)}\0{call.input_json}".encode()
-                                     ).hexdigest()
+        fingerprint = self._seal.fingerprint(self._canonical.get(call.aid, call.aid), call.input_json)
         deadline_ms = self._deadline_ms(call)
-        for _ in range(50):
-            now_ms = int(time.time() * 1000)
-            claim = {"state": "running", "fp": fingerprint, "host": self.id,
-                     "until_ms": now_ms + deadline_ms + self.options.claim_grace_ms}
-            try:
-                await self._kv.create(kv_key, orjson.dumps(claim))
-            except KeyWrongLastSequenceError:
-                pass  # someone holds the key: look at what they left
-            else:
-                response = await self._run_on_host(call)
-                if self.fault == "exit-after-run":
-                    os._exit(70)
-                if response.get("status") == "INVALID_PICK" or response.get("code") in _NOT_RUN_CODES:
-                    await self._kv.delete(kv_key)  # the tool did not run: a retry may run it
+        try:
+            for _ in range(50):
+                now_ms = int(time.time() * 1000)
+                claim = {"state": "running", "fp": fingerprint, "host": self.id,
+                         "until_ms": now_ms + deadline_ms + self.options.claim_grace_ms}
+                try:
+                    await self._kv.create(kv_key, self._seal.seal(kv_key, claim))
+                except KeyWrongLastSequenceError:
+                    pass  # someone holds the key: look at what they left
                 else:
-                    stored = {k: v for k, v in response.items() if k != "id"}
-                    await self._kv.put(kv_key, orjson.dumps({"state": "done", "fp": fingerprint, "response": stored}))
-                return response
-            try:
-                entry = await self._kv.get(kv_key)
-            except KeyNotFoundError:
-                continue  # deleted in between (the holder's call did not run): claim it anew
-            held = orjson.loads(entry.value)
-            if held.get("fp") != fingerprint:
-                return host_response("TOOL_ERROR", "idempotency_conflict",
-                                     "idempotency conflict: the key was used with different input")
-            if held.get("state") == "done":
-                return self._replay(call, held["response"])
-            waited = await self._wait_done(kv_key, int(held.get("until_ms", 0)))
-            if waited is None:
-                return host_response(
-                    "TOOL_ERROR", "tool_crashed",
-                    f"the host that took idempotency key {call.idempotency_key!r} stopped before answering; "
-                    "whether the tool ran is unknown, and it is not run again under this key")
-            if waited.get("state") == "done":
-                return self._replay(call, waited["response"])
-        return host_response("TOOL_ERROR", "internal_error", "idempotency key kept changing hands")
+                    response = await self._run_on_host(call)
+                    if self.fault == "exit-after-run":
+                        os._exit(70)
+                    if response.get("status") == "INVALID_PICK" or response.get("code") in _NOT_RUN_CODES:
+                        await self._kv.delete(kv_key)  # the tool did not run: a retry may run it
+                    else:
+                        stored = {k: v for k, v in response.items() if k != "id"}
+                        done = {"state": "done", "fp": fingerprint, "response": stored}
+                        await self._kv.put(kv_key, self._seal.seal(kv_key, done))
+                    return response
+                held = await self._read(kv_key)
+                if held is not None and held.get("state") != "done":
+                    held = await self._wait_done(kv_key, int(held.get("until_ms", 0)))
+                    if held is None:
+                        return await self._replay(call, host_response(
+                            "TOOL_ERROR", "tool_crashed",
+                            f"the host that took idempotency key {call.idempotency_key!r} stopped before answering; "
+                            "whether the tool ran is unknown, and it is not run again under this key"))
+                if not held:
+                    continue  # deleted in between (the holder's call did not run): claim it anew
+                if held.get("fp") != fingerprint:
+                    return await self._replay(call, host_response(
+                        "TOOL_ERROR", "idempotency_conflict",
+                        "idempotency conflict: the key was used with different input"))
+                return await self._replay(call, {**held["response"], "idempotent_hit": True})
+        except ForgedEntry:
+            return await self._replay(call, self._forged(ep, kv_key))
+        return await self._replay(call, host_response("TOOL_ERROR", "internal_error",
+                                                      "idempotency key kept changing hands"))
+
+    async def _read(self, kv_key: str) -> dict[str, Any] | None:
+        """The entry under `kv_key` (None: there is none). Raises ForgedEntry if it fails its check."""
+        from nats.js.errors import KeyNotFoundError
+
+        assert self._seal is not None
+        try:
+            entry = await self._kv.get(kv_key)
+        except KeyNotFoundError:
+            return None
+        held = self._seal.open(kv_key, entry.value or b"")
+        if held is None:
+            raise ForgedEntry(kv_key)
+        return held
 
     async def _wait_done(self, kv_key: str, until_ms: int) -> dict[str, Any] | None:
         """The entry once it is done (or gone: {}), or None once its claim has expired."""
-        from nats.js.errors import KeyNotFoundError
-
         while int(time.time() * 1000) < until_ms:
             await asyncio.sleep(WAIT_POLL_S)
-            try:
-                entry = await self._kv.get(kv_key)
-            except KeyNotFoundError:
+            held = await self._read(kv_key)
+            if held is None:
                 return {}
-            held: dict[str, Any] = orjson.loads(entry.value)
             if held.get("state") == "done":
                 return held
         return None
 
     @staticmethod
-    def _replay(call: Call, stored: dict[str, Any]) -> dict[str, Any]:
-        response = dict(stored)
-        response["idempotent_hit"] = True
-        if call.request_id is not None:
-            response = {"id": call.request_id, **response}
+    def _forged(ep: Endpoint, kv_key: str) -> dict[str, Any]:
+        """The answer to a call whose key holds an entry no host of the group wrote (counted and
+        logged). Neither replayed nor run: the entry may have replaced a real answer, so whether
+        the tool ran under this key is unknown."""
+        ep.entries_rejected = (ep.entries_rejected or 0) + 1
+        print(f"machina-toolhost-nats: the shared idempotency store's entry {kv_key} fails its authentication "
+              "check (no host of this group wrote it): not replayed, and its call not run", file=sys.stderr,
+              flush=True)
+        return host_response("TOOL_ERROR", "internal_error",
+                             "internal error: the shared idempotency store's entry for this idempotency_key fails its "
+                             "authentication check (no host of the group wrote it); it is not replayed, and the call "
+                             "is not run, since whether the tool ran under this key is unknown")
+
+    async def _replay(self, call: Call, stored: dict[str, Any]) -> dict[str, Any]:
+        """`stored` as the answer to `call`, given by the host behind the rules and lease gate a
+        call passes, and audited as a call is (the tool does not run)."""
+        loop = asyncio.get_running_loop()
+        text = await loop.run_in_executor(self._pool, self.host.replay_json, call.request, orjson.dumps(stored),
+                                          _core.Session(), call.check_aid, "nats")
+        response: dict[str, Any] = orjson.loads(text)
         return response
 
     # ---- durable mode (JetStream work queue)
@@ -573,7 +688,8 @@ class NatsFront:
         sub = await js.pull_subscribe(durable_subject(o.prefix), durable=o.consumer, stream=o.stream,
                                       config=ConsumerConfig(ack_wait=o.ack_wait_s, max_deliver=o.max_deliver,
                                                             max_ack_pending=o.concurrency * 4))
-        self._durable_endpoint = Endpoint("durable", durable_subject(o.prefix), o.consumer, "")
+        self._durable_endpoint = Endpoint("durable", durable_subject(o.prefix), o.consumer, "",
+                                          entries_rejected=0)
         self._endpoints.append(self._durable_endpoint)
         self._durable_task = asyncio.get_running_loop().create_task(self._pull(sub))
 
@@ -605,6 +721,10 @@ class NatsFront:
         reply_to = headers.get(HDR_REPLY_TO, "")
         msg_id = headers.get(HDR_MSG_ID, "")
         ep = self._durable_endpoint
+        if reply_to and not self.may_answer(reply_to):
+            with contextlib.suppress(Exception):
+                await msg.ack()  # (not run, and not delivered again: its answer could go nowhere)
+            return
         start = time.perf_counter_ns()
         keepalive = asyncio.get_running_loop().create_task(self._keep_in_progress(msg))
         try:
@@ -681,6 +801,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency", choices=("local", "kv"), default=None,
                    help="local: each host's own cache; kv: one store for the whole group in JetStream "
                         "(default: kv with --durable, else local)")
+    p.add_argument("--kv-key-file", metavar="PATH",
+                   help="kv: the key the group's hosts sign the store's entries with, shared by the hosts and "
+                        f"never given to clients (at least {KV_KEY_MIN_BYTES} bytes; required with kv)")
     p.add_argument("--kv-bucket", default=IDEMPOTENCY_BUCKET, help="the shared store's bucket (default: %(default)s)")
     p.add_argument("--kv-ttl-s", type=float, default=600.0, help="how long a stored answer is replayed (seconds)")
     p.add_argument("--claim-grace-ms", type=int, default=5000,
@@ -738,7 +861,7 @@ async def serve(args: argparse.Namespace) -> int:
     options = FrontOptions(prefix=args.prefix, queue_group=args.queue_group, concurrency=args.concurrency,
                            max_pending=args.max_pending,
                            idempotency=args.idempotency or ("kv" if args.durable else "local"),
-                           kv_bucket=args.kv_bucket, kv_ttl_s=args.kv_ttl_s,
+                           kv_bucket=args.kv_bucket, kv_key=args.kv_key, kv_ttl_s=args.kv_ttl_s,
                            max_timeout_ms=args.max_timeout_ms or 600_000,
                            claim_grace_ms=args.claim_grace_ms, durable=args.durable,
                            stream=args.stream, ack_wait_s=args.ack_wait_s, max_deliver=args.max_deliver)
@@ -788,6 +911,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.concurrency < 1 or args.max_pending < 1 or args.max_deliver < 1 or args.ack_wait_s <= 0:
         parser().error("--concurrency, --max-pending, --max-deliver and --ack-wait-s must be positive")
+    args.kv_key = b""
+    if args.idempotency == "kv" or args.durable:
+        if not args.kv_key_file:
+            parser().error("the shared idempotency store (--idempotency kv, and --durable) needs --kv-key-file: "
+                           "a key the group's hosts share and their clients never get, which signs the store's "
+                           "entries (docs/nats.md)")
+        try:
+            args.kv_key = load_kv_key(args.kv_key_file)
+        except (OSError, ValueError) as e:
+            parser().error(f"--kv-key-file {args.kv_key_file}: {e.strerror if isinstance(e, OSError) else e}")
     try:
         return asyncio.run(serve(args))
     except Exception as e:  # a host set-up error (bad plugin, manifest, policy)
