@@ -51,6 +51,54 @@ void set_capabilities(std::uint32_t low_bits) {
   if (::syscall(SYS_capset, &header, data) != 0) fail("cannot drop capabilities");
 }
 
+/// Sets (or clears) mount attributes on the mount at `path` (and, `recursive`, on those
+/// beneath). EPERM on clearing: a mount the host itself has locked, which stays as it is.
+void set_mount_attr(const std::string& path, std::uint64_t set, std::uint64_t clear, bool recursive,
+                    const char* step) {
+  mount_attr attr{};
+  attr.attr_set = set;
+  attr.attr_clr = clear;
+  if (::syscall(SYS_mount_setattr, AT_FDCWD, path.c_str(), recursive ? AT_RECURSIVE : 0, &attr, sizeof attr) == 0)
+    return;
+  if (set == 0 && errno == EPERM) return;
+  fail(std::string(step) + " " + path);
+}
+
+/// Binds each existing path onto itself (with whatever is mounted beneath it); those bound.
+std::vector<std::string> bind_in_place(const std::vector<std::string>& paths, unsigned long flags) {
+  std::vector<std::string> bound;
+  for (const auto& path : paths) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;  // nothing there
+    if (::mount(path.c_str(), path.c_str(), nullptr, MS_BIND | flags, nullptr) != 0) fail("cannot bind " + path);
+    bound.push_back(path);
+  }
+  return bound;
+}
+
+/// Binds each writable path onto itself, makes every mount read-only, then each of those
+/// binds writable again. What is mounted beneath a writable path (a hidden file's cover)
+/// stays read-only.
+void make_read_only(const std::vector<std::string>& writable) {
+  const auto bound = bind_in_place(writable, MS_REC);
+  set_mount_attr("/", MOUNT_ATTR_RDONLY, 0, true, "cannot make read-only the mounts beneath");
+  for (const auto& path : bound) set_mount_attr(path, 0, MOUNT_ATTR_RDONLY, false, "cannot leave writable");
+}
+
+/// Binds each no_exec path onto itself without exec, then each executable file onto itself
+/// with exec.
+void make_no_exec(const std::vector<std::string>& no_exec, const std::vector<std::string>& executable) {
+  for (const auto& path : bind_in_place(no_exec, MS_REC)) {
+    set_mount_attr(path, MOUNT_ATTR_NOEXEC, 0, true, "cannot take exec from");
+  }
+  std::vector<std::string> files;
+  for (const auto& path : executable) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) files.push_back(path);
+  }
+  for (const auto& path : bind_in_place(files, 0)) set_mount_attr(path, 0, MOUNT_ATTR_NOEXEC, false, "cannot leave executable");
+}
+
 }  // namespace
 
 void enter(const Walls& walls) {
@@ -86,6 +134,15 @@ void enter(const Walls& walls) {
       fail("cannot hide " + path + " (not a regular file or directory)");
     }
     if (::mount("/dev/null", path.c_str(), nullptr, MS_BIND, nullptr) != 0) fail("cannot hide " + path);
+  }
+  if (walls.read_only || !walls.no_exec.empty()) {
+    // The working directory is looked up again: a folder bound onto itself is reached
+    // through its new mount only by a path, not by a directory already entered.
+    char cwd[4096];
+    const bool have_cwd = ::getcwd(cwd, sizeof cwd) != nullptr;
+    if (walls.read_only) make_read_only(walls.writable);
+    if (!walls.no_exec.empty()) make_no_exec(walls.no_exec, walls.executable);
+    if (have_cwd && ::chdir(cwd) != 0) fail(std::string("cannot enter ") + cwd);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <elf.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <linux/landlock.h>
 #include <poll.h>
 #include <sched.h>
@@ -18,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,7 +32,7 @@ namespace machina::sandbox {
 namespace {
 
 constexpr int kCannotConfine = 126;
-constexpr int kMemoryCheckMs = 50;
+constexpr int kMemoryCheckMs = 50;  // how often the init looks at the program's memory and folders
 
 // Landlock rights by ABI version (linux/landlock.h of older headers lacks the newer ones).
 constexpr std::uint64_t kExecute = 1ULL << 0;
@@ -160,7 +162,10 @@ void set_limit(int resource, std::uint64_t value, const char* what) {
     apply_seccomp(spec);
     set_limit(RLIMIT_AS, spec.address_space_mb << 20, "address space");
     set_limit(RLIMIT_NOFILE, spec.open_files, "open files");
-    set_limit(RLIMIT_FSIZE, spec.file_size_mb << 20, "file size");
+    // No file may hold more than all the writable paths may.
+    std::uint64_t file_mb = spec.file_size_mb;
+    if (spec.write_quota_mb > 0 && (file_mb == 0 || file_mb > spec.write_quota_mb)) file_mb = spec.write_quota_mb;
+    set_limit(RLIMIT_FSIZE, file_mb << 20, "file size");
     set_limit(RLIMIT_CPU, spec.cpu_seconds, "CPU time");
   } catch (const HostError& e) {
     say(e.what());
@@ -172,22 +177,63 @@ void set_limit(int resource, std::uint64_t value, const char* what) {
 }
 
 
-/// Waits for `pid`, reaping whatever else ends meanwhile; its wait status.
-int wait_for(pid_t pid, std::uint64_t memory_mb) {
+/// Bytes allocated to the files beneath `path` (links not followed, other filesystems not
+/// entered).
+std::uint64_t allocated_bytes(const std::string& path) {
+  static thread_local std::uint64_t total = 0;
+  total = 0;
+  ::nftw(path.c_str(), [](const char*, const struct stat* st, int type, FTW*) {
+    if (type == FTW_F || type == FTW_D || type == FTW_SL) total += static_cast<std::uint64_t>(st->st_blocks) * 512;
+    return 0;
+  }, 16, FTW_PHYS | FTW_MOUNT);
+  return total;
+}
+
+std::int64_t monotonic_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+/// Kills the program and ends the init with `status`, saying why.
+[[noreturn]] void stop(pid_t pid, const std::string& why, int exit_status) {
+  say(why);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::_exit(exit_status);
+}
+
+/// Waits for `pid`, reaping whatever else ends meanwhile, watching its memory and what its
+/// writable paths hold; its wait status.
+int wait_for(pid_t pid, const ExecSpec& spec) {
+  const bool watch = spec.memory_mb > 0 || spec.write_quota_mb > 0;
+  // A large folder takes a while to measure: the init spends at most a twentieth of its
+  // time measuring.
+  std::int64_t next_measure_ms = 0;
   for (;;) {
     int status = 0;
-    const pid_t r = ::waitpid(-1, &status, memory_mb > 0 ? WNOHANG : 0);
+    const pid_t r = ::waitpid(-1, &status, watch ? WNOHANG : 0);
     if (r == pid) return status;
     if (r > 0) continue;  // an orphan of the program's
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return 0;
-    // Nothing ended: look at the program's memory, then sleep a little.
-    if (const auto mb = resident_mb(pid); mb > memory_mb) {
-      say("the program grew past its memory cap of " + std::to_string(memory_mb) + " MiB (resident " +
-          std::to_string(mb) + " MiB) and was killed");
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      ::_exit(kMemoryCapStatus);
+    // Nothing ended: look at the program's memory and its folders, then sleep a little.
+    if (spec.memory_mb > 0) {
+      if (const auto mb = resident_mb(pid); mb > spec.memory_mb) {
+        stop(pid, "the program grew past its memory cap of " + std::to_string(spec.memory_mb) + " MiB (resident " +
+                      std::to_string(mb) + " MiB) and was killed", kMemoryCapStatus);
+      }
+    }
+    if (spec.write_quota_mb > 0 && monotonic_ms() >= next_measure_ms) {
+      const std::int64_t started = monotonic_ms();
+      std::uint64_t held = 0;
+      for (const auto& path : spec.write_paths) held += allocated_bytes(path);
+      next_measure_ms = monotonic_ms() + 19 * (monotonic_ms() - started);
+      if (held > (spec.write_quota_mb << 20)) {
+        stop(pid, "the program's writable folders grew past their quota of " + std::to_string(spec.write_quota_mb) +
+                      " MiB (they hold " + std::to_string(held >> 20) + " MiB) and it was killed", kWriteQuotaStatus);
+      }
     }
     ::poll(nullptr, 0, kMemoryCheckMs);
   }
@@ -219,7 +265,7 @@ int wait_for(pid_t pid, std::uint64_t memory_mb) {
   }
   if (program == 0) run_program(spec, argv);
   // Signals that would end an init by default are ignored by the kernel; nothing to do.
-  end_like(wait_for(program, spec.memory_mb));
+  end_like(wait_for(program, spec));
 }
 
 }  // namespace
@@ -242,7 +288,8 @@ std::string ExecSpec::to_json() const {
                         {"no_processes", no_processes},   {"restrict_read", restrict_read},
                         {"restrict_write", restrict_write}, {"restrict_exec", restrict_exec},
                         {"read_paths", read_paths},       {"write_paths", write_paths},
-                        {"exec_paths", exec_paths},       {"hidden_files", hidden_files},
+                        {"exec_paths", exec_paths},       {"no_exec_paths", no_exec_paths},
+                        {"hidden_files", hidden_files},   {"write_quota_mb", write_quota_mb},
                         {"memory_mb", memory_mb},         {"address_space_mb", address_space_mb},
                         {"open_files", open_files},       {"file_size_mb", file_size_mb},
                         {"cpu_seconds", cpu_seconds}}
@@ -262,7 +309,9 @@ ExecSpec ExecSpec::from_json(std::string_view text) {
     s.read_paths = j.at("read_paths").get<std::vector<std::string>>();
     s.write_paths = j.at("write_paths").get<std::vector<std::string>>();
     s.exec_paths = j.at("exec_paths").get<std::vector<std::string>>();
+    s.no_exec_paths = j.value("no_exec_paths", std::vector<std::string>{});
     s.hidden_files = j.at("hidden_files").get<std::vector<std::string>>();
+    s.write_quota_mb = j.value("write_quota_mb", std::uint64_t{0});
     s.memory_mb = j.at("memory_mb").get<std::uint64_t>();
     s.address_space_mb = j.at("address_space_mb").get<std::uint64_t>();
     s.open_files = j.at("open_files").get<std::uint64_t>();
@@ -320,7 +369,8 @@ int exec_in_sandbox(const ExecSpec& spec, char** argv) {
     return kCannotConfine;
   }
   try {
-    enter(Walls{spec.own_network, spec.hidden_files});
+    enter(Walls{spec.own_network, spec.hidden_files, spec.restrict_write, spec.write_paths, spec.no_exec_paths,
+                spec.exec_paths});
   } catch (const HostError& e) {
     say(e.what());
     return kCannotConfine;

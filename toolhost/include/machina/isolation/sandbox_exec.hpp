@@ -4,8 +4,8 @@
 //  - the launcher (started by the host) builds the walls (sandbox.hpp: user, PID, mount,
 //    IPC and optionally network namespaces) and waits for the init, ending as it ends;
 //  - the init (PID 1 of the new namespace) mounts a /proc of its own, starts the program,
-//    reaps, watches its memory, and when the program ends, ends (and with it everything
-//    left in the namespace);
+//    reaps, watches its memory and what its writable paths hold, and when the program
+//    ends, ends (and with it everything left in the namespace);
 //  - the program drops every capability, is restricted by Landlock (what it may read,
 //    write and execute) and seccomp (no new process, no socket), then is executed.
 // Every restriction is the kernel's: nothing depends on the program's cooperation.
@@ -23,13 +23,19 @@ struct ExecSpec {
   bool no_sockets = false;     // seccomp: socket(2) refused (socketpair still works)
   bool no_processes = false;   // seccomp: fork, vfork, clone without CLONE_THREAD, clone3 refused
   bool restrict_read = false;  // Landlock: reading only beneath read_paths and write_paths
-  bool restrict_write = false; // Landlock: writing only beneath write_paths
+  bool restrict_write = false; // Landlock: writing only beneath write_paths; every other mount read-only
   bool restrict_exec = false;  // Landlock: executing only exec_paths
   std::vector<std::string> read_paths;
   std::vector<std::string> write_paths;
   std::vector<std::string> exec_paths;
+  // Mounted without exec, but exec_paths: nothing beneath them runs, not even through the
+  // dynamic loader (which maps a program rather than executing it, out of Landlock's sight).
+  std::vector<std::string> no_exec_paths;
   std::vector<std::string> hidden_files;  // files covered by /dev/null (the lease key file), directories by an empty one
   std::uint64_t memory_mb = 0;            // the init kills the program resident past this; 0: no cap
+  // The init kills the program when write_paths hold more than this (allocated blocks,
+  // measured with the memory); no file may grow past it either (RLIMIT_FSIZE). 0: no cap.
+  std::uint64_t write_quota_mb = 0;
   // Resource limits set on the program before it is executed (0: none).
   std::uint64_t address_space_mb = 0;     // RLIMIT_AS
   std::uint64_t open_files = 0;           // RLIMIT_NOFILE
@@ -44,6 +50,9 @@ struct ExecSpec {
 /// The exit status of a launcher whose program the init killed for its memory (its stderr
 /// says so too).
 inline constexpr int kMemoryCapStatus = 125;
+/// The exit status of a launcher whose program the init killed for what its writable paths
+/// hold (its stderr says so too).
+inline constexpr int kWriteQuotaStatus = 124;
 
 /// What this machine offers, probed once.
 struct Support {
