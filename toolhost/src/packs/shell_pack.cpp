@@ -1,9 +1,10 @@
 // shell.exec: one program with its arguments, never through a shell, if the policy's
 // allow list names it and its deny list does not; run in the sandbox launcher's walls (no
-// network, no new processes, writing only beneath the caller's roots, CPU, memory, file
-// size and open-file limits, the lease key hidden), with a clean environment, in a
-// directory beneath the roots; killed with its whole process group at its deadline; its
-// stdout and stderr kept up to a cap each (the rest read and dropped, `truncated` said).
+// network, no new processes, writing only beneath the caller's roots, executing only the
+// allowed programs whatever starts them, CPU, memory, file size and open-file limits, the
+// lease key hidden), with a clean environment, in a directory beneath the roots; killed
+// with its whole process group at its deadline; its stdout and stderr kept up to a cap each
+// (the rest read and dropped, `truncated` said).
 #include "packs.hpp"
 
 #include <machina/child_process.hpp>
@@ -59,6 +60,52 @@ bool listed(const std::vector<std::string>& list, const std::string& name, const
 bool executable_file(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+/// The files a command may execute, whatever executes them (the launcher, or a program it
+/// runs: env, nice, sh): each allowed name as found in the policy's path and each allowed
+/// absolute path, as real paths, without those the deny list names; then the dynamic
+/// loaders they need.
+std::vector<std::string> allowed_programs(const ShellPolicy& policy) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& path, const std::string& name) {
+    if (!executable_file(path)) return;
+    std::error_code ec;
+    const std::string real = std::filesystem::canonical(path, ec).string();
+    if (ec || listed(policy.deny, name, path) || listed(policy.deny, base_name(real), real)) return;
+    if (std::find(out.begin(), out.end(), real) == out.end()) out.push_back(real);
+  };
+  for (const auto& entry : policy.allow) {
+    if (entry.front() == '/') {
+      add(entry, base_name(entry));
+      continue;
+    }
+    for (const auto& dir : policy.path) add(dir + "/" + entry, entry);
+  }
+  const std::size_t programs = out.size();
+  for (std::size_t i = 0; i < programs; ++i) {
+    const std::string loader = sandbox::elf_interpreter(out[i]);
+    if (!loader.empty() && std::find(out.begin(), out.end(), loader) == out.end()) out.push_back(loader);
+  }
+  return out;
+}
+
+/// The interpreter a script names on its "#!" line, as a real path; "" for none.
+std::string script_interpreter(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char head[256] = {};
+  const ssize_t n = ::read(fd, head, sizeof head - 1);
+  ::close(fd);
+  if (n < 3 || head[0] != '#' || head[1] != '!') return {};
+  std::string line(head + 2, static_cast<std::size_t>(n) - 2);
+  line = line.substr(0, line.find('\n'));
+  const auto start = line.find_first_not_of(" \t");
+  if (start == std::string::npos) return {};
+  const std::string interpreter = line.substr(start, line.find_first_of(" \t", start) - start);
+  std::error_code ec;
+  const auto real = std::filesystem::canonical(interpreter, ec);
+  return ec ? interpreter : real.string();
 }
 
 /// Reads what is there without blocking; keeps up to `cap` bytes. False at end of file.
@@ -130,6 +177,17 @@ Result shell_exec(const Call& c) {
   if (!listed(policy.allow, name, program) && !listed(policy.allow, base_name(real), real)) {
     return denied(refused + (policy.allow.empty() ? " (the policy allows no command)" : ""));
   }
+  // What the command may execute: the allowed programs alone, whatever starts them.
+  std::vector<std::string> executable = allowed_programs(policy);
+  if (std::find(executable.begin(), executable.end(), real) == executable.end()) {
+    executable.push_back(real);
+    if (auto loader = sandbox::elf_interpreter(real); !loader.empty()) executable.push_back(loader);
+  }
+  if (const std::string interpreter = script_interpreter(real);
+      !interpreter.empty() && std::find(executable.begin(), executable.end(), interpreter) == executable.end()) {
+    return denied(refused + " (it is a script run by " + excerpt(interpreter) +
+                  ", which the allow list does not name)");
+  }
 
   // The working directory: beneath the caller's roots (default: the first root).
   std::string why;
@@ -168,6 +226,17 @@ Result shell_exec(const Call& c) {
     walls.write_paths = *roots;
     walls.restrict_read = true;
     walls.read_paths = policy.read_paths;
+    walls.restrict_exec = true;
+    walls.exec_paths = std::move(executable);
+    // The folders programs are found in lose exec, but for the allowed programs: the dynamic
+    // loader, which the command may execute, cannot map another program from there.
+    for (const auto& dir : policy.path) {
+      std::error_code dir_ec;
+      const std::string real_dir = std::filesystem::canonical(dir, dir_ec).string();
+      if (!dir_ec && std::find(walls.no_exec_paths.begin(), walls.no_exec_paths.end(), real_dir) ==
+                         walls.no_exec_paths.end())
+        walls.no_exec_paths.push_back(real_dir);
+    }
   }
   // What the file tools refuse by name, the command does not see either.
   for (const auto& root : *roots) {
