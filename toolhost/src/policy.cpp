@@ -300,6 +300,7 @@ Policy parse_policy(std::string_view text, const std::string& path, const std::s
     count("cpu_seconds", p.cpu_seconds, 0, 86'400);
     count("memory_mb", p.memory_mb, 0, 1 << 20);
     count("file_size_mb", p.file_size_mb, 0, 1 << 20);
+    count("folder_quota_mb", p.folder_quota_mb, 0, 1 << 20);
     count("open_files", p.open_files, 0, 1 << 20);
     count("max_code_bytes", p.max_code_bytes, 1, 4 << 20);
     count("max_output_bytes", p.max_output_bytes, 0, 256 * 1024);

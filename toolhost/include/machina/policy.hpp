@@ -76,6 +76,7 @@ struct PythonPolicy {
   std::uint64_t cpu_seconds = 30;     // CPU time of one call (TimeoutError in the code past it)
   std::uint64_t memory_mb = 512;      // the interpreter's address space (MemoryError past it)
   std::uint64_t file_size_mb = 64;    // RLIMIT_FSIZE
+  std::uint64_t folder_quota_mb = 1024;  // what a call's or session's folder may hold (its code is killed past it)
   std::uint64_t open_files = 256;     // RLIMIT_NOFILE
   std::uint64_t max_code_bytes = 256 * 1024;
   std::uint64_t max_output_bytes = 64 * 1024;  // of stdout and of stderr each; more is cut (truncated)

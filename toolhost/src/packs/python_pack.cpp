@@ -303,6 +303,7 @@ std::shared_ptr<PythonWorkerPool> PythonPack::make_pool(const Workspace& ws, con
   walls.address_space_mb = p.memory_mb;  // (resident memory cannot grow past it: no watch needed)
   walls.open_files = p.open_files;
   walls.file_size_mb = p.file_size_mb;
+  walls.write_quota_mb = p.folder_quota_mb;
 
   PythonPoolOptions o;
   o.python = ws.python;
