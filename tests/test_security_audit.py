@@ -64,9 +64,9 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def fill(fs: Path) -> Path:
+def fill(fs: Path, name: str = "filler") -> Path:
     """Fills the file system; returns the file that holds the space."""
-    filler = fs / "filler"
+    filler = fs / name
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         chunk = b"\0" * 4096
@@ -86,16 +86,24 @@ def fill(fs: Path) -> Path:
     return filler
 
 
-def fail_the_store(host: ServeHost, fs: Path, ws: Path) -> dict[str, Any]:
+def fail_the_store(host: ServeHost, fs: Path) -> dict[str, Any]:
     """Fills the store's file system and makes calls until one leased call is refused;
-    returns its answer. Each call's input is new (its digest a new row)."""
+    returns its answer. Each call's input is new (its digest a new row). The file system
+    is filled again after (what a failed write gave back: a JSON lines file cut back to
+    its last whole line)."""
     fill(fs)
     for i in range(64):
         host.call(ECHO, {"path": f"{i}-{uuid.uuid4().hex}" + "p" * 900})
         r = host.call(WRITE, {"path": "leased.txt", "content": f"attempt {i}"})
         if not r["ok"]:
+            fill(fs, "filler2")
             return r
     pytest.fail("the store's file system is full, yet every leased call was answered")
+
+
+def free(fs: Path) -> None:
+    for name in ("filler", "filler2"):
+        (fs / name).unlink(missing_ok=True)
 
 
 def test_a_store_that_cannot_record_refuses_leased_calls_until_it_can(small_fs: Path, tmp_path: Path) -> None:
@@ -105,7 +113,7 @@ def test_a_store_that_cannot_record_refuses_leased_calls_until_it_can(small_fs: 
     host = ServeHost("--audit-db", str(db), cwd=ws)
     try:
         assert host.call(WRITE, {"path": "leased.txt", "content": "before"})["ok"]
-        refused = fail_the_store(host, small_fs, ws)
+        refused = fail_the_store(host, small_fs)
         assert refused["code"] == "audit_unavailable", refused
         assert refused["status"] == "TOOL_ERROR"
         assert refused["error"].startswith("audit_unavailable: the audit store cannot record"), refused["error"]
@@ -117,7 +125,7 @@ def test_a_store_that_cannot_record_refuses_leased_calls_until_it_can(small_fs: 
         # Calls of tier 0 are still answered (--audit-required leased, the default).
         assert host.call(ECHO, {"n": 1})["ok"]
         # Space again: the next leased call is answered, and recorded.
-        (small_fs / "filler").unlink()
+        free(small_fs)
         after = host.call(WRITE, {"path": "leased.txt", "content": "after"})
         assert after["ok"], after
         assert (ws / "leased.txt").read_text() == "after"
@@ -131,6 +139,35 @@ def test_a_store_that_cannot_record_refuses_leased_calls_until_it_can(small_fs: 
         con.close()
     assert rows[0][:2] == (WRITE, "ok")
     assert rows[-1][:2] == (WRITE, "ok") and json.loads(rows[-1][2])["path"] == "leased.txt"
+
+
+def test_a_json_lines_store_answers_a_leased_call_only_once_its_line_is_written(small_fs: Path,
+                                                                                  tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    jsonl = small_fs / "calls.jsonl"
+    host = ServeHost("--audit-jsonl", str(jsonl), cwd=ws)
+    try:
+        assert host.call(WRITE, {"path": "leased-first.txt", "content": "x"})["ok"]
+        fill(small_fs)
+        answers = {}
+        for i in range(48):
+            host.call(ECHO, {"path": f"{i}-{uuid.uuid4().hex}" + "p" * 900})
+            answers[f"leased-{i:02d}.txt"] = host.call(WRITE, {"path": f"leased-{i:02d}.txt", "content": "x"})
+        free(small_fs)
+        assert host.call(WRITE, {"path": "leased-after.txt", "content": "x"})["ok"]
+    finally:
+        host.close()
+    refused = {p: a for p, a in answers.items() if not a["ok"]}
+    assert refused and {a["code"] for a in refused.values()} == {"audit_unavailable"}, answers
+    for path, a in refused.items():
+        if a["error"].endswith("is not run until it can"):
+            assert not (ws / path).exists()  # refused before it ran
+    # Every answered leased call has its line (a full disk cuts no line in two).
+    lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    recorded = {x["path"] for x in lines if x["tool"] == WRITE and x["code"] == "ok"}
+    answered = {p for p, a in answers.items() if a["ok"]} | {"leased-first.txt", "leased-after.txt"}
+    assert answered <= recorded, answered - recorded
 
 
 def test_audit_required_all_refuses_every_call_and_none_answers_every_call(small_fs: Path, tmp_path: Path) -> None:

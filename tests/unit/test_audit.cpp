@@ -248,3 +248,53 @@ TEST_CASE("report times: dates, moments and spans back from now") {
     CHECK_THROWS_AS(parse_audit_time(bad, now), HostError);
   }
 }
+
+TEST_CASE("credentials in kept values are masked, and nothing else") {
+  const auto masked = [](std::string_view text) { return AuditCredentialMask().masked(text); };
+  CHECK(masked("https://alice:pw@example.com/x?page=2") == "https://alice:***@example.com/x?page=2");
+  CHECK(masked("git+ssh://git@example.com/r.git") == "git+ssh://git@example.com/r.git");  // a user, no password
+  CHECK(masked("tool --password=pw --password pw2 --token t -v") == "tool --password=*** --password *** --token *** -v");
+  CHECK(masked("curl -H 'Authorization: Bearer abc' -H \"X-Api-Key: k1\" -u bob:pw3 u") ==
+        "curl -H 'Authorization: Bearer ***' -H \"X-Api-Key: ***\" -u bob:*** u");
+  CHECK(masked("https://h/p?token=a&page=2&api_key=b;sig=c#key=d") == "https://h/p?token=***&page=2&api_key=***;sig=***#key=***");
+  CHECK(masked("GITHUB_TOKEN=x AWS_SECRET_ACCESS_KEY=y make clientSecret=z") ==
+        "GITHUB_TOKEN=*** AWS_SECRET_ACCESS_KEY=*** make clientSecret=***");
+  CHECK(masked("mysql -u root -ppw shop") == "mysql -u root -p*** shop");
+  // What only looks like one is kept.
+  for (const char* same : {"mkdir -p build", "tar -pxf a.tar", "gen --max_tokens=100 --key 2", "ssh -p 22 host",
+                           "--token --verbose", "a=b c:d", "Bearer"}) {
+    CHECK(masked(same) == same);
+  }
+  // A flag's value in the next element of an array.
+  AuditCredentialMask mask;
+  CHECK(mask.masked("--password") == "--password");
+  CHECK(mask.masked("pw") == "***");
+  CHECK(mask.masked("Authorization: Bearer") == "Authorization: Bearer");
+  CHECK(mask.masked("tok") == "***");
+  mask.reset();
+  CHECK(mask.masked("--token") == "--token");
+  mask.reset();
+  CHECK(mask.masked("plain") == "plain");
+  // In the digest: values, array elements and the path.
+  std::string path;
+  CHECK(digest(R"({"url":"https://u:p@h/x","args":["--password","pw"],"path":"https://u:p@h/f","content":"p"})",
+               &path) == json::parse(R"({"url":"https://u:***@h/x","args":["--password","***"],)"
+                                     R"("path":"https://u:***@h/f","content":"<string, 1 bytes>"})"));
+  CHECK(path == "https://u:***@h/f");
+}
+
+TEST_CASE("which calls the store must record") {
+  CHECK(parse_audit_required("leased") == AuditRequired::leased);
+  CHECK(parse_audit_required("all") == AuditRequired::all);
+  CHECK(parse_audit_required("none") == AuditRequired::none);
+  CHECK_THROWS_WITH_AS(parse_audit_required("some"), doctest::Contains("none, leased or all, not 'some'"), HostError);
+  TempDir dir;
+  AuditOptions o;
+  o.db_path = dir.path.string() + "/a.db";
+  AuditLog log(o);
+  CHECK(log.must_record(1));
+  CHECK_FALSE(log.must_record(0));
+  CHECK(log.can_record());
+  CHECK(log.record_committed(call("AID.FILE.WRITE.v1", R"({"path":"x"})")));
+  CHECK(count(o.db_path, "SELECT count(*) FROM calls") == 1);
+}

@@ -473,6 +473,7 @@ class AuditLog::Writer {
       open_batches_ = 0;
       batch_of_shape_.clear();
       jsonl_text_.clear();
+      jsonl_failed_ = false;  // (this pass failed as a whole)
       std::size_t lost = 0;
       for (const auto* chunk : chunks) lost += count_records(*chunk);
       complain(std::string("audit store ") + options_.db_path + ": " + e.what() + " (" + std::to_string(lost) +
