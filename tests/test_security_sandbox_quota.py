@@ -6,11 +6,13 @@ that says so. The host keeps serving, and the disk it needs is not filled."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import serve, skip_where_unconfinable
+import pytest
+from conftest import TOOLHOST, base_env, serve, skip_where_unconfinable
 
 EXECUTE = "AID.PYTHON.EXECUTE.v1"
 
@@ -55,3 +57,12 @@ def test_code_filling_its_folder_past_the_quota_is_stopped(tmp_path: Path) -> No
 def test_the_default_quota_leaves_room_to_work(tmp_path: Path) -> None:
     (answer,) = run(tmp_path, None, (FILL + "len(os.listdir('.'))", None))
     assert json.loads(answer["output_json"])["success"] is True, answer
+
+
+@pytest.mark.parametrize("value", ["-1", "2000000", "'big'"])
+def test_a_bad_quota_stops_the_host(tmp_path: Path, value: str) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f"[python]\nfolder_quota_mb = {value}\n")
+    proc = subprocess.run([TOOLHOST, "--policy", str(policy), "--serve"], input=b"", capture_output=True,
+                          env=base_env(), timeout=30)
+    assert proc.returncode == 2 and b"field 'folder_quota_mb'" in proc.stderr, proc.stderr
