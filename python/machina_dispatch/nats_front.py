@@ -82,7 +82,7 @@ TAKEOVER_MARGIN_S = 0.1  # past a call's deadline, when the front answers `timeo
 FETCH_BATCH = 64
 CONNECT_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 5.0  # durable mode: messages asked for at once (at most the free slots)
-KV_KEY_MIN_BYTES = 32
+KV_KEY_MIN_BYTES = 32  # the shortest key the shared store is signed with (--kv-key-file)
 # The host's answer when a request is refused before a tool could run: no claim is kept.
 _NOT_RUN_CODES = frozenset({"breaker_open", "overloaded", "lease_required", "lease_rejected", "guarantee_blocked",
                             "idempotency_conflict", "rate_limited", "tool_not_found"})
@@ -120,7 +120,7 @@ def host_response(status: str, code: str, error: str) -> dict[str, Any]:
 
 
 def load_kv_key(path: str) -> bytes:
-    """The shared store's key from its file (trailing ``\r``/``\n`` removed). Raises
+    """The shared store's key from its file (trailing CR and LF removed). Raises
     OSError if it cannot be read, ValueError if it is shorter than KV_KEY_MIN_BYTES."""
     with open(path, "rb") as f:
         key = f.read().rstrip(b"\r\n")
