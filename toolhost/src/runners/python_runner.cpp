@@ -200,13 +200,9 @@ void PythonWorkerPool::reap_loop() {
     if (to_reap_.empty()) return;
     auto batch = std::move(to_reap_);
     to_reap_.clear();
-    lock.unlock();
-    for (auto& w : batch) w->child->end(100);
-    batch.clear();
-    lock.lock();
-    // A retired worker's replacement starts now, not when the next call needs it.
-    while (to_replace_ > 0 && !closing_ && workers_.size() + starting_ < options_.workers) {
-      --to_replace_;
+    // Retired workers are replaced now, not when the next call needs one: the pool is filled
+    // up to its size, so that calls that come one after the other find one started earlier.
+    while (refill_ && !closing_ && workers_.size() + starting_ < options_.workers) {
       ++starting_;
       lock.unlock();
       std::shared_ptr<Worker> fresh;
@@ -224,7 +220,11 @@ void PythonWorkerPool::reap_loop() {
       }
       changed_.notify_all();
     }
-    to_replace_ = 0;
+    refill_ = false;
+    lock.unlock();
+    for (auto& w : batch) w->child->end(100);
+    batch.clear();
+    lock.lock();
   }
 }
 
@@ -344,7 +344,7 @@ void PythonWorkerPool::take_answers(Worker& w) {
     call->result.retired = retire_why != nullptr;
     call->cv.notify_one();
     if (retire_why != nullptr) {
-      if (options_.replace_retired && !closing_) ++to_replace_;
+      if (options_.replace_retired) refill_ = true;
       kill(w, std::string(retire_why) + " and was replaced");
       w.buffer.clear();
       return;

@@ -48,8 +48,8 @@ struct PythonPoolOptions {
   std::size_t max_answer_bytes = 0;  // longest answer line read (the output cap and room for the trace)
   /// How long a caller polls for its answer before sleeping (never on one CPU).
   std::chrono::microseconds spin{50};
-  /// A worker retired after its call is replaced at once (off the callers' threads), so that
-  /// the next call finds one started.
+  /// A worker retired after its call is replaced at once (off the callers' threads), the
+  /// pool filled up to `workers`, so that the next call finds one started.
   bool replace_retired = false;
   EventSink on_event;
 };
@@ -136,7 +136,7 @@ class PythonWorkerPool {
   std::condition_variable changed_;  // a worker started, ended or has room
   std::vector<std::shared_ptr<Worker>> workers_;  // live (or starting)
   std::size_t starting_ = 0;
-  std::size_t to_replace_ = 0;  // retired workers the reaper replaces (replace_retired)
+  bool refill_ = false;  // a worker was retired: the reaper fills the pool up (replace_retired)
   bool closing_ = false;
   Stats stats_;
   // Killed and ended workers are reaped here, off the callers' threads.
