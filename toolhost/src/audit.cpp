@@ -485,7 +485,8 @@ class AuditLog::Writer {
   }
 
   /// A write of its own (nothing was waiting): whether the store can record again. The
-  /// database gets a row of `meta` rewritten; the JSON lines file, what was kept back.
+  /// database gets a row of `meta` rewritten; the JSON lines file gets room for a pass's
+  /// lines, taken and given back.
   bool probe() {
     try {
       if (db_.is_open()) {
@@ -501,7 +502,6 @@ class AuditLog::Writer {
       return false;
     }
     if (jsonl_ < 0) return true;
-    // (Room for what a pass writes, taken and given back.)
     if (const int err = ::posix_fallocate(jsonl_, static_cast<off_t>(jsonl_bytes_), 64 * 1024); err != 0) {
       complain("audit JSON lines file " + options_.jsonl_path + ": " + std::strerror(err));
       return false;
