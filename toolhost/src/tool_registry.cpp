@@ -167,8 +167,8 @@ std::string ToolRegistry::name_taken(const Tool& tool,
   auto described = [](const ToolInfo& other) {
     return other.aid + (other.alias_of.empty() ? " (" + other.name + ")" : " (another name of " + other.alias_of + ")");
   };
-  // Fronts that take a name (--http, the LLM tool lists) would find the built-in by it no
-  // more (two tools of that name), or this tool in its place (an aid is looked up first).
+  // A front that takes a name (--http's tool_name) would find the built-in by it no more
+  // (two tools of that name), or this tool in its place (an aid is looked up first).
   // (A name that is a built-in's aid leaves the built-in first: an inner host's tools, say.)
   for (const std::string* taken : {&info.aid, &info.name}) {
     if (auto it = built_in_names_.find(*taken); it != built_in_names_.end()) {
