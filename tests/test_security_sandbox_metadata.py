@@ -175,3 +175,57 @@ def test_execute_python(places: Places, tmp_path: Path) -> None:
     assert "ok" not in outside_ops.values() and "ok" not in via_link.values(), results
     assert look(places.victim) == places.before
     assert inside == dict.fromkeys(OP_NAMES, "ok") and stat.S_IMODE(mode) == 0o700, results[1]
+
+
+# Run inside the sandbox, in its writable folder: each way of giving a file a set-ID bit.
+SET_ID = textwrap.dedent('''
+    import errno, os
+
+    def set_id_ops():
+        out = {}
+        open("plain", "w").close()
+        fd = os.open("plain", os.O_RDONLY)
+
+        def create(name, mode):
+            os.close(os.open(name, os.O_CREAT | os.O_WRONLY, mode))
+            return oct(os.stat(name).st_mode & 0o7777)
+
+        for name, op in [("chmod_setuid", lambda: os.chmod("plain", 0o4755)),
+                         ("chmod_setgid", lambda: os.chmod("plain", 0o2755)),
+                         ("fchmod_setuid", lambda: os.fchmod(fd, 0o4755)),
+                         ("create_setuid", lambda: create("made", 0o4755)),
+                         ("mknod_setuid", lambda: os.mknod("node", 0o100000 | 0o4755)),
+                         ("chmod_plain", lambda: os.chmod("plain", 0o751))]:
+            try:
+                result = op()
+                out[name] = result or "ok"
+            except OSError as e:
+                out[name] = errno.errorcode.get(e.errno, str(e.errno))
+        out["mode"] = oct(os.stat("plain").st_mode & 0o7777)
+        return out
+''')
+SET_ID_REFUSED = {"chmod_setuid": "EPERM", "chmod_setgid": "EPERM", "fchmod_setuid": "EPERM",
+                  "create_setuid": "EPERM", "mknod_setuid": "EPERM", "chmod_plain": "ok", "mode": "0o751"}
+
+
+def test_no_set_id_bit_even_inside_the_writable_folder(places: Places, tmp_path: Path) -> None:
+    """Files the code writes belong to the host's user (root, for a host run as root): a set-ID
+    bit on one would be a way into that user. Refused in every runner's walls (seccomp)."""
+    policy = tmp_path / "policy.toml"
+    pyws = tmp_path / "pyws"
+    pyws.mkdir()
+    policy.write_text(f'[shell]\nallow = ["python3"]\n[python]\nworkspaces = {json.dumps(str(pyws))}\n'
+                      f'python = {json.dumps(sys.executable)}\n')
+    script = SET_ID + "import json\nprint(json.dumps(set_id_ops()))\n"
+    answers = sorted(serve([{"id": 0, "aid": "AID.SHELL.EXEC.v1",
+                             "input_json": json.dumps({"command": "python3", "args": ["-c", script]})},
+                            {"id": 1, "aid": "AID.PYTHON.EXECUTE.v1",
+                             "input_json": json.dumps({"code": SET_ID + "set_id_ops()"})}],
+                           "--policy", str(policy), env={"MACHINA_TOOLHOST_WORKSPACE": str(places.writable)},
+                           timeout=120), key=lambda r: r["id"])
+    skip_where_unconfinable(answers)
+    shell = json.loads(answers[0]["output_json"])
+    assert json.loads(shell["stdout"]) == SET_ID_REFUSED, shell
+    python = json.loads(answers[1]["output_json"])
+    assert python["result"] == SET_ID_REFUSED, python
+    assert not [p for p in places.writable.rglob("*") if p.is_file() and p.stat().st_mode & 0o6000]

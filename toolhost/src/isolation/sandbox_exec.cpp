@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 namespace machina::sandbox {
 namespace {
@@ -107,10 +108,11 @@ void apply_landlock(const ExecSpec& spec) {
   ::close(ruleset);
 }
 
-/// seccomp: no new process (threads still), no socket. A system call through another ABI
-/// (32-bit int 0x80) ends the process rather than slipping past rules that name native calls.
+/// seccomp: no new process (threads still), no socket; with writing restricted, no file
+/// given a set-user-ID or set-group-ID bit. A system call through another ABI (32-bit
+/// int 0x80) ends the process rather than slipping past rules that name native calls.
 void apply_seccomp(const ExecSpec& spec) {
-  if (!spec.no_sockets && !spec.no_processes) return;
+  if (!spec.no_sockets && !spec.no_processes && !spec.restrict_write) return;
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (ctx == nullptr) {
     errno = ENOMEM;
@@ -132,6 +134,27 @@ void apply_seccomp(const ExecSpec& spec) {
   }
   if (spec.no_sockets) {
     rule(SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0, nullptr);
+  }
+  if (spec.restrict_write) {
+    // Files the program writes belong to the host's user (root, for a host run as root): a
+    // set-ID bit on one would hand that user's rights to whoever runs it. Refused wherever
+    // a mode is given: chmod and file creation (the mode's argument position per call).
+    const std::pair<int, unsigned> mode_at[] = {
+        {SCMP_SYS(chmod), 1}, {SCMP_SYS(fchmod), 1}, {SCMP_SYS(fchmodat), 2}, {SCMP_SYS(open), 2},
+        {SCMP_SYS(openat), 3}, {SCMP_SYS(creat), 1}, {SCMP_SYS(mknod), 1},  {SCMP_SYS(mknodat), 2},
+#if defined(__x86_64__) || defined(__aarch64__)
+        {452, 2},  // fchmodat2 (newer than some libseccomp's tables)
+#endif
+    };
+    for (const auto& [call, arg] : mode_at) {
+      for (const scmp_datum_t bit : {scmp_datum_t{S_ISUID}, scmp_datum_t{S_ISGID}}) {
+        const scmp_arg_cmp has_bit{arg, SCMP_CMP_MASKED_EQ, bit, bit};
+        rule(SCMP_ACT_ERRNO(EPERM), call, 1, &has_bit);
+      }
+    }
+    // openat2 passes its mode in memory, out of a filter's sight: refused as unknown (callers
+    // fall back to openat).
+    rule(SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0, nullptr);
   }
 #ifdef __NR_io_uring_setup
   // io_uring can open sockets and start work on its own.
