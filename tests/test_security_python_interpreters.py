@@ -222,3 +222,42 @@ def test_a_c_thread_does_not_outlive_its_tool_call(tmp_path: Path, no_orphans: N
     assert result(after)["threads"] == 1
     if not sandbox:
         assert not still_growing(tick)
+
+
+def test_a_call_changes_nothing_beside_its_own_folder(py: Py, confined: None) -> None:
+    # Two calls at once: the first looks for the other's folder beside its own and plants a
+    # module there (a call's folder is its working directory and first import path).
+    py.settings.update(workers=2)
+    plant = textwrap.dedent("""
+        import os, time
+        mine = os.path.basename(os.getcwd())
+        planted, refused = [], []
+        end = time.monotonic() + 3
+        while time.monotonic() < end and not planted:
+            for name in os.listdir(".."):
+                if name != mine:
+                    try:
+                        with open(os.path.join("..", name, "evil_mod.py"), "w") as f:
+                            f.write("OWNED = True")
+                        planted.append(name)
+                    except OSError as e:
+                        refused.append(type(e).__name__)
+            time.sleep(0.02)
+        for attempt in (lambda: open("../beside.txt", "w"), lambda: os.mkdir("../beside")):
+            try:
+                attempt()
+                planted.append("beside")
+            except OSError as e:
+                refused.append(type(e).__name__)
+        [planted, sorted(set(refused))]
+    """)
+    with py.host() as h:
+        first = h.send(EXECUTE, user="mallory", code=plant)
+        time.sleep(0.3)
+        victim = h.run("import time\ntime.sleep(1.5)\ntry:\n    import evil_mod\n    owned = True\n"
+                       "except ImportError:\n    owned = False\nowned", user="bob")
+        planted = output(h.answer(first))
+        assert victim["result"] is False, (victim, planted)
+        assert planted["result"] == [[], ["PermissionError"]], planted
+        # Its own folder stays writable.
+        assert h.run("open('mine.txt', 'w').write('x')")["result"] == 1

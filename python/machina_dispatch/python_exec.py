@@ -7,9 +7,10 @@ It uses the standard library only, so that any interpreter can run it.
 
 ``execute(payload)`` runs ``payload["code"]`` like a REPL cell: the statements in order, and
 the value of the last one when it is an expression is the result. The payload also says:
-``cwd`` (the folder the code runs in), ``session`` (keep the names the code defines for the
-next call of this worker; else a fresh namespace), ``session_new``, ``max_output_bytes``
-(of stdout and of stderr each), ``max_result_bytes``, ``cpu_seconds`` and ``memory_mb``
+``cwd`` (the folder the code runs in), ``own_folder_only`` (from this call on, the process
+changes the file system beneath ``cwd`` only: for an interpreter that runs one call),
+``session`` (keep the names the code defines for the next call of this worker; else a fresh
+namespace), ``session_new``, ``max_output_bytes`` (of stdout and of stderr each), ``max_result_bytes``, ``cpu_seconds`` and ``memory_mb``
 (for the advice). The answer is always a result (the call itself succeeded)::
 
     {"threads": 0, "success": true, "result": ..., "result_truncated": false, "stdout": "...",
@@ -34,6 +35,7 @@ from __future__ import annotations
 import _thread
 import ast
 import builtins
+import ctypes
 import importlib
 import importlib.util
 import io
@@ -364,6 +366,52 @@ def _leave(folder: str) -> None:
         pass
 
 
+# Landlock (linux/landlock.h): the rights that change the file system, by ABI version.
+_LANDLOCK_WRITES = {1: 0x1FF2, 2: 0x3FF2, 3: 0x7FF2}  # (REFER from 2, TRUNCATE from 3)
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _write_only_beneath(folder: str) -> None:
+    """From now on this process changes the file system beneath `folder` only: a Landlock
+    layer on top of the walls it was started in (whose writable root holds the folders of
+    other calls running at the same time). It lasts as long as the process, which runs this
+    one call. Raises OSError when the kernel refuses."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    create, add_rule, restrict = 444, 445, 446  # (the same numbers on every architecture)
+    abi = syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
+    if abi < 1:
+        raise OSError(ctypes.get_errno(), "Landlock is not available")
+    rights = _LANDLOCK_WRITES[min(int(abi), 3)]
+    handled = ctypes.c_uint64(rights)
+    ruleset = syscall(create, ctypes.byref(handled), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "cannot make a Landlock ruleset")
+    try:
+        parent = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        null = os.open(os.devnull, os.O_PATH | os.O_CLOEXEC)
+        try:
+            # /dev/null stays writable (WRITE_FILE and, from ABI 3, TRUNCATE: a file's rights).
+            for fd, allowed in ((parent, rights), (null, rights & 0x4002)):
+                rule = _PathBeneath(allowed, fd)
+                if syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule),
+                           ctypes.c_uint32(0)) != 0:
+                    raise OSError(ctypes.get_errno(), f"cannot add a Landlock rule for {folder}")
+        finally:
+            os.close(parent)
+            os.close(null)
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS (set by the walls already)
+        if syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), "cannot enforce a Landlock ruleset")
+    finally:
+        os.close(ruleset)
+
+
 def _namespace(session: bool) -> dict[str, Any]:
     global _session_globals
     fresh = {"__name__": "__main__", "__builtins__": builtins, "__doc__": None}
@@ -397,6 +445,8 @@ def execute(payload: dict[str, Any]) -> dict[str, Any]:
     filename = f"<code #{_calls}>" if session else "<code>"
     _remember_source(filename, code)
     os.chdir(payload["cwd"])
+    if payload.get("own_folder_only"):
+        _write_only_beneath(payload["cwd"])
     # Temporary files and the home folder are the call's own folder too.
     os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = payload["cwd"]
     importlib.invalidate_caches()  # packages installed since the last call

@@ -613,8 +613,11 @@ Result PythonPack::execute(const Call& c) {
     extra["synced"] = {{"files", copied.files}, {"bytes", copied.bytes}, {"skipped", copied.skipped}};
   }
 
+  // Without a session the interpreter runs this one call: it may change nothing but its
+  // folder (not the other call folders beside it, which its walls' writable root holds).
   const json payload = {{"code", code},
                         {"cwd", dir},
+                        {"own_folder_only", session == nullptr},
                         {"session", session != nullptr},
                         {"session_new", fresh},
                         {"max_output_bytes", p.max_output_bytes},
