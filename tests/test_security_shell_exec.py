@@ -63,7 +63,8 @@ def test_an_allowed_program_cannot_execute_a_denied_one(shell: Shell, command: s
 
 
 NOT_ALLOWED = [("env", ["touch", "made.txt"]), ("nice", ["touch", "made.txt"]),
-               ("stdbuf", ["-o0", "touch", "made.txt"]), ("env", [LOADER, "/usr/bin/touch", "made.txt"])]
+               ("stdbuf", ["-o0", "touch", "made.txt"]), ("env", [LOADER, "/usr/bin/touch", "made.txt"]),
+               ("env", [LOADER, "/usr/sbin/nologin"])]
 
 
 @pytest.mark.parametrize(("command", "args"), NOT_ALLOWED, ids=[" ".join([c, *a]) for c, a in NOT_ALLOWED])
@@ -72,6 +73,7 @@ def test_nor_one_that_is_merely_not_allowed(shell: Shell, command: str, args: li
     (out,) = shell.run([command], (command, args))
     assert out["exit_code"] != 0, out
     assert not (shell.ws / "made.txt").exists()
+    assert "Permission denied" in out["stderr"] or "failed to map segment" in out["stderr"], out
 
 
 def test_allowed_programs_still_run_also_through_each_other(shell: Shell) -> None:

@@ -31,6 +31,8 @@ using json = nlohmann::json;
 
 constexpr std::size_t kMaxArgs = 1024;
 constexpr std::size_t kMaxArgBytes = 256 * 1024;
+// Where a system keeps its programs, besides the policy's path.
+constexpr const char* kProgramDirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"};
 
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -230,7 +232,9 @@ Result shell_exec(const Call& c) {
     walls.exec_paths = std::move(executable);
     // The folders programs are found in lose exec, but for the allowed programs: the dynamic
     // loader, which the command may execute, cannot map another program from there.
-    for (const auto& dir : policy.path) {
+    std::vector<std::string> program_dirs = policy.path;
+    for (const char* dir : kProgramDirs) program_dirs.emplace_back(dir);
+    for (const auto& dir : program_dirs) {
       std::error_code dir_ec;
       const std::string real_dir = std::filesystem::canonical(dir, dir_ec).string();
       if (!dir_ec && std::find(walls.no_exec_paths.begin(), walls.no_exec_paths.end(), real_dir) ==
