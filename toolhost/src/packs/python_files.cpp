@@ -292,15 +292,6 @@ bool remove_tree(const std::string& path, std::string& why) {
   return remove_at(dir.get(), name, why);
 }
 
-bool empty_tree(const std::string& path, std::string& why) {
-  Fd top(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!top) {
-    why = error_text("cannot open " + path);
-    return false;
-  }
-  return clear_all(top.get(), why);
-}
-
 CopyEnd copy_root(const Policy& policy, const std::string& root, const std::string& dest,
                   const std::vector<std::pair<dev_t, ino_t>>& skip, std::uint64_t max_files, std::uint64_t max_bytes,
                   Copied& copied, std::string& why) {

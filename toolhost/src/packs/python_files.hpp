@@ -23,10 +23,6 @@ bool make_dirs(const std::string& path, std::string& why);
 /// and removed from there. Nothing there: true. False with `why` when something is left.
 bool remove_tree(const std::string& path, std::string& why);
 
-/// Removes everything inside the folder `path` (following no link), leaving it empty.
-/// False with `why` when it is not a folder or something is left.
-bool empty_tree(const std::string& path, std::string& why);
-
 /// What a workspace copy took and left out.
 struct Copied {
   std::uint64_t files = 0;

@@ -29,7 +29,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kMaxSessionIdBytes = 128;
-constexpr std::size_t kFreeFolders = 64;  // emptied call folders kept for reuse, per workspace
 constexpr const char* kEntryExecute = "machina_python_exec:execute";
 constexpr const char* kEntryList = "machina_python_exec:list_packages";
 
@@ -321,14 +320,6 @@ std::shared_ptr<PythonWorkerPool> PythonPack::make_pool(const Workspace& ws, con
 }
 
 std::string PythonPack::take_folder(Workspace& ws, std::string& why) {
-  {
-    std::lock_guard lock(ws.folders_mu);
-    if (!ws.free_folders.empty()) {
-      std::string dir = std::move(ws.free_folders.back());
-      ws.free_folders.pop_back();
-      return dir;
-    }
-  }
   const std::string name = std::to_string(++ws.serial);
   {
     std::lock_guard lock(ws.folders_mu);
@@ -345,17 +336,11 @@ std::string PythonPack::take_folder(Workspace& ws, std::string& why) {
 }
 
 void PythonPack::give_back_folder(Workspace& ws, const std::string& dir) {
+  // Never used again: a thread of the retired interpreter may write into it until the
+  // interpreter is gone, and a removed folder takes no new entries.
   std::string why;
-  bool kept = false;
-  if (python_files::empty_tree(dir, why)) {
-    std::lock_guard lock(ws.folders_mu);
-    if (ws.free_folders.size() < kFreeFolders) {
-      ws.free_folders.push_back(dir);
-      kept = true;
-    }
-  }
-  if (!kept) {
-    python_files::remove_tree(dir, why);
+  python_files::remove_tree(dir, why);
+  {
     std::lock_guard lock(ws.folders_mu);
     ws.folders.erase(dir.substr(dir.rfind('/') + 1));
   }

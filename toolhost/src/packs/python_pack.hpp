@@ -68,11 +68,10 @@ class PythonPack {
   /// A pool of warm workers for code that may write only beneath `writable`.
   std::shared_ptr<PythonWorkerPool> make_pool(const Workspace& ws, const std::string& writable, std::size_t workers) const;
   std::shared_ptr<PythonWorkerPool> stateless_pool(Workspace& ws);
-  /// A folder of its own for a call without a session: an emptied one again, or a new one
-  /// (making and removing a folder costs milliseconds on some file systems); "" with `why`.
+  /// A new folder of its own for a call without a session; "" with `why`.
   static std::string take_folder(Workspace& ws, std::string& why);
-  /// The call is done with its folder: emptied and kept for another call, else removed. What
-  /// code left beside the call folders (their parent is writable to it) is removed too.
+  /// The call is done with its folder: removed (never used again). What is left beside the
+  /// call folders (their parent is the interpreters' writable root) is removed too.
   static void give_back_folder(Workspace& ws, const std::string& dir);
   /// Installs `specs` one at a time; stops at the first failure (its text in `failure`).
   /// A refusal (a spec the policy does not allow) comes before anything runs.
@@ -113,8 +112,7 @@ struct PythonPack::Workspace {
   std::timed_mutex install_mu;             // one install at a time in this host (<dir>/install.lock: in all)
   std::atomic<std::uint64_t> serial{0};    // names of call and session folders
   std::mutex folders_mu;
-  std::vector<std::string> free_folders;   // emptied call folders, to be used again (at most kFreeFolders)
-  std::set<std::string> folders;           // the names of the call folders there are (in use or free)
+  std::set<std::string> folders;           // the names of the call folders in use
   ~Workspace();
 };
 
