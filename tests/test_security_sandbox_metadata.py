@@ -115,6 +115,7 @@ def test_python_tool_with_no_filesystem_write(places: Places, tmp_path: Path) ->
                     "--tools", str(pack), timeout=120)
     assert all(a["ok"] for a in answers), answers
     places.check([json.loads(a["output_json"]) for a in answers])
+    assert "every other mount read-only" in answers[0]["trace"]["enforcement"]["no_filesystem_write"], answers[0]
 
 
 SKILL = OPS + textwrap.dedent('''

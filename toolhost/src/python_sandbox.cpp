@@ -116,7 +116,9 @@ SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& int
     if (!tool.write_root.empty()) spec.write_paths.push_back(tool.write_root);
     how["no_filesystem_write"] = "Landlock: writing only " +
                                  (tool.write_root.empty() ? std::string("to /dev/null")
-                                                          : "beneath " + tool.write_root + " (filesystem_root) and to /dev/null");
+                                                          : "beneath " + tool.write_root + " (filesystem_root) and to /dev/null") +
+                                 "; every other mount read-only (no mode, time, owner or attribute changes); no set-ID bit "
+                                 "(seccomp)";
   }
   if (read && support.landlock_abi >= 1 && refused.empty()) {
     spec.restrict_read = true;
@@ -201,7 +203,9 @@ SandboxPlan plan_child_sandbox(const ManifestChild& child, const std::string& pr
     spec.restrict_write = true;
     if (!child.write_root.empty()) spec.write_paths.push_back(child.write_root);
     how["no_filesystem_write"] = "Landlock: writing only to /dev/null" +
-                                 std::string(child.write_root.empty() ? "" : " and beneath filesystem_root");
+                                 std::string(child.write_root.empty() ? "" : " and beneath filesystem_root") +
+                                 "; every other mount read-only (no mode, time, owner or attribute changes); no set-ID "
+                                 "bit (seccomp)";
   }
   if (env) {
     plan.empty_environment = true;
