@@ -114,9 +114,10 @@ SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& int
   if (write) {
     spec.restrict_write = true;
     if (!tool.write_root.empty()) spec.write_paths.push_back(tool.write_root);
-    how["no_filesystem_write"] = "Landlock: writing only " +
-                                 (tool.write_root.empty() ? std::string("to /dev/null")
-                                                          : "beneath " + tool.write_root + " (filesystem_root) and to /dev/null") +
+    const std::string where = tool.write_root.empty()
+                                  ? std::string("to /dev/null")
+                                  : "beneath " + tool.write_root + " (filesystem_root) and to /dev/null";
+    how["no_filesystem_write"] = "Landlock: writing only " + where +
                                  "; every other mount read-only (no mode, time, owner or attribute changes); no set-ID bit "
                                  "(seccomp)";
   }

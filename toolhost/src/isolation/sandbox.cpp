@@ -96,7 +96,9 @@ void make_no_exec(const std::vector<std::string>& no_exec, const std::vector<std
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) files.push_back(path);
   }
-  for (const auto& path : bind_in_place(files, 0)) set_mount_attr(path, 0, MOUNT_ATTR_NOEXEC, false, "cannot leave executable");
+  for (const auto& path : bind_in_place(files, 0)) {
+    set_mount_attr(path, 0, MOUNT_ATTR_NOEXEC, false, "cannot leave executable");
+  }
 }
 
 }  // namespace
