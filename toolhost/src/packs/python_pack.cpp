@@ -309,7 +309,10 @@ std::shared_ptr<PythonWorkerPool> PythonPack::make_pool(const Workspace& ws, con
   o.cwd = writable;
   o.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + writable, "TMPDIR=" + writable, "LANG=C.UTF-8",
            "LC_ALL=C.UTF-8", "PYTHONHASHSEED=0", "PYTHONDONTWRITEBYTECODE=1", "PYTHONNOUSERSITE=1",
-           "PYTHONIOENCODING=utf-8"};
+           "PYTHONIOENCODING=utf-8",
+           // Numerical libraries start no thread pools of their own: a thread left after a call
+           // ends its session (the pool retires an interpreter with threads left running).
+           "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1"};
   o.launcher = {executable_, "--sandbox-exec", walls.to_json(), "--"};
   o.workers = workers;
   o.queue_depth = 1;
