@@ -106,3 +106,26 @@ def test_a_script_runs_only_if_its_interpreter_is_allowed_too(shell: Shell) -> N
     assert f"it is a script run by {sh}, which the allow list does not name" in refusal["error"], refusal
     (out,) = shell.run([str(script), "sh"], (str(script), []))
     assert out["stdout"] == "hello from a script\n" and out["exit_code"] == 0, out
+
+
+def test_a_file_a_denied_name_also_names_is_not_executable_through_another(shell: Shell, tmp_path: Path) -> None:
+    """A multi-call program (busybox), or a link (pkill is pgrep), is one file to the kernel:
+    when a denied name names it, programs the command starts may not execute it by any name.
+    Called directly by its allowed name it still runs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    multi = bin_dir / "multi"
+    multi.write_bytes(Path("/usr/bin/touch").read_bytes())
+    multi.chmod(0o755)
+    (bin_dir / "rm").symlink_to(multi)
+    shell.policy.write_text(f'[shell]\nallow = ["env", "multi"]\npath = ["{bin_dir}", "/usr/bin", "/bin"]\n')
+    requests = [{"id": i, "aid": "AID.SHELL.EXEC.v1", "input_json": json.dumps({"command": c, "args": a})}
+                for i, (c, a) in enumerate([("env", ["rm", "by-rm"]), ("env", ["multi", "by-env"]),
+                                            ("multi", ["direct"])])]
+    answers = sorted(serve(requests, "--policy", str(shell.policy), env={"MACHINA_TOOLHOST_WORKSPACE": str(shell.ws)}),
+                     key=lambda r: r["id"])
+    skip_where_unconfinable(answers)
+    outs = [json.loads(a["output_json"]) for a in answers]
+    assert outs[0]["exit_code"] != 0 and outs[1]["exit_code"] != 0, outs
+    assert not (shell.ws / "by-rm").exists() and not (shell.ws / "by-env").exists()
+    assert outs[2]["exit_code"] == 0 and (shell.ws / "direct").exists(), outs[2]

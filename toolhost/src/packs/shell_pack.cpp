@@ -64,26 +64,45 @@ bool executable_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
-/// The files a command may execute, whatever executes them (the launcher, or a program it
-/// runs: env, nice, sh): each allowed name as found in the policy's path and each allowed
-/// absolute path, as real paths, without those the deny list names; then the dynamic
-/// loaders they need.
-std::vector<std::string> allowed_programs(const ShellPolicy& policy) {
-  std::vector<std::string> out;
-  auto add = [&](const std::string& path, const std::string& name) {
+/// Each file a list names (a name as found in `dirs`, an absolute path as it is), calling
+/// `take(path, name, real)` with its real path.
+template <typename Take>
+void each_listed_file(const std::vector<std::string>& list, const std::vector<std::string>& dirs, Take take) {
+  auto found = [&](const std::string& path, const std::string& name) {
     if (!executable_file(path)) return;
     std::error_code ec;
     const std::string real = std::filesystem::canonical(path, ec).string();
-    if (ec || listed(policy.deny, name, path) || listed(policy.deny, base_name(real), real)) return;
-    if (std::find(out.begin(), out.end(), real) == out.end()) out.push_back(real);
+    if (!ec) take(path, name, real);
   };
-  for (const auto& entry : policy.allow) {
+  for (const auto& entry : list) {
     if (entry.front() == '/') {
-      add(entry, base_name(entry));
+      found(entry, base_name(entry));
       continue;
     }
-    for (const auto& dir : policy.path) add(dir + "/" + entry, entry);
+    for (const auto& dir : dirs) found(dir + "/" + entry, entry);
   }
+}
+
+/// The files a command may execute, whatever executes them (the launcher, or a program it
+/// runs: env, nice, sh): the allowed programs' files, but those the deny list names by any
+/// of their names (a link, or a multi-call program: pkill is pgrep), then the dynamic
+/// loaders they need.
+std::vector<std::string> allowed_programs(const ShellPolicy& policy) {
+  // A denied name is looked for in the system's program folders too (a command may name
+  // a program by its absolute path).
+  std::vector<std::string> dirs = policy.path;
+  for (const char* dir : kProgramDirs) dirs.emplace_back(dir);
+  std::vector<std::string> denied_files;
+  each_listed_file(policy.deny, dirs, [&](const std::string&, const std::string&, const std::string& real) {
+    denied_files.push_back(real);
+  });
+  std::vector<std::string> out;
+  each_listed_file(policy.allow, policy.path, [&](const std::string& path, const std::string& name,
+                                                  const std::string& real) {
+    const bool denied = listed(policy.deny, name, path) || listed(policy.deny, base_name(real), real) ||
+                        std::find(denied_files.begin(), denied_files.end(), real) != denied_files.end();
+    if (!denied && std::find(out.begin(), out.end(), real) == out.end()) out.push_back(real);
+  });
   const std::size_t programs = out.size();
   for (std::size_t i = 0; i < programs; ++i) {
     const std::string loader = sandbox::elf_interpreter(out[i]);
