@@ -198,13 +198,18 @@ bool check_requirement(const PythonPolicy& p, const std::string& text, std::stri
 
 /// Runs pip's __pip-runner__.py in the environment's interpreter started with -I -S: the
 /// environment made the interpreter's prefix and its site-packages (and the base
-/// interpreter's) put on the path as site would, but no .pth file processed.
+/// interpreter's) put on the path as site would, but no .pth file processed; the
+/// environment's own folders have no import finder (None in sys.path_importer_cache), so
+/// pip sees what is installed there (importlib.metadata reads the folders) and imports
+/// nothing from them.
 constexpr const char* kPipBoot =
     "import runpy, site, sys\n"
     "runner, env = sys.argv[1:3]\n"
     "del sys.argv[1:3]\n"
     "sys.prefix = sys.exec_prefix = env\n"
-    "sys.path += site.getsitepackages([env]) + site.getsitepackages([sys.base_prefix])\n"
+    "own = site.getsitepackages([env])\n"
+    "sys.path += own + site.getsitepackages([sys.base_prefix])\n"
+    "sys.path_importer_cache.update(dict.fromkeys(own))\n"
     "sys.argv[0] = runner\n"
     "runpy.run_path(runner, run_name='__main__')\n";
 
@@ -282,7 +287,10 @@ PipRun run_pip(const PythonPolicy& p, const std::string& executable, const Pytho
                                 "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE"});
   child.env.insert(child.env.end(), {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws.pip_tmp,
                                      "TMPDIR=" + ws.pip_tmp, "LANG=C.UTF-8", "LC_ALL=C.UTF-8",
-                                     "PIP_CONFIG_FILE=/dev/null", "PYTHONNOUSERSITE=1"});
+                                     "PIP_CONFIG_FILE=/dev/null", "PYTHONNOUSERSITE=1",
+                                     // (what is installed read through importlib.metadata, not
+                                     // pkg_resources, which finds nothing where nothing imports)
+                                     "_PIP_USE_IMPORTLIB_METADATA=1"});
   child.cwd = ws.pip_tmp;
   child.tail_bytes = 8192;
   ChildOutcome run;
