@@ -10,8 +10,9 @@ the value of the last one when it is an expression is the result. The payload al
 ``cwd`` (the folder the code runs in), ``own_folder_only`` (from this call on, the process
 changes the file system beneath ``cwd`` only: for an interpreter that runs one call),
 ``session`` (keep the names the code defines for the next call of this worker; else a fresh
-namespace), ``session_new``, ``max_output_bytes`` (of stdout and of stderr each), ``max_result_bytes``, ``cpu_seconds`` and ``memory_mb``
-(for the advice). The answer is always a result (the call itself succeeded)::
+namespace), ``session_new``, ``max_output_bytes`` (of stdout and of stderr each),
+``max_result_bytes``, ``cpu_seconds`` and ``memory_mb`` (for the advice). The answer is
+always a result (the call itself succeeded)::
 
     {"threads": 0, "success": true, "result": ..., "result_truncated": false, "stdout": "...",
      "stderr": "...", "stdout_truncated": false, "stderr_truncated": false, "execution_ms": 1.2}
