@@ -86,6 +86,9 @@ KV_KEY_MIN_BYTES = 32  # the shortest key the shared store is signed with (--kv-
 # The host's answer when a request is refused before a tool could run: no claim is kept.
 _NOT_RUN_CODES = frozenset({"breaker_open", "overloaded", "lease_required", "lease_rejected", "guarantee_blocked",
                             "idempotency_conflict", "rate_limited", "tool_not_found"})
+# `audit_unavailable` is answered both before a tool runs (the store could not write) and after
+# it ran (its record could not be written, the answer withheld); only the first leaves no run.
+_AUDIT_REFUSED_BEFORE_RUN = "is not run until it can"
 # Seed-002 error types by our wire code (a pack tool's message already starts with its type).
 _SEED_TYPES = {"access_denied": "AccessDenied", "lease_required": "AccessDenied", "lease_rejected": "AccessDenied",
                "guarantee_blocked": "AccessDenied", "tool_not_found": "NotFound", "target_not_found": "NotFound",
@@ -99,7 +102,7 @@ def service_error_code(response: Mapping[str, Any]) -> str:
     code = response.get("code") or ""
     if response.get("status") == "INVALID_PICK":
         return "404" if code == "tool_not_found" else "400"
-    if response.get("status") == "BREAKER_TRIP" or code in ("service_unavailable",):
+    if response.get("status") == "BREAKER_TRIP" or code in ("service_unavailable", "audit_unavailable"):
         return "503"
     return {"timeout": "504", "access_denied": "403", "lease_required": "401", "lease_rejected": "403",
             "guarantee_blocked": "403", "target_not_found": "404", "rate_limited": "429", "overloaded": "429",
@@ -597,7 +600,9 @@ class NatsFront:
                     response = await self._run_on_host(call)
                     if self.fault == "exit-after-run":
                         os._exit(70)
-                    if response.get("status") == "INVALID_PICK" or response.get("code") in _NOT_RUN_CODES:
+                    if response.get("status") == "INVALID_PICK" or response.get("code") in _NOT_RUN_CODES or (
+                            response.get("code") == "audit_unavailable"
+                            and _AUDIT_REFUSED_BEFORE_RUN in str(response.get("error", ""))):
                         await self._kv.delete(kv_key)  # the tool did not run: a retry may run it
                     else:
                         stored = {k: v for k, v in response.items() if k != "id"}
@@ -780,6 +785,9 @@ def _host_option_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, action="append", metavar="NAME", help="pass this variable to tools (repeatable)")
         elif name in ("audit_db", "audit_jsonl"):
             group.add_argument(flag, metavar="FILE", help=f"the audit store's {name[6:]} file (docs/tool-packs.md)")
+        elif name == "audit_required":
+            group.add_argument(flag, choices=("leased", "all", "none"),
+                               help="calls refused while the audit store cannot record (docs/operations.md)")
         else:
             group.add_argument(flag, type=int, metavar="N", help=f"the host's {name}")
     group.add_argument("--tool-timeout", action="append", metavar="AID=MS", default=[],
