@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     import machina_dispatch
     from tqdm import tqdm
 
-    out: Path = args.out
+    out: Path = args.out.resolve()  # scenarios hand paths beneath it to hosts working elsewhere
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="machina-bench-"))
     names = args.only or list(SCENARIOS)

@@ -5,6 +5,7 @@ through. Timings are not checked here (machines are noisy); see bench/ and the R
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +23,11 @@ PLOTS = ["serve_throughput.png", "lockstep_cdf.png", "pool_pipelined.png", "work
 
 @pytest.mark.timeout(600)
 def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
-    out = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--no-progress", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=580)
+    # As the README runs it: the default, relative results folder (here beneath tmp_path).
+    out = tmp_path / "bench-results"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--no-progress"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["failures"] == {}
