@@ -280,3 +280,22 @@ def test_the_cap_per_peer_is_an_option(tmp_path: Path) -> None:
         proc = subprocess.run([TOOLHOST, "--http", "127.0.0.1:0", "--http-max-connections-per-peer", bad],
                               capture_output=True, timeout=30, env=base_env(), cwd=tmp_path)
         assert proc.returncode == 2 and b"--http-max-connections-per-peer" in proc.stderr
+
+
+def test_a_name_two_tools_share_is_refused_naming_both(tmp_path: Path) -> None:
+    # The tests' skill has a tool `echo`, as the built-in plugin has: by that name neither is
+    # called (the caller may mean either); the refusal names both aids.
+    skill = Path(__file__).resolve().parent / "skills" / "test_skill"
+    host = start(tmp_path, "--tools", str(skill))
+    try:
+        own = f"127.0.0.1:{host.port}"
+        call = json.dumps({"tool_name": "echo", "payload": {"x": 1}}).encode()
+        status, _, answer = http_request(host.port, {"Host": own, "Content-Type": "application/json"}, call)
+        assert status == 404 and answer["error"]["type"] == "tool_not_found", answer
+        assert "AID.ECHO.v1" in answer["error"]["message"] and "AID.SKILL.PROBE.ECHO.v1" in answer["error"]["message"]
+        status, _, answer = http_request(host.port, {"Host": own, "Content-Type": "application/json"},
+                                         json.dumps({"tool_name": "AID.ECHO.v1", "payload": {"x": 1}}).encode())
+        assert status == 200 and answer["ok"], answer  # by its aid it is found
+    finally:
+        host.proc.terminate()
+        assert host.proc.wait(timeout=10) == 0

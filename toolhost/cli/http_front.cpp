@@ -276,6 +276,7 @@ class HttpServer {
   std::pair<unsigned, std::string> run_call(const std::string& target, const std::string& body, Connection& conn);
   std::pair<unsigned, std::string> handshake(const std::string& body);
   const Tool* find_tool(const std::string& name) const;
+  std::string shared_name(const std::string& name) const;
   bool authorized(const HttpRequest& req) const;
 
   Host& host_;
@@ -363,6 +364,18 @@ const Tool* HttpServer::find_tool(const std::string& name) const {
   return found;
 }
 
+/// For a name several tools answer to (and no aid is): a refusal saying which, else "".
+std::string HttpServer::shared_name(const std::string& name) const {
+  std::string aids;
+  std::size_t count = 0;
+  for (const Tool* t : host_.registry().tools()) {
+    if (t->info.name != name) continue;
+    aids += (count++ == 0 ? "" : ", ") + t->info.aid;
+  }
+  if (count < 2) return {};
+  return "the name '" + excerpt(name) + "' is shared by " + aids + ": name the tool by its aid";
+}
+
 namespace {
 /// A request body as a JSON value, or why not. Checked first by validate_json, whose
 /// nesting limit keeps what is built here shallow enough to dump (nlohmann's dump recurses:
@@ -387,6 +400,10 @@ std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target,
   else if (target.rfind("/tools/", 0) == 0) name = target.substr(7);
   if (name.empty()) return {400, refusal("malformed_request", "the request names no tool (tool_name)")};
   const Tool* tool = find_tool(name);
+  if (tool == nullptr) {
+    if (std::string why_shared = shared_name(name); !why_shared.empty())
+      return {404, refusal("tool_not_found", why_shared)};
+  }
   req.aid = tool != nullptr ? tool->info.aid : name;  // (an unknown one: tool_not_found from the host)
   if (j.contains("payload")) req.input_json = j["payload"].dump();
   auto text_field = [&](const char* field, std::optional<std::string>& into) -> bool {
@@ -416,8 +433,12 @@ std::pair<unsigned, std::string> HttpServer::handshake(const std::string& body) 
   const auto& j = *parsed;
   if (!j.is_object() || !j.contains("tool_name") || !j["tool_name"].is_string())
     return {400, refusal("malformed_request", "a handshake names its tool (tool_name)")};
-  const Tool* tool = find_tool(j["tool_name"].get<std::string>());
-  if (tool == nullptr) return {404, refusal("tool_not_found", "tool not found: " + excerpt(j["tool_name"].get<std::string>()))};
+  const std::string name = j["tool_name"].get<std::string>();
+  const Tool* tool = find_tool(name);
+  if (tool == nullptr) {
+    std::string why_shared = shared_name(name);
+    return {404, refusal("tool_not_found", why_shared.empty() ? "tool not found: " + excerpt(name) : why_shared)};
+  }
   nlohmann::json supported = nlohmann::json::object();
   for (const auto& g : tool->runner->enforced_guarantees()) supported[g] = true;
   std::size_t required = 0, covered = 0;
