@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import subprocess
 import time
@@ -285,7 +286,8 @@ def test_the_cap_per_peer_is_an_option(tmp_path: Path) -> None:
 def test_a_name_two_tools_share_is_refused_naming_both(tmp_path: Path) -> None:
     # The tests' skill has a tool `echo`, as the built-in plugin has: by that name neither is
     # called (the caller may mean either); the refusal names both aids.
-    skill = Path(__file__).resolve().parent / "skills" / "test_skill"
+    skill = tmp_path / "probe"  # a copy: the skill logs beside its own file
+    shutil.copytree(Path(__file__).resolve().parent / "skills" / "test_skill", skill)
     host = start(tmp_path, "--tools", str(skill))
     try:
         own = f"127.0.0.1:{host.port}"
