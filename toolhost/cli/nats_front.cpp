@@ -1,0 +1,687 @@
+// See nats_front.hpp.
+#include "nats_front.hpp"
+
+#include <machina/ndjson_front.hpp>
+#include <machina/tool_list.hpp>
+#include <machina/wire.hpp>
+
+#include <nats/nats.h>
+#include <nlohmann/json.hpp>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#ifndef MACHINA_VERSION
+#define MACHINA_VERSION "dev"
+#endif
+
+namespace machina::cli {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kServiceName[] = "machina-toolhost";
+constexpr char kHdrError[] = "Nats-Service-Error";
+constexpr char kHdrErrorCode[] = "Nats-Service-Error-Code";
+constexpr char kHdrWireCode[] = "Machina-Error-Code";
+constexpr char kHdrIdempotencyKey[] = "Idempotency-Key";
+constexpr char kHdrLease[] = "Machina-Lease";
+constexpr char kHdrUser[] = "Machina-User";
+constexpr char kHdrTimeoutMs[] = "Machina-Timeout-Ms";
+constexpr char kToolsWildcard[] = "tools.>";
+constexpr std::int64_t kConnectTimeoutMs = 2000;
+constexpr std::int64_t kFlushTimeoutMs = 2000;
+
+int g_stop_fd = -1;  // an eventfd, written once to stop serving
+
+void on_stop_signal(int) {
+  const std::uint64_t one = 1;
+  if (g_stop_fd >= 0) (void)!::write(g_stop_fd, &one, sizeof one);
+}
+
+void say(const std::string& text) {
+  const std::string line = "machina-toolhost: " + text + "\n";
+  (void)!::write(STDERR_FILENO, line.data(), line.size());
+}
+
+/// NATS subject tokens: letters, digits, '_' and '-', joined by single dots.
+bool subject_safe(std::string_view s) {
+  if (s.empty() || s.front() == '.' || s.back() == '.') return false;
+  char prev = '.';
+  for (char c : s) {
+    const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    if (!word && !(c == '.' && prev != '.')) return false;
+    prev = c;
+  }
+  return true;
+}
+
+std::string endpoint_name(std::string_view aid) {
+  std::string out;
+  for (char c : aid.substr(0, 200)) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    out.push_back(keep ? c : '_');
+  }
+  return out.empty() ? "tool" : out;
+}
+
+/// The name the LLM formats give a plain aid (docs/llm.md): each '.' turned into '-'; empty
+/// for an aid those formats name with a hash.
+std::string llm_name(std::string_view aid) {
+  if (aid.empty() || aid.size() > 64) return {};
+  std::string out(aid);
+  for (char& c : out) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+    if (!plain) return {};
+    if (c == '.') c = '-';
+  }
+  return out;
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary, line breaks as spaces.
+std::string header_text(std::string_view text, std::size_t max) {
+  if (text.size() > max) {
+    std::size_t end = max;
+    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+    text = text.substr(0, end);
+  }
+  std::string out(text);
+  for (char& c : out) {
+    if (c == '\r' || c == '\n') c = ' ';
+  }
+  return out;
+}
+
+/// The numeric Nats-Service-Error-Code of a failed response (HTTP's meanings).
+const char* service_error_code(const std::string& status, const std::string& code) {
+  if (status == "INVALID_PICK") return code == "tool_not_found" ? "404" : "400";
+  if (status == "BREAKER_TRIP" || code == "service_unavailable" || code == "audit_unavailable") return "503";
+  static const std::unordered_map<std::string_view, const char*> by_code = {
+      {"timeout", "504"},          {"access_denied", "403"},    {"lease_required", "401"},
+      {"lease_rejected", "403"},   {"guarantee_blocked", "403"}, {"target_not_found", "404"},
+      {"rate_limited", "429"},     {"overloaded", "429"},        {"idempotency_conflict", "409"}};
+  const auto it = by_code.find(code);
+  return it == by_code.end() ? "500" : it->second;
+}
+
+/// A failure worded "Type: message", as the `tools.*` subjects answer it.
+std::string typed_error(const std::string& error, const std::string& code) {
+  static constexpr std::string_view kTypes[] = {"AccessDenied:", "NotFound:", "InvalidInput:",
+                                                "Timeout:",      "SystemError:", "RateLimited:"};
+  for (auto t : kTypes) {
+    if (error.starts_with(t)) return error;
+  }
+  static const std::unordered_map<std::string_view, const char*> by_code = {
+      {"access_denied", "AccessDenied"},     {"lease_required", "AccessDenied"},   {"lease_rejected", "AccessDenied"},
+      {"guarantee_blocked", "AccessDenied"}, {"tool_not_found", "NotFound"},       {"target_not_found", "NotFound"},
+      {"timeout", "Timeout"},                {"malformed_request", "InvalidInput"}, {"request_too_large", "InvalidInput"},
+      {"invalid_input", "InvalidInput"},     {"schema_violation", "InvalidInput"},  {"invalid_ds_state", "InvalidInput"}};
+  const auto it = by_code.find(code);
+  return std::string(it == by_code.end() ? "SystemError" : it->second) + ": " + error;
+}
+
+std::string random_id() {
+  static constexpr char kDigits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 22; ++i) id.push_back(kDigits[rd() % 62]);
+  return id;
+}
+
+std::string rfc3339_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1'000'000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char text[64];
+  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(us));
+  return text;
+}
+
+/// One served subject and its micro-service statistics.
+struct Endpoint {
+  std::string name, subject, aid;  // aid "": the request names the tool
+  json metadata = json::object();
+  bool lists_tools = false;
+  std::mutex mu;
+  std::uint64_t num_requests = 0, num_errors = 0, processing_ns = 0;
+  std::string last_error;
+
+  void record(Clock::duration elapsed, const std::string* error) {
+    std::lock_guard lock(mu);
+    ++num_requests;
+    processing_ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
+    if (error != nullptr) {
+      ++num_errors;
+      last_error = header_text(*error, 512);
+    }
+  }
+};
+
+/// How a request came, and so how its answer goes.
+enum class Form { envelope, openai, tool_input };
+
+/// A failure the front answers itself, in the host's response shape.
+std::string front_failure(const char* status, const char* code, const std::string& error) {
+  return json{{"ok", false}, {"status", status}, {"error", error}, {"code", code}}.dump();
+}
+
+class NatsServer;
+
+/// One message taken: what the host is asked and how its answer goes back. Also the
+/// takeover that answers a call whose inline tool overran its deadline.
+struct Call final : Takeover {
+  NatsServer* server = nullptr;
+  Endpoint* ep = nullptr;
+  natsMsg* msg = nullptr;
+  Clock::time_point start;
+  Form form = Form::envelope;
+  std::string tool_call_id, function_name;  // Form::openai
+  std::atomic<bool> delivered{false};  // the takeover has sent the answer
+
+  ~Call() override { natsMsg_Destroy(msg); }
+  void deliver_overrun(Response response) override;
+};
+
+class NatsServer {
+ public:
+  NatsServer(Host& host, const NatsFrontOptions& o) : host_(host), o_(o) {}
+  ~NatsServer();
+  int run();
+  /// Sends the answer to `call` for the host's response line `line`.
+  void finish(Call& call, std::string_view line);
+  /// Starts a worker thread; `replacing`: in place of one left inside a tool past its
+  /// call's deadline (which is no longer counted).
+  void add_worker(bool replacing = false);
+  /// The call's answer went out through the takeover.
+  void released_by_takeover();
+
+ private:
+  struct Subscription {
+    NatsServer* server;
+    Endpoint* ep;  // nullptr: the `tools.` wildcard, routed by subject
+    natsSubscription* sub = nullptr;
+  };
+  static void on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure);
+  static void on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, void* closure);
+  static void on_error(natsConnection*, natsSubscription*, natsStatus s, void*);
+  void take(Endpoint* ep, natsMsg* msg);
+  void work();
+  /// Answers one call; false when its answer went through the takeover, the thread having
+  /// been left in the tool (it then touches nothing of this server's).
+  bool serve_one(std::unique_ptr<Call> call);
+  /// Builds the host request for `call`; false with `line` set to the answer when refused.
+  bool parse(Call& call, std::string& request, std::string& run_aid, std::string& line);
+  std::string resolve(const std::string& name) const;
+  std::string canonical(const std::string& aid) const;
+  void publish(const char* reply, std::string_view body, const std::vector<std::pair<const char*, std::string>>& headers);
+  bool may_answer(const char* reply) const;
+  json identity(const char* kind) const;
+  void add_endpoint(std::string name, std::string subject, std::string aid, json metadata, bool lists = false);
+  void subscribe(const std::string& subject, Endpoint* ep);
+  void answer_unknown(natsMsg* msg);
+
+  Host& host_;
+  const NatsFrontOptions& o_;
+  natsConnection* nc_ = nullptr;
+  std::string id_ = random_id();
+  std::string started_ = rfc3339_now();
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::unordered_map<std::string, Endpoint*> tools_subjects_;  // endpoints under `tools.`, by subject
+  std::unordered_map<std::string, std::string> canonical_;    // aid -> the aid it is an alias of (or itself)
+  std::unordered_map<std::string, std::string> by_llm_name_;  // LLM function name -> aid
+  std::vector<std::unique_ptr<Subscription>> subs_;
+  std::vector<std::unique_ptr<Subscription>> discovery_;
+
+  std::mutex mu_;
+  std::condition_variable work_ready_, room_, idle_;
+  std::deque<std::unique_ptr<Call>> queue_;
+  std::size_t busy_ = 0;  // calls taken from the queue and not yet answered
+  bool stopping_ = false;
+  std::size_t workers_ = 0;  // worker threads, those left inside a tool not counted
+};
+
+void Call::deliver_overrun(Response response) {
+  std::string line;
+  encode_response(response, line);
+  server->add_worker(/*replacing=*/true);  // this call's thread stays in the tool: another takes its place
+  server->finish(*this, line);
+  server->released_by_takeover();
+  delivered = true;
+  delivered.notify_all();
+}
+
+NatsServer::~NatsServer() {
+  for (auto& s : subs_) natsSubscription_Destroy(s->sub);
+  for (auto& s : discovery_) natsSubscription_Destroy(s->sub);
+  if (nc_ != nullptr) natsConnection_Destroy(nc_);
+}
+
+bool NatsServer::may_answer(const char* reply) const {
+  if (reply == nullptr || reply[0] != '$') return true;
+  // Under '$' lie JetStream's API, the key-value store and the system's subjects: the host's
+  // own permissions must not let a requester write there through it.
+  say("not answered: the reply subject '" + header_text(reply, 100) + "' lies under '$'");
+  return false;
+}
+
+void NatsServer::publish(const char* reply, std::string_view body,
+                         const std::vector<std::pair<const char*, std::string>>& headers) {
+  if (reply == nullptr || *reply == '\0') return;
+  natsMsg* out = nullptr;
+  if (natsMsg_Create(&out, reply, nullptr, body.data(), static_cast<int>(body.size())) != NATS_OK) return;
+  for (const auto& [key, value] : headers) natsMsgHeader_Set(out, key, value.c_str());
+  (void)natsConnection_PublishMsg(nc_, out);  // (a requester gone: nothing to tell)
+  natsMsg_Destroy(out);
+}
+
+std::string NatsServer::canonical(const std::string& aid) const {
+  const auto it = canonical_.find(aid);
+  return it == canonical_.end() ? aid : it->second;
+}
+
+std::string NatsServer::resolve(const std::string& name) const {
+  if (canonical_.contains(name)) return name;
+  const auto it = by_llm_name_.find(name);
+  return it == by_llm_name_.end() ? std::string() : it->second;
+}
+
+bool NatsServer::parse(Call& call, std::string& request, std::string& run_aid, std::string& line) {
+  const Endpoint& ep = *call.ep;
+  natsMsg* msg = call.msg;
+  const std::string_view data(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+  const bool blank = data.find_first_not_of(" \t\r\n") == std::string_view::npos;
+  // A request refused before its form is known is answered in its subject's usual form.
+  call.form = ep.aid.starts_with("tools.") ? Form::tool_input : Form::envelope;
+  auto refuse = [&](const std::string& why) {
+    line = front_failure("INVALID_PICK", "malformed_request", "malformed request: " + why);
+    return false;
+  };
+  json body = json::object();
+  if (!blank) {
+    body = json::parse(data, nullptr, false);
+    if (body.is_discarded()) return refuse("the body is not JSON");
+  }
+  json options = json::object();
+  const char* value = nullptr;
+  if (natsMsgHeader_Get(msg, kHdrUser, &value) == NATS_OK && *value) options["user"] = value;
+  if (natsMsgHeader_Get(msg, kHdrLease, &value) == NATS_OK && *value) options["_lease_token"] = value;
+  if (natsMsgHeader_Get(msg, kHdrTimeoutMs, &value) == NATS_OK && *value) {
+    const auto t = json::parse(value, nullptr, false);
+    if (!t.is_number_integer()) return refuse(std::string(kHdrTimeoutMs) + " is not an integer");
+    options["timeout_ms"] = t;
+  }
+  if (natsMsgHeader_Get(msg, kHdrIdempotencyKey, &value) == NATS_OK && *value) options["idempotency_key"] = value;
+
+  if (body.is_object() && body.contains("function") && body["function"].is_object()) {
+    call.form = Form::openai;
+    const json& fn = body["function"];
+    const json id = body.contains("tool_call_id") ? body["tool_call_id"] : body.value("id", json(""));
+    call.tool_call_id = id.is_string() ? id.get<std::string>() : id.is_null() ? "None" : id.dump();
+    if (fn.contains("name") && fn["name"].is_string()) call.function_name = fn["name"].get<std::string>();
+    if (call.function_name.empty()) return refuse("function.name must be a non-empty string");
+    std::string aid = resolve(call.function_name);
+    if (aid.empty()) {
+      aid = call.function_name;  // the host answers tool_not_found
+    } else if (!ep.aid.empty() && canonical(aid) != canonical(ep.aid)) {
+      return refuse("function '" + call.function_name + "' is not the tool of subject '" + ep.subject + "'");
+    }
+    json arguments = fn.value("arguments", json("{}"));
+    if (arguments.is_object()) arguments = arguments.dump();
+    if (!arguments.is_string()) return refuse("function.arguments must be a JSON string");
+    if (arguments.get_ref<const std::string&>().empty()) arguments = "{}";
+    options["aid"] = aid;
+    options["input_json"] = std::move(arguments);
+    request = options.dump();
+    return true;
+  }
+  if (ep.aid.empty() || (body.is_object() && (body.contains("aid") || body.contains("input_json")))) {
+    call.form = Form::envelope;
+    if (!body.is_object()) return refuse("a request must be a JSON object");
+    request = blank ? std::string("{}") : std::string(data);
+    run_aid = ep.aid;
+    return true;
+  }
+  call.form = Form::tool_input;
+  options["aid"] = ep.aid;
+  options["input_json"] = blank ? std::string("{}") : std::string(data);
+  request = options.dump();
+  return true;
+}
+
+void NatsServer::finish(Call& call, std::string_view line) {
+  while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  const char* reply = natsMsg_GetReply(call.msg);
+  if (call.ep->lists_tools) {
+    call.ep->record(Clock::now() - call.start, nullptr);
+    publish(reply, line, {});
+    return;
+  }
+  const json r = json::parse(line, nullptr, false);
+  const bool ok = r.is_object() && r.value("ok", false);
+  std::string error, code, status;
+  std::vector<std::pair<const char*, std::string>> headers;
+  if (!ok) {
+    error = r.is_object() && r.contains("error") && r["error"].is_string() ? r["error"].get<std::string>() : "failed";
+    if (error.empty()) error = "failed";
+    code = r.is_object() && r.contains("code") && r["code"].is_string() ? r["code"].get<std::string>() : "";
+    status = r.is_object() && r.contains("status") && r["status"].is_string() ? r["status"].get<std::string>() : "";
+    headers = {{kHdrError, header_text(error, 1024)},
+               {kHdrErrorCode, service_error_code(status, code)},
+               {kHdrWireCode, code}};
+  }
+  const std::string output = ok && r.contains("output_json") && r["output_json"].is_string() &&
+                                     !r["output_json"].get_ref<const std::string&>().empty()
+                                 ? r["output_json"].get<std::string>()
+                                 : std::string("null");
+  std::string body;
+  switch (call.form) {
+    case Form::envelope:
+      body = line;
+      break;
+    case Form::tool_input:
+      body = ok ? "{\"data\":" + output + ",\"error\":null}"
+                : json{{"data", nullptr}, {"error", typed_error(error, code)}}.dump();
+      break;
+    case Form::openai: {
+      std::string content = "Error: " + error;
+      if (ok) {
+        const json value = json::parse(output, nullptr, false);
+        content = value.is_string() ? value.get<std::string>() : output;
+      }
+      body = json{{"tool_call_id", call.tool_call_id}, {"role", "tool"}, {"name", call.function_name}, {"content", content}}
+                 .dump();
+      break;
+    }
+  }
+  call.ep->record(Clock::now() - call.start, ok ? nullptr : &error);
+  publish(reply, body, headers);
+}
+
+bool NatsServer::serve_one(std::unique_ptr<Call> call) {
+  std::string line;
+  if (call->ep->lists_tools) {
+    finish(*call, tool_list_json(host_));
+  } else {
+    std::string request, run_aid;
+    if (parse(*call, request, run_aid, line)) {
+      Session session(/*respond_with_delta=*/true);  // calls over NATS carry their own state
+      const auto handled = ndjson::respond(host_, request, session, line, call.get(), run_aid, /*nul_terminated=*/true,
+                                           Front::nats);
+      if (handled.abandoned) {
+        call->delivered.wait(false);
+        return false;
+      }
+    }
+    finish(*call, line);
+  }
+  std::lock_guard lock(mu_);
+  --busy_;
+  idle_.notify_all();
+  return true;
+}
+
+void NatsServer::released_by_takeover() {
+  std::lock_guard lock(mu_);
+  --busy_;
+  idle_.notify_all();
+}
+
+void NatsServer::work() {
+  for (;;) {
+    std::unique_ptr<Call> call;
+    {
+      std::unique_lock lock(mu_);
+      work_ready_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) {
+        --workers_;
+        idle_.notify_all();
+        return;
+      }
+      call = std::move(queue_.front());
+      queue_.pop_front();
+      ++busy_;
+      room_.notify_one();
+    }
+    if (!serve_one(std::move(call))) return;  // (a replacement has taken its place and its count)
+  }
+}
+
+void NatsServer::add_worker(bool replacing) {
+  if (!replacing) {
+    std::lock_guard lock(mu_);
+    ++workers_;
+  }
+  std::thread([this] { work(); }).detach();
+}
+
+void NatsServer::take(Endpoint* ep, natsMsg* msg) {
+  if (!may_answer(natsMsg_GetReply(msg))) {
+    natsMsg_Destroy(msg);  // (not run: its answer could go nowhere)
+    return;
+  }
+  auto call = std::make_unique<Call>();
+  call->server = this;
+  call->ep = ep;
+  call->msg = msg;
+  call->start = Clock::now();
+  std::unique_lock lock(mu_);
+  // A full queue holds this subscription's delivery: its messages wait in the client, up to
+  // its pending limit, beyond which they are dropped (never an unbounded buffer).
+  room_.wait(lock, [&] { return queue_.size() < o_.workers || stopping_; });
+  queue_.push_back(std::move(call));
+  work_ready_.notify_one();
+}
+
+void NatsServer::answer_unknown(natsMsg* msg) {
+  const char* reply = natsMsg_GetReply(msg);
+  if (may_answer(reply)) {
+    const std::string error = "InvalidInput: no tool is served on the subject " + header_text(natsMsg_GetSubject(msg), 200);
+    publish(reply, json{{"data", nullptr}, {"error", error}}.dump(),
+            {{kHdrError, error}, {kHdrErrorCode, "400"}, {kHdrWireCode, "malformed_request"}});
+  }
+  natsMsg_Destroy(msg);
+}
+
+void NatsServer::on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+  auto* s = static_cast<Subscription*>(closure);
+  Endpoint* ep = s->ep;
+  if (ep == nullptr) {
+    const auto it = s->server->tools_subjects_.find(natsMsg_GetSubject(msg));
+    if (it == s->server->tools_subjects_.end()) return s->server->answer_unknown(msg);
+    ep = it->second;
+  }
+  s->server->take(ep, msg);
+}
+
+json NatsServer::identity(const char* kind) const {
+  return {{"type", std::string("io.nats.micro.v1.") + kind + "_response"},
+          {"name", kServiceName},
+          {"id", id_},
+          {"version", MACHINA_VERSION},
+          {"metadata", {{"prefix", o_.prefix}}}};
+}
+
+void NatsServer::on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+  auto* s = static_cast<Subscription*>(closure);
+  NatsServer& self = *s->server;
+  const std::string_view subject = natsMsg_GetSubject(msg);
+  const char* reply = natsMsg_GetReply(msg);
+  json body;
+  if (subject.starts_with("$SRV.PING")) {
+    body = self.identity("ping");
+  } else if (subject.starts_with("$SRV.INFO")) {
+    body = self.identity("info");
+    body["description"] = "machina-toolhost: every registered tool, one endpoint each (docs/nats.md)";
+    json eps = json::array();
+    for (const auto& ep : self.endpoints_)
+      eps.push_back({{"name", ep->name}, {"subject", ep->subject}, {"queue_group", self.o_.queue_group}, {"metadata", ep->metadata}});
+    body["endpoints"] = std::move(eps);
+  } else {
+    body = self.identity("stats");
+    body["started"] = self.started_;
+    json eps = json::array();
+    for (const auto& ep : self.endpoints_) {
+      std::lock_guard lock(ep->mu);
+      eps.push_back({{"name", ep->name},
+                     {"subject", ep->subject},
+                     {"queue_group", self.o_.queue_group},
+                     {"num_requests", ep->num_requests},
+                     {"num_errors", ep->num_errors},
+                     {"last_error", ep->last_error},
+                     {"processing_time", ep->processing_ns},
+                     {"average_processing_time", ep->num_requests ? ep->processing_ns / ep->num_requests : 0},
+                     {"data", nullptr}});
+    }
+    body["endpoints"] = std::move(eps);
+  }
+  if (self.may_answer(reply)) self.publish(reply, body.dump(), {});
+  natsMsg_Destroy(msg);
+}
+
+void NatsServer::on_error(natsConnection*, natsSubscription* sub, natsStatus s, void*) {
+  if (s == NATS_SLOW_CONSUMER) {
+    say("SlowConsumerError: messages dropped on " + std::string(sub ? natsSubscription_GetSubject(sub) : "a subscription") +
+        " (more waiting than its pending limit)");
+    return;
+  }
+  say(std::string("NATS error: ") + natsStatus_GetText(s));
+}
+
+void NatsServer::add_endpoint(std::string name, std::string subject, std::string aid, json metadata, bool lists) {
+  for (const auto& e : endpoints_) {
+    if (e->subject == subject) return;
+  }
+  auto ep = std::make_unique<Endpoint>();
+  ep->name = std::move(name);
+  ep->subject = std::move(subject);
+  ep->aid = std::move(aid);
+  ep->metadata = std::move(metadata);
+  ep->lists_tools = lists;
+  endpoints_.push_back(std::move(ep));
+}
+
+void NatsServer::subscribe(const std::string& subject, Endpoint* ep) {
+  auto s = std::make_unique<Subscription>(Subscription{this, ep});
+  natsStatus st = natsConnection_QueueSubscribe(&s->sub, nc_, subject.c_str(), o_.queue_group.c_str(), on_message, s.get());
+  if (st == NATS_OK) st = natsSubscription_SetPendingLimits(s->sub, o_.max_pending, 64 * 1024 * 1024);
+  if (st != NATS_OK) throw HostError("--nats: cannot subscribe to " + subject + ": " + natsStatus_GetText(st));
+  subs_.push_back(std::move(s));
+}
+
+int NatsServer::run() {
+  // The endpoints: the call and list subjects, one per tool, and the `tools.*` names.
+  const json tools = json::parse(tool_list_json(host_));
+  const std::string& p = o_.prefix;
+  add_endpoint("call", p + ".call", "", json::object());
+  add_endpoint("tools", p + ".tools", "", {{"lists", "tools"}}, true);
+  for (const auto& t : tools) {
+    const std::string aid = t.value("aid", "");
+    const std::string alias_of = t.contains("alias_of") && t["alias_of"].is_string() ? t["alias_of"].get<std::string>() : "";
+    canonical_[aid] = alias_of.empty() ? aid : alias_of;
+    if (alias_of.empty()) {
+      if (const auto name = llm_name(aid); !name.empty()) by_llm_name_.emplace(name, aid);
+    }
+    if (!subject_safe(aid)) continue;
+    if (alias_of.empty()) add_endpoint(endpoint_name(aid), p + ".tool." + aid, aid, {{"aid", aid}});
+    if (aid.starts_with("tools.")) add_endpoint(endpoint_name(aid), aid, aid, {{"aid", aid}});
+  }
+
+  natsOptions* opts = nullptr;
+  natsStatus st = natsOptions_Create(&opts);
+  const std::string client_name = std::string(kServiceName) + "-" + std::to_string(::getpid());
+  if (st == NATS_OK) st = natsOptions_SetURL(opts, o_.url.c_str());
+  if (st == NATS_OK) st = natsOptions_SetName(opts, client_name.c_str());
+  if (st == NATS_OK) st = natsOptions_SetTimeout(opts, kConnectTimeoutMs);
+  if (st == NATS_OK) st = natsOptions_SetMaxReconnect(opts, -1);  // once connected, reconnect for ever
+  if (st == NATS_OK) st = natsOptions_SetReconnectWait(opts, 500);
+  if (st == NATS_OK) st = natsOptions_SetErrorHandler(opts, on_error, nullptr);
+  if (st == NATS_OK) st = natsConnection_Connect(&nc_, opts);
+  natsOptions_Destroy(opts);
+  if (st != NATS_OK) throw HostError("--nats: cannot connect to " + o_.url + ": " + natsStatus_GetText(st));
+
+  g_stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  for (unsigned i = 0; i < o_.workers; ++i) add_worker();
+  // Subjects under `tools.` all arrive through one wildcard subscription, so that an unknown
+  // one is answered too, and a known one once (not by a second, exact subscription).
+  for (const auto& ep : endpoints_) {
+    if (ep->subject.starts_with("tools.")) tools_subjects_[ep->subject] = ep.get();
+    else subscribe(ep->subject, ep.get());
+  }
+  subscribe(kToolsWildcard, nullptr);
+  for (const char* verb : {"PING", "INFO", "STATS"}) {
+    const std::string base = std::string("$SRV.") + verb;
+    for (const std::string& subject : {base, base + "." + kServiceName, base + "." + kServiceName + "." + id_}) {
+      auto s = std::make_unique<Subscription>(Subscription{this, nullptr});
+      st = natsConnection_Subscribe(&s->sub, nc_, subject.c_str(), on_discovery, s.get());
+      if (st != NATS_OK) throw HostError("--nats: cannot subscribe to " + subject + ": " + natsStatus_GetText(st));
+      discovery_.push_back(std::move(s));
+    }
+  }
+  st = natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
+  if (st != NATS_OK) throw HostError("--nats: " + o_.url + " did not confirm the subscriptions: " + natsStatus_GetText(st));
+  say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " + o_.url);
+
+  for (;;) {
+    pollfd pfd{g_stop_fd, POLLIN, 0};
+    if (::poll(&pfd, 1, -1) > 0) break;
+  }
+  // Stop taking calls: the server forgets the subscriptions, and what the client holds of
+  // them is still delivered and queued.
+  for (auto& s : subs_) natsSubscription_Drain(s->sub);
+  for (auto& s : discovery_) natsSubscription_Unsubscribe(s->sub);
+  for (auto& s : subs_) natsSubscription_WaitForDrainCompletion(s->sub, 5000);
+  {
+    // Every call taken is answered (a call left inside a tool was answered at its deadline).
+    std::unique_lock lock(mu_);
+    stopping_ = true;
+    work_ready_.notify_all();
+    room_.notify_all();
+    idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0 && workers_ == 0; });
+  }
+  natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
+  natsConnection_Close(nc_);
+  return 0;
+}
+
+}  // namespace
+
+void check_nats_front_options(const NatsFrontOptions& options) {
+  if (!subject_safe(options.prefix))
+    throw HostError("--nats-prefix " + options.prefix + ": expected subject tokens (letters, digits, _ and -) joined by dots");
+  if (!subject_safe(options.queue_group) || options.queue_group.find('.') != std::string::npos)
+    throw HostError("--nats-queue-group " + options.queue_group + ": expected one token (letters, digits, _ and -)");
+}
+
+int serve_nats(Host& host, const NatsFrontOptions& options) {
+  check_nats_front_options(options);
+  NatsServer server(host, options);
+  return server.run();
+}
+
+}  // namespace machina::cli

@@ -1,0 +1,32 @@
+// The NATS front (`machina-toolhost --nats URL`): the host as a NATS micro service, on the
+// NATS C client. Subjects: PREFIX.call (the request envelope or an OpenAI tool call),
+// PREFIX.tools (the tool list), PREFIX.tool.<aid> per tool, the `tools.*` subjects of the
+// tools registered under such names (a body of the tool's own input is answered
+// {data, error}; an unknown `tools.*` subject is answered InvalidInput), and the discovery
+// subjects $SRV.PING|INFO|STATS[.machina-toolhost[.<id>]] in the shapes of the micro-service
+// API. Every call goes through Host::handle, with the host's deadlines and its takeover of a
+// call stuck past its deadline; idempotency is the host's own cache. docs/nats.md.
+#pragma once
+
+#include <machina/host.hpp>
+
+#include <string>
+
+namespace machina::cli {
+
+struct NatsFrontOptions {
+  std::string url = "nats://127.0.0.1:4222";
+  std::string prefix = "machina";
+  std::string queue_group = "q";  // the hosts of one group share the calls
+  unsigned workers = 32;          // calls running at once
+  int max_pending = 4096;         // messages waiting per subscription (the client drops beyond)
+};
+
+/// Throws HostError for a prefix or queue group that cannot be part of a subject.
+void check_nats_front_options(const NatsFrontOptions& options);
+
+/// Serves until SIGINT or SIGTERM, then stops taking calls, answers those taken and returns
+/// the exit code. Throws HostError if it cannot connect.
+int serve_nats(Host& host, const NatsFrontOptions& options);
+
+}  // namespace machina::cli
