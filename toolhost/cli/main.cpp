@@ -1,8 +1,10 @@
-// machina-toolhost: the command-line fronts (--list, --run, --serve) and the
+// machina-toolhost: the command-line fronts (--list, --run, --serve, --http, --mcp, --skill,
+// --nats) and the
 // operator's `lease issue`. Parses arguments, sets up the host, hands over to a front.
 #include "codecs/jsonrpc_codec.hpp"
 #include "codecs/ndjson_codec.hpp"
 #include "http_front.hpp"
+#include "nats_front.hpp"
 #include "serve_kit.hpp"
 
 #include <machina/host.hpp>
@@ -167,7 +169,7 @@ int take_stdout_for_wire() {
 
 /// What to do once the command line is understood.
 struct Invocation {
-  enum class Mode { list, run, serve, http, mcp, skill } mode = Mode::serve;
+  enum class Mode { list, run, serve, http, mcp, skill, nats } mode = Mode::serve;
   std::vector<std::string> plugins;  // empty: the built-in pack
   std::vector<std::string> manifests;  // --tools
   std::optional<std::vector<std::string>> packs;  // --packs (unset: all when no plugin is named)
@@ -178,6 +180,7 @@ struct Invocation {
   unsigned spin_us = 0;              // --serve
   bool state_per_call = false;       // --serve
   machina::cli::HttpFrontOptions http;  // --http
+  machina::cli::NatsFrontOptions nats;  // --nats
   machina::HostOptions options;
 };
 
@@ -214,9 +217,21 @@ int execute(Invocation& inv) {
     }
     return rc;
   }
-  if (inv.mode == Invocation::Mode::http) {
+  if (inv.mode == Invocation::Mode::http || inv.mode == Invocation::Mode::nats) {
+#ifdef MACHINA_WITH_NATS
+    const int rc = inv.mode == Invocation::Mode::http ? machina::cli::serve_http(host, inv.http)
+                                                      : machina::cli::serve_nats(host, inv.nats);
+#else
+    // (the fully static build hands --nats over to the dynamically linked one)
+    if (inv.mode == Invocation::Mode::nats) throw machina::HostError("--nats: this build has no NATS client");
     const int rc = machina::cli::serve_http(host, inv.http);
-    if (rc != 0 || host.stuck_calls() > 0) {  // (threads still in tools: no teardown under them)
+#endif
+    if (const auto stuck = host.stuck_calls(); rc != 0 || stuck > 0) {  // (no teardown under threads in tools)
+      if (stuck > 0) {
+        const std::string text = "machina-toolhost: exiting with " + std::to_string(stuck) +
+                                 " call(s) still stuck in tools past their deadline\n";
+        (void)!::write(STDERR_FILENO, text.data(), text.size());
+      }
       host.flush_audit();
       _exit(rc);
     }
@@ -380,6 +395,20 @@ int main(int argc, char** argv) {
                  "In --http, serve requests whose Host is this name (any port; NAME:PORT pins one; repeatable) "
                  "beside the bound address and, on loopback, localhost (any other Host: 403)")
       ->type_name("NAME");
+  std::string nats_url;
+  auto* nats_opt = app.add_option("--nats", nats_url,
+                                  "Serve every tool as a NATS micro service on the server at this URL (subjects "
+                                  "PREFIX.call, PREFIX.tools, PREFIX.tool.<aid>, the tools.* names; $SRV discovery; "
+                                  "docs/nats.md). Idempotency keys are this host's own cache: for one store shared "
+                                  "by a group of hosts, and the durable JetStream mode, use machina-toolhost-nats. "
+                                  "Default --workers: 32")
+                       ->type_name("URL");
+  std::string nats_prefix = "machina";
+  app.add_option("--nats-prefix", nats_prefix, "In --nats, the subjects' prefix")->capture_default_str();
+  std::string nats_queue_group = "q";
+  app.add_option("--nats-queue-group", nats_queue_group,
+                 "In --nats, the queue group: the hosts of one group share the calls")
+      ->capture_default_str();
   bool mcp = false;
   auto* mcp_opt = app.add_flag("--mcp", mcp,
                                "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
@@ -537,11 +566,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> hidden_files;
   app.add_option("--isolation-hide", hidden_files)->group("");
 
-  list_opt->excludes(run_opt)->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt);
-  run_opt->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt);
-  serve_opt->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt);
-  http_opt->excludes(mcp_opt)->excludes(skill_opt);
-  mcp_opt->excludes(skill_opt);
+  list_opt->excludes(run_opt)->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
+  run_opt->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
+  serve_opt->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
+  http_opt->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
+  mcp_opt->excludes(skill_opt)->excludes(nats_opt);
+  skill_opt->excludes(nats_opt);
 
   auto* lease_cmd = app.add_subcommand("lease", "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
   lease_cmd->require_subcommand(1);
@@ -589,7 +619,9 @@ int main(int argc, char** argv) {
   if (serve_args.size() == 1 && !serve_args[0].empty()) plugins.push_back(serve_args[0]);
 #ifdef MACHINA_LINKED_TOOLS
   // Tool manifests too: their HTTP services' host names need the C library's resolver.
-  if (!*issue_cmd && !*audit_cmd && needs_plugin_loader(!plugins.empty() || !manifests.empty())) {
+  // --nats too: the NATS client is a shared library.
+  if (!*issue_cmd && !*audit_cmd &&
+      (nats_opt->count() > 0 || needs_plugin_loader(!plugins.empty() || !manifests.empty()))) {
     hand_over_to_plugin_loader(argv);
   }
 #endif
@@ -651,8 +683,9 @@ int main(int argc, char** argv) {
       std::cout << authority.issue(lease_aid, ttl_ms, machina::unix_now_ms()) << "\n";
       return 0;
     }
-    if (!list && run_opt->count() == 0 && serve_opt->count() == 0 && http_opt->count() == 0 && !mcp && !skill) {
-      std::cerr << "machina-toolhost: choose one of --list, --run, --serve, --http, --mcp, --skill (see --help)\n";
+    if (!list && run_opt->count() == 0 && serve_opt->count() == 0 && http_opt->count() == 0 && !mcp && !skill &&
+        nats_opt->count() == 0) {
+      std::cerr << "machina-toolhost: choose one of --list, --run, --serve, --http, --mcp, --skill, --nats (see --help)\n";
       return 2;
     }
     Invocation inv;
@@ -661,9 +694,12 @@ int main(int argc, char** argv) {
                : http_opt->count() > 0  ? Invocation::Mode::http
                : mcp_opt->count() > 0   ? Invocation::Mode::mcp
                : skill_opt->count() > 0 ? Invocation::Mode::skill
+               : nats_opt->count() > 0  ? Invocation::Mode::nats
                                         : Invocation::Mode::serve;
-    // The JSON-RPC fronts read on while calls run (a cancellation must reach them).
-    if ((inv.mode == Invocation::Mode::mcp || inv.mode == Invocation::Mode::skill) &&
+    // The JSON-RPC fronts read on while calls run (a cancellation must reach them); NATS
+    // requests arrive from many callers at once.
+    if ((inv.mode == Invocation::Mode::mcp || inv.mode == Invocation::Mode::skill ||
+         inv.mode == Invocation::Mode::nats) &&
         app.get_option("--workers")->count() == 0) {
       workers = 32;
     }
@@ -689,6 +725,15 @@ int main(int argc, char** argv) {
         ::unsetenv("MACHINA_TOOLHOST_HTTP_TOKEN");
       }
       machina::cli::check_http_front_options(inv.http);  // before any tool is loaded
+    }
+    if (inv.mode == Invocation::Mode::nats) {
+      inv.nats.url = nats_url;
+      inv.nats.prefix = nats_prefix;
+      inv.nats.queue_group = nats_queue_group;
+      inv.nats.workers = workers;
+#ifdef MACHINA_WITH_NATS
+      machina::cli::check_nats_front_options(inv.nats);  // before any tool is loaded
+#endif
     }
     inv.plugins = plugins;
     inv.manifests = manifests;
