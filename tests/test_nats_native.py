@@ -1,0 +1,182 @@
+"""The NATS front in the executable (machina-toolhost --nats) against a real nats-server: the
+message forms and discovery as the Python front answers them, queue groups, the unknown
+`tools.*` subject, reply subjects under `$`, deadlines and a clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import machina_dispatch as md
+import nats
+import pytest
+from conftest import TOOLHOST
+from machina_dispatch.nats_client import Nats
+from nats_support import Front, nats_server
+from test_nats import check_discovery, check_message_forms, request
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with nats_server(jetstream=False) as u:
+        yield u
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("hello\n")
+    (ws / ".env").write_text("SECRET=1\n")
+    return ws
+
+
+def test_message_forms_subjects_and_error_headers(url: str, workspace: Path, tmp_path: Path) -> None:
+    prefix = "nseed"
+    with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path,
+               native=True):
+        check_message_forms(url, prefix, workspace)
+        # Call options in headers, for bodies that are not the envelope.
+        body, headers = request(url, f"{prefix}.tool.AID.ECHO.v1", {"k": 1}, {"Machina-Timeout-Ms": "soon"})
+        assert body["code"] == "malformed_request" and "Machina-Timeout-Ms" in body["error"]
+        assert headers["Nats-Service-Error-Code"] == "400"
+        first, _ = request(url, f"{prefix}.tool.AID.ECHO.v1", {"k": 2}, {"Idempotency-Key": "nk-1"})
+        again, _ = request(url, f"{prefix}.call", {"aid": "AID.ECHO.v1", "input_json": '{"k": 2}',
+                                                   "idempotency_key": "nk-1"})
+        assert first == {"data": {"k": 2}, "error": None} and again["idempotent_hit"] is True
+
+
+def test_discovery_stats_and_tool_list_as_nats_micro_reads_them(url: str, tmp_path: Path) -> None:
+    prefix = "ndisco"
+    with Front(url, ["--prefix", prefix], log_dir=tmp_path, native=True) as front:
+        check_discovery(url, prefix, front)
+        # The tool list, as --list prints its tools (whose `plugin` says "built-in" in the
+        # static build, and the plugin's path in the one that serves NATS).
+        listed = request(url, f"{prefix}.tools", b"")[0]
+        expected = json.loads(subprocess.run([TOOLHOST, "--list"], capture_output=True, check=True).stdout)
+        assert [{**t, "plugin": ""} for t in listed] == [{**t, "plugin": ""} for t in expected["tools"]]
+
+
+def test_the_transport_client_calls_it(url: str, workspace: Path, tmp_path: Path) -> None:
+    prefix = "napi"
+    with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path,
+               native=True), Nats(url, prefix=prefix, timeout=10) as t:
+        assert t.call("AID.ECHO.v1", {"a": 1}).output_json == '{"a":1}'
+        with pytest.raises(md.ToolNotFound):
+            t.call("AID.NOPE.v1")
+        with pytest.raises(md.AccessDenied):
+            t.call("tools.file.read", {"path": "/etc/passwd"})
+        assert t.call("readFile", {"path": "notes.txt"}).output_json == '"hello\\n"'
+        results = asyncio.run(t.acall_many([("AID.ECHO.v1", {"i": i}) for i in range(500)]))
+        assert [json.loads(r.output_json) for r in results] == [{"i": i} for i in range(500)]
+
+
+def test_hosts_of_a_queue_group_share_the_calls(url: str, tmp_path: Path) -> None:
+    prefix = "ngroup"
+    args = ["--prefix", prefix, "--queue-group", "workers"]
+    with Front(url, args, log_dir=tmp_path, native=True) as a, Front(url, args, log_dir=tmp_path, native=True) as b, \
+            Nats(url, prefix=prefix) as t:
+        t.call_many([("AID.ECHO.v1", {"i": i}) for i in range(400)])
+        served = {}
+        for front in (a, b):
+            stats = request(url, f"$SRV.STATS.machina-toolhost.{front.service_id}", b"")[0]
+            assert {e["queue_group"] for e in stats["endpoints"]} == {"workers"}
+            served[front.service_id] = sum(e["num_requests"] for e in stats["endpoints"])
+        assert sum(served.values()) == 400 and min(served.values()) > 0, served
+
+
+def test_an_unknown_tools_subject_is_answered_invalid_input(url: str, tmp_path: Path) -> None:
+    with Front(url, ["--prefix", "nunknown"], log_dir=tmp_path, native=True) as front:
+        start = time.monotonic()
+        body, headers = request(url, "tools.file.nope", {"path": "x"}, timeout=5)
+        assert time.monotonic() - start < 2
+        assert body["data"] is None and body["error"].startswith("InvalidInput: ")
+        assert "tools.file.nope" in body["error"]
+        assert headers["Nats-Service-Error-Code"] == "400" and headers["Nats-Service-Error"] == body["error"]
+        # A known one is answered once, by its tool.
+        body, _ = request(url, "tools.file.read", {"path": "missing.txt"})
+        assert body["error"].startswith("NotFound")
+        stats = request(url, f"$SRV.STATS.machina-toolhost.{front.service_id}", b"")[0]
+        read = next(e for e in stats["endpoints"] if e["subject"] == "tools.file.read")
+        assert (read["num_requests"], read["num_errors"]) == (1, 1)
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
+def test_a_reply_subject_under_dollar_is_not_answered(url: str, tmp_path: Path, native: bool) -> None:
+    prefix = f"ndollar{int(native)}"
+
+    async def go() -> tuple[list[bytes], list[bytes]]:
+        nc = await nats.connect(url)
+        try:
+            trapped = await nc.subscribe("$KV.trap.>")
+            inbox = await nc.subscribe("_INBOX.mine")
+            await nc.publish(f"{prefix}.tool.AID.ECHO.v1", b'{"x": 1}', reply="$KV.trap.k")
+            await nc.publish("$SRV.PING", b"", reply="$KV.trap.ping")
+            await nc.publish(f"{prefix}.tool.AID.ECHO.v1", b'{"x": 2}', reply="_INBOX.mine")
+            got = [(await inbox.next_msg(timeout=5)).data]
+            await asyncio.sleep(0.3)
+            caught = []
+            while True:
+                try:
+                    caught.append((await trapped.next_msg(timeout=0.05)).data)
+                except nats.errors.TimeoutError:
+                    return got, caught
+        finally:
+            await nc.close()
+
+    with Front(url, ["--prefix", prefix], log_dir=tmp_path, native=native) as front:
+        got, caught = asyncio.run(go())
+        assert [json.loads(m) for m in got] == [{"data": {"x": 2}, "error": None}] and caught == []
+        assert "lies under '$'" in front.stderr()
+
+
+def test_a_tool_past_its_deadline_is_answered_on_time(url: str, misbehaving: str, tmp_path: Path) -> None:
+    prefix = "nslow"
+    with Front(url, ["--prefix", prefix, "--plugin", misbehaving, "--plugin", str(md.builtin_plugin_path()),
+                     "--concurrency", "2"], log_dir=tmp_path, native=True) as front, \
+            Nats(url, prefix=prefix) as t:
+        async def go() -> tuple[float, list[md.ToolResult], md.ToolResult]:
+            hangs = [asyncio.ensure_future(t.acall("AID.TEST.HANG.v1", timeout=0.5, check=False)) for _ in range(2)]
+            await asyncio.sleep(0.1)
+            start = time.monotonic()
+            results = await t.acall_many([("AID.ECHO.v1", {"i": i}) for i in range(100)])
+            return time.monotonic() - start, results, (await asyncio.gather(*hangs))[0]
+        elapsed, results, hang = asyncio.run(go())
+        assert [json.loads(r.output_json) for r in results] == [{"i": i} for i in range(100)]
+        assert elapsed < 3.0, f"100 echo calls took {elapsed:.2f} s beside two hanging calls on two workers"
+        assert hang.kind == "timeout"
+        started = time.monotonic()
+        assert front.stop(timeout=10) == 0 and time.monotonic() - started < 5
+        assert "still stuck in tools past their deadline" in front.stderr()
+
+
+def test_sigterm_answers_the_call_running_and_exits_promptly(url: str, tmp_path: Path) -> None:
+    from test_nats import marker_pack
+
+    pack = marker_pack(tmp_path)
+    front = Front(url, ["--prefix", "nstop", "--tools", str(pack), "--packs", "none"], log_dir=tmp_path, native=True)
+    with Nats(url, prefix="nstop", timeout=10) as t:
+        fut = t._submit("AID.PY.MARK.v1", {"s": 1.0}, None, None, None, None, False)
+        time.sleep(0.4)
+        assert front.stop() == 0, front.stderr()
+        assert fut.result(10).ok
+    idle = Front(url, ["--prefix", "nstop2"], log_dir=tmp_path, native=True)
+    started = time.monotonic()
+    assert idle.stop() == 0 and time.monotonic() - started < 2
+
+
+def test_cli_errors(url: str) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TOOLHOST, *args], capture_output=True, text=True, timeout=60)
+    r = run("--nats", "nats://127.0.0.1:1")
+    assert r.returncode == 2 and "cannot connect to nats://127.0.0.1:1" in r.stderr
+    r = run("--nats", url, "--nats-prefix", "a..b")
+    assert r.returncode == 2 and "--nats-prefix" in r.stderr
+    r = run("--nats", url, "--serve")
+    assert r.returncode == 2
+    r = run("--help")
+    assert "--nats" in r.stdout and "machina-toolhost-nats" in r.stdout
