@@ -69,8 +69,10 @@ std::string find_package_file(const std::string& inside, const std::string& what
   if (n > 0) {
     std::string exe_dir(exe, static_cast<std::size_t>(n));
     exe_dir.resize(exe_dir.rfind('/') + 1);
-    // The plugin-loading build lives in the package's (or build tree's) libexec/.
+    // The plugin-loading build lives in the package's (or build tree's) libexec/, the build
+    // that serves NATS in libexec/nats/.
     if (exe_dir.size() > 9 && exe_dir.ends_with("/libexec/")) tried.push_back(exe_dir + "../" + inside);
+    if (exe_dir.size() > 14 && exe_dir.ends_with("/libexec/nats/")) tried.push_back(exe_dir + "../../" + inside);
     const std::string_view reldirs = MACHINA_PACKAGE_RELDIRS;
     for (std::size_t at = 0; at <= reldirs.size();) {
       const std::size_t end = std::min(reldirs.find(':', at), reldirs.size());
@@ -92,6 +94,33 @@ const char* builtin_plugin_dir() {
   return dir != nullptr && *dir != '\0' ? dir : nullptr;
 }
 
+/// Runs the build of this program found at `inside` the package (see find_package_file) in
+/// this process's place with the same arguments; `purpose` words what for, on failure.
+[[noreturn]] void hand_over(char** argv, const std::string& inside, const std::string& what,
+                            const std::string& purpose) {
+  std::string build;
+  try {
+    build = find_package_file(inside, what, "it is installed with the machina_dispatch package; reinstall it");
+  } catch (const machina::HostError& e) {
+    const std::string text = "machina-toolhost: cannot " + purpose + ": " + e.what() + "\n";
+    (void)!::write(STDERR_FILENO, text.data(), text.size());
+    _exit(2);
+  }
+  ::execv(build.c_str(), argv);
+  const std::string text = "machina-toolhost: cannot start " + build + ": " + std::strerror(errno) + "\n";
+  (void)!::write(STDERR_FILENO, text.data(), text.size());
+  _exit(2);
+}
+
+#ifndef MACHINA_WITH_NATS
+/// --nats is served by the build of this program linked with the NATS client (a shared
+/// library, which the other builds do not load at every start), in the package's
+/// libexec/nats/.
+[[noreturn]] void hand_over_to_nats_build(char** argv) {
+  hand_over(argv, "libexec/nats/machina-toolhost", "the build of machina-toolhost that serves NATS", "serve NATS");
+}
+#endif
+
 #ifdef MACHINA_LINKED_TOOLS
 constexpr machina::PluginEntryPoints kLinkedTools{&machina_plugin_abi_version, &machina_plugin_register};
 
@@ -101,19 +130,7 @@ constexpr machina::PluginEntryPoints kLinkedTools{&machina_plugin_abi_version, &
 bool needs_plugin_loader(bool plugins_named) { return plugins_named || builtin_plugin_dir() != nullptr; }
 
 [[noreturn]] void hand_over_to_plugin_loader(char** argv) {
-  std::string loader;
-  try {
-    loader = find_package_file("libexec/machina-toolhost", "the plugin-loading build of machina-toolhost",
-                               "it is installed with the machina_dispatch package; reinstall it");
-  } catch (const machina::HostError& e) {
-    const std::string text = std::string("machina-toolhost: cannot load plugins: ") + e.what() + "\n";
-    (void)!::write(STDERR_FILENO, text.data(), text.size());
-    _exit(2);
-  }
-  ::execv(loader.c_str(), argv);
-  const std::string text = "machina-toolhost: cannot start " + loader + ": " + std::strerror(errno) + "\n";
-  (void)!::write(STDERR_FILENO, text.data(), text.size());
-  _exit(2);
+  hand_over(argv, "libexec/machina-toolhost", "the plugin-loading build of machina-toolhost", "load plugins");
 }
 #else
 /// The built-in plugin pack: $MACHINA_TOOLHOST_PLUGIN_DIR, else in the installed Python
@@ -222,9 +239,7 @@ int execute(Invocation& inv) {
     const int rc = inv.mode == Invocation::Mode::http ? machina::cli::serve_http(host, inv.http)
                                                       : machina::cli::serve_nats(host, inv.nats);
 #else
-    // (the fully static build hands --nats over to the dynamically linked one)
-    if (inv.mode == Invocation::Mode::nats) throw machina::HostError("--nats: this build has no NATS client");
-    const int rc = machina::cli::serve_http(host, inv.http);
+    const int rc = machina::cli::serve_http(host, inv.http);  // (main hands --nats over to the build that serves it)
 #endif
     if (const auto stuck = host.stuck_calls(); rc != 0 || stuck > 0) {  // (no teardown under threads in tools)
       if (stuck > 0) {
@@ -617,11 +632,12 @@ int main(int argc, char** argv) {
 
   if (run_args.size() == 2) plugins.push_back(run_args[0]);
   if (serve_args.size() == 1 && !serve_args[0].empty()) plugins.push_back(serve_args[0]);
+#ifndef MACHINA_WITH_NATS
+  if (!*issue_cmd && !*audit_cmd && nats_opt->count() > 0) hand_over_to_nats_build(argv);
+#endif
 #ifdef MACHINA_LINKED_TOOLS
   // Tool manifests too: their HTTP services' host names need the C library's resolver.
-  // --nats too: the NATS client is a shared library.
-  if (!*issue_cmd && !*audit_cmd &&
-      (nats_opt->count() > 0 || needs_plugin_loader(!plugins.empty() || !manifests.empty()))) {
+  if (!*issue_cmd && !*audit_cmd && needs_plugin_loader(!plugins.empty() || !manifests.empty())) {
     hand_over_to_plugin_loader(argv);
   }
 #endif
