@@ -180,3 +180,41 @@ def test_cli_errors(url: str) -> None:
     assert r.returncode == 2
     r = run("--help")
     assert "--nats" in r.stdout and "machina-toolhost-nats" in r.stdout
+
+
+def test_pending_cap_drops_and_the_host_keeps_serving(url: str, misbehaving: str, tmp_path: Path) -> None:
+    """--workers 1 and --nats-max-pending 4: a flood beyond them is dropped (the callers are
+    told no host answered), never buffered without bound."""
+    prefix = "ncap"
+    with Front(url, ["--prefix", prefix, "--concurrency", "1", "--nats-max-pending", "4", "--plugin", misbehaving,
+                     "--plugin", str(md.builtin_plugin_path()), "--breaker-threshold", "1000000"],
+               log_dir=tmp_path, native=True) as front, \
+            Nats(url, prefix=prefix, timeout=1) as t:
+        results = t.call_many([("AID.TEST.HANG.v1", None, None, None, 0.3)] * 30, check=False)
+        kinds = [r.kind for r in results]
+        assert kinds.count("timeout") >= 1 and kinds.count("service_unavailable") >= 1, kinds
+        assert set(kinds) <= {"timeout", "service_unavailable"}
+        assert "SlowConsumerError" in front.stderr()
+        time.sleep(1.5)
+        assert t.call("AID.ECHO.v1", {"after": "flood"}, timeout=5).ok
+
+
+def test_calls_are_in_the_audit_store_as_nats_calls(url: str, workspace: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    store = tmp_path / "audit" / "calls.db"
+    store.parent.mkdir()
+    front = Front(url, ["--audit-db", str(store), "--packs", "files", "--prefix", "naudit"],
+                  env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path, native=True)
+    try:
+        with Nats(url, prefix="naudit") as t:
+            assert t.call("AID.FILE.READ.v1", {"path": "notes.txt"}).ok
+        data, _ = request(url, "tools.file.read", {"path": ".env"})
+        assert data["data"] is None and data["error"].startswith("AccessDenied")
+    finally:
+        assert front.stop() == 0
+    con = sqlite3.connect(store)
+    rows = con.execute("SELECT front, tool, code, path FROM call_log ORDER BY id").fetchall()
+    con.close()
+    assert rows == [("nats", "AID.FILE.READ.v1", "ok", "notes.txt"),
+                    ("nats", "tools.file.read", "access_denied", ".env")]

@@ -424,6 +424,12 @@ int main(int argc, char** argv) {
   app.add_option("--nats-queue-group", nats_queue_group,
                  "In --nats, the queue group: the hosts of one group share the calls")
       ->capture_default_str();
+  int nats_max_pending = 4096;
+  app.add_option("--nats-max-pending", nats_max_pending,
+                 "In --nats, messages waiting per subscription beyond the calls running; more are dropped (the "
+                 "callers see no answer) and said on stderr")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
   bool mcp = false;
   auto* mcp_opt = app.add_flag("--mcp", mcp,
                                "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
@@ -747,6 +753,7 @@ int main(int argc, char** argv) {
       inv.nats.prefix = nats_prefix;
       inv.nats.queue_group = nats_queue_group;
       inv.nats.workers = workers;
+      inv.nats.max_pending = nats_max_pending;
 #ifdef MACHINA_WITH_NATS
       machina::cli::check_nats_front_options(inv.nats);  // before any tool is loaded
 #endif

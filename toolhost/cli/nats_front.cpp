@@ -336,7 +336,7 @@ bool NatsServer::parse(Call& call, std::string& request, std::string& run_aid, s
     call.form = Form::openai;
     const json& fn = body["function"];
     const json id = body.contains("tool_call_id") ? body["tool_call_id"] : body.value("id", json(""));
-    call.tool_call_id = id.is_string() ? id.get<std::string>() : id.is_null() ? "None" : id.dump();
+    call.tool_call_id = id.is_string() ? id.get<std::string>() : id.is_null() ? std::string() : id.dump();
     if (fn.contains("name") && fn["name"].is_string()) call.function_name = fn["name"].get<std::string>();
     if (call.function_name.empty()) return refuse("function.name must be a non-empty string");
     std::string aid = resolve(call.function_name);
