@@ -94,6 +94,7 @@ const char* builtin_plugin_dir() {
   return dir != nullptr && *dir != '\0' ? dir : nullptr;
 }
 
+#if defined(MACHINA_LINKED_TOOLS) || !defined(MACHINA_WITH_NATS)
 /// Runs the build of this program found at `inside` the package (see find_package_file) in
 /// this process's place with the same arguments; `purpose` words what for, on failure.
 [[noreturn]] void hand_over(char** argv, const std::string& inside, const std::string& what,
@@ -111,6 +112,7 @@ const char* builtin_plugin_dir() {
   (void)!::write(STDERR_FILENO, text.data(), text.size());
   _exit(2);
 }
+#endif
 
 #ifndef MACHINA_WITH_NATS
 /// --nats is served by the build of this program linked with the NATS client (a shared
