@@ -271,6 +271,15 @@ void Call::deliver_overrun(Response response) {
 }
 
 NatsServer::~NatsServer() {
+  // After a failed start, deliveries and workers may still be under way: they end first.
+  if (nc_ != nullptr) natsConnection_Close(nc_);
+  {
+    std::unique_lock lock(mu_);
+    stopping_ = true;
+    work_ready_.notify_all();
+    room_.notify_all();
+    idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0 && workers_ == 0; });
+  }
   for (auto& s : subs_) natsSubscription_Destroy(s->sub);
   for (auto& s : discovery_) natsSubscription_Destroy(s->sub);
   if (nc_ != nullptr) natsConnection_Destroy(nc_);
@@ -626,7 +635,6 @@ int NatsServer::run() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 
-  for (unsigned i = 0; i < o_.workers; ++i) add_worker();
   // Subjects under `tools.` all arrive through one wildcard subscription, so that an unknown
   // one is answered too, and a known one once (not by a second, exact subscription).
   for (const auto& ep : endpoints_) {
@@ -643,6 +651,7 @@ int NatsServer::run() {
       discovery_.push_back(std::move(s));
     }
   }
+  for (unsigned i = 0; i < o_.workers; ++i) add_worker();
   st = natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
   if (st != NATS_OK) throw HostError("--nats: " + o_.url + " did not confirm the subscriptions: " + natsStatus_GetText(st));
   say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " + o_.url);
@@ -665,7 +674,6 @@ int NatsServer::run() {
     idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0 && workers_ == 0; });
   }
   natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
-  natsConnection_Close(nc_);
   return 0;
 }
 
