@@ -61,7 +61,7 @@ def test_seed_subjects_raw_fields_and_openai_calls(url: str, workspace: Path, tm
 def check_message_forms(url: str, prefix: str, workspace: Path) -> None:
     """The message forms of a front serving `prefix` with the default tools on `workspace`
     (holding notes.txt and .env as the fixture makes them)."""
-    # The seed's raw fields -> {data, error}.
+    # The tool's own input -> {data, error}.
     assert request(url, "tools.file.read", {"path": "notes.txt"}) == ({"data": "hello\n", "error": None}, {})
     body, headers = request(url, "tools.file.read", {"path": "/etc/passwd"})
     assert body["data"] is None and body["error"].startswith("AccessDenied: /etc/passwd")
@@ -78,7 +78,7 @@ def check_message_forms(url: str, prefix: str, workspace: Path) -> None:
     assert body["error"].startswith("NotFound") and headers["Nats-Service-Error-Code"] == "404"
     body, headers = request(url, "tools.shell.exec", {"command": "rm", "args": ["-rf", "/"]})
     assert body["data"] is None and body["error"].startswith("AccessDenied")
-    # The OpenAI call form, on a seed subject -> the tool message.
+    # The OpenAI call form, on a tools.* subject -> the tool message.
     call = {"tool_call_id": "call_abc123",
             "function": {"name": "readFile", "arguments": json.dumps({"path": "notes.txt"})}}
     assert request(url, "tools.file.read", call) == (
@@ -138,7 +138,7 @@ def check_discovery(url: str, prefix: str, front: Front) -> None:
             "tools.shell.exec", "tools.code.grep"} <= set(subjects)
     assert all(e.queue_group == "q" for e in info.endpoints)
     assert subjects[f"{prefix}.tool.AID.FILE.READ.v1"].metadata == {"aid": "AID.FILE.READ.v1"}
-    assert f"{prefix}.tool.readFile" not in subjects  # aliases: the seed subject, or the call subject
+    assert f"{prefix}.tool.readFile" not in subjects  # aliases: their tools.* subject, or the call subject
     stats = ServiceStats.from_dict(request(url, f"$SRV.STATS.machina-toolhost.{sid}", b"")[0])
     by_subject = {e.subject: e for e in stats.endpoints}
     echo = by_subject[f"{prefix}.tool.AID.ECHO.v1"]

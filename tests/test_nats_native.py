@@ -36,7 +36,7 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def test_message_forms_subjects_and_error_headers(url: str, workspace: Path, tmp_path: Path) -> None:
-    prefix = "nseed"
+    prefix = "nforms"
     with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path,
                native=True):
         check_message_forms(url, prefix, workspace)
