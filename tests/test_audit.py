@@ -196,7 +196,7 @@ def test_the_report_answers_the_seeds_questions(store: Path, ws: Path, misbehavi
     assert 1000 <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
     assert lat["p50"] >= 3000  # the median sleep is 3 ms
     assert by_tool["AID.TEST.FAIL.v1"]["error_rate"] == 1.0
-    assert by_tool["AID.TEST.FAIL.v1"]["errors_by_type"] == {"ToolError": 3}
+    assert by_tool["AID.TEST.FAIL.v1"]["errors_by_type"] == {"SystemError": 3}
     assert by_tool["tools.file.read"]["errors_by_type"] == {"NotFound": 1, "AccessDenied": 1}
     assert r["users"] == [{"user": "mallory", "calls": 1}]
     assert r["fronts"] == {"serve": 31}

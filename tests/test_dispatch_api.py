@@ -21,8 +21,21 @@ from machina_dispatch._inputs import to_input_json
 from machina_dispatch._locate import find_executable
 
 
+def test_every_core_code_has_one_error_type_that_every_front_words_it_with() -> None:
+    # One column of the core's table: the audit store records it, the NATS fronts prefix
+    # failures on the tools.* subjects with it.
+    from machina_dispatch import nats_front
+
+    types = {code: t for code, _, _, t in _core.error_kinds()}
+    assert set(types.values()) == {"AccessDenied", "NotFound", "InvalidInput", "Timeout", "SystemError"}
+    assert types["rate_limited"] == "AccessDenied" and types["idempotency_conflict"] == "InvalidInput"
+    for code, t in types.items():
+        assert nats_front.seed_error({"code": code, "error": "x"}) == f"{t}: x", code
+    assert nats_front.seed_error({"code": "access_denied", "error": "NotFound: y"}) == "NotFound: y"
+
+
 def test_every_core_code_has_a_kind_and_a_class() -> None:
-    codes = [code for code, _, _ in _core.error_kinds()]
+    codes = [code for code, _, _, _ in _core.error_kinds()]
     assert len(codes) == len(set(codes)) >= 18
     for code in codes:
         kind = _errors.kind_of_code(code)

@@ -287,7 +287,7 @@ def test_the_suite_covers_every_status_and_error(outcomes: dict[tuple[str, str],
     # (HTTP tool services' codes: tests/test_services.py, whose services a parity run has not;
     # `cancelled`: tests/test_mcp_front.py, cancellation being the MCP front's; `system_error`:
     # tests/test_tool_packs.py; `audit_unavailable`: tests/test_security_audit.py.)
-    expected = {code for code, _, _ in md._core.error_kinds()} - {
+    expected = {code for code, _, _, _ in md._core.error_kinds()} - {
         "overloaded", "internal_error", "invalid_ds_state", "coverage_missing", "service_unavailable",
         "service_http_error", "service_bad_response", "cancelled", "system_error", "audit_unavailable"}
     assert expected <= seen_codes, expected - seen_codes

@@ -295,7 +295,7 @@ _CLASS_OF_KIND: dict[str, type[ToolhostError]] = {
     "audit_unavailable": AuditUnavailable,
 }
 
-CODES: tuple[str, ...] = tuple(code for code, _status, _breaker in _core.error_kinds())
+CODES: tuple[str, ...] = tuple(code for code, _status, _breaker, _type in _core.error_kinds())
 
 
 def kind_of_code(code: str) -> str:

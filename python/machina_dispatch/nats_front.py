@@ -89,12 +89,10 @@ _NOT_RUN_CODES = frozenset({"breaker_open", "overloaded", "lease_required", "lea
 # `audit_unavailable` is answered both before a tool runs (the store could not write) and after
 # it ran (its record could not be written, the answer withheld); only the first leaves no run.
 _AUDIT_REFUSED_BEFORE_RUN = "is not run until it can"
-# Seed-002 error types by our wire code (a pack tool's message already starts with its type).
-_SEED_TYPES = {"access_denied": "AccessDenied", "lease_required": "AccessDenied", "lease_rejected": "AccessDenied",
-               "guarantee_blocked": "AccessDenied", "tool_not_found": "NotFound", "target_not_found": "NotFound",
-               "timeout": "Timeout", "malformed_request": "InvalidInput", "request_too_large": "InvalidInput",
-               "invalid_input": "InvalidInput", "schema_violation": "InvalidInput", "invalid_ds_state": "InvalidInput"}
-_SEED_PREFIXES = ("AccessDenied:", "NotFound:", "InvalidInput:", "Timeout:", "SystemError:", "RateLimited:")
+# The error type a failure on the `tools.*` subjects is worded with, by our wire code: a
+# column of the core's error-kind table (a pack tool's message already starts with its type).
+_ERROR_TYPES = {code: error_type for code, _status, _breaker, error_type in _core.error_kinds()}
+_TYPE_PREFIXES = tuple(sorted({f"{t}:" for t in _ERROR_TYPES.values()}))
 
 
 def service_error_code(response: Mapping[str, Any]) -> str:
@@ -112,9 +110,9 @@ def service_error_code(response: Mapping[str, Any]) -> str:
 def seed_error(response: Mapping[str, Any]) -> str:
     """A failure as seed 002 words it: ``"Type: message"``."""
     text = str(response.get("error") or "failed")
-    if text.startswith(_SEED_PREFIXES):
+    if text.startswith(_TYPE_PREFIXES):
         return text
-    return f"{_SEED_TYPES.get(str(response.get('code') or ''), 'SystemError')}: {text}"
+    return f"{_ERROR_TYPES.get(str(response.get('code') or ''), 'SystemError')}: {text}"
 
 
 def host_response(status: str, code: str, error: str) -> dict[str, Any]:

@@ -580,11 +580,11 @@ PYBIND11_MODULE(_core, m) {
         py::list out;
         for (const auto& k : machina::all_error_kinds()) {
           out.append(py::make_tuple(std::string(k.code), std::string(machina::status_name(k.status)),
-                                    k.counts_for_breaker));
+                                    k.counts_for_breaker, std::string(k.error_type)));
         }
         return out;
       },
-      "Every error kind as (code, status, counts_for_breaker), in the core's order.");
+      "Every error kind as (code, status, counts_for_breaker, error_type), in the core's order.");
 
   // Child processes: machina::ChildProcess, the one supervisor (the pool's --serve hosts,
   // the spawn transport's --run hosts). Without `env` a child gets this process's

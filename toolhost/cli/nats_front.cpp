@@ -1,6 +1,7 @@
 // See nats_front.hpp.
 #include "nats_front.hpp"
 
+#include <machina/errors.hpp>
 #include <machina/ndjson_front.hpp>
 #include <machina/tool_list.hpp>
 #include <machina/wire.hpp>
@@ -121,20 +122,19 @@ const char* service_error_code(const std::string& status, const std::string& cod
   return it == by_code.end() ? "500" : it->second;
 }
 
-/// A failure worded "Type: message", as the `tools.*` subjects answer it.
+/// A failure worded "Type: message", as the `tools.*` subjects answer it: a pack tool's
+/// message starts with its type already; otherwise the type of its code (error_kinds.def).
 std::string typed_error(const std::string& error, const std::string& code) {
-  static constexpr std::string_view kTypes[] = {"AccessDenied:", "NotFound:", "InvalidInput:",
-                                                "Timeout:",      "SystemError:", "RateLimited:"};
-  for (auto t : kTypes) {
-    if (error.starts_with(t)) return error;
+  static const std::unordered_map<std::string_view, std::string_view> by_code = [] {
+    std::unordered_map<std::string_view, std::string_view> m;
+    for (const auto& k : all_error_kinds()) m.emplace(k.code, k.error_type);
+    return m;
+  }();
+  for (const auto& [_, type] : by_code) {
+    if (error.size() > type.size() && error.starts_with(type) && error[type.size()] == ':') return error;
   }
-  static const std::unordered_map<std::string_view, const char*> by_code = {
-      {"access_denied", "AccessDenied"},     {"lease_required", "AccessDenied"},   {"lease_rejected", "AccessDenied"},
-      {"guarantee_blocked", "AccessDenied"}, {"tool_not_found", "NotFound"},       {"target_not_found", "NotFound"},
-      {"timeout", "Timeout"},                {"malformed_request", "InvalidInput"}, {"request_too_large", "InvalidInput"},
-      {"invalid_input", "InvalidInput"},     {"schema_violation", "InvalidInput"},  {"invalid_ds_state", "InvalidInput"}};
   const auto it = by_code.find(code);
-  return std::string(it == by_code.end() ? "SystemError" : it->second) + ": " + error;
+  return std::string(it == by_code.end() ? std::string_view("SystemError") : it->second) + ": " + error;
 }
 
 std::string random_id() {

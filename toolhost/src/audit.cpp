@@ -42,30 +42,8 @@ std::string_view front_name(Front front) {
 
 namespace {
 
-/// The seed's error types (docs/tool-packs.md) for our codes; "" for success.
-std::string_view error_type(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::none: return "";
-    case ErrorKind::lease_required:
-    case ErrorKind::lease_rejected:
-    case ErrorKind::access_denied:
-    case ErrorKind::rate_limited:
-    case ErrorKind::guarantee_blocked:
-    case ErrorKind::coverage_missing: return "AccessDenied";
-    case ErrorKind::tool_not_found:
-    case ErrorKind::target_not_found: return "NotFound";
-    case ErrorKind::request_too_large:
-    case ErrorKind::malformed_request:
-    case ErrorKind::invalid_ds_state:
-    case ErrorKind::invalid_input:
-    case ErrorKind::schema_violation:
-    case ErrorKind::idempotency_conflict: return "InvalidInput";
-    case ErrorKind::timeout: return "Timeout";
-    case ErrorKind::tool_error: return "ToolError";
-    case ErrorKind::cancelled: return "Cancelled";
-    default: return "SystemError";
-  }
-}
+/// The error type of a kind (error_kinds.def); "" for success.
+std::string_view error_type(ErrorKind kind) { return error_info(kind).error_type; }
 
 // --- the digest of a call's arguments -----------------------------------------------
 

@@ -16,12 +16,12 @@ std::string_view status_name(Status s) noexcept {
 namespace {
 using KindTable = std::remove_cvref_t<decltype(all_error_kinds())>;
 constexpr KindTable kKinds{{
-#define MACHINA_ERROR_KIND(name, code, status, call, breaker) \
-  ErrorKindInfo{ErrorKind::name, code, Status::status, call, breaker},
+#define MACHINA_ERROR_KIND(name, code, status, call, breaker, type) \
+  ErrorKindInfo{ErrorKind::name, code, Status::status, call, breaker, type},
 #include <machina/error_kinds.def>
 #undef MACHINA_ERROR_KIND
 }};
-constexpr ErrorKindInfo kNone{ErrorKind::none, "", Status::OK, true, false};
+constexpr ErrorKindInfo kNone{ErrorKind::none, "", Status::OK, true, false, ""};
 }  // namespace
 
 const KindTable& all_error_kinds() noexcept { return kKinds; }

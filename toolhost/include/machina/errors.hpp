@@ -16,7 +16,7 @@ std::string_view status_name(Status s) noexcept;
 
 enum class ErrorKind {
   none,
-#define MACHINA_ERROR_KIND(name, code, status, call, breaker) name,
+#define MACHINA_ERROR_KIND(name, code, status, call, breaker, type) name,
 #include <machina/error_kinds.def>
 #undef MACHINA_ERROR_KIND
 };
@@ -27,11 +27,12 @@ struct ErrorKindInfo {
   Status status;
   bool call_response;  // carries output_json and ds_state
   bool counts_for_breaker;
+  std::string_view error_type;  // "AccessDenied", "NotFound", "InvalidInput", "Timeout" or "SystemError"
 };
 
 /// Every kind but `none`, in declaration order.
 const std::array<ErrorKindInfo,
-#define MACHINA_ERROR_KIND(name, code, status, call, breaker) +1
+#define MACHINA_ERROR_KIND(name, code, status, call, breaker, type) +1
                  0
 #include <machina/error_kinds.def>
 #undef MACHINA_ERROR_KIND
