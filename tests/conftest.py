@@ -201,6 +201,20 @@ def status_error(status: str, code: str, error: str, ds_state: Any = None, **ext
 
 
 # The seed's status each refusal carries (a refusal: no output_json, no ds_state).
+# The hints beside a refusal's error (what the caller can do about it).
+LIST_HINT = "the tool list (--list) names every tool"
+
+
+def near_hint(aid: str) -> str:
+    return f"did you mean {aid}? " + LIST_HINT[0].upper() + LIST_HINT[1:]
+
+
+def lease_hint(aid: str, tier: int) -> str:
+    return (f"a tier-{tier} tool runs only with a single-use lease: the operator issues one with "
+            f"`machina-toolhost lease issue --aid {aid}` (with the host's lease secret) and the request sends "
+            "it as `_lease_token`")
+
+
 REFUSAL_STATUS = {
     "request_too_large": "INVALID_PICK", "malformed_request": "INVALID_PICK", "invalid_ds_state": "INVALID_PICK",
     "tool_not_found": "INVALID_PICK", "lease_required": "TOOL_ERROR", "lease_rejected": "TOOL_ERROR",

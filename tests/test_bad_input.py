@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ok_response, plain_error, run, serve_raw, status_error
+from conftest import LIST_HINT, near_hint, ok_response, plain_error, run, serve_raw, status_error
 
 Response = dict[str, Any]
 
@@ -63,8 +63,8 @@ def schema_violation(aid: str, why: str, ds_state: Any = None, **extra: Any) -> 
                         ds_state, **extra)
 
 
-def not_found(aid_text: str, **extra: Any) -> Response:
-    return plain_error("tool_not_found", "tool not found: " + aid_text, **extra)
+def not_found(aid_text: str, hint: str = LIST_HINT, **extra: Any) -> Response:
+    return plain_error("tool_not_found", "tool not found: " + aid_text, hint=hint, **extra)
 
 
 TOO_LARGE = plain_error("request_too_large", f"request exceeds the {CAP}-byte cap")
@@ -232,7 +232,7 @@ SERVE_CASES: list[Case] = [
          ECHO_EMPTY),
     # NUL bytes.
     Case("nul-raw-in-string", b'{"aid":"AID.E\x00CHO.v1"}', bad_json(14, "NUL byte")),
-    Case("nul-escaped-in-aid", b'{"aid":"AID.ECHO.v1\\u0000"}', not_found("AID.ECHO.v1\x00")),
+    Case("nul-escaped-in-aid", b'{"aid":"AID.ECHO.v1\\u0000"}', not_found("AID.ECHO.v1\x00", near_hint("AID.ECHO.v1"))),
     Case("nul-after-object", b'{"aid":"AID.ECHO.v1"}\x00', bad_json(22, "NUL byte")),
     Case("nul-hides-second-object", b'{"aid":"AID.ECHO.v1"}\x00{"aid":"AID.FILE.WRITE.v1"}',
          bad_json(22, "NUL byte")),
@@ -281,8 +281,8 @@ SERVE_CASES: list[Case] = [
     # Unknown or odd aids.
     Case("unknown-aid", b'{"aid":"AID.NOPE.v1"}', not_found("AID.NOPE.v1")),
     Case("unknown-aid-with-id", b'{"id":"u1","aid":"AID.NOPE.v1"}', not_found("AID.NOPE.v1", id="u1")),
-    Case("aid-wrong-case", b'{"aid":"aid.echo.v1"}', not_found("aid.echo.v1")),
-    Case("aid-leading-space", b'{"aid":" AID.ECHO.v1"}', not_found(" AID.ECHO.v1")),
+    Case("aid-wrong-case", b'{"aid":"aid.echo.v1"}', not_found("aid.echo.v1", near_hint("AID.ECHO.v1"))),
+    Case("aid-leading-space", b'{"aid":" AID.ECHO.v1"}', not_found(" AID.ECHO.v1", near_hint("AID.ECHO.v1"))),
     Case("aid-empty", b'{"aid":""}', malformed("field 'aid' must not be empty")),
     # input_json that is not JSON, or does not match the tool's schema.
     Case("input-not-json", line(id=3, aid=ECHO, input_json="{"),
@@ -572,7 +572,7 @@ def test_error_messages_quote_at_most_200_characters_of_client_text() -> None:
         json.dumps({"id": 4, "aid": "AID." + "n" * 196}),
     ]
     out = {r["id"]: r for r in parse_response_lines(serve_raw("\n".join(lines).encode() + b"\n").stdout)}
-    assert out[1] == plain_error("tool_not_found", "tool not found: " + "é" * 200 + "… (1000000 bytes)", id=1)
+    assert out[1] == not_found("é" * 200 + "… (1000000 bytes)", id=1)
     assert out[2]["error"] == ("invalid ds_state: unknown slot '" + "x" * 200 + "… (300 bytes)' "
                                "(slots are DS0..DS7, or 0..7)")
     assert out[3]["error"] == "invalid ds_state: unknown field '" + "q" * 200 + "… (1000 bytes)'"

@@ -9,7 +9,7 @@ import subprocess
 import machina_dispatch
 import pytest
 import tomllib
-from conftest import REPO, STATIC_FRONT, TOOLHOST, base_env, ok_response, run_json
+from conftest import LIST_HINT, REPO, STATIC_FRONT, TOOLHOST, base_env, ok_response, run_json
 
 REQUIRED_TOOLS = {"AID.ECHO.v1", "AID.TEXT.STATS.v1", "AID.STATE.PUT.v1", "AID.FILE.WRITE.v1"}
 
@@ -121,7 +121,7 @@ def test_run_with_empty_stdin_is_a_malformed_request() -> None:
 def test_run_exit_code_is_zero_for_structured_errors() -> None:
     resp = run_json("AID.NOPE.v1", {})
     assert resp == {"ok": False, "status": "INVALID_PICK", "error": "tool not found: AID.NOPE.v1",
-                    "code": "tool_not_found"}
+                    "code": "tool_not_found", "hint": LIST_HINT}
 
 
 def test_lease_issue_prints_a_token() -> None:

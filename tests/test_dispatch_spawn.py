@@ -18,7 +18,7 @@ from typing import Any
 
 import machina_dispatch as md
 import pytest
-from conftest import TOOLHOST
+from conftest import LIST_HINT, TOOLHOST
 from dispatch_support import orphans_since, patched_environ, toolhost_processes
 
 
@@ -56,7 +56,7 @@ def test_not_json_encodable_inputs_are_an_exception() -> None:
 def test_host_errors_keep_their_code() -> None:
     assert run("AID.NOPE.v1") == {"error": True, "aid": "AID.NOPE.v1", "type": "tool_not_found",
                                   "detail": "tool not found: AID.NOPE.v1", "code": "tool_not_found",
-                                  "status": "INVALID_PICK"}
+                                  "status": "INVALID_PICK", "hint": LIST_HINT}
     bad = run("AID.TEXT.STATS.v1", {"text": 1})
     assert (bad["type"], bad["code"], bad["status"]) == ("schema_violation", "schema_violation", "INVALID_PICK")
 

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import machina_dispatch
-from conftest import EMPTY_DELTA, LEASE_SECRET, TOOLHOST, ok_response, serve, serve_raw, status_error
+from conftest import EMPTY_DELTA, LEASE_SECRET, TOOLHOST, lease_hint, ok_response, serve, serve_raw, status_error
 
 
 def counter(key: str | None = None, input_json: str = "{}", **fields: Any) -> dict[str, Any]:
@@ -189,7 +189,7 @@ def test_checked_after_the_lease_gate() -> None:
     assert r[0]["ok"] is True
     # A cached result is no way around the lease: the second call has none.
     assert r[1] == {"ok": False, "status": "TOOL_ERROR", "error": "lease_required", "code": "lease_required", "tier": 1,
-                    "aid": "AID.FILE.WRITE.v1"}
+                    "aid": "AID.FILE.WRITE.v1", "hint": lease_hint("AID.FILE.WRITE.v1", 1)}
 
 
 def test_blank_and_serve_raw_sanity() -> None:

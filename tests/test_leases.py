@@ -13,7 +13,7 @@ from typing import Any
 
 import machina_dispatch
 import pytest
-from conftest import LEASE_SECRET, TOOLHOST, base_env, ok_response, run_json, serve
+from conftest import LEASE_SECRET, TOOLHOST, base_env, lease_hint, ok_response, run_json, serve
 
 WRITE = "AID.FILE.WRITE.v1"
 
@@ -42,7 +42,7 @@ def rejected(reason: str) -> dict[str, Any]:
 
 
 REQUIRED = {"ok": False, "status": "TOOL_ERROR", "error": "lease_required", "code": "lease_required", "tier": 1,
-            "aid": WRITE}
+            "aid": WRITE, "hint": lease_hint(WRITE, 1)}
 
 
 def test_off_by_default(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_lease_is_bound_to_its_tool(env: dict[str, str], misbehaving: str) -> No
               env=env)
     assert r[0] == rejected("wrong_tool")
     assert r[1] == {"ok": False, "status": "TOOL_ERROR", "error": "lease_required", "code": "lease_required", "tier": 2,
-                    "aid": "AID.TEST.TIER2.v1"}
+                    "aid": "AID.TEST.TIER2.v1", "hint": lease_hint("AID.TEST.TIER2.v1", 2)}
     assert r[2] == ok_response('{"system":true}')  # wrong_tool did not use the lease up
 
 

@@ -64,7 +64,9 @@ class ToolhostError(Exception):
     kind: str = "exception"
 
     def __init__(self, result: ToolResult) -> None:
-        super().__init__(f"{result.aid}: {result.error}" if result.aid else result.error)
+        message = f"{result.aid}: {result.error}" if result.aid else result.error
+        hint = (result.details or {}).get("hint")
+        super().__init__(f"{message} ({hint})" if hint else message)
         self.result = result
         self.aid = result.aid
         self.detail = result.error

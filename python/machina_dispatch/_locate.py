@@ -8,9 +8,19 @@ import sysconfig
 import threading
 from pathlib import Path
 
-__all__ = ["NOT_FOUND", "check_setup", "find_executable"]
+__all__ = ["check_setup", "find_executable", "not_found_message"]
 
 NOT_FOUND = "machina-toolhost executable not found (pip install machina-toolhost, or set MACHINA_TOOLHOST_BIN)"
+
+
+def not_found_message(explicit: str | os.PathLike[str] | None = None) -> str:
+    """Why :func:`find_executable` found nothing, naming the path it was given, if any."""
+    if explicit is not None:
+        return f"executable={os.fspath(explicit)!r} is not an executable file (name the machina-toolhost to run)"
+    env = os.environ.get("MACHINA_TOOLHOST_BIN")
+    if env:
+        return f"MACHINA_TOOLHOST_BIN={env!r} is not an executable file (name the machina-toolhost to run)"
+    return NOT_FOUND
 
 _checked: set[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...] | None]] = set()
 _checked_lock = threading.Lock()

@@ -33,7 +33,8 @@ class ToolResult(NamedTuple):
         ds_state_json: the response's ds_state: ``None`` if it carried none, ``""`` if the call
             changed nothing, else the delta as JSON text (see :attr:`ds_delta`).
         details: extra fields: ``tier``/``aid`` for ``lease_required``, ``reason`` for
-            ``lease_rejected``, ``exit_status``/``stderr`` for a crashed host.
+            ``lease_rejected``, ``exit_status``/``stderr`` for a crashed host, ``hint`` (what to
+            do about the failure: the nearest aid to an unknown one, how to get a lease).
         trace_json: the call's trace as JSON text (Python tools and HTTP tool services: runner,
             interpreter, timings, what the tool printed, what enforced its guarantees); ``None``
             when the response had none (see :attr:`trace`).

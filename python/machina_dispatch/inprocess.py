@@ -13,7 +13,8 @@ from typing import Any
 
 from . import _core
 from ._errors import ExecutableNotFound
-from ._locate import NOT_FOUND, find_executable
+from ._arguments import check_list_argument
+from ._locate import find_executable, not_found_message
 from ._result import ToolResult
 from ._transport import Transport, apply_state, input_text, state_text, timeout_ms
 
@@ -56,10 +57,13 @@ class InProcess(Transport):
                  executable: str | os.PathLike[str] | None = None, timeout: float | None = None,
                  **options: Any) -> None:
         super().__init__(timeout)
+        check_list_argument("plugins", plugins)
+        check_list_argument("tools", tools)
+        check_list_argument("packs", packs)
         if isolation == "process":
             found = find_executable(executable, loads_plugins=True)  # workers load plugins by path
             if found is None:
-                raise ExecutableNotFound(ToolResult.failure("", "not_found", NOT_FOUND))
+                raise ExecutableNotFound(ToolResult.failure("", "not_found", not_found_message(executable)))
             options["worker_executable"] = found
         elif (tools or packs or plugins is None) and "worker_executable" not in options:
             # Sandboxed Python tools are started through the executable (its --sandbox-exec);

@@ -21,7 +21,8 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from ._locate import NOT_FOUND, check_setup, find_executable
+from ._arguments import check_list_argument
+from ._locate import check_setup, find_executable, not_found_message
 from ._result import ToolResult
 from ._session import AsyncSession, Prepared, SyncSession, settle
 from ._transport import (
@@ -79,6 +80,9 @@ class Pool(Transport):
                  close_timeout: float = 2.0, env: dict[str, str] | None = None,
                  spin_us: int = DEFAULT_SPIN_US) -> None:
         super().__init__(timeout)
+        check_list_argument("plugins", plugins)
+        check_list_argument("tools", tools)
+        check_list_argument("args", args)
         if processes < 1 or workers < 1 or max_in_flight < 1:
             raise ValueError("processes, workers and max_in_flight must be at least 1")
         if not isinstance(spin_us, int) or not 0 <= spin_us <= MAX_SPIN_US:
@@ -87,7 +91,7 @@ class Pool(Transport):
         if exe is None:
             from ._errors import ExecutableNotFound
 
-            raise ExecutableNotFound(ToolResult.failure("", "not_found", NOT_FOUND))
+            raise ExecutableNotFound(ToolResult.failure("", "not_found", not_found_message(executable)))
         options = ["--workers", str(workers), "--spin-us", str(spin_us),
                    *[a for p in plugins or [] for a in ("--plugin", os.fspath(p))],
                    *[a for t in tools or [] for a in ("--tools", os.fspath(t))], *(args or [])]

@@ -18,7 +18,8 @@ from typing import Any
 
 from . import _core
 from ._errors import ExecutableNotFound, ToolhostError
-from ._locate import NOT_FOUND, find_executable
+from ._arguments import check_list_argument
+from ._locate import find_executable, not_found_message
 from ._locate import check_setup as check_host_setup
 from ._process import run_once
 from ._result import ToolResult
@@ -67,9 +68,12 @@ class Spawn(Transport):
                  timeout: float | None = None, max_output_bytes: int = MAX_OUTPUT_BYTES,
                  env: dict[str, str] | None = None, check_setup: bool = True) -> None:
         super().__init__(timeout)
+        check_list_argument("plugins", plugins)
+        check_list_argument("tools", tools)
+        check_list_argument("args", args)
         found = find_executable(executable, loads_plugins=bool(plugins))
         if found is None:
-            raise ExecutableNotFound(ToolResult.failure("", "not_found", NOT_FOUND))
+            raise ExecutableNotFound(ToolResult.failure("", "not_found", not_found_message(executable)))
         self.executable = found
         self.args = ([a for p in plugins or [] for a in ("--plugin", os.fspath(p))]
                      + [a for t in tools or [] for a in ("--tools", os.fspath(t))] + list(args or []))

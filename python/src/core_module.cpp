@@ -163,13 +163,17 @@ class ResultFactory {
     if (f.ds_state.empty()) set(obj, 8, py::none());
     else if (f.ds_state == kEmptyDelta) set(obj, 8, empty_);
     else set(obj, 8, py::str(std::string(f.ds_state)));
+    py::object details = py::none();
     if (f.lease_tier || f.lease_aid) {
-      set(obj, 9, py::dict("tier"_a = f.lease_tier.value_or(-1), "aid"_a = f.lease_aid.value_or("")));
+      details = py::dict("tier"_a = f.lease_tier.value_or(-1), "aid"_a = f.lease_aid.value_or(""));
     } else if (f.lease_reason) {
-      set(obj, 9, py::dict("reason"_a = *f.lease_reason));
-    } else {
-      set(obj, 9, py::none());
+      details = py::dict("reason"_a = *f.lease_reason);
     }
+    if (f.hint) {
+      if (details.is_none()) details = py::dict();
+      details["hint"] = *f.hint;
+    }
+    set(obj, 9, details);
     set(obj, 10, f.trace.empty() ? py::object(py::none()) : py::object(py::str(std::string(f.trace))));
     untrack_if_acyclic(obj);
     return result;
@@ -197,13 +201,17 @@ class ResultFactory {
       machina::encode_ds_state(r.ds_state, ds);
       set(obj, 8, py::str(ds));
     }
+    py::object details = py::none();
     if (r.kind == machina::ErrorKind::lease_required) {
-      set(obj, 9, py::dict("tier"_a = r.lease_tier, "aid"_a = r.lease_aid));
+      details = py::dict("tier"_a = r.lease_tier, "aid"_a = r.lease_aid);
     } else if (r.kind == machina::ErrorKind::lease_rejected) {
-      set(obj, 9, py::dict("reason"_a = r.lease_reason));
-    } else {
-      set(obj, 9, py::none());
+      details = py::dict("reason"_a = r.lease_reason);
     }
+    if (!r.hint.empty()) {
+      if (details.is_none()) details = py::dict();
+      details["hint"] = r.hint;
+    }
+    set(obj, 9, details);
     set(obj, 10, r.trace_json.empty() ? py::object(py::none()) : py::object(py::str(r.trace_json)));
     untrack_if_acyclic(obj);
     return result;

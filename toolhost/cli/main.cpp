@@ -10,6 +10,7 @@
 #include <machina/host.hpp>
 #include <machina/http_client.hpp>
 #include <machina/lease.hpp>
+#include <machina/nearest_name.hpp>
 #include <machina/policy.hpp>
 #include <machina/spin_wait.hpp>
 #include <machina/tool_list.hpp>
@@ -92,6 +93,21 @@ std::string find_package_file(const std::string& inside, const std::string& what
 const char* builtin_plugin_dir() {
   const char* dir = std::getenv("MACHINA_TOOLHOST_PLUGIN_DIR");
   return dir != nullptr && *dir != '\0' ? dir : nullptr;
+}
+
+/// "Did you mean …?" for each argument among `unknown` that looks like a misspelt option.
+void suggest_options(const CLI::App& app, const std::vector<std::string>& unknown) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+  }
+  const std::vector<std::string_view> views(names.begin(), names.end());
+  for (const std::string& arg : unknown) {
+    if (!arg.starts_with("--")) continue;
+    const std::string flag = arg.substr(0, arg.find('='));
+    if (const std::string near = machina::nearest_name(flag, views); !near.empty())
+      std::cerr << "machina-toolhost: " << flag << " is not an option; did you mean " << near << "?\n";
+  }
 }
 
 #if defined(MACHINA_LINKED_TOOLS) || !defined(MACHINA_WITH_NATS)
@@ -635,6 +651,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) suggest_options(app, app.remaining());
     return rc == 0 ? 0 : 2;
   }
 

@@ -2,6 +2,7 @@
 #include <machina/call_context.hpp>
 #include <machina/host.hpp>
 #include <machina/json_text.hpp>
+#include <machina/nearest_name.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -233,6 +234,18 @@ Response Host::request_too_large() const {
                            "request exceeds the " + std::to_string(options_.max_request_bytes) + "-byte cap");
 }
 
+Response Host::tool_not_found(std::string_view aid) const {
+  Response r = Response::failure(ErrorKind::tool_not_found, "tool not found: " + excerpt(aid));
+  std::vector<std::string_view> aids;
+  const auto tools = registry_.tools();
+  aids.reserve(tools.size());
+  for (const Tool* t : tools) aids.push_back(t->info.aid);
+  const std::string nearest = nearest_name(aid, aids);
+  r.hint = nearest.empty() ? std::string("the tool list (--list) names every tool")
+                           : "did you mean " + nearest + "? The tool list (--list) names every tool";
+  return r;
+}
+
 DsReport Host::report(Session& session, std::shared_ptr<const SlotChanges> changes) const {
   if (session.respond_with_delta()) return {DsReport::Mode::delta, std::move(changes)};
   return {DsReport::Mode::full, session.as_changes()};
@@ -369,7 +382,7 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   if (request.ds_state) base = session.apply(*request.ds_state);
 
   const Tool* tool = registry_.find(request.aid);
-  if (tool == nullptr) return Response::failure(ErrorKind::tool_not_found, "tool not found: " + excerpt(request.aid));
+  if (tool == nullptr) [[unlikely]] return tool_not_found(request.aid);
 
   // A call the audit store must record is refused while it cannot (before a lease is used).
   if (audit_ && audit_->must_record(tool->info.tier) && !audit_->can_record()) [[unlikely]] {
@@ -385,6 +398,9 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
       Response r = Response::failure(ErrorKind::lease_required, "lease_required");
       r.lease_tier = tool->info.tier;
       r.lease_aid = tool->info.aid;
+      r.hint = "a tier-" + std::to_string(tool->info.tier) + " tool runs only with a single-use lease: the operator issues " +
+               "one with `machina-toolhost lease issue --aid " + tool->info.aid + "` (with the host's " +
+               "lease secret) and the request sends it as `_lease_token`";
       return r;
     }
     if (auto why = leases_->redeem(*request.lease_token, tool->info.aid, unix_now_ms())) {

@@ -329,7 +329,11 @@ class RequestSax {
     if (in_ds()) return ds_ok(ds_->key(rel(), k));
     if (depth_ != 1) return true;  // inside an unknown field's value
     field_ = field_named(k);
-    if (field_ == Field::unknown) return true;  // extensions from newer clients are ignored
+    if (field_ == Field::unknown) [[unlikely]] {
+      // Extensions from newer clients are ignored; a lease under the keyword's name would be
+      // ignored too, and the call refused for want of the lease it carries.
+      return k != "lease_token" || fail("field 'lease_token' is not a request field: a lease is sent as '_lease_token'");
+    }
     const auto bit = 1u << static_cast<unsigned>(field_);
     if (seen_ & bit) return fail("duplicate field '" + std::string(k) + "'");
     seen_ |= bit;
@@ -613,6 +617,10 @@ void encode_response(const Response& r, std::string& out) {
   } else if (r.kind == ErrorKind::lease_rejected) {
     put(out, ",\"reason\":");
     append_json_string(out, r.lease_reason);
+  }
+  if (!r.hint.empty()) [[unlikely]] {
+    put(out, ",\"hint\":");
+    append_json_string(out, r.hint);
   }
   if (info.call_response) {
     put(out, ",\"ds_state\":");

@@ -78,6 +78,7 @@ class ResponseSax {
       case Field::code: out_.code = std::move(v); return true;
       case Field::aid: out_.lease_aid = std::move(v); return true;
       case Field::reason: out_.lease_reason = std::move(v); return true;
+      case Field::hint: out_.hint = std::move(v); return true;
       default: return wrong_type();
     }
   }
@@ -93,6 +94,7 @@ class ResponseSax {
     else if (k == "tier") field_ = Field::tier;
     else if (k == "aid") field_ = Field::aid;
     else if (k == "reason") field_ = Field::reason;
+    else if (k == "hint") field_ = Field::hint;
     else if (k == "ds_state") field_ = Field::ds_state;
     else if (k == "trace") field_ = Field::trace;
     else if (k == "idempotent_hit") field_ = Field::idempotent_hit;
@@ -137,7 +139,7 @@ class ResponseSax {
   }
 
  private:
-  enum class Field { id, ok, status, output_json, error, code, tier, aid, reason, ds_state, trace, idempotent_hit, unknown };
+  enum class Field { id, ok, status, output_json, error, code, tier, aid, reason, hint, ds_state, trace, idempotent_hit, unknown };
 
   /// Room for one more level (the parse recurses: a deeper response is refused, not followed).
   bool deeper() {

@@ -174,6 +174,8 @@ class Host {
   std::int64_t timeout_for(const Tool& tool, const Request& request) const;
 
  private:
+  /// The refusal of a call to an aid no tool has: the nearest aid as its hint.
+  Response tool_not_found(std::string_view aid) const;
   struct Scope;
 
   /// handle() and replay(): `replayed` is the answer replay() gives once the gate is passed.

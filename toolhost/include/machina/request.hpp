@@ -106,6 +106,9 @@ struct Response {
   int lease_tier = -1;
   std::string lease_aid;
   std::string lease_reason;
+  // What the caller can do about the failure (the nearest aid to an unknown one, how to get a
+  // lease); empty: nothing to add. Encoded as the response's `hint`, beside the error it explains.
+  std::string hint;
   std::string id_json;      // echoed request id
   // What the runner reports of the call (runner kind, timings, enforcement...), as a JSON
   // object's text; empty: none (native plugin tools). Encoded as the response's `trace`.

@@ -35,6 +35,7 @@ struct ResponseFields {
   std::optional<std::int64_t> lease_tier;
   std::optional<std::string> lease_aid;
   std::optional<std::string> lease_reason;
+  std::optional<std::string> hint;  // what the caller can do about the failure
 };
 
 /// Decodes one response line (without its '\n'). False, with `why`, if it is not a
