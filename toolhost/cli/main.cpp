@@ -448,6 +448,24 @@ int main(int argc, char** argv) {
                  "callers see no answer) and said on stderr")
       ->check(CLI::Range(1, 1'000'000))
       ->capture_default_str();
+  machina::cli::NatsFrontOptions nats_durable;
+  app.add_flag("--nats-durable", nats_durable.durable,
+               "In --nats, also take calls from a JetStream work-queue stream (subject PREFIX.durable.call; "
+               "at most 100000 messages or 256 MiB; publishes re-sent within 2 minutes are dropped) through a "
+               "durable pull consumer the hosts share: explicit acks, at most --workers messages fetched at "
+               "once, in progress while running, the answer to the Machina-Reply-To header, a call without an "
+               "idempotency key keyed by its Nats-Msg-Id (docs/nats.md)");
+  app.add_option("--nats-stream", nats_durable.stream, "In --nats-durable, the stream's name")->capture_default_str();
+  app.add_option("--nats-consumer", nats_durable.consumer, "In --nats-durable, the consumer the hosts share")
+      ->capture_default_str();
+  app.add_option("--nats-ack-wait-s", nats_durable.ack_wait_s,
+                 "In --nats-durable, seconds a message may go unacknowledged and without word of progress before "
+                 "it is delivered again (progress is said every third of it)")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  app.add_option("--nats-max-deliver", nats_durable.max_deliver, "In --nats-durable, deliveries of one message at most")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
   bool mcp = false;
   auto* mcp_opt = app.add_flag("--mcp", mcp,
                                "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
@@ -773,6 +791,11 @@ int main(int argc, char** argv) {
       inv.nats.queue_group = nats_queue_group;
       inv.nats.workers = workers;
       inv.nats.max_pending = nats_max_pending;
+      inv.nats.durable = nats_durable.durable;
+      inv.nats.stream = nats_durable.stream;
+      inv.nats.consumer = nats_durable.consumer;
+      inv.nats.ack_wait_s = nats_durable.ack_wait_s;
+      inv.nats.max_deliver = nats_durable.max_deliver;
 #ifdef MACHINA_WITH_NATS
       machina::cli::check_nats_front_options(inv.nats);  // before any tool is loaded
 #endif

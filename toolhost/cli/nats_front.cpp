@@ -1,6 +1,8 @@
 // See nats_front.hpp.
 #include "nats_front.hpp"
 
+#include "nats_durable.hpp"
+
 #include <machina/errors.hpp>
 #include <machina/ndjson_front.hpp>
 #include <machina/tool_list.hpp>
@@ -46,6 +48,7 @@ constexpr char kHdrIdempotencyKey[] = "Idempotency-Key";
 constexpr char kHdrLease[] = "Machina-Lease";
 constexpr char kHdrUser[] = "Machina-User";
 constexpr char kHdrTimeoutMs[] = "Machina-Timeout-Ms";
+constexpr char kHdrRequestId[] = "Machina-Request-Id";  // durable mode: the message an answer is for
 constexpr char kToolsWildcard[] = "tools.>";
 constexpr std::int64_t kConnectTimeoutMs = 2000;
 constexpr std::int64_t kFlushTimeoutMs = 2000;
@@ -198,11 +201,13 @@ struct Call final : Takeover {
   std::string tool_call_id, function_name;  // Form::openai
   std::atomic<bool> delivered{false};  // the takeover has sent the answer
 
+  std::unique_ptr<DurableReceipt> receipt;  // durable mode: acknowledged once answered
+
   ~Call() override { natsMsg_Destroy(msg); }
   void deliver_overrun(Response response) override;
 };
 
-class NatsServer {
+class NatsServer final : public DurableSink {
  public:
   NatsServer(Host& host, const NatsFrontOptions& o) : host_(host), o_(o) {}
   ~NatsServer();
@@ -224,7 +229,8 @@ class NatsServer {
   static void on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure);
   static void on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, void* closure);
   static void on_error(natsConnection*, natsSubscription*, natsStatus s, void*);
-  void take(Endpoint* ep, natsMsg* msg);
+  void take(Endpoint* ep, natsMsg* msg, std::unique_ptr<DurableReceipt> receipt = nullptr);
+  void serve_durable(natsMsg* call, std::unique_ptr<DurableReceipt> receipt) override;
   void work();
   /// Answers one call; false when its answer went through the takeover, the thread having
   /// been left in the tool (it then touches nothing of this server's).
@@ -258,6 +264,8 @@ class NatsServer {
   std::size_t busy_ = 0;  // calls taken from the queue and not yet answered
   bool stopping_ = false;
   std::size_t workers_ = 0;  // worker threads, those left inside a tool not counted
+  Endpoint* durable_ep_ = nullptr;
+  std::unique_ptr<DurableConsumer> durable_;  // --nats-durable
 };
 
 void Call::deliver_overrun(Response response) {
@@ -272,6 +280,7 @@ void Call::deliver_overrun(Response response) {
 
 NatsServer::~NatsServer() {
   // After a failed start, deliveries and workers may still be under way: they end first.
+  if (durable_) durable_->stop_fetching();
   if (nc_ != nullptr) natsConnection_Close(nc_);
   {
     std::unique_lock lock(mu_);
@@ -280,6 +289,7 @@ NatsServer::~NatsServer() {
     room_.notify_all();
     idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0 && workers_ == 0; });
   }
+  durable_.reset();  // (every receipt is gone with its call)
   for (auto& s : subs_) natsSubscription_Destroy(s->sub);
   for (auto& s : discovery_) natsSubscription_Destroy(s->sub);
   if (nc_ != nullptr) natsConnection_Destroy(nc_);
@@ -423,7 +433,9 @@ void NatsServer::finish(Call& call, std::string_view line) {
     }
   }
   call.ep->record(Clock::now() - call.start, ok ? nullptr : &error);
+  if (call.receipt) headers.emplace_back(kHdrRequestId, call.receipt->request_id());
   publish(reply, body, headers);
+  if (call.receipt) call.receipt->acknowledge();
 }
 
 bool NatsServer::serve_one(std::unique_ptr<Call> call) {
@@ -483,7 +495,11 @@ void NatsServer::add_worker(bool replacing) {
   std::thread([this] { work(); }).detach();
 }
 
-void NatsServer::take(Endpoint* ep, natsMsg* msg) {
+void NatsServer::serve_durable(natsMsg* call, std::unique_ptr<DurableReceipt> receipt) {
+  take(durable_ep_, call, std::move(receipt));
+}
+
+void NatsServer::take(Endpoint* ep, natsMsg* msg, std::unique_ptr<DurableReceipt> receipt) {
   if (!may_answer(natsMsg_GetReply(msg))) {
     natsMsg_Destroy(msg);  // (not run: its answer could go nowhere)
     return;
@@ -493,6 +509,7 @@ void NatsServer::take(Endpoint* ep, natsMsg* msg) {
   call->ep = ep;
   call->msg = msg;
   call->start = Clock::now();
+  call->receipt = std::move(receipt);
   std::unique_lock lock(mu_);
   // A full queue holds this subscription's delivery: its messages wait in the client, up to
   // its pending limit, beyond which they are dropped (never an unbounded buffer).
@@ -642,6 +659,10 @@ int NatsServer::run() {
     else subscribe(ep->subject, ep.get());
   }
   subscribe(kToolsWildcard, nullptr);
+  if (o_.durable) {  // an endpoint for its statistics, fed by the stream
+    add_endpoint("durable", durable_subject(p), "", json::object());
+    durable_ep_ = endpoints_.back().get();
+  }
   for (const char* verb : {"PING", "INFO", "STATS"}) {
     const std::string base = std::string("$SRV.") + verb;
     for (const std::string& subject : {base, base + "." + kServiceName, base + "." + kServiceName + "." + id_}) {
@@ -652,6 +673,10 @@ int NatsServer::run() {
     }
   }
   for (unsigned i = 0; i < o_.workers; ++i) add_worker();
+  if (o_.durable) {
+    durable_ = std::make_unique<DurableConsumer>(nc_, o_, *this);
+    durable_->start();
+  }
   st = natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
   if (st != NATS_OK) throw HostError("--nats: " + o_.url + " did not confirm the subscriptions: " + natsStatus_GetText(st));
   say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " + o_.url);
@@ -662,6 +687,7 @@ int NatsServer::run() {
   }
   // Stop taking calls: the server forgets the subscriptions, and what the client holds of
   // them is still delivered and queued.
+  if (durable_) durable_->stop_fetching();
   for (auto& s : subs_) natsSubscription_Drain(s->sub);
   for (auto& s : discovery_) natsSubscription_Unsubscribe(s->sub);
   for (auto& s : subs_) natsSubscription_WaitForDrainCompletion(s->sub, 5000);
@@ -684,6 +710,12 @@ void check_nats_front_options(const NatsFrontOptions& options) {
     throw HostError("--nats-prefix " + options.prefix + ": expected subject tokens (letters, digits, _ and -) joined by dots");
   if (!subject_safe(options.queue_group) || options.queue_group.find('.') != std::string::npos)
     throw HostError("--nats-queue-group " + options.queue_group + ": expected one token (letters, digits, _ and -)");
+  if (!subject_safe(options.stream) || options.stream.find('.') != std::string::npos)
+    throw HostError("--nats-stream " + options.stream + ": expected one token (letters, digits, _ and -)");
+  if (!subject_safe(options.consumer) || options.consumer.find('.') != std::string::npos)
+    throw HostError("--nats-consumer " + options.consumer + ": expected one token (letters, digits, _ and -)");
+  if (!(options.ack_wait_s > 0) || options.max_deliver < 1)
+    throw HostError("--nats-ack-wait-s and --nats-max-deliver must be positive");
 }
 
 int serve_nats(Host& host, const NatsFrontOptions& options) {

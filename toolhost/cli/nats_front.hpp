@@ -20,9 +20,15 @@ struct NatsFrontOptions {
   std::string queue_group = "q";  // the hosts of one group share the calls
   unsigned workers = 32;          // calls running at once
   int max_pending = 4096;         // messages waiting per subscription (the client drops beyond)
+  // Durable mode (nats_durable.hpp): also calls from a JetStream work-queue stream.
+  bool durable = false;
+  std::string stream = "MACHINA_CALLS";
+  std::string consumer = "machina-hosts";  // the durable pull consumer the hosts share
+  double ack_wait_s = 30.0;  // a message unacknowledged and not in progress this long is delivered again
+  int max_deliver = 5;       // deliveries of one message at most
 };
 
-/// Throws HostError for a prefix or queue group that cannot be part of a subject.
+/// Throws HostError for a prefix, queue group, stream or consumer name that cannot be used.
 void check_nats_front_options(const NatsFrontOptions& options);
 
 /// Serves until SIGINT or SIGTERM, then stops taking calls, answers those taken and returns
