@@ -8,6 +8,7 @@
 #include <machina/lease.hpp>
 #include <machina/ndjson_front.hpp>
 #include <machina/tool_list.hpp>
+#include <machina/tool_names.hpp>
 #include <machina/spin_wait.hpp>
 #include <machina/wire.hpp>
 #include <machina/wire_client.hpp>
@@ -575,6 +576,16 @@ PYBIND11_MODULE(_core, m) {
       "cls"_a, "Names the exception class raised for the host's set-up errors.");
 
   m.def(
+      "llm_function_names",
+      [](const std::vector<std::string>& aids) {
+        return machina::llm_function_names(std::vector<std::string_view>(aids.begin(), aids.end()));
+      },
+      "aids"_a, "The function names the LLM formats declare these aids under, one each (tool_names.hpp).");
+  m.def(
+      "advertised_input_schema",
+      [](std::string_view schema_json) { return machina::advertised_input_schema(schema_json).dump(); },
+      "schema_json"_a, "The input schema, as JSON text, a tool declaring this one is advertised with (tool_names.hpp).");
+  m.def(
       "host_options",
       [] {
         py::list names;
@@ -821,6 +832,14 @@ PYBIND11_MODULE(_core, m) {
       .def("list_tools",
            [](const machina::Host& h) { return py::module_::import("json").attr("loads")(machina::tool_list_json(h)); },
            "The registered tools, as --list shows them (see tool_list.hpp).")
+      .def(
+          "resolve_tool",
+          [](const machina::Host& h, std::string_view name) -> std::optional<std::string> {
+            const machina::Tool* tool = h.registry().resolve(name);
+            return tool != nullptr ? std::optional<std::string>(tool->info.aid) : std::nullopt;
+          },
+          "name"_a, "The aid of the tool a name stands for in every front (an aid, an LLM function name or a "
+          "display name no other tool has), or None.")
       .def(
           "call_json",
           [](machina::Host& h, const std::string& request, machina::Session& session, const std::string& aid,

@@ -212,6 +212,10 @@ std::vector<std::string> ToolRegistry::add(const std::string& where, std::vector
     order_.push_back(t->info.aid);
     tools_.emplace(t->info.aid, std::move(tool));
   }
+  std::vector<const Tool*> in_order;
+  in_order.reserve(order_.size());
+  for (const auto& aid : order_) in_order.push_back(tools_.find(aid)->second.get());
+  names_.rebuild(in_order);
   return added;
 }
 
@@ -237,6 +241,22 @@ const Tool* ToolRegistry::find(std::string_view aid) const {
   last.aid.assign(aid);
   last.tool = tool;
   return tool;
+}
+
+const Tool* ToolRegistry::resolve(std::string_view name, std::vector<std::string>* sharing) const {
+  if (const Tool* t = find(name)) return t;
+  std::shared_lock lock(mu_);
+  const ToolNames::Found found = names_.find(name);
+  if (sharing != nullptr) {
+    sharing->clear();
+    for (const Tool* t : found.sharing) sharing->push_back(t->info.aid);
+  }
+  return found.tool;
+}
+
+std::string ToolRegistry::llm_name(const Tool& tool) const {
+  std::shared_lock lock(mu_);
+  return names_.llm_name(tool);
 }
 
 std::vector<ToolInfo> ToolRegistry::list() const {

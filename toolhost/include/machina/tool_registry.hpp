@@ -5,6 +5,7 @@
 #pragma once
 
 #include <machina/tool.hpp>
+#include <machina/tool_names.hpp>
 
 #include <memory>
 #include <optional>
@@ -66,6 +67,13 @@ class ToolRegistry {
   /// The tool, or nullptr. The pointer stays valid for the registry's lifetime.
   const Tool* find(std::string_view aid) const;
 
+  /// The tool a caller's name stands for, in every front (tool_names.hpp): its aid, else its
+  /// LLM function name, else a display name no other tool has. nullptr if none; `sharing`
+  /// (if given) then holds the aids of the tools whose display name it is, when several.
+  const Tool* resolve(std::string_view name, std::vector<std::string>* sharing = nullptr) const;
+  /// The function name the LLM formats declare `tool` under (unique in this registry).
+  std::string llm_name(const Tool& tool) const;
+
   std::vector<ToolInfo> list() const;
   /// The registered tools in registration order (pointers valid for the registry's life).
   std::vector<const Tool*> tools() const;
@@ -97,6 +105,8 @@ class ToolRegistry {
   std::unordered_map<std::string, const Tool*, Hash, std::equal_to<>> by_name_;
   // The built-in tools by name (another name of one, such as readFile, is a tool too).
   std::unordered_map<std::string, const Tool*, Hash, std::equal_to<>> built_in_names_;
+  // The names the tools answer to besides their aids, rebuilt at each registration.
+  ToolNames names_;
   // Opened plugin libraries, closed after tools_ is cleared (the closer comes with them).
   std::vector<std::unique_ptr<void, int (*)(void*)>> libraries_;
 };
