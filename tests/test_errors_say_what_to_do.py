@@ -78,3 +78,37 @@ def test_an_executable_that_is_not_one_is_named(tmp_path: Path) -> None:
     for transport in (md.Pool, md.Spawn):
         with pytest.raises(md.ExecutableNotFound, match=rf"executable='{missing}' is not an executable file"):
             transport(executable=missing)
+
+
+def load_error(tmp_path: Path, manifest: str) -> str:
+    path = tmp_path / "tools.toml"
+    path.write_text(manifest)
+    r = subprocess.run([TOOLHOST, "--tools", str(path), "--list"], capture_output=True, text=True, env=base_env(),
+                       timeout=30)
+    assert r.returncode != 0
+    return r.stderr.strip().removeprefix(f"machina-toolhost: {path}:")
+
+
+def test_a_misspelt_manifest_field_is_named_beside_the_missing_or_unknown_one(tmp_path: Path) -> None:
+    assert load_error(tmp_path, '[[tool]]\naid = "X.v1"\nrunnr = "python"\n') == (
+        "3: tool 1 (X.v1): field 'runner': is required (is the unknown field 'runnr' a misspelling of it?)")
+    assert load_error(tmp_path, '[[tool]]\naid = "X.v1"\nrunner = "python"\nentry = "m:f"\ntimout_ms = 5\n') == (
+        "5: tool 1 (X.v1): unknown field 'timout_ms' (did you mean 'timeout_ms'?)")
+    assert load_error(tmp_path, '[[tool]]\naid = "X.v1"\nrunner = "python"\nentry = "m:f"\nzzz = 5\n') == (
+        "5: tool 1 (X.v1): unknown field 'zzz'")
+
+
+def test_a_toml_syntax_error_says_where_in_plain_words(tmp_path: Path) -> None:
+    assert load_error(tmp_path, '[[tool]\naid = "X.v1"\n') == (
+        "1: not valid TOML at column 8, in table header: expected ']', saw the end of the line "
+        "(the line reads: [[tool])")
+
+
+def test_the_nats_front_without_a_server_says_how_to_start_one() -> None:
+    from nats_support import free_port
+
+    r = subprocess.run([TOOLHOST, "--nats", f"nats://127.0.0.1:{free_port()}"], capture_output=True, text=True,
+                       env=base_env(), timeout=60)
+    assert r.returncode != 0
+    [line] = r.stderr.splitlines()  # one line, no traceback
+    assert "No server available for connection" in line and "`nats-server -js -a 127.0.0.1` starts one" in line

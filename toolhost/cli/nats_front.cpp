@@ -643,7 +643,17 @@ int NatsServer::run() {
   if (st == NATS_OK) st = natsOptions_SetErrorHandler(opts, on_error, nullptr);
   if (st == NATS_OK) st = natsConnection_Connect(&nc_, opts);
   natsOptions_Destroy(opts);
-  if (st != NATS_OK) throw HostError("--nats: cannot connect to " + o_.url + ": " + natsStatus_GetText(st));
+  if (st != NATS_OK) {
+    throw HostError("--nats: cannot connect to " + o_.url + ": " + natsStatus_GetText(st) +
+                    (st == NATS_NO_SERVER ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
+                                                        "starts one; pip install 'machina-toolhost[nats]' brings it)")
+                                          : std::string()));
+  }
+  if (o_.shared_store) {
+    store_ = std::make_shared<NatsKvStore>(
+        nc_, NatsKvStoreOptions{o_.kv_bucket, o_.kv_key, o_.kv_ttl_s, o_.claim_grace_ms}, id_, say);
+    host_.set_idempotency_store(store_);
+  }
 
   g_stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   struct sigaction sa {};

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <machina/errors.hpp>
+#include <machina/nearest_name.hpp>
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -26,12 +28,27 @@ struct Refuser {
   }
 };
 
-/// The document, or a refusal at the line where it stops being TOML.
+/// The document, or a refusal at the line where it stops being TOML: its column, the
+/// parser's reason with the characters it names written out, and the line itself.
 inline toml::table parse(std::string_view text, const Refuser& refuse) {
   try {
     return toml::parse(text, refuse.path);
   } catch (const toml::parse_error& e) {
-    refuse(e.source().begin.line, std::string(e.description()));
+    std::string why(e.description());
+    for (const auto& [raw, plain] : {std::pair<std::string_view, std::string_view>{"'\\n'", "the end of the line"},
+                                     {"'\\r'", "a carriage return"}, {"'\\t'", "a tab"}}) {
+      for (std::size_t at; (at = why.find(raw)) != std::string::npos;) why.replace(at, raw.size(), plain);
+    }
+    if (why.starts_with("Error while parsing ")) why = "in " + why.substr(20);
+    const std::size_t line = e.source().begin.line;
+    std::string_view rest = text;
+    for (std::size_t n = 1; n < line && !rest.empty(); ++n) {
+      const std::size_t end = rest.find('\n');
+      rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    }
+    std::string shown(rest.substr(0, std::min(rest.find_first_of("\r\n"), std::size_t{120})));
+    refuse(line, "not valid TOML at column " + std::to_string(e.source().begin.column) + ", " + why +
+                     (shown.empty() ? std::string() : " (the line reads: " + shown + ")"));
   }
 }
 
@@ -77,7 +94,7 @@ class TableReader {
   std::string string(const std::string& field, bool required, std::string fallback = {}) {
     const auto* v = typed<std::string>(field, "a string");
     if (v == nullptr) {
-      if (required) fail(field, "is required");
+      if (required) missing(field);
       return fallback;
     }
     return v->get();
@@ -109,11 +126,28 @@ class TableReader {
     return out;
   }
   bool has(const std::string& field) const { return t_.get(field) != nullptr; }
-  /// Every key of the table was read.
+  /// A required field the table lacks: refused, naming the key it holds that is most likely
+  /// that field misspelt.
+  [[noreturn]] void missing(const std::string& field, const std::string& why = "is required") const {
+    std::vector<std::string_view> unread;
+    for (const auto& [k, v] : t_) {
+      if (used_.count(std::string(k.str())) == 0) unread.push_back(k.str());
+    }
+    const std::string near = nearest_name(field, unread);
+    if (near.empty()) fail(field, why);
+    refuse_(t_.get(near)->source().begin.line,
+            where() + "field '" + field + "': " + why + " (is the unknown field '" + near + "' a misspelling of it?)");
+  }
+  /// Every key of the table was read (each field the table may hold was asked for by then):
+  /// another is refused, naming the field it most likely misspells.
   void no_other_keys() const {
     for (const auto& [k, v] : t_) {
       const std::string key(k.str());
-      if (used_.count(key) == 0) refuse_(v.source().begin.line, where() + "unknown field '" + key + "'");
+      if (used_.count(key) != 0) continue;
+      const std::vector<std::string_view> known(used_.begin(), used_.end());
+      const std::string near = nearest_name(key, known);
+      refuse_(v.source().begin.line,
+              where() + "unknown field '" + key + "'" + (near.empty() ? std::string() : " (did you mean '" + near + "'?)"));
     }
   }
 

@@ -302,8 +302,8 @@ ManifestChild read_child(ToolReader& r, const std::string& kind, const std::stri
   if (kind == "skill" && !c.dir.empty() && std::filesystem::exists(std::filesystem::path(c.dir) / "manifest.json")) {
     read_skill_dir(c, c.dir, [&](const std::string& why) { r.fail("dir", why); });
   }
-  if (c.command.empty()) r.fail("command", "is required (the program and its arguments)");
-  if (c.name.empty()) r.fail("name", "is required");
+  if (c.command.empty()) r.missing("command", "is required (the program and its arguments)");
+  if (c.name.empty()) r.missing("name");
   for (char ch : c.name) {
     if (static_cast<unsigned char>(ch) < 0x20) r.fail("name", "must not hold control characters");
   }
