@@ -13,14 +13,13 @@ lose the other calls. The shapes are those recorded in the design's PROTOCOLS.md
 from __future__ import annotations
 
 import asyncio
-import copy
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, NamedTuple, cast
 
+from . import _core
 from ._result import ToolResult
 from ._transport import Transport
 
@@ -40,10 +39,6 @@ APIS: tuple[API, ...] = ("openai_chat", "openai_responses", "anthropic")
 #: What all three APIs accept as a tool's name.
 NAME_RULE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_NAME = 64
-_PLAIN_AID = re.compile(r"[A-Za-z0-9_.]{1,64}")
-_NOT_NAME_CHAR = re.compile(r"[^A-Za-z0-9_-]")
-_HASH_CHARS = 12  # of sha256's hex: names of long or unusual aids stay apart
-PERMISSIVE_SCHEMA: dict[str, Any] = {"type": "object"}
 LIST_TIMEOUT_S = 30.0
 MAX_LIST_BYTES = 16 * 1024 * 1024
 MAX_SYNC_THREADS = 16
@@ -54,30 +49,28 @@ def tool_name(aid: str) -> str:
     (``AID.FILE.READ.v1`` -> ``AID-FILE-READ-v1``) when the aid has only letters, digits, ``_``
     and ``.`` and at most 64 characters — a one-to-one mapping, reversible without a catalog.
     Any other aid gets its characters' nearest allowed form, cut short, and ``-`` plus 12 hex
-    digits of its SHA-256 (reversible through its :class:`ToolCatalog`)."""
-    if _PLAIN_AID.fullmatch(aid):
-        return aid.replace(".", "-")
-    return _hashed_name(aid, 0)
+    digits of its SHA-256 (reversible through its :class:`ToolCatalog`, and by the host's
+    fronts). The rule is the host's (``_core``), the one its fronts resolve names by."""
+    return _names([aid])[0]
 
 
-def _hashed_name(aid: str, salt: int) -> str:
-    digest = hashlib.sha256(f"{salt}:{aid}".encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
-    stem = _NOT_NAME_CHAR.sub("_", aid.replace(".", "-"))[: MAX_NAME - _HASH_CHARS - 1]
-    return f"{stem}-{digest}" if stem else f"tool-{digest}"
+def _names(aids: Sequence[str]) -> list[str]:
+    """The names of ``aids``, one each, distinct: a plain aid's fixed; a hashed one, on a
+    clash, hashed again with the next salt (the host's rule, over the list in its order)."""
+    names: list[str] = _core.llm_function_names([a.encode("utf-8", "surrogatepass") for a in aids])
+    return names
 
 
 def _parameters(tool: Mapping[str, Any]) -> dict[str, Any]:
     """The tool's input schema when it describes an object (the only kind the APIs take),
-    else one that takes any object."""
+    else one that takes any object: the schema every front of the host advertises."""
     schema = tool.get("input_schema")
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except ValueError:
-            schema = None
-    if isinstance(schema, Mapping) and schema.get("type") == "object":
-        return copy.deepcopy(dict(schema))
-    return dict(PERMISSIVE_SCHEMA)
+    try:
+        text = "" if schema is None else schema if isinstance(schema, str) else json.dumps(schema)
+        advertised: dict[str, Any] = json.loads(_core.advertised_input_schema(text))
+    except (TypeError, ValueError):  # (not JSON; a lone surrogate, which UTF-8 cannot carry)
+        advertised = json.loads(_core.advertised_input_schema(""))
+    return advertised
 
 
 class ToolCatalog:
@@ -102,32 +95,24 @@ class ToolCatalog:
         if isinstance(tools, Mapping):
             tools = cast(Iterable[Mapping[str, Any]], tools["tools"])
         kept: dict[str, Mapping[str, Any]] = {}
+        every: list[str] = []
         for tool in tools:
             aid = tool.get("aid")
             if not isinstance(aid, str):
                 raise ValueError(f"a tool without a string aid: {tool!r}")
+            every.append(aid)
             if aid in kept or (tool.get("alias_of") and not include_aliases) or (where and not where(tool)):
                 continue
             kept[aid] = tool
         self._tools = tuple(kept.values())
-        # Plain aids first: their names are fixed; a hashed name gives way on a clash.
+        # Named over every tool listed, as the host names its registry's: a tool's name is
+        # the one its host's fronts know it by, whichever tools this catalog leaves out.
         self._names: dict[str, str] = {}
         self._aids: dict[str, str] = {}
-        hashed = []
-        for aid in kept:
-            if _PLAIN_AID.fullmatch(aid):
-                self._add(aid, tool_name(aid))
-            else:
-                hashed.append(aid)
-        for aid in hashed:
-            salt = 0
-            while (name := _hashed_name(aid, salt)) in self._aids:
-                salt += 1
-            self._add(aid, name)
-
-    def _add(self, aid: str, name: str) -> None:
-        self._names[aid] = name
-        self._aids[name] = aid
+        for aid, name in zip(every, _names(every), strict=True):
+            if aid in kept:
+                self._names[aid] = name
+                self._aids[name] = aid
 
     @classmethod
     def from_transport(cls, transport: Transport, *, include_aliases: bool = False,

@@ -275,8 +275,9 @@ class HttpServer {
   std::pair<unsigned, std::string> dispatch(const HttpRequest& req, Connection& conn);
   std::pair<unsigned, std::string> run_call(const std::string& target, const std::string& body, Connection& conn);
   std::pair<unsigned, std::string> handshake(const std::string& body);
-  const Tool* find_tool(const std::string& name) const;
-  std::string shared_name(const std::string& name) const;
+  /// The tool `name` stands for (ToolRegistry::resolve); none: `why` says so when several
+  /// tools share the name, else stays empty.
+  const Tool* find_tool(const std::string& name, std::string& why) const;
   bool authorized(const HttpRequest& req) const;
 
   Host& host_;
@@ -352,28 +353,15 @@ bool HttpServer::authorized(const HttpRequest& req) const {
   return diff == 0;
 }
 
-const Tool* HttpServer::find_tool(const std::string& name) const {
-  if (const Tool* t = host_.registry().find(name)) return t;
-  const Tool* found = nullptr;
-  for (const Tool* t : host_.registry().tools()) {
-    if (t->info.name == name) {
-      if (found != nullptr) return nullptr;  // ambiguous: by aid only
-      found = t;
-    }
+const Tool* HttpServer::find_tool(const std::string& name, std::string& why) const {
+  std::vector<std::string> sharing;
+  const Tool* tool = host_.registry().resolve(name, &sharing);
+  if (tool == nullptr && sharing.size() > 1) {
+    std::string aids;
+    for (const auto& aid : sharing) aids += (aids.empty() ? "" : ", ") + aid;
+    why = "the name '" + excerpt(name) + "' is shared by " + aids + ": name the tool by its aid";
   }
-  return found;
-}
-
-/// For a name several tools answer to (and no aid is): a refusal saying which, else "".
-std::string HttpServer::shared_name(const std::string& name) const {
-  std::string aids;
-  std::size_t count = 0;
-  for (const Tool* t : host_.registry().tools()) {
-    if (t->info.name != name) continue;
-    aids += (count++ == 0 ? "" : ", ") + t->info.aid;
-  }
-  if (count < 2) return {};
-  return "the name '" + excerpt(name) + "' is shared by " + aids + ": name the tool by its aid";
+  return tool;
 }
 
 namespace {
@@ -399,11 +387,9 @@ std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target,
   if (j.contains("tool_name") && j["tool_name"].is_string()) name = j["tool_name"].get<std::string>();
   else if (target.rfind("/tools/", 0) == 0) name = target.substr(7);
   if (name.empty()) return {400, refusal("malformed_request", "the request names no tool (tool_name)")};
-  const Tool* tool = find_tool(name);
-  if (tool == nullptr) {
-    if (std::string why_shared = shared_name(name); !why_shared.empty())
-      return {404, refusal("tool_not_found", why_shared)};
-  }
+  std::string why_shared;
+  const Tool* tool = find_tool(name, why_shared);
+  if (!why_shared.empty()) return {404, refusal("tool_not_found", why_shared)};
   req.aid = tool != nullptr ? tool->info.aid : name;  // (an unknown one: tool_not_found from the host)
   if (j.contains("payload")) req.input_json = j["payload"].dump();
   auto text_field = [&](const char* field, std::optional<std::string>& into) -> bool {
@@ -434,9 +420,9 @@ std::pair<unsigned, std::string> HttpServer::handshake(const std::string& body) 
   if (!j.is_object() || !j.contains("tool_name") || !j["tool_name"].is_string())
     return {400, refusal("malformed_request", "a handshake names its tool (tool_name)")};
   const std::string name = j["tool_name"].get<std::string>();
-  const Tool* tool = find_tool(name);
+  std::string why_shared;
+  const Tool* tool = find_tool(name, why_shared);
   if (tool == nullptr) {
-    std::string why_shared = shared_name(name);
     return {404, refusal("tool_not_found", why_shared.empty() ? "tool not found: " + excerpt(name) : why_shared)};
   }
   nlohmann::json supported = nlohmann::json::object();

@@ -86,19 +86,6 @@ std::string endpoint_name(std::string_view aid) {
   return out.empty() ? "tool" : out;
 }
 
-/// The name the LLM formats give a plain aid (docs/llm.md): each '.' turned into '-'; empty
-/// for an aid those formats name with a hash.
-std::string llm_name(std::string_view aid) {
-  if (aid.empty() || aid.size() > 64) return {};
-  std::string out(aid);
-  for (char& c : out) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
-    if (!plain) return {};
-    if (c == '.') c = '-';
-  }
-  return out;
-}
-
 /// At most `max` bytes of `text`, cut at a character boundary, line breaks as spaces.
 std::string header_text(std::string_view text, std::size_t max) {
   if (text.size() > max) {
@@ -237,7 +224,9 @@ class NatsServer final : public DurableSink {
   bool serve_one(std::unique_ptr<Call> call);
   /// Builds the host request for `call`; false with `line` set to the answer when refused.
   bool parse(Call& call, std::string& request, std::string& run_aid, std::string& line);
+  /// The aid of the tool a function name stands for (ToolRegistry::resolve), or "".
   std::string resolve(const std::string& name) const;
+  /// The aid of the tool `aid` is another name of, else `aid`.
   std::string canonical(const std::string& aid) const;
   void publish(const char* reply, std::string_view body, const std::vector<std::pair<const char*, std::string>>& headers);
   bool may_answer(const char* reply) const;
@@ -253,8 +242,6 @@ class NatsServer final : public DurableSink {
   std::string started_ = rfc3339_now();
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
   std::unordered_map<std::string, Endpoint*> tools_subjects_;  // endpoints under `tools.`, by subject
-  std::unordered_map<std::string, std::string> canonical_;    // aid -> the aid it is an alias of (or itself)
-  std::unordered_map<std::string, std::string> by_llm_name_;  // LLM function name -> aid
   std::vector<std::unique_ptr<Subscription>> subs_;
   std::vector<std::unique_ptr<Subscription>> discovery_;
 
@@ -314,14 +301,13 @@ void NatsServer::publish(const char* reply, std::string_view body,
 }
 
 std::string NatsServer::canonical(const std::string& aid) const {
-  const auto it = canonical_.find(aid);
-  return it == canonical_.end() ? aid : it->second;
+  const Tool* tool = host_.registry().find(aid);
+  return tool == nullptr || tool->info.alias_of.empty() ? aid : tool->info.alias_of;
 }
 
 std::string NatsServer::resolve(const std::string& name) const {
-  if (canonical_.contains(name)) return name;
-  const auto it = by_llm_name_.find(name);
-  return it == by_llm_name_.end() ? std::string() : it->second;
+  const Tool* tool = host_.registry().resolve(name);
+  return tool == nullptr ? std::string() : tool->info.aid;
 }
 
 bool NatsServer::parse(Call& call, std::string& request, std::string& run_aid, std::string& line) {
@@ -616,19 +602,13 @@ void NatsServer::subscribe(const std::string& subject, Endpoint* ep) {
 
 int NatsServer::run() {
   // The endpoints: the call and list subjects, one per tool, and the `tools.*` names.
-  const json tools = json::parse(tool_list_json(host_));
   const std::string& p = o_.prefix;
   add_endpoint("call", p + ".call", "", json::object());
   add_endpoint("tools", p + ".tools", "", {{"lists", "tools"}}, true);
-  for (const auto& t : tools) {
-    const std::string aid = t.value("aid", "");
-    const std::string alias_of = t.contains("alias_of") && t["alias_of"].is_string() ? t["alias_of"].get<std::string>() : "";
-    canonical_[aid] = alias_of.empty() ? aid : alias_of;
-    if (alias_of.empty()) {
-      if (const auto name = llm_name(aid); !name.empty()) by_llm_name_.emplace(name, aid);
-    }
+  for (const Tool* t : host_.registry().tools()) {
+    const std::string& aid = t->info.aid;
     if (!subject_safe(aid)) continue;
-    if (alias_of.empty()) add_endpoint(endpoint_name(aid), p + ".tool." + aid, aid, {{"aid", aid}});
+    if (t->info.alias_of.empty()) add_endpoint(endpoint_name(aid), p + ".tool." + aid, aid, {{"aid", aid}});
     if (aid.starts_with("tools.")) add_endpoint(endpoint_name(aid), aid, aid, {{"aid", aid}});
   }
 

@@ -1,6 +1,7 @@
 // See tool_list.hpp.
 #include <machina/runner.hpp>
 #include <machina/tool_list.hpp>
+#include <machina/tool_names.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +15,7 @@ std::string tool_list_json(const Host& host) {
     tools.push_back({{"aid", i.aid},
                      {"name", i.name},
                      {"description", i.description},
-                     {"input_schema", parsed(i.input_schema.empty() ? i.listed_schema : i.input_schema)},
+                     {"input_schema", parsed(declared_input_schema(i))},
                      {"deterministic", i.deterministic},
                      {"tags", i.tags},
                      {"side_effects", i.side_effects},
@@ -29,7 +30,8 @@ std::string tool_list_json(const Host& host) {
     if (!i.title.empty()) entry["title"] = i.title;
     if (!i.alias_of.empty()) entry["alias_of"] = i.alias_of;
     if (!i.output_schema.empty()) entry["output_schema"] = parsed(i.output_schema);
-    if (!i.annotations.empty()) entry["annotations"] = parsed(i.annotations);
+    // (As every front advertises them: the host's view of the tool's risk wins over its server's.)
+    if (!i.annotations.empty()) entry["annotations"] = nlohmann::json(advertised_annotations(i));
   }
   return tools.dump();
 }

@@ -3,6 +3,7 @@
 
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
+#include <machina/tool_names.hpp>
 #include <machina/wire.hpp>
 
 #include <nlohmann/json.hpp>
@@ -206,35 +207,6 @@ bool starts_object(std::string_view text) {
   return at != std::string_view::npos && text[at] == '{';
 }
 
-/// A schema MCP can list: a JSON object whose type is "object".
-json object_schema(const std::string& text) {
-  if (text.empty()) return nullptr;
-  json s = json::parse(text, nullptr, false);
-  if (!s.is_object() || !s.contains("type") || s["type"] != "object") return nullptr;
-  return s;
-}
-
-/// A tool's MCP annotations. The host's view comes from the tier (0 safe, 1 write, 2
-/// system, 3 dangerous) and the declared side effects. A hosted server's own annotations
-/// are listed where they claim no less than that view: clients approve read-only tools
-/// without asking, so a tool the operator declared with a tier or side effects is never
-/// shown read-only, and one of tier 2 or more is shown destructive, whatever its server says.
-json annotations_of(const ToolInfo& info) {
-  const bool read_only = info.tier == 0 && info.side_effects.empty();
-  const bool destructive = !read_only && info.tier >= 2;
-  if (!info.annotations.empty()) {
-    json a = json::parse(info.annotations, nullptr, false);
-    if (a.is_object()) {
-      if (!read_only) a["readOnlyHint"] = false;
-      if (destructive) a["destructiveHint"] = true;
-      return a;
-    }
-  }
-  return {{"readOnlyHint", read_only},
-          {"destructiveHint", destructive},
-          {"idempotentHint", read_only || info.deterministic}};
-}
-
 }  // namespace
 
 JsonRpcCodec::JsonRpcCodec(Dialect dialect, std::size_t page_size) : dialect_(dialect), page_size_(page_size) {}
@@ -364,10 +336,7 @@ void JsonRpcCodec::initialize(Host& host, const std::string& id, std::string_vie
     for (const Tool* t : host.registry().tools()) {
       const ToolInfo& i = t->info;
       if (!i.alias_of.empty()) continue;
-      json schema = object_schema(i.input_schema.empty() ? i.listed_schema : i.input_schema);
-      tools.push_back({{"name", i.aid},
-                       {"description", i.description},
-                       {"parameters", schema.is_null() ? json{{"type", "object"}} : schema}});
+      tools.push_back({{"name", i.aid}, {"description", i.description}, {"parameters", advertised_input_schema(i)}});
     }
     const json result = {{"name", "machina-toolhost"},
                          {"description", "The tools of a machina-toolhost, each run with its deadline, caps and checks"},
@@ -424,13 +393,12 @@ void JsonRpcCodec::list_tools(Host& host, const std::string& id, std::string_vie
   for (std::size_t i = from; i < all.size() && i < from + page_size_; ++i) {
     const Tool& t = *all[i];
     const ToolInfo& info = t.info;
-    json schema = object_schema(info.input_schema.empty() ? info.listed_schema : info.input_schema);
     json entry = {{"name", info.aid}};
     if (!info.title.empty()) entry["title"] = info.title;
     entry["description"] = info.description;
-    entry["inputSchema"] = schema.is_null() ? json{{"type", "object"}} : schema;
-    if (json output = object_schema(info.output_schema); !output.is_null()) entry["outputSchema"] = output;
-    entry["annotations"] = annotations_of(info);
+    entry["inputSchema"] = advertised_input_schema(info);
+    if (json output = advertised_output_schema(info); !output.is_null()) entry["outputSchema"] = output;
+    entry["annotations"] = advertised_annotations(info);
     entry["_meta"] = {{"machina/name", info.name},
                       {"machina/tier", info.tier},
                       {"machina/timeout_ms", host.timeout_for(t, Request{})},
@@ -448,6 +416,8 @@ void JsonRpcCodec::call(Host& host, const std::string& id, const jsonrpc::Messag
   std::string token, why;
   ErrorKind kind = ErrorKind::malformed_request;
   if (!read_call(m, request, token, why, kind)) return invalid_params(out, id, why, kind);
+  // Any name of the tool (an unknown one: tool_not_found from the host).
+  if (const Tool* tool = host.registry().resolve(request.aid)) request.aid = tool->info.aid;
   request.id_json = id;
   request.front = dialect_ == Dialect::mcp ? Front::mcp : Front::skill;
   CancelToken cancel;
