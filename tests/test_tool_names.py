@@ -136,7 +136,8 @@ def test_http_resolves_every_name(pack: Path) -> None:
     try:
         own = {"Host": f"127.0.0.1:{host.port}", "Content-Type": "application/json"}
         for name, _, payload, output in addresses():
-            status, _, answer = http_request(host.port, own, json.dumps({"tool_name": name, "payload": payload}).encode())
+            body = json.dumps({"tool_name": name, "payload": payload}).encode()
+            status, _, answer = http_request(host.port, own, body)
             assert status == 200 and answer["ok"] and answer["result"] == output, (name, answer)
         status, _, answer = http_request(host.port, own, b'{"payload": {"x": 2}}', path=f"/tools/{llm_name(RESUME)}")
         assert status == 200 and answer["result"] == {"tool": "resume", "payload": {"x": 2}}, answer

@@ -86,6 +86,9 @@ class ToolCatalog:
         where: keep only the tools for which this returns true (e.g. ``lambda t: t["tier"] == 0``).
             A tool left out cannot be called through the catalog.
 
+    Names are given over every tool of ``tools`` (those left out included), by the host's
+    rule, so that each means the same tool to the host's fronts (docs/llm-tools.md).
+
     Raises:
         ValueError: a tool has no string ``aid``.
     """
