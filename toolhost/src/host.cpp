@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <type_traits>
 
 #include <sys/stat.h>
 #include <time.h>
@@ -84,7 +85,8 @@ struct Host::Scope final : Overrun {
   std::int64_t started_ns = 0;        // when the host took the request (steady clock)
   std::int64_t returned_ms = 0;       // when the runner returned (steady_now_ms_not_after), if it ran
   std::shared_ptr<const Slots> base;  // the state the request set, if it sent one
-  const IdempotencyCache::Ticket* ticket = nullptr;  // set: complete it
+  IdempotencyStore* store = nullptr;                 // where `ticket` is held
+  const IdempotencyStore::Ticket* ticket = nullptr;  // set: complete it
   Takeover* takeover = nullptr;
   bool finished = false;
   Response late;           // the timeout response, when there is no takeover
@@ -430,54 +432,71 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
 
 void Host::run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope,
                      Response& r) {
+  if (shared_store_) [[unlikely]] run_keyed_in<IdempotencyStore>(*shared_store_, tool, request, session, now, scope, r);
+  else run_keyed_in(idempotency_, tool, request, session, now, scope, r);
+}
+
+template <class Store>
+void Host::run_keyed_in(Store& store, const Tool& tool, const Request& request, Session& session, std::int64_t now,
+                        Scope& scope, Response& r) {
   // (a fresh key's path is kept short in code: see IdempotencyCache::begin)
-  const auto ticket = idempotency_.begin(tool.info.aid, *request.idempotency_key, request.input_json, now, r);
-  if (ticket.outcome != IdempotencyCache::Outcome::run) [[unlikely]] {
-    answer_without_running(tool, session, ticket, r);
-    return;
+  IdempotencyStore::Ticket ticket;
+  if constexpr (std::is_same_v<Store, IdempotencyCache>) {
+    ticket = store.begin(tool.info.aid, *request.idempotency_key, request.input_json, now, r);
+  } else {
+    ticket = store.begin(KeyedCall{tool.info.aid, *request.idempotency_key, request.input_json, now,
+                                   timeout_for(tool, request)},
+                         r);
   }
+  if (ticket.outcome != IdempotencyStore::Outcome::run) [[unlikely]] {
+    if (!answer_without_running(store, tool, session, ticket, r)) return;
+  }
+  scope.store = &store;
   scope.ticket = &ticket;
   try {
     execute(tool, request, session, now, scope, r);
   } catch (...) {
     // A duplicate waiting for this call gets an answer even if the call throws.
     if (!scope.finished) {
-      idempotency_.complete(ticket, Response::failure(ErrorKind::internal_error, "internal error"), false,
-                            steady_now_ms());
+      store.complete(ticket, Response::failure(ErrorKind::internal_error, "internal error"), false, steady_now_ms());
     }
     throw;
   }
   if (!scope.finished) {
-    const bool keep = r.ok() || r.kind == ErrorKind::tool_error;
     // (kept from when the call returned, if it ran)
-    idempotency_.complete(ticket, r, keep,
-                          scope.returned_ms > 0 ? not_before_from_not_after(scope.returned_ms) : steady_now_ms_not_before());
+    store.complete(ticket, r, IdempotencyStore::keeps(r),
+                   scope.returned_ms > 0 ? not_before_from_not_after(scope.returned_ms) : steady_now_ms_not_before());
   }
 }
 
-void Host::answer_without_running(const Tool& tool, Session& session, const IdempotencyCache::Ticket& ticket,
-                                  Response& r) {
+bool Host::answer_without_running(IdempotencyStore& store, const Tool& tool, Session& session,
+                                  IdempotencyStore::Ticket& ticket, Response& r) {
+  if (ticket.outcome == IdempotencyStore::Outcome::wait) {
+    ticket = store.wait(ticket, r);
+    if (ticket.outcome == IdempotencyStore::Outcome::run) return true;
+  }
   switch (ticket.outcome) {
-    case IdempotencyCache::Outcome::conflict:
+    case IdempotencyStore::Outcome::conflict:
       r = Response::failure(ErrorKind::idempotency_conflict,
                             "idempotency_key was already used with a different input for " + tool.info.aid);
-      return;
-    case IdempotencyCache::Outcome::full:
+      return false;
+    case IdempotencyStore::Outcome::full:
       r = Response::failure(ErrorKind::overloaded, "overloaded: all " +
                                                        std::to_string(idempotency_.options().max_entries) +
                                                        " idempotency entries are calls still running; new keys "
                                                        "are refused until one finishes");
-      return;
-    case IdempotencyCache::Outcome::wait:
-      r = idempotency_.wait(ticket);
-      [[fallthrough]];
-    case IdempotencyCache::Outcome::hit:
+      return false;
+    case IdempotencyStore::Outcome::hit:
       r.idempotent_hit = true;
-      r.ds_state = report(session, nullptr);  // a hit changes no state: an empty delta in serve mode
-      return;
-    case IdempotencyCache::Outcome::run:
+      [[fallthrough]];
+    case IdempotencyStore::Outcome::answered:
+      r.ds_state = report(session, nullptr);  // no state changed: an empty delta in serve mode
+      return false;
+    case IdempotencyStore::Outcome::wait:  // (wait() never answers `wait`)
+    case IdempotencyStore::Outcome::run:
       break;
   }
+  return false;
 }
 
 void Host::execute(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope,
@@ -610,7 +629,7 @@ void Host::Scope::overrun() noexcept {
   r.ds_state = h.report(*session, nullptr);
   tool->breaker.record_failure(now);
   h.timeouts_.fetch_add(1, std::memory_order_relaxed);
-  if (ticket != nullptr) h.idempotency_.complete(*ticket, r, false, now);
+  if (ticket != nullptr) store->complete(*ticket, r, IdempotencyStore::keeps(r), now);
   finished = true;
   if (takeover != nullptr) {
     if (h.audit_) h.record_call(*request, r, started_ns);  // what the caller gets, now

@@ -151,6 +151,12 @@ class Host {
   /// The response for a request refused by size before it was decoded.
   Response request_too_large() const;
 
+  /// Keeps the answers of calls with an idempotency key in `store` (one shared by a group of
+  /// hosts) rather than in this host's own cache; null: the host's own cache again. The same
+  /// rules hold either way (see run_keyed). Call it before the first call is handled.
+  void set_idempotency_store(std::shared_ptr<IdempotencyStore> store) { shared_store_ = std::move(store); }
+
+  /// Entries of the host's own cache.
   std::size_t idempotency_entries() const { return idempotency_.size(); }
   HostStats stats() const;
 
@@ -190,12 +196,18 @@ class Host {
   /// Runs the call into `r` (a fresh Response, the caller's return object).
   void execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope,
                Response& r);
-  /// A call with an idempotency key: the cache first, then execute().
+  /// A call with an idempotency key: the store first, then execute().
   void run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope,
                  Response& r);
-  /// run_keyed's answer for a key already known (a hit, a wait, a conflict) or a full cache.
-  [[gnu::noinline]] void answer_without_running(const Tool& tool, Session& session,
-                                                const IdempotencyCache::Ticket& ticket, Response& r);
+  /// run_keyed in `store`: the host's own cache (called as itself) or a shared store.
+  template <class Store>
+  void run_keyed_in(Store& store, const Tool& tool, const Request& request, Session& session, std::int64_t now_ms,
+                    Scope& scope, Response& r);
+  /// run_keyed's answer for a key already known (a hit, a wait, a conflict), a full cache, or
+  /// one the store gives: false once `r` is the answer; true when the call is to run after
+  /// all (a `wait` ended with the key free: `ticket` is then this call's `run`).
+  [[gnu::noinline]] bool answer_without_running(IdempotencyStore& store, const Tool& tool, Session& session,
+                                                IdempotencyStore::Ticket& ticket, Response& r);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
   void refuse_key_file_in_workspace() const;
@@ -211,6 +223,7 @@ class Host {
   HostOptions options_;
   std::unique_ptr<AuditLog> audit_;  // goes last of all: runners may record until they stop
   IdempotencyCache idempotency_;
+  std::shared_ptr<IdempotencyStore> shared_store_;  // set: used in place of idempotency_
   std::unique_ptr<LeaseAuthority> leases_;
   std::atomic<std::uint64_t> calls_{0}, timeouts_{0}, crashes_{0};
 

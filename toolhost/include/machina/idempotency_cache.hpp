@@ -11,8 +11,12 @@
 // first, so they form a singly linked queue; a flight (what a duplicate waits on) is made
 // only when a duplicate arrives. Keys are hashed with XXH3 under a seed drawn per cache, so
 // that keys which pile up in one bucket cannot be precomputed by a client.
+//
+// The host's own store (IdempotencyStore): the host calls it as this class, not through the
+// interface, so that a fresh key costs no indirect call.
 #pragma once
 
+#include <machina/idempotency_store.hpp>
 #include <machina/light_mutex.hpp>
 #include <machina/request.hpp>
 
@@ -27,7 +31,7 @@
 
 namespace machina {
 
-class IdempotencyCache {
+class IdempotencyCache final : public IdempotencyStore {
  public:
   struct Options {
     std::size_t max_entries = 1024;           // as the original host (docs/protocol.md)
@@ -40,17 +44,9 @@ class IdempotencyCache {
   /// without hashing.
   using Fingerprint = std::array<unsigned char, 33>;
 
-  enum class Outcome {
-    run,       // first with this key: run the tool, then complete()
-    hit,       // a stored result with the same input: `response`
-    wait,      // the same call is running: wait()
-    conflict,  // the key was used with another input
-    full       // every entry is a call still running: refuse the call (overloaded)
-  };
-  struct Ticket {
-    Outcome outcome = Outcome::run;
-    std::uint32_t slot = 0;      // run, wait: the entry
-  };
+  // Outcomes (IdempotencyStore::Outcome): run, hit (a stored result with the same input),
+  // wait, conflict, full (every entry is a call still running); never `answered`. A
+  // ticket's slot is its entry.
 
   explicit IdempotencyCache(Options options);
 
@@ -63,14 +59,22 @@ class IdempotencyCache {
   /// (the host passes its fresh return object).
   Ticket begin(std::string_view aid, std::string_view key, std::string_view input_json, std::int64_t now_ms,
                Response& hit);
+  Ticket begin(const KeyedCall& call, Response& hit) override {
+    return begin(call.aid, call.key, call.input_json, call.now_ms, hit);
+  }
   /// For a `wait` ticket: the response of the call it waited for (an internal error if
   /// it could not be handed over).
   Response wait(const Ticket& ticket);
+  /// wait() as the interface has it: always `hit`, the response in `answer`.
+  Ticket wait(const Ticket& ticket, Response& answer) override {
+    answer = wait(ticket);
+    return Ticket{Outcome::hit};
+  }
   /// For a `run` ticket: publishes the response to the duplicates waiting for it and keeps
   /// it for later hits if `keep` (and it fits the byte budget).
   /// Never throws (out of memory: the result is not kept, waiters get an internal error),
   /// so that an entry is never left running.
-  void complete(const Ticket& ticket, const Response& response, bool keep, std::int64_t now_ms) noexcept;
+  void complete(const Ticket& ticket, const Response& response, bool keep, std::int64_t now_ms) noexcept override;
 
   std::size_t size() const;            // entries kept or running
   std::size_t stored_bytes() const;    // bytes of the responses kept
