@@ -5,6 +5,9 @@
 #include "codecs/ndjson_codec.hpp"
 #include "http_front.hpp"
 #include "nats_front.hpp"
+#ifdef MACHINA_WITH_NATS
+#include "nats_kv_store.hpp"
+#endif
 #include "serve_kit.hpp"
 
 #include <machina/host.hpp>
@@ -400,8 +403,9 @@ int main(int argc, char** argv) {
   std::string http_address;
   auto* http_opt = app.add_option("--http", http_address,
                                   "Serve tools over HTTP (tool protocol v1's service runner and capability handshake) on "
-                                  "this numeric address and port (port 0: any free one, said on stderr); bearer token "
-                                  "from MACHINA_TOOLHOST_HTTP_TOKEN if set, required off loopback; only JSON bodies, "
+                                  "this address (an IP address, or a name such as localhost) and port (port 0: any free "
+                                  "one, said on stderr); bearer token from MACHINA_TOOLHOST_HTTP_TOKEN if set, required "
+                                  "off loopback; only JSON bodies, "
                                   "the host's own Host names and no foreign Origin are served (docs/python-tools.md)")
                        ->type_name("HOST:PORT");
   std::size_t http_max_connections = 256;
@@ -432,8 +436,8 @@ int main(int argc, char** argv) {
   auto* nats_opt = app.add_option("--nats", nats_url,
                                   "Serve every tool as a NATS micro service on the server at this URL (subjects "
                                   "PREFIX.call, PREFIX.tools, PREFIX.tool.<aid>, the tools.* names; $SRV discovery; "
-                                  "docs/nats.md). Idempotency keys are this host's own cache: for one store shared "
-                                  "by a group of hosts, and the durable JetStream mode, use machina-toolhost-nats. "
+                                  "docs/nats.md). Idempotency keys: this host's own cache, or one store shared by a "
+                                  "group of hosts (--nats-idempotency kv). "
                                   "Default --workers: 32")
                        ->type_name("URL");
   std::string nats_prefix = "machina";
@@ -447,6 +451,31 @@ int main(int argc, char** argv) {
                  "In --nats, messages waiting per subscription beyond the calls running; more are dropped (the "
                  "callers see no answer) and said on stderr")
       ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
+  std::string nats_idempotency = "local";
+  app.add_option("--nats-idempotency", nats_idempotency,
+                 "In --nats, where calls with an idempotency key are kept: local (this host's own cache) or kv (a "
+                 "JetStream key-value bucket shared by the hosts of the group: a key runs its tool once on any "
+                 "host; needs --kv-key-file)")
+      ->check(CLI::IsMember({"local", "kv"}))
+      ->capture_default_str();
+  machina::cli::NatsFrontOptions nats_store;
+  app.add_option("--nats-kv-bucket", nats_store.kv_bucket, "In --nats-idempotency kv, the key-value bucket's name")
+      ->capture_default_str();
+  std::string kv_key_file;
+  app.add_option("--kv-key-file", kv_key_file,
+                 "In --nats-idempotency kv, the file of the key (at least 32 bytes) the group's hosts sign the "
+                 "shared store's entries with; their clients must not have it")
+      ->type_name("FILE");
+  app.add_option("--nats-kv-ttl-s", nats_store.kv_ttl_s,
+                 "In --nats-idempotency kv, seconds an entry lasts (the bucket's maximum age, set when the first "
+                 "host makes it)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{10} * 365 * 86400))
+      ->capture_default_str();
+  app.add_option("--nats-claim-grace-ms", nats_store.claim_grace_ms,
+                 "In --nats-idempotency kv, how long past its call's deadline a claim holds before a duplicate is "
+                 "told that the outcome is unknown (its host is taken for dead)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{86'400'000}))
       ->capture_default_str();
   machina::cli::NatsFrontOptions nats_durable;
   app.add_flag("--nats-durable", nats_durable.durable,
@@ -655,7 +684,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
 
-  app.footer(
+  app.footer([] {
+    // The docs/*.md files the options name, as installed with the package (or in the source).
+    std::string docs = "the docs/ folder of the project's source";
+    try {
+      docs = fs::path(find_package_file("docs/protocol.md", "the documentation", "")).parent_path().string();
+    } catch (const machina::HostError&) {
+    }
+    return std::string(
       "Environment: MACHINA_LEASE_ENFORCE=1 (tools of tier > 0 need a lease), MACHINA_LEASE_SECRET /\n"
       "MACHINA_LEASE_KEY_FILE (the lease secret, read once at start: MACHINA_LEASE_SECRET is then taken out of\n"
       "the environment, and the key file must lie outside the workspace), MACHINA_LEASE_LEDGER (directory that\n"
@@ -663,7 +699,9 @@ int main(int argc, char** argv) {
       "machina_builtin_tools.so in this directory), MACHINA_TOOLHOST_WORKSPACE (the file tools' folder),\n"
       "MACHINA_TOOLHOST_POLICY (the tool packs' policy file), MACHINA_TOOLHOST_AUDIT_DB and\n"
       "MACHINA_TOOLHOST_AUDIT_JSONL (the audit store, as --audit-db and --audit-jsonl).\n"
-      "Protocol: docs/protocol.md");
+      "Documentation: the docs/*.md files named above (docs/protocol.md: the request and response lines) are in ") +
+           docs;
+  });
 
   try {
     app.parse(argc, argv);
@@ -796,7 +834,17 @@ int main(int argc, char** argv) {
       inv.nats.consumer = nats_durable.consumer;
       inv.nats.ack_wait_s = nats_durable.ack_wait_s;
       inv.nats.max_deliver = nats_durable.max_deliver;
+      inv.nats.shared_store = nats_idempotency == "kv";
+      inv.nats.kv_bucket = nats_store.kv_bucket;
+      inv.nats.kv_ttl_s = nats_store.kv_ttl_s;
+      inv.nats.claim_grace_ms = nats_store.claim_grace_ms;
 #ifdef MACHINA_WITH_NATS
+      if (inv.nats.shared_store) {
+        if (kv_key_file.empty())
+          throw machina::HostError("--nats-idempotency kv needs --kv-key-file FILE: the key (at least 32 bytes) the "
+                                   "group's hosts sign the shared store's entries with");
+        inv.nats.kv_key = machina::cli::load_kv_key(kv_key_file);
+      }
       machina::cli::check_nats_front_options(inv.nats);  // before any tool is loaded
 #endif
     }

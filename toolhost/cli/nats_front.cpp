@@ -2,6 +2,7 @@
 #include "nats_front.hpp"
 
 #include "nats_durable.hpp"
+#include "nats_kv_store.hpp"
 
 #include <machina/errors.hpp>
 #include <machina/ndjson_front.hpp>
@@ -253,6 +254,7 @@ class NatsServer final : public DurableSink {
   std::size_t workers_ = 0;  // worker threads, those left inside a tool not counted
   Endpoint* durable_ep_ = nullptr;
   std::unique_ptr<DurableConsumer> durable_;  // --nats-durable
+  std::shared_ptr<NatsKvStore> store_;        // --nats-idempotency kv: the host's idempotency store
 };
 
 void Call::deliver_overrun(Response response) {
@@ -277,6 +279,8 @@ NatsServer::~NatsServer() {
     idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0 && workers_ == 0; });
   }
   durable_.reset();  // (every receipt is gone with its call)
+  if (store_) host_.set_idempotency_store(nullptr);  // (before the connection it uses goes)
+  store_.reset();
   for (auto& s : subs_) natsSubscription_Destroy(s->sub);
   for (auto& s : discovery_) natsSubscription_Destroy(s->sub);
   if (nc_ != nullptr) natsConnection_Destroy(nc_);
@@ -562,7 +566,8 @@ void NatsServer::on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, 
                      {"last_error", ep->last_error},
                      {"processing_time", ep->processing_ns},
                      {"average_processing_time", ep->num_requests ? ep->processing_ns / ep->num_requests : 0},
-                     {"data", nullptr}});
+                     {"data", self.store_ ? json{{"idempotency_entries_rejected", self.store_->entries_rejected()}}
+                                          : json(nullptr)}});
     }
     body["endpoints"] = std::move(eps);
   }
@@ -706,6 +711,8 @@ void check_nats_front_options(const NatsFrontOptions& options) {
     throw HostError("--nats-consumer " + options.consumer + ": expected one token (letters, digits, _ and -)");
   if (!(options.ack_wait_s > 0) || options.max_deliver < 1)
     throw HostError("--nats-ack-wait-s and --nats-max-deliver must be positive");
+  if (!subject_safe(options.kv_bucket) || options.kv_bucket.find('.') != std::string::npos)
+    throw HostError("--nats-kv-bucket " + options.kv_bucket + ": expected one token (letters, digits, _ and -)");
 }
 
 int serve_nats(Host& host, const NatsFrontOptions& options) {

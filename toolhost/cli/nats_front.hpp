@@ -5,11 +5,13 @@
 // {data, error}; an unknown `tools.*` subject is answered InvalidInput), and the discovery
 // subjects $SRV.PING|INFO|STATS[.machina-toolhost[.<id>]] in the shapes of the micro-service
 // API. Every call goes through Host::handle, with the host's deadlines and its takeover of a
-// call stuck past its deadline; idempotency is the host's own cache. docs/nats.md.
+// call stuck past its deadline; idempotency keys in the host's own cache or, shared by a
+// group of hosts, in a JetStream key-value bucket (nats_kv_store.hpp). docs/nats.md.
 #pragma once
 
 #include <machina/host.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace machina::cli {
@@ -20,6 +22,13 @@ struct NatsFrontOptions {
   std::string queue_group = "q";  // the hosts of one group share the calls
   unsigned workers = 32;          // calls running at once
   int max_pending = 4096;         // messages waiting per subscription (the client drops beyond)
+  // Idempotency keys: the host's own cache, or with `shared_store` a JetStream key-value
+  // bucket shared by the group (nats_kv_store.hpp).
+  bool shared_store = false;
+  std::string kv_bucket = "machina_idempotency";
+  std::string kv_key;                  // the group's key (load_kv_key)
+  std::int64_t kv_ttl_s = 600;         // how long an entry lasts
+  std::int64_t claim_grace_ms = 5000;  // a claim outlives its call's deadline by this much
   // Durable mode (nats_durable.hpp): also calls from a JetStream work-queue stream.
   bool durable = false;
   std::string stream = "MACHINA_CALLS";
