@@ -113,7 +113,7 @@ void ToolNames::rebuild(const std::vector<const Tool*>& tools) {
   std::vector<std::string_view> aids;
   aids.reserve(tools.size());
   for (const Tool* t : tools) {
-    by_display_name_[t->info.name].push_back(t);
+    if (!t->info.name.empty()) by_display_name_[t->info.name].push_back(t);  // ("" names no tool)
     aids.push_back(t->info.aid);
   }
   const std::vector<std::string> names = llm_function_names(aids);
