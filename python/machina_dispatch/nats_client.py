@@ -16,16 +16,24 @@ runs the tool a second time (docs/nats.md).
 the stream keeps each call until a host has answered and acknowledged it, so a call whose
 host dies is delivered again to another host, which replays the stored answer rather than
 running the tool twice.
+
+The answers of the plain calls come back on one wildcard subscription of the transport's
+own (``INBOX.<n>``, ``n`` numbering the requests), and a table finds each answer's call: a
+batch is a run of publishes, at most ``max_in_flight`` out at once, with one timer for
+every call's deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Iterable
 from concurrent.futures import Future
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 import orjson
@@ -49,6 +57,82 @@ __all__ = ["Nats"]
 
 GRACE_S = 2.0  # past the call's deadline, how long to wait for the host's own timeout answer
 CONNECT_TIMEOUT_S = 5.0
+SWEEP_S = 0.05  # how often, at most, the deadline timer fires
+STATUS_HEADER = "Status"  # the status of a message the server makes itself
+NO_RESPONDERS_STATUS = "503"
+CLOSED = "the NATS transport was closed before the answer came"
+
+# A call ready to send: its aid, its request's body, its deadline in seconds.
+Ready = tuple[str, bytes, float]
+
+
+class _Batch:
+    """The calls of one ``call``, ``acall``, ``call_many`` or ``acall_many``: their results
+    by index, and a future done once each has one."""
+
+    __slots__ = ("done", "items", "left", "results")
+
+    def __init__(self, items: list[Ready], done: asyncio.Future[None]) -> None:
+        self.items = items
+        self.results: list[ToolResult | None] = [None] * len(items)
+        self.left = len(items)
+        self.done = done
+        if not items:
+            done.set_result(None)
+
+    def give(self, i: int, result: ToolResult) -> None:
+        self.results[i] = result
+        self.left -= 1
+        if self.left == 0 and not self.done.done():
+            self.done.set_result(None)
+
+
+class _Window:
+    """At most ``cap`` calls out at once; a sender that finds no room waits its turn (on
+    the transport's loop only)."""
+
+    __slots__ = ("_waiters", "cap", "free")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.free = cap
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def take(self, n: int) -> int:
+        """Up to ``n`` places: as many as are free."""
+        k = n if n <= self.free else self.free
+        self.free -= k
+        return k
+
+    def give(self) -> None:
+        self.free += 1
+        if self._waiters:
+            self._wake()
+
+    async def room(self) -> None:
+        """Until a place is given back (or every sender is woken, at close)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._wake()  # woken, then cancelled: the turn goes to the next
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
+            raise
+
+    def wake_all(self) -> None:
+        while self._waiters:
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
 
 
 class Nats(Transport):
@@ -88,8 +172,14 @@ class Nats(Transport):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="machina-nats", daemon=True)
         self._thread.start()
-        self._window = asyncio.Semaphore(max_in_flight)  # (used on self._loop only)
-        self._waiting: dict[str, asyncio.Future[bytes]] = {}
+        # Used on self._loop only:
+        self._window = _Window(max_in_flight)
+        self._calls: dict[int, tuple[_Batch, int]] = {}  # request number -> its call, until answered
+        self._deadlines: list[tuple[float, int]] = []  # heap of (loop time, request number)
+        self._timer: asyncio.TimerHandle | None = None
+        self._next_request = 0
+        self._replies = ""  # the reply subjects' prefix (an inbox of ours, and a dot)
+        self._waiting: dict[str, asyncio.Future[bytes]] = {}  # durable mode: request id -> its answer
         self._inbox = ""
         self._ids = itertools.count()
         self._closed = False
@@ -103,7 +193,8 @@ class Nats(Transport):
             self._nc = asyncio.run_coroutine_threadsafe(connect(), self._loop).result(CONNECT_TIMEOUT_S * 3)
             if durable:
                 self._js = self._nc.jetstream()
-                asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(CONNECT_TIMEOUT_S)
+            listen = self._listen() if durable else self._subscribe_replies()
+            asyncio.run_coroutine_threadsafe(listen, self._loop).result(CONNECT_TIMEOUT_S)
         except Exception as e:
             self._stop_loop()
             why = "no server answered" if isinstance(e, (asyncio.TimeoutError, TimeoutError)) else str(e)
@@ -123,13 +214,13 @@ class Nats(Transport):
                                                 user))
 
     def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = True) -> list[ToolResult]:
-        results = self._submit_many(calls).result()
-        return check_all(results) if check else results
+        ready, states, refused = self._ready_batch(calls)
+        return self._finish(self._send(ready).result(), states, refused, check)
 
     async def acall_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *,
                          check: bool = True) -> list[ToolResult]:
-        results = await asyncio.wrap_future(self._submit_many(calls))
-        return check_all(results) if check else results
+        ready, states, refused = self._ready_batch(calls)
+        return self._finish(await asyncio.wrap_future(self._send(ready)), states, refused, check)
 
     def list_tools(self) -> list[dict[str, Any]]:
         """The tools a host of the group serves (as ``machina-toolhost --list`` prints them).
@@ -155,6 +246,7 @@ class Nats(Transport):
         self._closed = True
 
         async def drain() -> None:
+            self._fail_open()
             for fut in self._waiting.values():
                 if not fut.done():
                     fut.cancel()
@@ -173,48 +265,16 @@ class Nats(Transport):
         if not self._thread.is_alive():
             self._loop.close()
 
-    # ---- the calls, on the transport's loop
+    # ---- the calls, made ready in the caller's thread
 
-    def _submit(self, aid: str, inputs: Any, state: State | None, key: str | None, lease: str | None,
-                timeout: float | None, check: bool, user: str | None = None) -> Future[ToolResult]:
-        if self._closed:
-            raise RuntimeError("the NATS transport is closed")
+    def _ready(self, aid: str, inputs: Any, state: State | None, key: str | None, lease: str | None,
+               timeout: float | None, user: str | None) -> Ready | ToolResult:
+        """The call's request, or the failure that refuses it before sending."""
         texts = call_texts(aid, inputs, state)
         if isinstance(texts, ToolResult):
-            done: Future[ToolResult] = Future()
-            try:
-                done.set_result(refuse(texts, check))
-            except Exception as e:
-                done.set_exception(e)
-            return done
-
-        async def run() -> ToolResult:
-            result = await self._one(aid, texts[0], texts[1], key, lease, timeout, user)
-            apply_state(state, result)
-            return result.raise_for_error() if check else result
-        return asyncio.run_coroutine_threadsafe(run(), self._loop)
-
-    def _submit_many(self, calls: Iterable[Call | tuple[Any, ...] | str]) -> Future[list[ToolResult]]:
-        if self._closed:
-            raise RuntimeError("the NATS transport is closed")
-        items = [call_fields(c) for c in calls]
-
-        async def run() -> list[ToolResult]:
-            async def one(aid: str, inputs: Any, key: str | None, lease: str | None, timeout: float | None,
-                          state: State | None, user: str | None) -> ToolResult:
-                texts = call_texts(aid, inputs, state)
-                if isinstance(texts, ToolResult):
-                    return texts
-                result = await self._one(aid, texts[0], texts[1], key, lease, timeout, user)
-                apply_state(state, result)
-                return result
-            return list(await asyncio.gather(*(one(*item) for item in items)))
-        return asyncio.run_coroutine_threadsafe(run(), self._loop)
-
-    async def _one(self, aid: str, input_json: str, state_json: str | None, key: str | None, lease: str | None,
-                   timeout: float | None, user: str | None = None) -> ToolResult:
+            return texts
         seconds = self.timeout if timeout is None else float(timeout)
-        envelope: dict[str, Any] = {"aid": aid, "input_json": input_json, "timeout_ms": timeout_ms(seconds)}
+        envelope: dict[str, Any] = {"aid": aid, "input_json": texts[0], "timeout_ms": timeout_ms(seconds)}
         if key is not None:
             envelope["idempotency_key"] = key
         if user is not None:
@@ -222,26 +282,185 @@ class Nats(Transport):
         if lease is not None:
             envelope["_lease_token"] = lease
         body = orjson.dumps(envelope)
-        if state_json is not None:  # already JSON text: spliced in, not parsed again
-            body = body[:-1] + b',"ds_state":' + state_json.encode() + b"}"
+        if texts[1] is not None:  # the state, already JSON text: spliced in, not parsed again
+            body = body[:-1] + b',"ds_state":' + texts[1].encode() + b"}"
         if len(body) > self._nc.max_payload:
             return ToolResult.failure(aid, "request_too_large", f"request of {len(body)} bytes exceeds the NATS "
                                       f"server's max_payload of {self._nc.max_payload} bytes", status="INVALID_PICK")
-        try:
-            async with self._window:
-                data = await (self._durable_request(body, seconds) if self.durable else self._request(body, seconds))
-        except Exception as e:
-            return self._no_answer(aid, e, seconds)
-        try:
-            result: ToolResult = _core.decode_response(data, aid)
-        except ValueError as e:
-            return ToolResult.failure(aid, "parse_error", f"unreadable answer from a NATS host: {e}")
-        return result
+        return aid, body, seconds
 
-    async def _request(self, body: bytes, seconds: float) -> bytes:
-        msg = await self._nc.request(self._subject, body, timeout=seconds + GRACE_S)
-        data: bytes = msg.data
-        return data
+    def _ready_batch(self, calls: Iterable[Call | tuple[Any, ...] | str]) -> tuple[
+            list[Ready], list[tuple[int, State]], dict[int, ToolResult]]:
+        """A batch's requests, the calls that carry a state and the calls refused before
+        sending (both by their index in the batch)."""
+        if self._closed:
+            raise RuntimeError("the NATS transport is closed")
+        ready: list[Ready] = []
+        states: list[tuple[int, State]] = []
+        refused: dict[int, ToolResult] = {}
+        for i, c in enumerate(calls):
+            aid, inputs, key, lease, timeout, state, user = call_fields(c)
+            one = self._ready(aid, inputs, state, key, lease, timeout, user)
+            if isinstance(one, ToolResult):
+                refused[i] = one
+                continue
+            if state is not None:
+                states.append((i, state))
+            ready.append(one)
+        return ready, states, refused
+
+    @staticmethod
+    def _finish(sent: list[ToolResult], states: list[tuple[int, State]], refused: dict[int, ToolResult],
+                check: bool) -> list[ToolResult]:
+        """The batch's results in its order, states updated; raises the first failure with ``check``."""
+        if refused:
+            answers = iter(sent)
+            sent = [refused[i] if i in refused else next(answers) for i in range(len(sent) + len(refused))]
+        for i, state in states:
+            apply_state(state, sent[i])
+        return check_all(sent) if check else sent
+
+    def _submit(self, aid: str, inputs: Any, state: State | None, key: str | None, lease: str | None,
+                timeout: float | None, check: bool, user: str | None = None) -> Future[ToolResult]:
+        if self._closed:
+            raise RuntimeError("the NATS transport is closed")
+        ready = self._ready(aid, inputs, state, key, lease, timeout, user)
+        if isinstance(ready, ToolResult):
+            done: Future[ToolResult] = Future()
+            try:
+                done.set_result(refuse(ready, check))
+            except Exception as e:
+                done.set_exception(e)
+            return done
+
+        async def run() -> ToolResult:
+            result = (await self._exchange([ready]))[0]
+            apply_state(state, result)
+            return result.raise_for_error() if check else result
+        return asyncio.run_coroutine_threadsafe(run(), self._loop)
+
+    def _send(self, ready: list[Ready]) -> Future[list[ToolResult]]:
+        if self._closed:
+            raise RuntimeError("the NATS transport is closed")
+        return asyncio.run_coroutine_threadsafe(self._exchange(ready), self._loop)
+
+    # ---- on the transport's loop
+
+    async def _exchange(self, items: list[Ready]) -> list[ToolResult]:
+        """Sends the calls as the window gives room; their results, in order."""
+        if self.durable:
+            return list(await asyncio.gather(*(self._durable_call(*item) for item in items)))
+        batch = _Batch(items, self._loop.create_future())
+        sent = 0
+        try:
+            while sent < len(items):
+                if self._closed:
+                    for i in range(sent, len(items)):
+                        batch.give(i, ToolResult.failure(items[i][0], "service_unavailable", CLOSED))
+                    break
+                room = self._window.take(len(items) - sent)
+                if room == 0:
+                    await self._window.room()
+                    continue
+                await self._publish(batch, sent, sent + room)
+                sent += room
+            await batch.done
+        except asyncio.CancelledError:
+            self._forget(batch)
+            raise
+        return batch.results  # type: ignore[return-value]  # (each has its result once done)
+
+    async def _publish(self, batch: _Batch, first: int, last: int) -> None:
+        """Sends calls first..last-1 of the batch, each with a place in the window: their
+        requests are numbered and watched first, so that a cancellation finds them all."""
+        calls, deadlines, items = self._calls, self._deadlines, batch.items
+        base = self._next_request - first
+        self._next_request += last - first
+        due = self._loop.time() + GRACE_S
+        for i in range(first, last):
+            calls[base + i] = (batch, i)
+            heappush(deadlines, (due + items[i][2], base + i))
+        if len(deadlines) > 4 * self._window.cap + 4096:  # answered calls' entries, dropped
+            deadlines[:] = [d for d in deadlines if d[1] in calls]
+            heapify(deadlines)
+        self._arm()
+        publish, subject, replies = self._nc.publish, self._subject, self._replies
+        for i in range(first, last):
+            try:
+                await publish(subject, items[i][1], reply=f"{replies}{base + i}")
+            except Exception as e:
+                if calls.pop(base + i, None) is not None:
+                    self._window.give()
+                    batch.give(i, self._no_answer(items[i][0], e, items[i][2]))
+
+    async def _subscribe_replies(self) -> None:
+        self._replies = self._nc.new_inbox() + "."
+        await self._nc.subscribe(self._replies + "*", cb=self._on_reply)
+
+    async def _on_reply(self, msg: Any) -> None:
+        try:
+            request = int(msg.subject[len(self._replies):])
+        except ValueError:
+            return
+        call = self._calls.pop(request, None)
+        if call is None:
+            return  # a second answer, one past the call's deadline, or none of ours
+        self._window.give()
+        batch, i = call
+        aid = batch.items[i][0]
+        headers = msg.headers
+        if headers and headers.get(STATUS_HEADER) == NO_RESPONDERS_STATUS:
+            from nats.errors import NoRespondersError
+
+            batch.give(i, self._no_answer(aid, NoRespondersError(), batch.items[i][2]))
+            return
+        try:
+            batch.give(i, _core.decode_response(msg.data, aid))
+        except ValueError as e:
+            batch.give(i, ToolResult.failure(aid, "parse_error", f"unreadable answer from a NATS host: {e}"))
+
+    def _arm(self) -> None:
+        """The timer, set for the first deadline (no sooner than SWEEP_S from now)."""
+        if not self._deadlines:
+            return
+        when = max(self._deadlines[0][0], self._loop.time() + SWEEP_S)
+        if self._timer is not None:
+            if self._timer.when() <= when:
+                return
+            self._timer.cancel()
+        self._timer = self._loop.call_at(when, self._sweep)
+
+    def _sweep(self) -> None:
+        """Every call past its deadline and the grace period: no answer."""
+        self._timer = None
+        now = self._loop.time()
+        deadlines, calls = self._deadlines, self._calls
+        while deadlines and deadlines[0][0] <= now:
+            call = calls.pop(heappop(deadlines)[1], None)
+            if call is not None:
+                self._window.give()
+                batch, i = call
+                batch.give(i, self._no_answer(batch.items[i][0], TimeoutError(), batch.items[i][2]))
+        self._arm()
+
+    def _forget(self, batch: _Batch) -> None:
+        """A cancelled batch: its calls out give back their places (their answers go nowhere)."""
+        for request in [r for r, (b, _) in self._calls.items() if b is batch]:
+            del self._calls[request]
+            self._window.give()
+
+    def _fail_open(self) -> None:
+        """At close: every call out, and every one waiting for room, is answered."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        open_calls = list(self._calls.values())
+        self._calls.clear()
+        self._deadlines.clear()
+        for batch, i in open_calls:
+            self._window.give()
+            batch.give(i, ToolResult.failure(batch.items[i][0], "service_unavailable", CLOSED))
+        self._window.wake_all()
 
     def _no_answer(self, aid: str, e: Exception, seconds: float) -> ToolResult:
         from nats.errors import NoRespondersError
@@ -254,8 +473,6 @@ class Nats(Transport):
         elif isinstance(e, (asyncio.TimeoutError, TimeoutError)) or type(e).__name__ == "TimeoutError":
             why = (f"no answer within {seconds + GRACE_S:g} s: the host that took the call may have died; it may or "
                    "may not have run — retry with the same idempotency_key")
-        elif isinstance(e, asyncio.CancelledError):
-            why = "the NATS transport was closed before the answer came"
         else:
             why = f"NATS request failed: {type(e).__name__}: {e}"
         return ToolResult.failure(aid, "service_unavailable", why)
@@ -271,6 +488,25 @@ class Nats(Transport):
             if fut is not None and not fut.done():  # a second answer (redelivery) is dropped
                 fut.set_result(msg.data)
         await self._nc.subscribe(self._inbox, cb=on_answer)
+
+    async def _durable_call(self, aid: str, body: bytes, seconds: float) -> ToolResult:
+        while not self._window.take(1):
+            await self._window.room()
+        try:
+            data = await self._durable_request(body, seconds)
+        except asyncio.CancelledError:
+            if not self._closed:
+                raise
+            return ToolResult.failure(aid, "service_unavailable", CLOSED)
+        except Exception as e:
+            return self._no_answer(aid, e, seconds)
+        finally:
+            self._window.give()
+        try:
+            result: ToolResult = _core.decode_response(data, aid)
+        except ValueError as e:
+            return ToolResult.failure(aid, "parse_error", f"unreadable answer from a NATS host: {e}")
+        return result
 
     async def _durable_request(self, body: bytes, seconds: float) -> bytes:
         request_id = f"{uuid.uuid4().hex}-{next(self._ids)}"
