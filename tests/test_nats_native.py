@@ -179,7 +179,7 @@ def test_cli_errors(url: str) -> None:
     r = run("--nats", url, "--serve")
     assert r.returncode == 2
     r = run("--help")
-    assert "--nats" in r.stdout and "machina-toolhost-nats" in r.stdout
+    assert "--nats" in r.stdout and "--nats-idempotency" in r.stdout
 
 
 def test_pending_cap_drops_and_the_host_keeps_serving(url: str, misbehaving: str, tmp_path: Path) -> None:
