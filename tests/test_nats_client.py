@@ -183,3 +183,24 @@ def test_close_answers_the_calls_still_out(url: str) -> None:
         assert all("closed before the answer came" in r.error for r in got)
         with pytest.raises(RuntimeError, match="closed"):
             t.call("AID.ECHO.v1")
+
+
+def test_a_bad_timeout_refuses_the_batch_before_anything_is_sent(url: str) -> None:
+    """As on every transport, inputs are looked at first: unsendable inputs with a bad
+    timeout are an invalid_input result, and a bad timeout alone a ValueError — for a
+    batch, before any of its calls is sent."""
+    with Responder(url, "badtimeout") as responder, Nats(url, prefix="badtimeout", timeout=10) as t:
+        r = t.call("AID.ECHO.v1", {1, 2}, timeout=-1, check=False)
+        assert r.kind == "invalid_input" and r.status == "INVALID_PICK", r
+        with pytest.raises(ValueError, match="timeout"):
+            t.call("AID.ECHO.v1", {}, timeout=-1, check=False)
+        calls = [md.Call("AID.ECHO.v1", {"i": i}) for i in range(50)] + [md.Call("AID.ECHO.v1", {}, timeout=0)]
+        with pytest.raises(ValueError, match="timeout"):
+            asyncio.run(t.acall_many(calls))
+        with pytest.raises(ValueError, match="timeout"):
+            t.call_many(calls)
+        time.sleep(0.2)
+        assert responder.seen == 0
+        results = t.call_many([md.Call("AID.ECHO.v1", {"i": 1}), md.Call("AID.ECHO.v1", {3, 4}, timeout=-1)],
+                              check=False)
+        assert results[0].output_json == '{"i":1}' and results[1].kind == "invalid_input"

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Awaitable, Iterable
 from concurrent.futures import Future
 from heapq import heapify, heappop, heappush
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -51,7 +51,7 @@ from ._nats_wire import (
     tools_subject,
 )
 from ._result import ToolResult
-from ._transport import Call, State, Transport, apply_state, call_fields, call_texts, check_all, refuse, timeout_ms
+from ._transport import Call, State, Transport, apply_state, call_fields, call_texts, check_all, timeout_ms
 
 __all__ = ["Nats"]
 
@@ -62,8 +62,10 @@ STATUS_HEADER = "Status"  # the status of a message the server makes itself
 NO_RESPONDERS_STATUS = "503"
 CLOSED = "the NATS transport was closed before the answer came"
 
-# A call ready to send: its aid, its request's body, its deadline in seconds.
-Ready = tuple[str, bytes, float]
+# A call as its caller gave it, with its deadline in seconds: aid, inputs, idempotency key,
+# lease token, seconds, state, user. Its request is made on the transport's loop as the
+# window gives it room, while the calls before it are out.
+Fields = tuple[str, Any, str | None, str | None, float, State | None, str | None]
 
 
 class _Batch:
@@ -72,7 +74,7 @@ class _Batch:
 
     __slots__ = ("done", "items", "left", "results")
 
-    def __init__(self, items: list[Ready], done: asyncio.Future[None]) -> None:
+    def __init__(self, items: list[Fields], done: asyncio.Future[None]) -> None:
         self.items = items
         self.results: list[ToolResult | None] = [None] * len(items)
         self.left = len(items)
@@ -104,9 +106,9 @@ class _Window:
         self.free -= k
         return k
 
-    def give(self) -> None:
-        self.free += 1
-        if self._waiters:
+    def give(self, n: int = 1) -> None:
+        self.free += n
+        for _ in range(min(n, len(self._waiters))):
             self._wake()
 
     async def room(self) -> None:
@@ -214,13 +216,13 @@ class Nats(Transport):
                                                 user))
 
     def call_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *, check: bool = True) -> list[ToolResult]:
-        ready, states, refused = self._ready_batch(calls)
-        return self._finish(self._send(ready).result(), states, refused, check)
+        items = self._fields(calls)
+        return self._finish(items, self._send(items).result(), check)
 
     async def acall_many(self, calls: Iterable[Call | tuple[Any, ...] | str], *,
                          check: bool = True) -> list[ToolResult]:
-        ready, states, refused = self._ready_batch(calls)
-        return self._finish(await asyncio.wrap_future(self._send(ready)), states, refused, check)
+        items = self._fields(calls)
+        return self._finish(items, await asyncio.wrap_future(self._send(items)), check)
 
     def list_tools(self) -> list[dict[str, Any]]:
         """The tools a host of the group serves (as ``machina-toolhost --list`` prints them).
@@ -265,91 +267,68 @@ class Nats(Transport):
         if not self._thread.is_alive():
             self._loop.close()
 
-    # ---- the calls, made ready in the caller's thread
+    # ---- the calls, taken in the caller's thread
 
-    def _ready(self, aid: str, inputs: Any, state: State | None, key: str | None, lease: str | None,
-               timeout: float | None, user: str | None) -> Ready | ToolResult:
-        """The call's request, or the failure that refuses it before sending."""
-        texts = call_texts(aid, inputs, state)
-        if isinstance(texts, ToolResult):
-            return texts
-        seconds = self.timeout if timeout is None else float(timeout)
-        envelope: dict[str, Any] = {"aid": aid, "input_json": texts[0], "timeout_ms": timeout_ms(seconds)}
-        if key is not None:
-            envelope["idempotency_key"] = key
-        if user is not None:
-            envelope["user"] = user
-        if lease is not None:
-            envelope["_lease_token"] = lease
-        body = orjson.dumps(envelope)
-        if texts[1] is not None:  # the state, already JSON text: spliced in, not parsed again
-            body = body[:-1] + b',"ds_state":' + texts[1].encode() + b"}"
-        if len(body) > self._nc.max_payload:
-            return ToolResult.failure(aid, "request_too_large", f"request of {len(body)} bytes exceeds the NATS "
-                                      f"server's max_payload of {self._nc.max_payload} bytes", status="INVALID_PICK")
-        return aid, body, seconds
+    def _seconds(self, aid: str, inputs: Any, state: State | None, timeout: float | None) -> float:
+        """The call's deadline in seconds.
 
-    def _ready_batch(self, calls: Iterable[Call | tuple[Any, ...] | str]) -> tuple[
-            list[Ready], list[tuple[int, State]], dict[int, ToolResult]]:
-        """A batch's requests, the calls that carry a state and the calls refused before
-        sending (both by their index in the batch)."""
+        Raises:
+            ValueError: not a positive number, for a call whose inputs can be sent (one whose
+                inputs cannot is refused for them, as on every transport).
+        """
+        if timeout is None:
+            return self.timeout
+        seconds = float(timeout)
+        try:
+            timeout_ms(seconds)
+        except ValueError:
+            if not isinstance(call_texts(aid, inputs, state), ToolResult):
+                raise
+        return seconds
+
+    def _fields(self, calls: Iterable[Call | tuple[Any, ...] | str]) -> list[Fields]:
         if self._closed:
             raise RuntimeError("the NATS transport is closed")
-        ready: list[Ready] = []
-        states: list[tuple[int, State]] = []
-        refused: dict[int, ToolResult] = {}
-        for i, c in enumerate(calls):
+        items: list[Fields] = []
+        for c in calls:
             aid, inputs, key, lease, timeout, state, user = call_fields(c)
-            one = self._ready(aid, inputs, state, key, lease, timeout, user)
-            if isinstance(one, ToolResult):
-                refused[i] = one
-                continue
-            if state is not None:
-                states.append((i, state))
-            ready.append(one)
-        return ready, states, refused
+            items.append((aid, inputs, key, lease, self._seconds(aid, inputs, state, timeout), state, user))
+        return items
 
     @staticmethod
-    def _finish(sent: list[ToolResult], states: list[tuple[int, State]], refused: dict[int, ToolResult],
-                check: bool) -> list[ToolResult]:
-        """The batch's results in its order, states updated; raises the first failure with ``check``."""
-        if refused:
-            answers = iter(sent)
-            sent = [refused[i] if i in refused else next(answers) for i in range(len(sent) + len(refused))]
-        for i, state in states:
-            apply_state(state, sent[i])
-        return check_all(sent) if check else sent
+    def _finish(items: list[Fields], results: list[ToolResult], check: bool) -> list[ToolResult]:
+        """The states updated; raises the first failure with ``check``."""
+        for item, result in zip(items, results, strict=True):
+            if item[5] is not None:
+                apply_state(item[5], result)
+        return check_all(results) if check else results
 
     def _submit(self, aid: str, inputs: Any, state: State | None, key: str | None, lease: str | None,
                 timeout: float | None, check: bool, user: str | None = None) -> Future[ToolResult]:
         if self._closed:
             raise RuntimeError("the NATS transport is closed")
-        ready = self._ready(aid, inputs, state, key, lease, timeout, user)
-        if isinstance(ready, ToolResult):
-            done: Future[ToolResult] = Future()
-            try:
-                done.set_result(refuse(ready, check))
-            except Exception as e:
-                done.set_exception(e)
-            return done
+        try:
+            item: Fields = (aid, inputs, key, lease, self._seconds(aid, inputs, state, timeout), state, user)
+        except (TypeError, ValueError) as e:
+            failed: Future[ToolResult] = Future()
+            failed.set_exception(e)
+            return failed
 
         async def run() -> ToolResult:
-            result = (await self._exchange([ready]))[0]
+            result = (await self._exchange([item]))[0]
             apply_state(state, result)
             return result.raise_for_error() if check else result
         return asyncio.run_coroutine_threadsafe(run(), self._loop)
 
-    def _send(self, ready: list[Ready]) -> Future[list[ToolResult]]:
-        if self._closed:
-            raise RuntimeError("the NATS transport is closed")
-        return asyncio.run_coroutine_threadsafe(self._exchange(ready), self._loop)
+    def _send(self, items: list[Fields]) -> Future[list[ToolResult]]:
+        return asyncio.run_coroutine_threadsafe(self._exchange(items), self._loop)
 
     # ---- on the transport's loop
 
-    async def _exchange(self, items: list[Ready]) -> list[ToolResult]:
+    async def _exchange(self, items: list[Fields]) -> list[ToolResult]:
         """Sends the calls as the window gives room; their results, in order."""
         if self.durable:
-            return list(await asyncio.gather(*(self._durable_call(*item) for item in items)))
+            return list(await asyncio.gather(*(self._durable_call(item) for item in items)))
         batch = _Batch(items, self._loop.create_future())
         sent = 0
         try:
@@ -365,33 +344,66 @@ class Nats(Transport):
                 await self._publish(batch, sent, sent + room)
                 sent += room
             await batch.done
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled (or an input whose encoding raised): its calls out go
             self._forget(batch)
             raise
         return batch.results  # type: ignore[return-value]  # (each has its result once done)
 
+    def _request(self, item: Fields) -> bytes | ToolResult:
+        """The call's request, or the failure that refuses it before sending."""
+        aid, inputs, key, lease, seconds, state, user = item
+        texts = call_texts(aid, inputs, state)
+        if isinstance(texts, ToolResult):
+            return texts
+        envelope: dict[str, Any] = {"aid": aid, "input_json": texts[0], "timeout_ms": timeout_ms(seconds)}
+        if key is not None:
+            envelope["idempotency_key"] = key
+        if user is not None:
+            envelope["user"] = user
+        if lease is not None:
+            envelope["_lease_token"] = lease
+        body = orjson.dumps(envelope)
+        if texts[1] is not None:  # the state, already JSON text: spliced in, not parsed again
+            body = body[:-1] + b',"ds_state":' + texts[1].encode() + b"}"
+        if len(body) > self._nc.max_payload:
+            return ToolResult.failure(aid, "request_too_large", f"request of {len(body)} bytes exceeds the NATS "
+                                      f"server's max_payload of {self._nc.max_payload} bytes", status="INVALID_PICK")
+        return body
+
     async def _publish(self, batch: _Batch, first: int, last: int) -> None:
-        """Sends calls first..last-1 of the batch, each with a place in the window: their
-        requests are numbered and watched first, so that a cancellation finds them all."""
-        calls, deadlines, items = self._calls, self._deadlines, batch.items
+        """Sends calls first..last-1 of the batch, each given a place in the window: their
+        requests are made, then numbered and watched, then published."""
+        items = batch.items
+        try:
+            bodies = [self._request(items[i]) for i in range(first, last)]
+        except BaseException:
+            self._window.give(last - first)
+            raise
+        calls, deadlines = self._calls, self._deadlines
         base = self._next_request - first
         self._next_request += last - first
         due = self._loop.time() + GRACE_S
-        for i in range(first, last):
-            calls[base + i] = (batch, i)
-            heappush(deadlines, (due + items[i][2], base + i))
+        for i, body in enumerate(bodies, first):
+            if type(body) is bytes:
+                calls[base + i] = (batch, i)
+                heappush(deadlines, (due + items[i][4], base + i))
+            else:  # refused before sending: its place is free again
+                self._window.give()
+                batch.give(i, cast(ToolResult, body))
         if len(deadlines) > 4 * self._window.cap + 4096:  # answered calls' entries, dropped
             deadlines[:] = [d for d in deadlines if d[1] in calls]
             heapify(deadlines)
         self._arm()
         publish, subject, replies = self._nc.publish, self._subject, self._replies
-        for i in range(first, last):
+        for i, body in enumerate(bodies, first):
+            if type(body) is not bytes:
+                continue
             try:
-                await publish(subject, items[i][1], reply=f"{replies}{base + i}")
+                await publish(subject, body, reply=f"{replies}{base + i}")
             except Exception as e:
                 if calls.pop(base + i, None) is not None:
                     self._window.give()
-                    batch.give(i, self._no_answer(items[i][0], e, items[i][2]))
+                    batch.give(i, self._no_answer(items[i][0], e, items[i][4]))
 
     async def _subscribe_replies(self) -> None:
         self._replies = self._nc.new_inbox() + "."
@@ -412,7 +424,7 @@ class Nats(Transport):
         if headers and headers.get(STATUS_HEADER) == NO_RESPONDERS_STATUS:
             from nats.errors import NoRespondersError
 
-            batch.give(i, self._no_answer(aid, NoRespondersError(), batch.items[i][2]))
+            batch.give(i, self._no_answer(aid, NoRespondersError(), batch.items[i][4]))
             return
         try:
             batch.give(i, _core.decode_response(msg.data, aid))
@@ -440,7 +452,7 @@ class Nats(Transport):
             if call is not None:
                 self._window.give()
                 batch, i = call
-                batch.give(i, self._no_answer(batch.items[i][0], TimeoutError(), batch.items[i][2]))
+                batch.give(i, self._no_answer(batch.items[i][0], TimeoutError(), batch.items[i][4]))
         self._arm()
 
     def _forget(self, batch: _Batch) -> None:
@@ -489,7 +501,11 @@ class Nats(Transport):
                 fut.set_result(msg.data)
         await self._nc.subscribe(self._inbox, cb=on_answer)
 
-    async def _durable_call(self, aid: str, body: bytes, seconds: float) -> ToolResult:
+    async def _durable_call(self, item: Fields) -> ToolResult:
+        body = self._request(item)
+        if not isinstance(body, bytes):
+            return body
+        aid, seconds = item[0], item[4]
         while not self._window.take(1):
             await self._window.room()
         try:
