@@ -112,3 +112,15 @@ def test_the_nats_front_without_a_server_says_how_to_start_one() -> None:
     assert r.returncode != 0
     [line] = r.stderr.splitlines()  # one line, no traceback
     assert "No server available for connection" in line and "`nats-server -js -a 127.0.0.1` starts one" in line
+
+
+def test_help_points_at_documentation_that_is_installed() -> None:
+    import re
+
+    text = subprocess.run([TOOLHOST, "--help"], capture_output=True, text=True, env=base_env(), timeout=30).stdout
+    where = text.rsplit(" are in ", 1)[1].strip()
+    named = set(re.findall(r"docs/([\w-]+\.md)", text))
+    assert {"protocol.md", "nats.md", "tool-packs.md"} <= named
+    for name in named:
+        assert (Path(where) / name).is_file(), name
+    assert "on this address (numeric, or localhost) and port" in text  # --http takes localhost too

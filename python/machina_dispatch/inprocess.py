@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from . import _core
-from ._errors import ExecutableNotFound
 from ._arguments import check_list_argument
+from ._errors import ExecutableNotFound
 from ._locate import find_executable, not_found_message
 from ._result import ToolResult
 from ._transport import Transport, apply_state, input_text, state_text, timeout_ms

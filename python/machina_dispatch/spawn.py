@@ -17,10 +17,10 @@ import os
 from typing import Any
 
 from . import _core
-from ._errors import ExecutableNotFound, ToolhostError
 from ._arguments import check_list_argument
-from ._locate import find_executable, not_found_message
+from ._errors import ExecutableNotFound, ToolhostError
 from ._locate import check_setup as check_host_setup
+from ._locate import find_executable, not_found_message
 from ._process import run_once
 from ._result import ToolResult
 from ._transport import (

@@ -403,7 +403,7 @@ int main(int argc, char** argv) {
   std::string http_address;
   auto* http_opt = app.add_option("--http", http_address,
                                   "Serve tools over HTTP (tool protocol v1's service runner and capability handshake) on "
-                                  "this address (an IP address, or a name such as localhost) and port (port 0: any free "
+                                  "this address (numeric, or localhost) and port (port 0: any free "
                                   "one, said on stderr); bearer token from MACHINA_TOOLHOST_HTTP_TOKEN if set, required "
                                   "off loopback; only JSON bodies, "
                                   "the host's own Host names and no foreign Origin are served (docs/python-tools.md)")
