@@ -1,5 +1,6 @@
 // NDJSON request decoding (SAX, no DOM) and response encoding; see wire.hpp.
 #include <machina/json_text.hpp>
+#include <machina/jsonrpc.hpp>
 #include <machina/rapid_sax.hpp>
 #include <machina/wire.hpp>
 
@@ -221,6 +222,7 @@ class RequestSax {
         case Field::user: req_.user.reset(); break;
         case Field::id: req_.id_json.clear(); break;
         case Field::timeout_ms: req_.timeout_ms.reset(); break;
+        case Field::inputs: break;  // (absent: inputs_object_ stays false)
         case Field::aid:
         case Field::unknown: break;
       }
@@ -283,6 +285,7 @@ class RequestSax {
         return true;
       case Field::ds_state: return ds_fail("must be an object");
       case Field::timeout_ms: return skip_or_reject("a string");
+      case Field::inputs: return skip_or_reject("a string");
       case Field::unknown: return true;
     }
     return true;
@@ -291,6 +294,10 @@ class RequestSax {
   bool start_object(std::size_t) {
     if (!enter()) return false;
     if (depth_ == 1) return true;
+    if (depth_ == 2 && field_ == Field::inputs) {
+      inputs_object_ = true;  // (its raw text is taken from the request: see inputs_given)
+      return true;
+    }
     if (in_ds()) return ds_ok(ds_->start_container(depth_ - 1 - ds_base_, true));
     if (depth_ == 2 && field_ == Field::ds_state) {
       ds_.emplace(req_.ds_state.emplace());
@@ -332,11 +339,12 @@ class RequestSax {
     if (field_ == Field::unknown) [[unlikely]] {
       // Extensions from newer clients are ignored; a lease under the keyword's name would be
       // ignored too, and the call refused for want of the lease it carries.
-      return k != "lease_token" || fail("field 'lease_token' is not a request field: a lease is sent as '_lease_token'");
+      if (k == "lease_token") return fail("field 'lease_token' is not a request field: a lease is sent as '_lease_token'");
+      if (unknown_.size() < kUnknownNamed) unknown_.emplace_back(excerpt(k));
+      return true;
     }
-    const auto bit = 1u << static_cast<unsigned>(field_);
-    if (seen_ & bit) return fail("duplicate field '" + std::string(k) + "'");
-    seen_ |= bit;
+    if (seen_ & bit(field_)) return fail("duplicate field '" + std::string(k) + "'");
+    seen_ |= bit(field_);
     return true;
   }
 
@@ -352,15 +360,33 @@ class RequestSax {
 
   bool finish() {
     if (!saw_object_) return fail("expected a JSON object");
-    if (aid_required_ && !(seen_ & (1u << static_cast<unsigned>(Field::aid)))) return fail("missing field 'aid'");
+    if (aid_required_ && !(seen_ & bit(Field::aid))) return fail("missing field 'aid'");
+    if (inputs_object_ && (seen_ & bit(Field::input_json))) {
+      return fail("the tool's input goes in 'input_json' (its JSON text) or in 'inputs' (an object), not both");
+    }
+    if (!aid_required_ && !unknown_.empty() && !inputs_object_ && !(seen_ & (bit(Field::aid) | bit(Field::input_json)))) {
+      // The tool is named outside the request, and the request holds no input but fields of
+      // its own: most likely the tool's input, sent without its envelope.
+      std::string names;
+      for (const auto& n : unknown_) names += (names.empty() ? "'" : ", '") + n + "'";
+      return fail("the request has no input but fields that are not request fields (" + names +
+                  "): is it the tool's input? Send it inside the request, as {\"inputs\": {...}} (an object) or "
+                  "{\"input_json\": \"...\"} (its JSON text)");
+    }
     return true;
   }
+
+  /// The request gave its input as an `inputs` object, whose raw text the caller takes from
+  /// the request's text (this handler sees its parts only).
+  bool inputs_given() const { return inputs_object_; }
 
   ErrorKind kind() const { return kind_; }
   const std::string& error() const { return error_; }
 
  private:
-  enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, timeout_ms, trace_id, user, unknown };
+  enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, timeout_ms, trace_id, user, inputs, unknown };
+  static constexpr unsigned bit(Field f) noexcept { return 1u << static_cast<unsigned>(f); }
+  static constexpr std::size_t kUnknownNamed = 4;  // unknown fields named in an error
 
   /// The request field a key names (its length tells most names apart; a name of that
   /// length is then compared as a whole, which the compiler does in a word or two).
@@ -373,6 +399,7 @@ class RequestSax {
       case 2: return is("id") ? Field::id : Field::unknown;
       case 3: return is("aid") ? Field::aid : Field::unknown;
       case 4: return is("user") ? Field::user : Field::unknown;
+      case 6: return is("inputs") ? Field::inputs : Field::unknown;
       case 8: return is("ds_state") ? Field::ds_state : is("trace_id") ? Field::trace_id : Field::unknown;
       case 10: return is("input_json") ? Field::input_json : is("timeout_ms") ? Field::timeout_ms : Field::unknown;
       case 12: return is("_lease_token") ? Field::lease_token : Field::unknown;
@@ -416,6 +443,10 @@ class RequestSax {
       case Field::id: return fail(std::string("field 'id' must be a string or an integer, not ") + what);
       case Field::ds_state: return ds_fail("must be an object");
       case Field::timeout_ms: return fail(kTimeoutRule);
+      case Field::inputs:
+        // Anything inside the object is its content; the object itself is the only value.
+        if (inputs_object_ && depth_ >= 2) return true;
+        return fail(std::string("field 'inputs' must be an object (the tool's input), not ") + what);
       case Field::unknown: return true;
     }
     return true;
@@ -454,6 +485,8 @@ class RequestSax {
   bool saw_object_ = false;
   Field field_ = Field::unknown;
   unsigned seen_ = 0;
+  bool inputs_object_ = false;       // the `inputs` object has begun
+  std::vector<std::string> unknown_;  // the first unknown fields' names (for an error)
   std::optional<DsStateDecoder> ds_;
   bool failed_ = false;
   bool syntax_error_ = false;
@@ -498,6 +531,26 @@ void append_slots(std::string& out, const SlotChanges* changes, bool numbered) {
   out.push_back('}');
 }
 
+/// The raw text of a decoded request's `inputs` object as its input_json (the object was
+/// checked whole by the decoding; its text is kept as the client wrote it).
+bool take_inputs(std::string_view text, Request& request, Response& error) {
+  std::string why;
+  bool found = false;
+  jsonrpc::for_each_member(
+      text,
+      [&](const jsonrpc::Member& m) {
+        if (m.key != "inputs") return true;
+        request.input_json.assign(m.raw);
+        found = true;
+        return false;
+      },
+      why);
+  if (found) return true;
+  error = Response::failure(ErrorKind::malformed_request, "malformed request: field 'inputs' could not be read");
+  error.id_json = request.id_json;
+  return false;
+}
+
 }  // namespace
 
 bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated,
@@ -509,7 +562,9 @@ bool decode_request(std::string_view text, Request& request, Response& error, bo
   {
     RequestSax fast(request, aid_required);
     const auto outcome = detail::rapid_parse(text, fast, nul_terminated);
-    if (outcome == detail::RapidOutcome::accepted && fast.finish()) return true;
+    if (outcome == detail::RapidOutcome::accepted && fast.finish()) {
+      return !fast.inputs_given() || take_inputs(text, request, error);
+    }
     if (outcome != detail::RapidOutcome::undecided) {
       error = Response::failure(fast.kind(), fast.error());
       error.id_json = request.id_json;
@@ -527,7 +582,9 @@ bool detail::decode_request_reference(std::string_view text, Request& request, R
   }
   RequestSax sax(request, aid_required);
   const char* begin = text.data();
-  if (json::sax_parse(begin, begin + text.size(), &sax) && sax.finish()) return true;
+  if (json::sax_parse(begin, begin + text.size(), &sax) && sax.finish()) {
+    return !sax.inputs_given() || take_inputs(text, request, error);
+  }
   if (sax.kind() == ErrorKind::none) {
     error = Response::failure(ErrorKind::malformed_request, "malformed request: invalid JSON");
   } else {
