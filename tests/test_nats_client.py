@@ -38,6 +38,7 @@ class Responder:
     def __init__(self, url: str, prefix: str, quiet_s: float = 0.05, copies: int = 1) -> None:
         self.url, self.subject, self.quiet_s, self.copies = url, f"{prefix}.call", quiet_s, copies
         self.silent = False
+        self._stopping = False
         self.most_held = 0
         self.seen = 0
         self._ready = threading.Event()
@@ -61,7 +62,7 @@ class Responder:
         await nc.flush()
         self._ready.set()
         try:
-            while True:
+            while not self._stopping:
                 arrived.clear()
                 try:
                     await asyncio.wait_for(arrived.wait(), self.quiet_s)
@@ -78,10 +79,11 @@ class Responder:
             await nc.close()
 
     def stop(self) -> None:
-        self._task.cancel()
-        time.sleep(0.1)
+        self._stopping = True
+        self._task.result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop.close()
 
     def __enter__(self) -> Responder:
         return self

@@ -180,6 +180,7 @@ class Nats(Transport):
         self._deadlines: list[tuple[float, int]] = []  # heap of (loop time, request number)
         self._timer: asyncio.TimerHandle | None = None
         self._next_request = 0
+        self._last_ms = (self.timeout, timeout_ms(self.timeout))  # seconds -> the request's timeout_ms
         self._replies = ""  # the reply subjects' prefix (an inbox of ours, and a dot)
         self._waiting: dict[str, asyncio.Future[bytes]] = {}  # durable mode: request id -> its answer
         self._inbox = ""
@@ -355,7 +356,9 @@ class Nats(Transport):
         texts = call_texts(aid, inputs, state)
         if isinstance(texts, ToolResult):
             return texts
-        envelope: dict[str, Any] = {"aid": aid, "input_json": texts[0], "timeout_ms": timeout_ms(seconds)}
+        if seconds != self._last_ms[0]:  # the calls of a batch mostly share one deadline
+            self._last_ms = (seconds, timeout_ms(seconds))
+        envelope: dict[str, Any] = {"aid": aid, "input_json": texts[0], "timeout_ms": self._last_ms[1]}
         if key is not None:
             envelope["idempotency_key"] = key
         if user is not None:
