@@ -1,7 +1,7 @@
 """The spawn transport and the seed's run_machina_toolhost(): input normalisation, the
 timeout (argument, MACHINA_TOOLHOST_TIMEOUT, 30 s default), the process group killed on
 timeout, the 1 MB stdout cap, stderr drained with a bounded tail, and the seed's error
-types (timeout, crash, parse_error, not_found, exception) as dicts."""
+types (timeout, crash, parse_error, empty_output, tool_error, not_found, exception) as dicts."""
 
 from __future__ import annotations
 
@@ -53,12 +53,13 @@ def test_not_json_encodable_inputs_are_an_exception() -> None:
     assert out["type"] == "exception" and "not JSON-encodable" in out["detail"]
 
 
-def test_host_errors_keep_their_code() -> None:
-    assert run("AID.NOPE.v1") == {"error": True, "aid": "AID.NOPE.v1", "type": "tool_not_found",
+def test_host_errors_are_tool_errors_that_keep_their_code() -> None:
+    # As the dispatch function it stands in for: any answer whose status is not OK.
+    assert run("AID.NOPE.v1") == {"error": True, "aid": "AID.NOPE.v1", "type": "tool_error",
                                   "detail": "tool not found: AID.NOPE.v1", "code": "tool_not_found",
                                   "status": "INVALID_PICK", "hint": LIST_HINT}
     bad = run("AID.TEXT.STATS.v1", {"text": 1})
-    assert (bad["type"], bad["code"], bad["status"]) == ("schema_violation", "schema_violation", "INVALID_PICK")
+    assert (bad["type"], bad["code"], bad["status"]) == ("tool_error", "schema_violation", "INVALID_PICK")
 
 
 def test_not_found(tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ def test_timeout_from_argument_and_environment(plugins: list[str]) -> None:
     started = time.monotonic()
     out = run("AID.TEST.SLEEPER.v1", timeout=0.3, plugins=plugins)
     assert time.monotonic() - started < 2
-    assert out["type"] == "timeout" and out["code"] == "timeout"
+    assert out["type"] == "tool_error" and out["code"] == "timeout"  # the host answered on time
     assert out["detail"] == "timeout: AID.TEST.SLEEPER.v1 did not finish within 300 ms"
     with patched_environ({"MACHINA_TOOLHOST_TIMEOUT": "0.25"}):
         out = md.run_machina_toolhost("AID.TEST.HANG.v1", executable=TOOLHOST, plugins=plugins)
@@ -176,7 +177,6 @@ def test_a_host_that_never_answers_is_killed_with_its_group(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(("body", "why"), [
     ("print('not json')", "stdout is not a response"),
-    ("pass", "got nothing"),
     ("print('{\"ok\": true}'); print('{\"ok\": true}')", "got 2 lines"),
     ("print(1)", "stdout is not a response"),
 ])
@@ -184,6 +184,15 @@ def test_parse_errors(tmp_path: Path, body: str, why: str) -> None:
     fake = _fake_host(tmp_path, "import sys; sys.stdin.read()\n" + body)
     out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake)
     assert out["type"] == "parse_error" and why in out["detail"], out
+
+
+def test_no_output_and_a_short_failure_line(tmp_path: Path) -> None:
+    out = md.run_machina_toolhost("AID.ECHO.v1", executable=_fake_host(tmp_path, "import sys; sys.stdin.read()\n"))
+    assert out["type"] == "empty_output" and "wrote nothing on stdout" in out["detail"], out
+    # A failure in the shortest form (no status) keeps its text.
+    fake = _fake_host(tmp_path, "import sys; sys.stdin.read()\nprint('{\"ok\": false, \"error\": \"tool not found: X\"}')")
+    out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake)
+    assert (out["type"], out["detail"]) == ("tool_error", "tool not found: X"), out
 
 
 def test_stderr_is_drained_while_running(tmp_path: Path) -> None:
@@ -262,7 +271,7 @@ def test_state_round_trip(plugins: list[str]) -> None:
 def test_any_transport_through_the_seed_function(plugins: list[str]) -> None:
     with md.Pool(1, executable=TOOLHOST, plugins=plugins) as pool:
         assert md.run_machina_toolhost("AID.ECHO.v1", [5], transport=pool) == "[5]"
-        assert md.run_machina_toolhost("AID.NOPE.v1", transport=pool)["type"] == "tool_not_found"
+        assert md.run_machina_toolhost("AID.NOPE.v1", transport=pool)["type"] == "tool_error"
 
 
 def test_spawn_cost_is_one_process(plugins: list[str]) -> None:

@@ -110,7 +110,8 @@ class ToolCrashed(ToolhostError):
 
 
 class ProtocolError(ToolhostError, ValueError):
-    """The host's answer could not be read (``parse_error``)."""
+    """The host's answer could not be read (``parse_error``), or there was none
+    (``empty_output``)."""
 
     kind = "parse_error"
 
@@ -265,6 +266,7 @@ _CLASS_OF_KIND: dict[str, type[ToolhostError]] = {
     "timeout": ToolTimeout,
     "crash": ToolCrashed,
     "parse_error": ProtocolError,
+    "empty_output": ProtocolError,
     "not_found": ExecutableNotFound,
     "exception": DispatchError,
     "host_error": HostError,

@@ -13,6 +13,7 @@ Python opens every descriptor close-on-exec.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from typing import Any
 
@@ -39,7 +40,8 @@ __all__ = ["MAX_OUTPUT_BYTES", "Spawn", "run_machina_toolhost"]
 
 MAX_OUTPUT_BYTES = 1024 * 1024  # as the original client
 GRACE_S = 1.0  # after the deadline the host answers itself; this long more, and it is killed
-SEED_TYPES = ("timeout", "crash", "parse_error", "not_found", "exception")  # the seed's dispatch error types
+# The error types of the dispatch function machina-toolhost stands in for.
+SEED_TYPES = ("timeout", "crash", "parse_error", "empty_output", "tool_error", "not_found", "exception")
 
 
 class Spawn(Transport):
@@ -127,18 +129,35 @@ class Spawn(Transport):
                                       + (f"; stderr: {stderr_tail}" if stderr_tail else ""),
                                       exit_status=status, stderr=stderr_tail)
         line = stdout.rstrip(b"\n")
-        if not line or b"\n" in line:
+        if not line:
+            return ToolResult.failure(aid, "empty_output", "machina-toolhost exited 0 and wrote nothing on stdout"
+                                      + (f"; stderr: {stderr_tail}" if stderr_tail else ""))
+        if b"\n" in line:
             lines = line.count(b"\n") + 1
-            return ToolResult.failure(aid, "parse_error", "expected one response line on stdout, got "
-                                      + (f"{lines} lines" if line else "nothing"))
+            return ToolResult.failure(aid, "parse_error", f"expected one response line on stdout, got {lines} lines")
         try:
             r: ToolResult = _core.decode_response(line, aid)
         except ValueError as e:
-            return ToolResult.failure(aid, "parse_error", f"stdout is not a response: {e}")
+            return _statusless_failure(aid, line) or ToolResult.failure(aid, "parse_error",
+                                                                        f"stdout is not a response: {e}")
         if r.ds_state_json:
             # --run answers with the full state; every transport reports what changed.
             r = r._replace(ds_state_json=_core.delta_between(sent_state or EMPTY_STATE_JSON, r.ds_state_json))
         return r
+
+
+def _statusless_failure(aid: str, line: bytes) -> ToolResult | None:
+    """A failure answered in the shortest form, ``{"ok": false, "error": "..."}`` with no
+    ``status`` (as hosts of the seed protocol answer some refusals), as a ``tool_error``
+    that keeps its text; ``None`` for any other line."""
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict) or answer.get("ok") is not False or "status" in answer:
+        return None
+    error = answer.get("error")
+    return ToolResult.failure(aid, "tool_error", error if isinstance(error, str) and error else "failed")
 
 
 def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None = None,
@@ -150,9 +169,10 @@ def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None 
 
     On success, the tool's ``output_json`` string, as the original returns it; on failure
     the seed's dict ``{"error": True, "aid", "type", "detail"}`` (plus ``code``, ``status``
-    and details when the host answered). ``type`` is one of the seed's ``timeout``,
-    ``crash``, ``parse_error``, ``not_found``, ``exception``, or the host's error code
-    (see docs/python.md). The rich result is :meth:`Spawn.call`'s.
+    and details when the host answered). ``type`` is ``tool_error`` for any answer of the
+    host whose ``status`` is not ``OK`` (its wire code in ``code``), else one of
+    ``timeout``, ``crash``, ``parse_error``, ``empty_output``, ``not_found``,
+    ``exception`` (see docs/python.md). The rich result is :meth:`Spawn.call`'s.
 
     Args:
         aid: the tool.
@@ -180,6 +200,8 @@ def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None 
     if r.ok:
         return r.output_json
     out = r.to_dict()
-    if r.code is None and out["type"] not in SEED_TYPES:
+    if r.code is not None:
+        out["type"] = "tool_error"  # the host answered, status not OK: its code says which failure
+    elif out["type"] not in SEED_TYPES:
         out["type"] = "exception"  # refused on the Python side: the seed's word for it
     return out

@@ -659,6 +659,13 @@ int main(int argc, char** argv) {
   mcp_opt->excludes(skill_opt)->excludes(nats_opt);
   skill_opt->excludes(nats_opt);
 
+  // The command line a dispatch layer builds for `machina_cli`: `tool_exec [PLUGIN] AID`,
+  // the request on stdin, served as --run.
+  std::vector<std::string> tool_exec_args;
+  auto* tool_exec_cmd = app.add_subcommand("tool_exec", "Run one call as --run [PLUGIN] AID does (the command line "
+                                                        "a dispatch layer gives machina_cli; docs/operations.md)");
+  tool_exec_cmd->add_option("aid", tool_exec_args, "[PLUGIN] AID")->expected(1, 2)->required();
+  tool_exec_cmd->fallthrough();
   auto* lease_cmd = app.add_subcommand("lease", "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
   lease_cmd->require_subcommand(1);
   auto* issue_cmd = lease_cmd->add_subcommand("issue", "Print a single-use lease token for one tool");
@@ -711,6 +718,16 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  if (*tool_exec_cmd) {
+    if (run_opt->count() > 0 || list || serve_opt->count() > 0 || http_opt->count() > 0 || mcp_opt->count() > 0 ||
+        skill_opt->count() > 0 || nats_opt->count() > 0) {
+      std::cerr << "machina-toolhost: tool_exec runs one call, as --run: it takes none of --run, --list, --serve, "
+                   "--http, --mcp, --skill, --nats\n";
+      return 2;
+    }
+    run_args = tool_exec_args;
+  }
+  const bool run_mode = run_opt->count() > 0 || *tool_exec_cmd;
   if (run_args.size() == 2) plugins.push_back(run_args[0]);
   if (serve_args.size() == 1 && !serve_args[0].empty()) plugins.push_back(serve_args[0]);
 #ifndef MACHINA_WITH_NATS
@@ -780,14 +797,14 @@ int main(int argc, char** argv) {
       std::cout << authority.issue(lease_aid, ttl_ms, machina::unix_now_ms()) << "\n";
       return 0;
     }
-    if (!list && run_opt->count() == 0 && serve_opt->count() == 0 && http_opt->count() == 0 && !mcp && !skill &&
+    if (!list && !run_mode && serve_opt->count() == 0 && http_opt->count() == 0 && !mcp && !skill &&
         nats_opt->count() == 0) {
       std::cerr << "machina-toolhost: choose one of --list, --run, --serve, --http, --mcp, --skill, --nats (see --help)\n";
       return 2;
     }
     Invocation inv;
     inv.mode = list                     ? Invocation::Mode::list
-               : run_opt->count() > 0   ? Invocation::Mode::run
+               : run_mode               ? Invocation::Mode::run
                : http_opt->count() > 0  ? Invocation::Mode::http
                : mcp_opt->count() > 0   ? Invocation::Mode::mcp
                : skill_opt->count() > 0 ? Invocation::Mode::skill
