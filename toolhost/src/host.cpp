@@ -425,20 +425,15 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   return [&] {  // (one Response, built in the caller's return slot)
     Response r;
     if (!request.idempotency_key) execute(*tool, request, session, now, scope, r);
-    else run_keyed(*tool, request, session, now, scope, r);
+    else if (!shared_store_) [[likely]] run_keyed(idempotency_, *tool, request, session, now, scope, r);
+    else run_keyed<IdempotencyStore>(*shared_store_, *tool, request, session, now, scope, r);
     return r;
   }();
 }
 
-void Host::run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope,
-                     Response& r) {
-  if (shared_store_) [[unlikely]] run_keyed_in<IdempotencyStore>(*shared_store_, tool, request, session, now, scope, r);
-  else run_keyed_in(idempotency_, tool, request, session, now, scope, r);
-}
-
 template <class Store>
-void Host::run_keyed_in(Store& store, const Tool& tool, const Request& request, Session& session, std::int64_t now,
-                        Scope& scope, Response& r) {
+void Host::run_keyed(Store& store, const Tool& tool, const Request& request, Session& session, std::int64_t now,
+                     Scope& scope, Response& r) {
   // (a fresh key's path is kept short in code: see IdempotencyCache::begin)
   IdempotencyStore::Ticket ticket;
   if constexpr (std::is_same_v<Store, IdempotencyCache>) {
@@ -463,9 +458,14 @@ void Host::run_keyed_in(Store& store, const Tool& tool, const Request& request, 
     throw;
   }
   if (!scope.finished) {
-    // (kept from when the call returned, if it ran)
-    store.complete(ticket, r, IdempotencyStore::keeps(r),
-                   scope.returned_ms > 0 ? not_before_from_not_after(scope.returned_ms) : steady_now_ms_not_before());
+    std::int64_t now_ms;
+    if constexpr (std::is_same_v<Store, IdempotencyCache>) {
+      // (kept from when the call returned, if it ran)
+      now_ms = scope.returned_ms > 0 ? not_before_from_not_after(scope.returned_ms) : steady_now_ms_not_before();
+    } else {
+      now_ms = steady_now_ms();
+    }
+    store.complete(ticket, r, IdempotencyStore::keeps(r), now_ms);
   }
 }
 

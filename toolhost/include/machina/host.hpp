@@ -196,13 +196,12 @@ class Host {
   /// Runs the call into `r` (a fresh Response, the caller's return object).
   void execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope,
                Response& r);
-  /// A call with an idempotency key: the store first, then execute().
-  void run_keyed(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope,
-                 Response& r);
-  /// run_keyed in `store`: the host's own cache (called as itself) or a shared store.
+  /// A call with an idempotency key: `store` first, then execute(). The store is the host's
+  /// own cache, called as itself (no indirect call on a fresh key's path), or a shared store
+  /// through the interface; the rule is this one function either way.
   template <class Store>
-  void run_keyed_in(Store& store, const Tool& tool, const Request& request, Session& session, std::int64_t now_ms,
-                    Scope& scope, Response& r);
+  void run_keyed(Store& store, const Tool& tool, const Request& request, Session& session, std::int64_t now_ms,
+                 Scope& scope, Response& r);
   /// run_keyed's answer for a key already known (a hit, a wait, a conflict), a full cache, or
   /// one the store gives: false once `r` is the answer; true when the call is to run after
   /// all (a `wait` ended with the key free: `ticket` is then this call's `run`).
