@@ -459,7 +459,16 @@ void JsonRpcCodec::encode_result(const Response& r, std::string_view id, std::st
   put(out, "{\"jsonrpc\":\"2.0\",\"id\":");
   out.append(id);
   put(out, ",\"result\":{\"content\":");
-  const std::string_view text = r.ok() ? std::string_view(r.output_json) : std::string_view(r.error);
+  std::string_view text = r.ok() ? std::string_view(r.output_json) : std::string_view(r.error);
+  // A tool that answers a string is read as that text, not as the JSON that quotes it.
+  std::string decoded;
+  if (r.ok() && !text.empty() && text.front() == '"') {
+    const auto value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (value.is_string()) {
+      decoded = value.get<std::string>();
+      text = decoded;
+    }
+  }
   if (dialect_ == Dialect::mcp) {
     put(out, "[{\"type\":\"text\",\"text\":");
     append_json_string(out, text);
