@@ -1,6 +1,8 @@
 // See nats_front.hpp.
 #include "nats_front.hpp"
 
+#include "nats_event_loop.hpp"
+
 #include "nats_durable.hpp"
 #include "nats_kv_store.hpp"
 
@@ -214,15 +216,26 @@ class NatsServer final : public DurableSink {
     Endpoint* ep;  // nullptr: the `tools.` wildcard, routed by subject
     natsSubscription* sub = nullptr;
   };
-  static void on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure);
   static void on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, void* closure);
   static void on_error(natsConnection*, natsSubscription*, natsStatus s, void*);
   void take(Endpoint* ep, natsMsg* msg, std::unique_ptr<DurableReceipt> receipt = nullptr);
   void serve_durable(natsMsg* call, std::unique_ptr<DurableReceipt> receipt) override;
   void work();
+  /// The call for a message taken from `s`; null when it is answered (or dropped) here.
+  std::unique_ptr<Call> route(const Subscription& s, natsMsg* msg);
+  std::unique_ptr<Call> make_call(Endpoint* ep, natsMsg* msg);
+  /// On the event loop's thread: moves what the subscriptions hold to the workers' queue,
+  /// as much as it has room for (a worker asks for more when it empties).
+  void dispatch();
+  /// After the subscriptions' drain began: what they still hold is taken, and their drain
+  /// completes once they are read empty.
+  void finish_drain();
   /// Answers one call; false when its answer went through the takeover, the thread having
   /// been left in the tool (it then touches nothing of this server's).
   bool serve_one(std::unique_ptr<Call> call);
+  /// finish(), the reply written at once when no other call is being answered, else with
+  /// the next ones (NatsEventLoop).
+  void answer(Call& call, std::string_view line);
   /// Builds the host request for `call`; false with `line` set to the answer when refused.
   bool parse(Call& call, std::string& request, std::string& run_aid, std::string& line);
   /// The aid of the tool a function name stands for (ToolRegistry::resolve), or "".
@@ -238,6 +251,7 @@ class NatsServer final : public DurableSink {
 
   Host& host_;
   const NatsFrontOptions& o_;
+  NatsEventLoop loop_;  // the connection's socket (before nc_: it outlives the connection)
   natsConnection* nc_ = nullptr;
   std::string id_ = random_id();
   std::string started_ = rfc3339_now();
@@ -252,6 +266,10 @@ class NatsServer final : public DurableSink {
   std::size_t busy_ = 0;  // calls taken from the queue and not yet answered
   bool stopping_ = false;
   std::size_t workers_ = 0;  // worker threads, those left inside a tool not counted
+  bool dispatch_waits_ = false;  // the subscriptions hold more than the queue had room for
+  std::atomic<bool> dispatching_{false};          // the subscriptions are all made
+  std::size_t dispatch_from_ = 0;                 // event loop thread: the subscription read first
+  std::vector<std::unique_ptr<Call>> dispatched_;  // event loop thread: a batch for the queue
   Endpoint* durable_ep_ = nullptr;
   std::unique_ptr<DurableConsumer> durable_;  // --nats-durable
   std::shared_ptr<NatsKvStore> store_;        // --nats-idempotency kv: the host's idempotency store
@@ -271,6 +289,7 @@ NatsServer::~NatsServer() {
   // After a failed start, deliveries and workers may still be under way: they end first.
   if (durable_) durable_->stop_fetching();
   if (nc_ != nullptr) natsConnection_Close(nc_);
+  loop_.stop();  // (no dispatch from here on)
   {
     std::unique_lock lock(mu_);
     stopping_ = true;
@@ -428,10 +447,21 @@ void NatsServer::finish(Call& call, std::string_view line) {
   if (call.receipt) call.receipt->acknowledge();
 }
 
+void NatsServer::answer(Call& call, std::string_view line) {
+  NatsEventLoop::Held held(loop_);
+  finish(call, line);
+  bool last = false;
+  {
+    std::lock_guard lock(mu_);
+    last = busy_ == 1 && queue_.empty();
+  }
+  held.settle(nc_, last);
+}
+
 bool NatsServer::serve_one(std::unique_ptr<Call> call) {
   std::string line;
   if (call->ep->lists_tools) {
-    finish(*call, tool_list_json(host_));
+    answer(*call, tool_list_json(host_));
   } else {
     std::string request, run_aid;
     if (parse(*call, request, run_aid, line)) {
@@ -443,7 +473,7 @@ bool NatsServer::serve_one(std::unique_ptr<Call> call) {
         return false;
       }
     }
-    finish(*call, line);
+    answer(*call, line);
   }
   std::lock_guard lock(mu_);
   --busy_;
@@ -460,6 +490,7 @@ void NatsServer::released_by_takeover() {
 void NatsServer::work() {
   for (;;) {
     std::unique_ptr<Call> call;
+    bool poke = false;
     {
       std::unique_lock lock(mu_);
       work_ready_.wait(lock, [&] { return !queue_.empty() || stopping_; });
@@ -472,7 +503,10 @@ void NatsServer::work() {
       queue_.pop_front();
       ++busy_;
       room_.notify_one();
+      poke = dispatch_waits_ && queue_.size() <= o_.workers / 2;
+      if (poke) dispatch_waits_ = false;
     }
+    if (poke) loop_.poke();
     if (!serve_one(std::move(call))) return;  // (a replacement has taken its place and its count)
   }
 }
@@ -489,20 +523,25 @@ void NatsServer::serve_durable(natsMsg* call, std::unique_ptr<DurableReceipt> re
   take(durable_ep_, call, std::move(receipt));
 }
 
-void NatsServer::take(Endpoint* ep, natsMsg* msg, std::unique_ptr<DurableReceipt> receipt) {
+std::unique_ptr<Call> NatsServer::make_call(Endpoint* ep, natsMsg* msg) {
   if (!may_answer(natsMsg_GetReply(msg))) {
     natsMsg_Destroy(msg);  // (not run: its answer could go nowhere)
-    return;
+    return nullptr;
   }
   auto call = std::make_unique<Call>();
   call->server = this;
   call->ep = ep;
   call->msg = msg;
   call->start = Clock::now();
+  return call;
+}
+
+void NatsServer::take(Endpoint* ep, natsMsg* msg, std::unique_ptr<DurableReceipt> receipt) {
+  auto call = make_call(ep, msg);
+  if (call == nullptr) return;
   call->receipt = std::move(receipt);
   std::unique_lock lock(mu_);
-  // A full queue holds this subscription's delivery: its messages wait in the client, up to
-  // its pending limit, beyond which they are dropped (never an unbounded buffer).
+  // A full queue holds this delivery (the durable consumer's fetches).
   room_.wait(lock, [&] { return queue_.size() < o_.workers || stopping_; });
   queue_.push_back(std::move(call));
   work_ready_.notify_one();
@@ -518,15 +557,76 @@ void NatsServer::answer_unknown(natsMsg* msg) {
   natsMsg_Destroy(msg);
 }
 
-void NatsServer::on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
-  auto* s = static_cast<Subscription*>(closure);
-  Endpoint* ep = s->ep;
+std::unique_ptr<Call> NatsServer::route(const Subscription& s, natsMsg* msg) {
+  Endpoint* ep = s.ep;
   if (ep == nullptr) {
-    const auto it = s->server->tools_subjects_.find(natsMsg_GetSubject(msg));
-    if (it == s->server->tools_subjects_.end()) return s->server->answer_unknown(msg);
+    const auto it = tools_subjects_.find(natsMsg_GetSubject(msg));
+    if (it == tools_subjects_.end()) {
+      answer_unknown(msg);
+      return nullptr;
+    }
     ep = it->second;
   }
-  s->server->take(ep, msg);
+  return make_call(ep, msg);
+}
+
+void NatsServer::dispatch() {
+  if (!dispatching_.load()) return;
+  std::size_t room = 0;
+  {
+    std::lock_guard lock(mu_);
+    room = queue_.size() < o_.workers ? o_.workers - queue_.size() : 0;
+    if (room == 0) {
+      dispatch_waits_ = true;
+      return;
+    }
+  }
+  // A full queue leaves the messages in the client, up to each subscription's pending limit,
+  // beyond which they are dropped (never an unbounded buffer). Each pass starts at the next
+  // subscription, so that a busy one does not starve the others.
+  bool more = false;
+  dispatch_from_ = (dispatch_from_ + 1) % subs_.size();
+  for (std::size_t i = 0; i < subs_.size() && !more; ++i) {
+    const Subscription& s = *subs_[(dispatch_from_ + i) % subs_.size()];
+    for (;;) {
+      int pending = 0;
+      if (natsSubscription_GetPending(s.sub, &pending, nullptr) != NATS_OK || pending <= 0) break;
+      if (dispatched_.size() == room) {
+        more = true;
+        break;
+      }
+      natsMsg* msg = nullptr;
+      const natsStatus st = natsSubscription_NextMsg(&msg, s.sub, 0);
+      if (st == NATS_SLOW_CONSUMER) continue;  // (on_error has said so; the messages kept follow)
+      if (st != NATS_OK) break;
+      if (auto call = route(s, msg)) dispatched_.push_back(std::move(call));
+    }
+  }
+  std::lock_guard lock(mu_);
+  dispatch_waits_ = dispatch_waits_ || more;
+  for (auto& call : dispatched_) {
+    queue_.push_back(std::move(call));
+    work_ready_.notify_one();
+  }
+  dispatched_.clear();
+}
+
+void NatsServer::finish_drain() {
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  for (auto& s : subs_) {
+    for (;;) {
+      const natsStatus done = natsSubscription_WaitForDrainCompletion(s->sub, 1);
+      if (done != NATS_TIMEOUT || Clock::now() > until) break;
+      natsMsg* msg = nullptr;  // (read empty while draining, the subscription completes its drain)
+      if (natsSubscription_NextMsg(&msg, s->sub, 10) != NATS_OK) continue;
+      auto call = route(*s, msg);
+      if (call == nullptr) continue;
+      std::unique_lock lock(mu_);
+      room_.wait(lock, [&] { return queue_.size() < o_.workers || stopping_; });
+      queue_.push_back(std::move(call));
+      work_ready_.notify_one();
+    }
+  }
 }
 
 json NatsServer::identity(const char* kind) const {
@@ -599,7 +699,7 @@ void NatsServer::add_endpoint(std::string name, std::string subject, std::string
 
 void NatsServer::subscribe(const std::string& subject, Endpoint* ep) {
   auto s = std::make_unique<Subscription>(Subscription{this, ep});
-  natsStatus st = natsConnection_QueueSubscribe(&s->sub, nc_, subject.c_str(), o_.queue_group.c_str(), on_message, s.get());
+  natsStatus st = natsConnection_QueueSubscribeSync(&s->sub, nc_, subject.c_str(), o_.queue_group.c_str());
   if (st == NATS_OK) st = natsSubscription_SetPendingLimits(s->sub, o_.max_pending, 64 * 1024 * 1024);
   if (st != NATS_OK) throw HostError("--nats: cannot subscribe to " + subject + ": " + natsStatus_GetText(st));
   subs_.push_back(std::move(s));
@@ -625,6 +725,8 @@ int NatsServer::run() {
   if (st == NATS_OK) st = natsOptions_SetTimeout(opts, kConnectTimeoutMs);
   if (st == NATS_OK) st = natsOptions_SetMaxReconnect(opts, -1);  // once connected, reconnect for ever
   if (st == NATS_OK) st = natsOptions_SetReconnectWait(opts, 500);
+  if (st == NATS_OK) st = natsOptions_SetSendAsap(opts, true);  // (written when the event loop says)
+  if (st == NATS_OK) st = loop_.attach_to(opts, [this] { dispatch(); });
   if (st == NATS_OK) st = natsOptions_SetErrorHandler(opts, on_error, nullptr);
   if (st == NATS_OK) st = natsConnection_Connect(&nc_, opts);
   natsOptions_Destroy(opts);
@@ -668,6 +770,8 @@ int NatsServer::run() {
     }
   }
   for (unsigned i = 0; i < o_.workers; ++i) add_worker();
+  dispatching_ = true;
+  loop_.poke();
   if (o_.durable) {
     durable_ = std::make_unique<DurableConsumer>(nc_, o_, *this);
     durable_->start();
@@ -685,7 +789,7 @@ int NatsServer::run() {
   if (durable_) durable_->stop_fetching();
   for (auto& s : subs_) natsSubscription_Drain(s->sub);
   for (auto& s : discovery_) natsSubscription_Unsubscribe(s->sub);
-  for (auto& s : subs_) natsSubscription_WaitForDrainCompletion(s->sub, 5000);
+  finish_drain();
   {
     // Every call taken is answered (a call left inside a tool was answered at its deadline).
     std::unique_lock lock(mu_);
