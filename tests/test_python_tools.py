@@ -312,7 +312,7 @@ def check_trace(trace: dict[str, Any] | None, trace_id: str | None = None) -> No
     assert trace is not None
     assert TRACE_FIELDS <= set(trace), TRACE_FIELDS - set(trace)
     assert (trace["runner"], trace["resolved_source"], trace["protocol_version"]) == ("local", "binding", 1)
-    assert trace["timeout_ms"] == 30_000 and trace["duration_ms"] > 0 and trace["sandbox"] is False
+    assert trace["timeout_ms"] == 10_000 and trace["duration_ms"] > 0 and trace["sandbox"] is False
     assert trace["python_env"] == sys.prefix and trace["enforcement_level"] == "none"
     if trace_id is None:
         uuid.UUID(trace["trace_id"])  # a fresh one

@@ -20,6 +20,7 @@ namespace {
 
 constexpr std::size_t kMaxManifestBytes = 16u << 20;
 constexpr std::int64_t kMaxTimeoutMs = 24LL * 3600 * 1000;
+constexpr std::uint32_t kPythonToolTimeoutMs = 10'000;  // tool protocol v1's deadline of a Python tool
 
 using toml_reader::Refuser;
 using toml_reader::type_name;
@@ -75,6 +76,25 @@ std::string absolute_path(ToolReader& r, const std::string& field, const std::st
 }
 
 /// The fields every kind of entry has for its tools' metadata and their deadline.
+/// A table's deadline, `timeout_ms` or `timeout_seconds` (one of the two); 0 when it gives none.
+std::uint32_t read_timeout(toml_reader::TableReader& r) {
+  const auto* ms = r.typed<std::int64_t>("timeout_ms", "an integer");
+  const toml::node* seconds = r.get("timeout_seconds");
+  if (ms != nullptr && seconds != nullptr) r.fail("timeout_seconds", "give timeout_ms or timeout_seconds, not both");
+  if (ms == nullptr && seconds == nullptr) return 0;
+  std::int64_t timeout = 0;
+  if (ms != nullptr) timeout = ms->get();
+  if (seconds != nullptr) {
+    const auto s = seconds->value<double>();
+    if (!s || seconds->is_boolean()) r.fail("timeout_seconds", "must be a number, not " + type_name(*seconds));
+    timeout = static_cast<std::int64_t>(*s * 1000.0 + 0.5);
+  }
+  if (timeout < 1 || timeout > kMaxTimeoutMs) {
+    r.fail(ms != nullptr ? "timeout_ms" : "timeout_seconds", "must be from 1 ms to 24 hours");
+  }
+  return static_cast<std::uint32_t>(timeout);
+}
+
 void read_metadata(ToolReader& r, ToolInfo& info) {
   info.deterministic = r.boolean("deterministic", false);
   info.side_effects = r.strings("side_effects");
@@ -83,22 +103,7 @@ void read_metadata(ToolReader& r, ToolInfo& info) {
     if (tier->get() < 0 || tier->get() > 3) r.fail("tier", "must be 0..3");
     info.tier = static_cast<int>(tier->get());
   }
-  const auto* ms = r.typed<std::int64_t>("timeout_ms", "an integer");
-  const toml::node* seconds = r.get("timeout_seconds");
-  if (ms != nullptr && seconds != nullptr) r.fail("timeout_seconds", "give timeout_ms or timeout_seconds, not both");
-  std::int64_t timeout = 0;
-  if (ms != nullptr) timeout = ms->get();
-  if (seconds != nullptr) {
-    const auto s = seconds->value<double>();
-    if (!s || seconds->is_boolean()) r.fail("timeout_seconds", "must be a number, not " + type_name(*seconds));
-    timeout = static_cast<std::int64_t>(*s * 1000.0 + 0.5);
-  }
-  if (ms != nullptr || seconds != nullptr) {
-    if (timeout < 1 || timeout > kMaxTimeoutMs) {
-      r.fail(ms != nullptr ? "timeout_ms" : "timeout_seconds", "must be from 1 ms to 24 hours");
-    }
-    info.default_timeout_ms = static_cast<std::uint32_t>(timeout);
-  }
+  info.default_timeout_ms = read_timeout(r);
 }
 
 void read_guarantees(ToolReader& r, std::map<std::string, bool>& guarantees) {
@@ -326,8 +331,17 @@ ToolManifest parse_tool_manifest(std::string_view text, const std::string& path)
   manifest.path = path;
   const std::string root = std::filesystem::absolute(std::filesystem::path(path)).parent_path().string();
   for (const auto& [k, v] : doc) {
-    if (k.str() != "tool" && k.str() != "skill" && k.str() != "mcp_server")
-      refuse(v, "unknown top-level key '" + std::string(k.str()) + "' (tables are [[tool]], [[skill]], [[mcp_server]])");
+    if (k.str() != "tool" && k.str() != "skill" && k.str() != "mcp_server" && k.str() != "defaults")
+      refuse(v, "unknown top-level key '" + std::string(k.str()) +
+                    "' (tables are [defaults], [[tool]], [[skill]], [[mcp_server]])");
+  }
+  // The deadline of the file's tools that name none of their own.
+  std::uint32_t default_timeout_ms = 0;
+  if (const toml::node* d = doc.get("defaults")) {
+    if (!d->is_table()) refuse(*d, "'defaults' must be a table ([defaults])");
+    toml_reader::TableReader defaults(*d->as_table(), refuse, "[defaults]: ");
+    default_timeout_ms = read_timeout(defaults);
+    defaults.no_other_keys();
   }
   if (doc.get("tool") == nullptr && doc.get("skill") == nullptr && doc.get("mcp_server") == nullptr)
     refuse(1, "declares no tools (no [[tool]], [[skill]] or [[mcp_server]] table)");
@@ -345,6 +359,11 @@ ToolManifest parse_tool_manifest(std::string_view text, const std::string& path)
     for (const auto& node : *list) {
       ToolReader reader(*node.as_table(), refuse, ++index);
       ManifestTool tool = read_tool(reader, path, root);
+      if (tool.info.default_timeout_ms == 0) {
+        tool.info.default_timeout_ms = default_timeout_ms != 0   ? default_timeout_ms
+                                       : tool.runner == "python" ? kPythonToolTimeoutMs
+                                                                 : 0;
+      }
       if (!aids.insert(tool.info.aid).second) reader.fail("aid", "'" + tool.info.aid + "' is declared twice in this file");
       manifest.tools.push_back(std::move(tool));
     }
