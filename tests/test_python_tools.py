@@ -308,11 +308,12 @@ TRACE_FIELDS = {"runner", "resolved_source", "timeout_ms", "duration_ms", "proto
                 "python_path", "sandbox", "trace_id", "enforcement_level", "stdout", "stderr", "worker_pid"}
 
 
-def check_trace(trace: dict[str, Any] | None, trace_id: str | None = None) -> None:
+def check_trace(trace: dict[str, Any] | None, trace_id: str | None = None, timeout_ms: int = 10_000) -> None:
+    """`timeout_ms`: the tool's own deadline (tool protocol v1's 10 s), or the one the call sent."""
     assert trace is not None
     assert TRACE_FIELDS <= set(trace), TRACE_FIELDS - set(trace)
     assert (trace["runner"], trace["resolved_source"], trace["protocol_version"]) == ("local", "binding", 1)
-    assert trace["timeout_ms"] == 10_000 and trace["duration_ms"] > 0 and trace["sandbox"] is False
+    assert trace["timeout_ms"] == timeout_ms and trace["duration_ms"] > 0 and trace["sandbox"] is False
     assert trace["python_env"] == sys.prefix and trace["enforcement_level"] == "none"
     if trace_id is None:
         uuid.UUID(trace["trace_id"])  # a fresh one
@@ -333,7 +334,7 @@ def test_every_front_returns_the_trace(tmp_path: Path) -> None:
                       md.Spawn(tools=[manifest], env=base_env())):
         with transport:
             r = transport.call("AID.PY.GREET.v1", payload)
-            check_trace(r.trace)
+            check_trace(r.trace, timeout_ms=30_000)  # the Python transports send their default deadline
             assert r.trace is not None and r.trace["stdout"] == "greeting Ada\n"
     with md.InProcess(tools=[manifest]) as host:
         out = json.loads(host.host.call_json(json.dumps(call("AID.PY.GREET.v1", payload, trace_id="t-7")),
