@@ -1341,6 +1341,8 @@ def nats_scaleout(ctx: Ctx) -> Section:
     return s
 
 
+from .nats_scenarios import nats_native  # noqa: E402  (it builds on the classes above)
+
 SCENARIOS: dict[str, Callable[[Ctx], Section]] = {
     "serve": serve_file,
     "lockstep": lockstep,
@@ -1359,5 +1361,6 @@ SCENARIOS: dict[str, Callable[[Ctx], Section]] = {
     "packs": packs,
     "python_exec": python_exec,
     "nats": nats_scaleout,
+    "nats_native": nats_native,
 }
 

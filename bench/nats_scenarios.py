@@ -1,0 +1,195 @@
+"""The native NATS front (`machina-toolhost --nats`) measured beside nats-server alone, in one
+run: a null responder (the least any responder can do: the broker's and the C client's
+ceiling on this machine), then 1, 2 and 3 hosts in one queue group, driven by the native
+pipelined requester (bench/native/nats_requester.c) and in lock-step; the Python client's
+`Nats.acall_many`; and what the shared idempotency store costs a keyed call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ._support import ECHO_REQUEST, HERE, Spread, rate, ratio
+from .scenarios import Ctx, Section, Table
+
+WINDOW = 1024  # requests in flight from the pipelined requester
+KEYED_SUBJECT = "machina.tool.AID.ECHO.v1"
+KEYED_BODY = '{"msg":"hello","n":1}'
+KEYED_OK = '"error":null'  # (a tool subject answers {data, error})
+
+
+def compile_driver(ctx: Ctx, name: str) -> Path:
+    """bench/native/NAME.c linked with the NATS C client (libnats), once per results folder."""
+    src = HERE / "native" / f"{name}.c"
+    out = ctx.native.build / name
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        subprocess.run([ctx.native.cc, "-O2", "-Wall", "-Wextra", "-o", str(out), str(src), "-lnats", "-lpthread"],
+                       check=True)
+    return out
+
+
+def toolhost_supports(ctx: Ctx, flag: str) -> bool:
+    out = subprocess.run([ctx.host, "--help"], capture_output=True, text=True, timeout=60).stdout
+    return flag in out
+
+
+def request(requester: Path, url: str, *args: str) -> dict[str, Any]:
+    proc = subprocess.run([str(requester), *args, url], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"nats_requester {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-500:]}")
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+@contextmanager
+def null_responder(binary: Path, url: str, subject: str) -> Iterator[None]:
+    proc = subprocess.Popen([str(binary), "-q", "q", url, subject], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"nats_null_responder did not start: {proc.stderr.read() if proc.stderr else ''!r}")
+        yield
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def hosts(url: str, count: int, args: list[str]) -> Iterator[list[Any]]:
+    from nats_support import Front
+
+    fronts = []
+    try:
+        for _ in range(count):
+            fronts.append(Front(url, ["--packs", "none", *args], native=True))
+        yield fronts
+    finally:
+        for f in fronts:
+            f.stop()
+
+
+def acall_many_rate(t: Any, calls: list[tuple[str, dict[str, int]]]) -> float:
+    t0 = time.perf_counter()
+    asyncio.run(t.acall_many(calls))
+    return len(calls) / (time.perf_counter() - t0)
+
+
+def nats_native(ctx: Ctx) -> Section:
+    import machina_dispatch as md
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from nats_support import nats_server
+
+    s = Section("nats_native", "NATS: the native front (--nats) beside nats-server alone",
+                f"Echo calls through a local nats-server (JetStream on), every process on this machine's "
+                f"{len(os.sched_getaffinity(0))} vCPUs. *Pipelined*: the native requester "
+                f"(bench/native/nats_requester.c, libnats) keeps {WINDOW} requests in flight on `machina.call` and "
+                "matches each reply to its request; *lock-step*: one request at a time. The null responder "
+                "(bench/native/nats_null_responder.c) answers every request with a fixed reply: what the broker "
+                "and the C client allow, the ceiling for any responder. Hosts are `machina-toolhost --nats URL "
+                "--packs none` in one queue group. The Python client is `md.Nats(url).acall_many` on one host.")
+    n = ctx.n(20_000, 200_000)
+    lock_n = ctx.n(1_000, 5_000)
+    reps = ctx.reps
+    requester = compile_driver(ctx, "nats_requester")
+    responder = compile_driver(ctx, "nats_null_responder")
+    pipelined_args = ["-n", str(n), "-w", str(WINDOW), "-s", "machina.call", "-b", ECHO_REQUEST]
+    lockstep_args = ["-l", "-n", str(lock_n), "-s", "machina.call", "-b", ECHO_REQUEST]
+
+    def measure(label: str, url: str, keyed: bool = False) -> tuple[Spread, dict[str, Any]]:
+        """Pipelined runs and one lock-step run; `keyed`: every request with a key never used before
+        (in the Idempotency-Key header, on the tool's own subject, which reads call options there)."""
+        ctx.status(f"nats_native: {label}")
+
+        def key() -> list[str]:
+            return (["-k", f"bench-{secrets.token_hex(6)}", "-s", KEYED_SUBJECT, "-b", KEYED_BODY, "-e", KEYED_OK]
+                    if keyed else [])
+
+        request(requester, url, "-n", str(min(n, 20_000)), "-w", str(WINDOW), "-s", "machina.call",
+                "-b", ECHO_REQUEST, *key())  # warm
+        runs = [request(requester, url, *pipelined_args, *key())["calls_per_s"] for _ in range(reps)]
+        lock = request(requester, url, *lockstep_args, *key())
+        return Spread(runs), lock
+
+    rows: list[list[str]] = []
+    figures: dict[str, tuple[Spread, dict[str, Any]]] = {}
+    python_rate = float("nan")
+    with nats_server(jetstream=True) as url:
+        with null_responder(responder, url, "machina.call"):
+            figures["null"] = measure("null responder", url)
+        for count in (1, 2, 3):
+            with hosts(url, count, []):
+                figures[f"hosts{count}"] = measure(f"{count} host(s)", url)
+                if count == 1:
+                    ctx.status("nats_native: Python client")
+                    calls = [("AID.ECHO.v1", {"i": i}) for i in range(ctx.n(5_000, 50_000))]
+                    with md.Nats(url) as t:
+                        asyncio.run(t.acall_many(calls[:500]))  # warm
+                        python_rate = Spread([acall_many_rate(t, calls) for _ in range(reps)]).median
+
+        # Keyed calls: every request a key of its own, kept in the host's own cache, or with
+        # --nats-idempotency kv in the group's JetStream key-value bucket.
+        keyed: dict[str, tuple[Spread, dict[str, Any]]] = {}
+        if toolhost_supports(ctx, "--nats-idempotency"):
+            key_file = ctx.work / "nats-kv.key"
+            key_file.write_text(secrets.token_hex(32) + "\n")
+            key_file.chmod(0o600)
+            for store, args in (("local", []), ("kv", ["--nats-idempotency", "kv", "--kv-key-file", str(key_file)])):
+                with hosts(url, 1, args):
+                    keyed[store] = measure(f"keyed calls, {store} store", url, keyed=True)
+
+    def row(name: str, key: str, base: str = "null") -> list[str]:
+        spread, lock = figures[key]
+        return [name, f"{rate(spread.median)}/s ({rate(spread.lo)}–{rate(spread.hi)})",
+                ratio(spread.median, figures[base][0].median), f"{lock['p50_us']:.0f}", f"{lock['p99_us']:.0f}"]
+
+    rows = [row("nats-server alone (null responder)", "null"), row("native front, 1 host", "hosts1"),
+            row("native front, 2 hosts", "hosts2"), row("native front, 3 hosts", "hosts3")]
+    s.tables.append(Table(f"Echo on machina.call: pipelined ({n:,} calls, {WINDOW} in flight, {reps} runs) and "
+                          f"lock-step ({lock_n:,} calls)",
+                          ["responder", "pipelined calls/s", "÷ nats-server alone", "lock-step p50 µs",
+                           "lock-step p99 µs"], rows))
+    s.tables.append(Table(f"The Python client, one host: `Nats.acall_many` of {ctx.n(5_000, 50_000):,} echo calls",
+                          ["client", "calls/s", "÷ native requester"],
+                          [["md.Nats(url).acall_many", f"{rate(python_rate)}/s",
+                            ratio(python_rate, figures["hosts1"][0].median)]]))
+    for key in ("null", "hosts1", "hosts2", "hosts3"):
+        spread, lock = figures[key]
+        s.headline[f"nats_native_{key}_calls_per_s"] = spread.median
+        s.headline[f"nats_native_{key}_p50_us"] = lock["p50_us"]
+    s.headline["nats_native_calls_per_s"] = figures["hosts1"][0].median
+    s.headline["nats_native_lockstep_p50_us"] = figures["hosts1"][1]["p50_us"]
+    s.headline["nats_python_acall_many_calls_per_s"] = python_rate
+    if keyed:
+        local, kv = keyed["local"], keyed["kv"]
+        cost_us = kv[1]["p50_us"] - local[1]["p50_us"]
+        s.headline["nats_kv_store_cost_us"] = cost_us
+        s.tables.append(Table("Keyed calls (each its own Idempotency-Key), one host: the host's own cache against the "
+                              "shared store (--nats-idempotency kv, a JetStream key-value bucket)",
+                              ["store", "pipelined calls/s", "÷ own cache", "lock-step p50 µs", "lock-step p99 µs"],
+                              [[name, f"{rate(sp.median)}/s ({rate(sp.lo)}–{rate(sp.hi)})",
+                                ratio(sp.median, local[0].median), f"{lk['p50_us']:.0f}", f"{lk['p99_us']:.0f}"]
+                               for name, (sp, lk) in (("own cache", local), ("shared store (kv)", kv))]))
+        s.notes.append(f"The shared store costs a keyed call about {cost_us:.0f} µs in lock-step (p50 difference): "
+                       "what the host does with the bucket for each key (JetStream round trips) beside its own cache.")
+    else:
+        s.notes.append("This build has no --nats-idempotency: the shared store's cost is not measured.")
+    s.notes.append("Every process here (nats-server, the requester, the hosts) shares the same vCPUs, so a second and "
+                   "third host add contention rather than capacity: what bounds the figures is the CPU the broker "
+                   "and the requester take beside the hosts. Across machines each host brings its own cores.")
+    return s
