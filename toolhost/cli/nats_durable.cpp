@@ -30,6 +30,7 @@ constexpr std::int64_t kFetchTimeoutMs = 500;  // also how long stopping waits f
 constexpr auto kRetryWait = std::chrono::milliseconds(250);
 constexpr auto kMinProgressPeriod = std::chrono::milliseconds(50);
 constexpr unsigned kMaxAckPendingPerWorker = 4;  // unacknowledged messages per consumer, per host worker
+constexpr std::size_t kMaxAnsweredKept = 100'000;  // stream sequences remembered as answered (the stream's cap)
 
 void say(const std::string& text) {
   const std::string line = "machina-toolhost: " + text + "\n";
@@ -39,6 +40,14 @@ void say(const std::string& text) {
 std::string header(natsMsg* msg, const char* name) {
   const char* value = nullptr;
   return natsMsgHeader_Get(msg, name, &value) == NATS_OK && value != nullptr ? std::string(value) : std::string();
+}
+
+StoredMessage stored_message(natsMsg* msg) {
+  jsMsgMetaData* meta = nullptr;
+  if (natsMsg_GetMetaData(&meta, msg) != NATS_OK) return {};
+  const StoredMessage stored{meta->Sequence.Stream, meta->Timestamp};
+  jsMsgMetaData_Destroy(meta);
+  return stored;
 }
 
 std::string failure(natsStatus st, jsErrCode err) {
@@ -85,19 +94,19 @@ natsMsg* call_of(natsMsg* msg, const std::string& subject, const std::string& re
 std::string durable_subject(const std::string& prefix) { return prefix + ".durable.call"; }
 
 DurableReceipt::DurableReceipt(DurableConsumer& consumer, natsMsg* msg)
-    : consumer_(&consumer), msg_(msg), request_id_(header(msg, kHdrMsgId)) {
-  consumer.hold(msg);
+    : consumer_(&consumer), msg_(msg), stored_(stored_message(msg)), request_id_(header(msg, kHdrMsgId)) {
+  consumer.hold(msg, stored_);
 }
 
 DurableReceipt::~DurableReceipt() {
-  if (consumer_ != nullptr) consumer_->release(msg_);
+  if (consumer_ != nullptr) consumer_->release(msg_, /*answered=*/false);
   natsMsg_Destroy(msg_);
 }
 
 void DurableReceipt::acknowledge() {
   if (consumer_ == nullptr) return;
   // Out of the messages kept in progress first: nothing else touches it from here.
-  if (consumer_->release(msg_)) (void)natsMsg_Ack(msg_, nullptr);  // (lost: delivered again, replayed)
+  if (consumer_->release(msg_, /*answered=*/true)) (void)natsMsg_Ack(msg_, nullptr);  // (lost: delivered again)
   consumer_ = nullptr;
 }
 
@@ -180,19 +189,47 @@ void DurableConsumer::stop_fetching() {
   if (fetcher_.joinable()) fetcher_.join();
 }
 
-void DurableConsumer::hold(natsMsg* msg) {
+void DurableConsumer::hold(natsMsg* msg, StoredMessage stored) {
   std::lock_guard lock(mu_);
-  held_.insert(msg);
+  held_.emplace(msg, stored);
 }
 
-bool DurableConsumer::release(natsMsg* msg) {
+bool DurableConsumer::release(natsMsg* msg, bool answered) {
   std::lock_guard lock(mu_);
-  const bool held = held_.erase(msg) > 0;
+  const auto it = held_.find(msg);
+  if (it == held_.end()) return false;
+  if (answered && it->second.known() && answered_.insert(it->second).second) {
+    const auto now = std::chrono::steady_clock::now();
+    answered_order_.emplace_back(now, it->second);
+    // Kept while the server may deliver it again: the ack wait, once per delivery left.
+    const auto horizon = std::chrono::duration<double>(o_.ack_wait_s * (o_.max_deliver + 1));
+    while (!answered_order_.empty() &&
+           (answered_order_.size() > kMaxAnsweredKept || now - answered_order_.front().first > horizon)) {
+      answered_.erase(answered_order_.front().second);
+      answered_order_.pop_front();
+    }
+  }
+  held_.erase(it);
   changed_.notify_all();
-  return held;
+  return true;
 }
 
 void DurableConsumer::dispatch(natsMsg* msg) {
+  // A delivery of a message this host has answered (its ack lost, say, to a server restart)
+  // is acknowledged again and not answered twice; one it is answering is left to that call.
+  if (const StoredMessage stored = stored_message(msg); stored.known()) {
+    bool answered = false, running = false;
+    {
+      std::lock_guard lock(mu_);
+      answered = answered_.contains(stored);
+      for (const auto& [_, held] : held_) running = running || held == stored;
+    }
+    if (answered) (void)natsMsg_Ack(msg, nullptr);
+    if (answered || running) {
+      natsMsg_Destroy(msg);
+      return;
+    }
+  }
   auto receipt = std::make_unique<DurableReceipt>(*this, msg);
   const std::string reply = header(msg, kHdrReplyTo);
   if (!reply.empty() && reply.front() == '$') {
@@ -258,7 +295,7 @@ void DurableConsumer::keep_in_progress() {
   for (;;) {
     const auto next = std::chrono::steady_clock::now() + period;
     if (changed_.wait_until(lock, next, [&] { return stop_ticking_; })) return;
-    for (natsMsg* msg : held_) (void)natsMsg_InProgress(msg, nullptr);
+    for (const auto& [msg, _] : held_) (void)natsMsg_InProgress(msg, nullptr);
   }
 }
 

@@ -10,11 +10,15 @@
 
 #include <nats/nats.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace machina::cli {
@@ -23,6 +27,21 @@ namespace machina::cli {
 std::string durable_subject(const std::string& prefix);
 
 class DurableConsumer;
+
+/// A message in the stream, the same in each of its deliveries: its sequence and the time it
+/// was stored (a stream made again numbers from 1 again). {0, 0}: unknown.
+struct StoredMessage {
+  std::uint64_t sequence = 0;
+  std::int64_t stored_ns = 0;
+  bool known() const { return sequence != 0; }
+  bool operator==(const StoredMessage&) const = default;
+};
+
+struct StoredMessageHash {
+  std::size_t operator()(const StoredMessage& m) const {
+    return std::hash<std::uint64_t>()(m.sequence * 0x9E3779B97F4A7C15ULL ^ static_cast<std::uint64_t>(m.stored_ns));
+  }
+};
 
 /// One message taken from the stream while its call is answered: the server hears that it
 /// is in progress until it is acknowledged. Dropped unacknowledged, the message is released
@@ -42,6 +61,7 @@ class DurableReceipt {
  private:
   DurableConsumer* consumer_;  // nullptr once acknowledged or released
   natsMsg* msg_;
+  StoredMessage stored_;
   std::string request_id_;
 };
 
@@ -73,11 +93,13 @@ class DurableConsumer {
   void ensure_stream_and_consumer();
   void fetch_loop();
   void keep_in_progress();
-  /// One message fetched: served, or acknowledged unserved when its answer could go nowhere.
+  /// One message fetched: served; or acknowledged unserved when its answer could go nowhere
+  /// or this host answered it already; or dropped when this host is answering it.
   void dispatch(natsMsg* msg);
-  void hold(natsMsg* msg);
-  /// `msg` leaves the messages kept in progress; true if it was among them.
-  bool release(natsMsg* msg);
+  void hold(natsMsg* msg, StoredMessage stored);
+  /// `msg` leaves the messages kept in progress (and with `answered`, it is remembered as
+  /// answered); true if it was among them.
+  bool release(natsMsg* msg, bool answered);
 
   natsConnection* nc_;
   const NatsFrontOptions& o_;
@@ -88,7 +110,11 @@ class DurableConsumer {
 
   std::mutex mu_;
   std::condition_variable changed_;
-  std::unordered_set<natsMsg*> held_;  // fetched and not yet acknowledged or released
+  std::unordered_map<natsMsg*, StoredMessage> held_;  // fetched, not yet acknowledged or released
+  // The messages this host answered lately (a delivery of one again is acknowledged and not
+  // answered twice), oldest first, for as long as the server may deliver them again.
+  std::unordered_set<StoredMessage, StoredMessageHash> answered_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, StoredMessage>> answered_order_;
   bool stop_fetching_ = false, stop_ticking_ = false;
   std::thread fetcher_, ticker_;
 };
