@@ -14,7 +14,7 @@ import machina_dispatch as md
 import nats
 import orjson
 import pytest
-from machina_dispatch.nats_client import Nats
+from machina_dispatch.nats_client import CLOSED, Nats
 from nats_support import nats_server
 
 
@@ -206,3 +206,24 @@ def test_a_bad_timeout_refuses_the_batch_before_anything_is_sent(url: str) -> No
         results = t.call_many([md.Call("AID.ECHO.v1", {"i": 1}), md.Call("AID.ECHO.v1", {3, 4}, timeout=-1)],
                               check=False)
         assert results[0].output_json == '{"i":1}' and results[1].kind == "invalid_input"
+
+
+def test_close_answers_durable_calls_waiting_for_room() -> None:
+    """Durable calls, one out (a stream takes it, no host answers) and two waiting for room:
+    close answers all three as closed."""
+    with nats_server() as url:
+        async def stream() -> None:
+            nc = await nats.connect(url)
+            await nc.jetstream().add_stream(name="HELD_CALLS", subjects=["held.durable.call"])
+            await nc.close()
+        asyncio.run(stream())
+        t = Nats(url, prefix="held", durable=True, timeout=30, max_in_flight=1)
+        got: list[md.ToolResult] = []
+        caller = threading.Thread(
+            target=lambda: got.extend(t.call_many([("AID.ECHO.v1", {"i": i}) for i in range(3)], check=False)))
+        caller.start()
+        time.sleep(0.5)
+        t.close()
+        caller.join(5)
+        assert not caller.is_alive()
+        assert [(r.kind, r.error) for r in got] == [("service_unavailable", CLOSED)] * 3

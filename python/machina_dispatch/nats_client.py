@@ -108,8 +108,9 @@ class _Window:
 
     def give(self, n: int = 1) -> None:
         self.free += n
-        for _ in range(min(n, len(self._waiters))):
-            self._wake()
+        if self._waiters:
+            for _ in range(min(n, len(self._waiters))):
+                self._wake()
 
     async def room(self) -> None:
         """Until a place is given back (or every sender is woken, at close)."""
@@ -510,6 +511,8 @@ class Nats(Transport):
             return body
         aid, seconds = item[0], item[4]
         while not self._window.take(1):
+            if self._closed:
+                return ToolResult.failure(aid, "service_unavailable", CLOSED)
             await self._window.room()
         try:
             data = await self._durable_request(body, seconds)
