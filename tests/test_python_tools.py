@@ -226,7 +226,11 @@ def test_a_hang_is_answered_on_time_and_its_whole_process_group_killed(tmp_path:
         while process_tree.alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not process_tree.alive(child), "the tool's child outlived its worker"
-        assert pool.call("AID.PY.WHO.v1").output["calls"] == 1
+        answered = pool.call("AID.PY.WHO.v1")
+        assert answered.output["calls"] == 1
+        # The killed worker said nothing: the host names the interpreter's environment itself.
+        assert r.trace is not None and answered.trace is not None
+        assert r.trace["python_env"] == answered.trace["python_env"] and r.trace["python_env"]
 
 
 @pytest.mark.parametrize("sandbox", [False, True])

@@ -135,6 +135,16 @@ def test_a_service_tool_sends_the_protocols_request_over_one_kept_alive_connecti
     assert trace["http_status"] == 200 and trace["duration_ms"] > 0
 
 
+def test_a_tool_requiring_no_guarantee_is_called_without_a_handshake(
+        tmp_path: Path, stdlib_service: tuple[str, Recorder]) -> None:
+    base, rec = stdlib_service
+    tools = [service_tool("AID.SVC.SUM.v1", f"{base}/run", name="summer", entry="tools.sums:add")]
+    [r] = run_requests(tmp_path, tools, [call("AID.SVC.SUM.v1", {"a": 1, "b": 2})])
+    assert json.loads(r["output_json"]) == {"sum": 3}
+    assert [path for path, _, _ in rec.requests] == ["/run"]
+    assert (r["trace"]["service_handshake"], r["trace"]["enforcement_level"]) == ("not_required", "none")
+
+
 def test_each_failure_of_a_service_has_its_own_code(tmp_path: Path, stdlib_service: tuple[str, Recorder]) -> None:
     base, _ = stdlib_service
     tools = [service_tool("AID.SVC.SUM.v1", f"{base}/run"),
@@ -256,6 +266,12 @@ def test_the_host_refuses_bad_requests_clearly(http_host: HttpHost) -> None:
     assert status == 400 and "tool_name" in body["error"]["message"]
     status, body = http_host.post("/run", {"tool_name": "AID.ECHO.v1", "timeout_ms": "soon"}, AUTH)
     assert status == 400
+    for version in (2, "1", None):
+        for path in ("/run", "/capabilities/handshake"):
+            status, body = http_host.post(path, {"tool_name": "AID.ECHO.v1", "protocol_version": version}, AUTH)
+            assert status == 400 and "is not supported: this service speaks 1" in body["error"]["message"], body
+    status, body = http_host.post("/run", {"tool_name": "AID.ECHO.v1", "protocol_version": 1, "payload": 2}, AUTH)
+    assert status == 200 and body["result"] == 2
     status, body = http_host.post("/run", b'{"tool_name": "AID.ECHO.v1", "payload": "' + b"x" * (11 << 20) + b'"}',
                                   AUTH)
     assert status == 413 and body["error"]["type"] == "request_too_large"

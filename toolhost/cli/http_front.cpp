@@ -372,6 +372,16 @@ std::optional<nlohmann::json> parse_body(const std::string& body, std::string& w
   if (!validate_json(body, &why)) return std::nullopt;
   return nlohmann::json::parse(body, nullptr, false);
 }
+
+/// The refusal of a request in a tool protocol version other than 1 (one without the field
+/// is taken as 1).
+std::optional<std::pair<unsigned, std::string>> unsupported_version(const nlohmann::json& j) {
+  if (!j.contains("protocol_version")) return std::nullopt;
+  const auto& v = j["protocol_version"];
+  if (v.is_number_integer() && v.get<std::int64_t>() == 1) return std::nullopt;
+  return std::pair<unsigned, std::string>{
+      400, refusal("malformed_request", "protocol_version " + v.dump() + " is not supported: this service speaks 1")};
+}
 }  // namespace
 
 std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target, const std::string& body,
@@ -381,6 +391,7 @@ std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target,
   if (!parsed) return {400, refusal("malformed_request", "the request body is not JSON: " + why)};
   const auto& j = *parsed;
   if (!j.is_object()) return {400, refusal("malformed_request", "the request body must be a JSON object")};
+  if (auto refused = unsupported_version(j)) return *refused;
   Request req;
   req.front = Front::http;
   std::string name;
@@ -419,6 +430,7 @@ std::pair<unsigned, std::string> HttpServer::handshake(const std::string& body) 
   const auto& j = *parsed;
   if (!j.is_object() || !j.contains("tool_name") || !j["tool_name"].is_string())
     return {400, refusal("malformed_request", "a handshake names its tool (tool_name)")};
+  if (auto refused = unsupported_version(j)) return *refused;
   const std::string name = j["tool_name"].get<std::string>();
   std::string why_shared;
   const Tool* tool = find_tool(name, why_shared);

@@ -39,6 +39,14 @@ double millis_since(Clock::time_point t0) {
   return std::round(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() * 1000.0) / 1000.0;
 }
 
+/// The environment (`sys.prefix`) of the interpreter at `python`, as its layout gives it
+/// without starting it: the folder above `bin/` (a virtual environment, or the prefix a
+/// Python is installed under).
+std::string python_prefix(const std::string& python) {
+  const std::filesystem::path bin = std::filesystem::path(python).parent_path();
+  return bin.has_parent_path() ? bin.parent_path().string() : bin.string();
+}
+
 /// The `trace` of a call: what the worker reported (what the tool printed, its interpreter)
 /// and what the host knows (runner, source, deadline, duration, enforcement).
 std::string make_trace(const PythonRunner::ToolFields& f, const PythonPoolOptions& o, std::string_view worker_trace,
@@ -69,6 +77,7 @@ std::string make_trace(const PythonRunner::ToolFields& f, const PythonPoolOption
       }
     }
   }
+  if (t["python_env"].is_null()) t["python_env"] = python_prefix(o.python);  // (no word from the worker)
   if (!f.enforcement_json.empty()) {
     const auto e = nlohmann::ordered_json::parse(f.enforcement_json, nullptr, false);
     if (e.is_object()) {

@@ -112,20 +112,25 @@ RunOutcome ServiceRunner::run(const RunSpec& spec) {
     return finish();
   };
 
-  Handshake h;
-  {
-    std::lock_guard lock(mu_);
-    if (covered_) h = *covered_;
-  }
-  if (h.state.empty()) {
-    h = handshake(spec.deadline_ms);
-    std::lock_guard lock(mu_);
-    // Kept when it lets calls through; a refusal is asked again (the service may change).
-    if (h.covered || fields_.unsafe_override) covered_ = h;
-  }
-  trace["service_handshake"] = h.state;
   bool required = false;
   for (const auto& [name, on] : fields_.guarantees) required = required || on;
+  Handshake h;
+  if (!required) {
+    h.state = "not_required";  // nothing to be covered: the service is not asked
+    h.covered = true;
+  } else {
+    {
+      std::lock_guard lock(mu_);
+      if (covered_) h = *covered_;
+    }
+    if (h.state.empty()) {
+      h = handshake(spec.deadline_ms);
+      std::lock_guard lock(mu_);
+      // Kept when it lets calls through; a refusal is asked again (the service may change).
+      if (h.covered || fields_.unsafe_override) covered_ = h;
+    }
+  }
+  trace["service_handshake"] = h.state;
   trace["enforcement_level"] = !required ? "none" : h.covered ? "enforced" : "not_enforceable";
   if (!h.enforcement.empty()) trace["service_enforcement"] = h.enforcement;
   if (!h.service_version.empty()) trace["service_version"] = h.service_version;
