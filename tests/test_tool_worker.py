@@ -32,6 +32,15 @@ SAMPLE = textwrap.dedent('''
     def blocked(payload):
         raise Blocked("no network for this tool")
 
+    class Check:
+        reason = "guarantee_blocked"
+
+    class CapabilityError(Exception):
+        check = Check()
+
+    def checked(payload):
+        raise CapabilityError("the check said no")
+
     def noisy(payload):
         print("to stdout")
         print("to stderr", file=sys.stderr)
@@ -102,6 +111,12 @@ def test_a_tool_for_the_original_runner_answers_the_same_through_ours(app: Path)
     for a in once + warm:
         assert a["trace"]["trace_id"] == "t-1" and a["trace"]["protocol_version"] == 1
         assert a["trace"]["python_path"] == sys.executable and a["trace"]["duration_ms"] >= 0
+
+
+def test_an_exception_carrying_a_check_answers_its_reason_as_reason_code(app: Path) -> None:
+    [line] = worker(app, data=json.dumps(request("checked", {})).encode()).stdout.splitlines()
+    assert json.loads(line)["error"] == {"type": "CapabilityError", "message": "the check said no",
+                                         "reason_code": "guarantee_blocked"}
 
 
 def test_what_a_tool_prints_never_reaches_the_protocol_stream(app: Path) -> None:

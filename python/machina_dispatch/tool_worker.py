@@ -188,13 +188,22 @@ class ToolWorker:
         except _Failure as e:
             answer = _error(e.kind, str(e))
         except Exception as e:  # the tool's failure (or its import's), named by its class
-            answer = _error(type(e).__name__, str(e), getattr(e, "reason_code", None))
+            answer = _error(type(e).__name__, str(e), _reason_code(e))
         trace["stdout"] = "".join(out.parts)
         trace["stderr"] = "".join(err.parts)
         trace["output_truncated"] = out.truncated or err.truncated
         trace["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
         answer["trace"] = trace
         return answer, serialisable
+
+
+def _reason_code(e: BaseException) -> Any:
+    """Why a check refused the call, as the exception says it: its ``reason_code``, else the
+    ``reason`` of the check it carries (``e.check.reason``, as capability errors do)."""
+    code = getattr(e, "reason_code", None)
+    if code is None:
+        code = getattr(getattr(e, "check", None), "reason", None)
+    return code
 
 
 def _error(kind: str, message: str, reason_code: Any = None) -> dict[str, Any]:
