@@ -790,11 +790,19 @@ def test_resource_exhaustion_leaves_the_host_serving(py: Py, confined: None) -> 
 
 
 def test_without_landlock_python_is_refused_not_run_unconfined(py: Py) -> None:
-    r = py.serve(request(EXECUTE, code="open('/tmp/should-not-exist', 'w')"), request(INSTALL, package="tinypkg"),
+    r = py.serve(request(EXECUTE, code="open('/tmp/should-not-exist', 'w')"),
+                 request("execute_python", code="1"), request(INSTALL, package="tinypkg"),
                  request(LIST), env={"MACHINA_TOOLHOST_NO_LANDLOCK": "1"})
-    for answer in r:
+    # The code runner's own answer, a failed run with the reason and advice (its callers read
+    # that shape; a host error would make them raise), in either name's shape.
+    for answer in r[:2]:
+        o = output(answer)
+        assert o["success"] is False and o["error"].startswith("RuntimeNotReady: ") and "needs Landlock" in o["error"]
+        assert "Nothing was run" in o["advice"] and o["stdout"] == "" and "executionTime" in o
+    for answer in r[2:]:
         refused(answer, "system_error", "needs Landlock")
     assert not list(py.pyws.iterdir())  # nothing was made ready
+    assert not Path("/tmp/should-not-exist").exists()
 
 
 # --- transports, policy -----------------------------------------------------------------------

@@ -531,7 +531,16 @@ Result PythonPack::execute(const Call& c) {
     }
     session_id = it->get<std::string>();
   }
-  if (const std::string why = unconfinable(); !why.empty()) return system_error(why);
+  if (const std::string why = unconfinable(); !why.empty()) {
+    // The runtime is not ready: an answer of the code runner's, which a caller reads as a
+    // failed run with advice, not a host error (nothing ran).
+    return Result::ok(shaped(failure("RuntimeNotReady", why,
+                                     "Nothing was run. Python code runs only confined: run the host on a Linux "
+                                     "kernel with user namespaces and Landlock (5.13 or later), and without "
+                                     "MACHINA_TOOLHOST_NO_LANDLOCK=1.",
+                                     0.0),
+                             c.shape));
+  }
   Result refusal;
   Workspace* ws = workspace(c, refusal);
   if (ws == nullptr) return refusal;
