@@ -151,6 +151,10 @@ def test_durable_calls_answered_to_the_reply_header_then_acked(url: str, tmp_pat
                 assert info.num_ack_pending == 0 and info.num_pending == 0 and info.num_redelivered == 0, info
                 assert str(info.config.ack_policy).endswith("explicit") and info.config.durable_name == name
                 assert info.config.ack_wait == 30 and info.config.max_deliver == 5, info.config
+                stream = (await raw.js.stream_info(name.upper())).config
+                assert stream.max_msgs == 100_000 and stream.max_bytes == 256 * 1024 * 1024, stream
+                assert str(stream.discard).endswith("new") and str(stream.retention).endswith("workqueue"), stream
+                assert stream.duplicate_window == 120 and stream.subjects == [f"{name}.durable.call"], stream
                 durable, = [e for e in await raw.stats() if e["name"] == "durable"]
                 assert durable["subject"] == f"{name}.durable.call"
                 assert durable["num_requests"] == 304 and durable["num_errors"] == 2, durable

@@ -480,7 +480,8 @@ int main(int argc, char** argv) {
   machina::cli::NatsFrontOptions nats_durable;
   app.add_flag("--nats-durable", nats_durable.durable,
                "In --nats, also take calls from a JetStream work-queue stream (subject PREFIX.durable.call; "
-               "at most 100000 messages or 256 MiB; publishes re-sent within 2 minutes are dropped) through a "
+               "at most 100000 messages or 256 MiB, beyond which a publish is refused; one re-sent within 2 minutes "
+               "is dropped) through a "
                "durable pull consumer the hosts share: explicit acks, at most --workers messages fetched at "
                "once, in progress while running, the answer to the Machina-Reply-To header, a call without an "
                "idempotency key keyed by its Nats-Msg-Id (docs/nats.md)");

@@ -136,6 +136,7 @@ void DurableConsumer::ensure_stream_and_consumer() {
   sc.Retention = js_WorkQueuePolicy;
   sc.MaxMsgs = kStreamMaxMsgs;
   sc.MaxBytes = kStreamMaxBytes;
+  sc.Discard = js_DiscardNew;  // a full stream refuses a new call rather than drop a waiting one
   sc.Duplicates = kDuplicateWindowNs;
   jsErrCode err = static_cast<jsErrCode>(0);
   natsStatus st = js_AddStream(nullptr, js_, &sc, nullptr, &err);
