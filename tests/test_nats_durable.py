@@ -461,3 +461,18 @@ def test_server_restart_under_load(tmp_path: Path) -> None:
             assert front.proc.poll() is None, front.stderr()
         finally:
             assert front.stop() == 0, front.stderr()
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--nats-stream", "a.b"], "--nats-stream a.b: expected one token"),
+    (["--nats-consumer", "x y"], "--nats-consumer x y: expected one token"),
+    (["--nats-ack-wait-s", "0"], "--nats-ack-wait-s: Value 0 not in range 0.1"),
+    (["--nats-ack-wait-s", "86401"], "--nats-ack-wait-s: Value 86401 not in range"),
+    (["--nats-max-deliver", "0"], "--nats-max-deliver: Value 0 not in range 1 to 1000000"),
+    ([], "has no JetStream (nats-server -js)"),
+])
+def test_durable_settings_refused_with_a_reason(flags: list[str], said: str) -> None:
+    with nats_server(jetstream=False) as url:
+        r = subprocess.run([TOOLHOST, "--nats", url, "--nats-durable", *flags], capture_output=True, text=True,
+                           timeout=30)
+    assert r.returncode == 2 and said in r.stderr, r.stderr
