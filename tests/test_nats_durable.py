@@ -266,6 +266,44 @@ authorization {
     assert runs(marks / "m") == 1
 
 
+def test_a_busy_host_fetches_nothing_and_an_idle_one_serves(url: str, tmp_path: Path) -> None:
+    """A host whose workers are all busy (with calls on PREFIX.call) fetches no durable call:
+    the calls stay in the stream, and a second, idle host serves them meanwhile."""
+    name = "dur10"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    args = durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none", "--workers", "2",
+                        "--python-workers", "2")
+    busy = Front(url, args, log_dir=tmp_path, native=True)
+    try:
+        async def go() -> None:
+            async with Raw(url, name) as raw:
+                slow = {"aid": "AID.PY.MARK.v1", "timeout_ms": 20_000,
+                        "input_json": json.dumps({"s": 4, "started": str(marks / "started")})}
+                held = [asyncio.ensure_future(raw.nc.request(f"{name}.call", json.dumps(slow).encode(), timeout=30))
+                        for _ in range(2)]
+                deadline = time.monotonic() + 10
+                while not (marks / "started").exists() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.8)  # (both workers in the tool, and a fetch made while idle expired)
+                for i in range(2):
+                    await raw.publish(f"q{i}", {"aid": "AID.ECHO.v1", "input_json": "{}"})
+                await asyncio.sleep(0.5)
+                info = await raw.consumer(name.upper(), name)
+                assert info.num_ack_pending == 0 and info.num_pending == 2, info  # not taken by the busy host
+                idle = await asyncio.to_thread(Front, url, args, None, tmp_path, True)
+                try:
+                    await raw.wait_answers(["q0", "q1"], 10)
+                    assert all(raw.answers[i][0][0]["ok"] for i in ("q0", "q1")), raw.answers
+                    assert not any(h.done() for h in held)  # served while the first host was busy
+                finally:
+                    assert idle.stop() == 0, idle.stderr()
+                await asyncio.gather(*held)
+        asyncio.run(go())
+    finally:
+        assert busy.stop() == 0, busy.stderr()
+
+
 def test_sigterm_drains_and_exits_within_two_seconds(url: str, tmp_path: Path) -> None:
     name = "dur5"
     marks = tmp_path / "marks"

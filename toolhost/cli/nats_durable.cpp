@@ -28,6 +28,7 @@ constexpr std::int64_t kDuplicateWindowNs = 120'000'000'000LL;  // a re-publishe
 constexpr int kFetchBatch = 64;                // messages asked for at once (at most the free workers)
 constexpr std::int64_t kFetchTimeoutMs = 500;  // also how long stopping waits for a fetch
 constexpr auto kRetryWait = std::chrono::milliseconds(250);
+constexpr auto kIdleWait = std::chrono::milliseconds(100);  // (then whether to stop is looked at again)
 constexpr auto kMinProgressPeriod = std::chrono::milliseconds(50);
 constexpr unsigned kMaxAckPendingPerWorker = 4;  // unacknowledged messages per consumer, per host worker
 constexpr std::size_t kMaxAnsweredKept = 100'000;  // stream sequences remembered as answered (the stream's cap)
@@ -248,14 +249,18 @@ void DurableConsumer::dispatch(natsMsg* msg) {
 void DurableConsumer::fetch_loop() {
   bool failing = false;
   for (;;) {
-    int batch = 0;
+    std::size_t room = 0;
     {
-      // Only as many messages as there are workers free of durable calls.
+      // At most --workers messages held at once ...
       std::unique_lock lock(mu_);
       changed_.wait(lock, [&] { return stop_fetching_ || held_.size() < o_.workers; });
       if (stop_fetching_) return;
-      batch = static_cast<int>(std::min<std::size_t>(kFetchBatch, o_.workers - held_.size()));
+      room = o_.workers - held_.size();
     }
+    // ... and only as many as the host has workers idle: the others stay for idle hosts.
+    const std::size_t idle = sink_.idle_workers(kIdleWait);
+    if (idle == 0) continue;
+    const int batch = static_cast<int>(std::min({static_cast<std::size_t>(kFetchBatch), room, idle}));
     natsMsgList list{};
     jsErrCode err = static_cast<jsErrCode>(0);
     const natsStatus st = natsSubscription_Fetch(&list, sub_, batch, kFetchTimeoutMs, &err);

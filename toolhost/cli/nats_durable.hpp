@@ -72,6 +72,8 @@ class DurableSink {
   /// Serves `call` (its reply subject is where the answer goes) as a call on the durable
   /// endpoint, then acknowledges `receipt`. May block while every worker has a call waiting.
   virtual void serve_durable(natsMsg* call, std::unique_ptr<DurableReceipt> receipt) = 0;
+  /// Workers with no call running or waiting, after waiting up to `wait` for one to be.
+  virtual std::size_t idle_workers(std::chrono::milliseconds wait) = 0;
 };
 
 /// The stream, the consumer and the thread that fetches from it (see the file comment).

@@ -220,6 +220,7 @@ class NatsServer final : public DurableSink {
   static void on_error(natsConnection*, natsSubscription*, natsStatus s, void*);
   void take(Endpoint* ep, natsMsg* msg, std::unique_ptr<DurableReceipt> receipt = nullptr);
   void serve_durable(natsMsg* call, std::unique_ptr<DurableReceipt> receipt) override;
+  std::size_t idle_workers(std::chrono::milliseconds wait) override;
   void work();
   /// The call for a message taken from `s`; null when it is answered (or dropped) here.
   std::unique_ptr<Call> route(const Subscription& s, natsMsg* msg);
@@ -529,6 +530,13 @@ void NatsServer::add_worker(bool replacing) {
 
 void NatsServer::serve_durable(natsMsg* call, std::unique_ptr<DurableReceipt> receipt) {
   take(durable_ep_, call, std::move(receipt));
+}
+
+std::size_t NatsServer::idle_workers(std::chrono::milliseconds wait) {
+  std::unique_lock lock(mu_);
+  const auto idle = [&] { return workers_ > busy_ + queue_.size() ? workers_ - busy_ - queue_.size() : 0; };
+  idle_.wait_for(lock, wait, [&] { return idle() > 0 || stopping_; });
+  return idle();
 }
 
 std::unique_ptr<Call> NatsServer::make_call(Endpoint* ep, natsMsg* msg) {
