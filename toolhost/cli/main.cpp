@@ -482,8 +482,8 @@ int main(int argc, char** argv) {
                "In --nats, also take calls from a JetStream work-queue stream (subject PREFIX.durable.call; "
                "at most 100000 messages or 256 MiB, beyond which a publish is refused; one re-sent within 2 minutes "
                "is dropped) through a "
-               "durable pull consumer the hosts share: explicit acks, at most --workers messages fetched at "
-               "once, in progress while running, the answer to the Machina-Reply-To header, a call without an "
+               "durable pull consumer the hosts share: explicit acks, messages fetched only for idle workers, "
+               "in progress while running, the answer to the Machina-Reply-To header, a call without an "
                "idempotency key keyed by its Nats-Msg-Id (docs/nats.md)");
   app.add_option("--nats-stream", nats_durable.stream, "In --nats-durable, the stream's name")->capture_default_str();
   app.add_option("--nats-consumer", nats_durable.consumer, "In --nats-durable, the consumer the hosts share")
