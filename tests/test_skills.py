@@ -115,6 +115,21 @@ def test_lifecycle_load_sessions_ticks_and_shutdown(skill_dir: Path, tmp_path: P
     assert not alive(pid)
 
 
+def test_a_lifecycle_skill_is_ticked_by_default_unless_its_manifest_says_never(
+        skill_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    with md.Skill(skill_dir, skill_tick_ms=50) as t:  # the host's default interval, shortened
+        t.call("echo")
+        wait_for(lambda: len(events(skill_dir, "lifecycle/onTick")) >= 2, what="ticks by default")
+    before = len(events(skill_dir, "lifecycle/onTick"))
+    with md.Skill(skill_dir, tick_interval_ms=0, skill_tick_ms=50) as t:
+        t.call("echo")
+        time.sleep(0.4)
+    assert len(events(skill_dir, "lifecycle/onTick")) == before
+    with pytest.raises(md.HostError, match="tick interval"):
+        md.Skill(skill_dir, skill_tick_ms=-1)
+
+
 def test_a_serve_stream_is_a_session(skill_dir: Path, tmp_path: Path) -> None:
     out = serve([{"aid": P + "ECHO.v1"}], "--tools", str(skill_dir), env=skill_env(tmp_path))
     assert out[0]["ok"], out
@@ -133,7 +148,8 @@ def test_the_later_runtimes_method_names(skill_dir: Path, tmp_path: Path, monkey
     assert t.call("echo", {"text": "x"}).ok
     wait_for(lambda: events(skill_dir, "skill/tick"), what="a tick")
     t.close()
-    names = [e["event"] for e in probe_log(skill_dir)]
+    # (a tick may come between the session's end and the shutdown: ticks are not the session's)
+    names = [e["event"] for e in probe_log(skill_dir) if e["event"] != "skill/tick"]
     assert names[:4] == ["started", "skill/load", "skill/activate", "skill/sessionStart"]
     assert names[-3:] == ["skill/sessionEnd", "skill/shutdown", "exiting"]
     assert events(skill_dir, "skill/load")[0]["params"]["dataDir"] == str(data)

@@ -97,6 +97,7 @@ class Host:
         worker_env: list[str] = ...,
         python_workers: int = ...,
         python_memory_mb: int = ...,
+        skill_tick_ms: int = ...,
         audit_db: str = ...,
         audit_jsonl: str = ...,
         audit_retention_days: int = ...,

@@ -114,7 +114,8 @@ class Skill(_Hosted):
             is the name its ``SKILL.md`` gives.
         cwd: a command's working directory (default: this process's).
         methods: ``"seed"`` (``lifecycle/*``) or ``"skill"`` (the later runtime's ``skill/*``).
-        tick_interval_ms: ``lifecycle/onTick`` this often (default: never).
+        tick_interval_ms: ``lifecycle/onTick`` (or ``skill/tick``) this often, 0: never (default:
+            the host's ``skill_tick_ms``, 60 s, for a ``lifecycle/*`` skill; never for ``skill/*``).
         data_dir: where its ``data/read`` and ``data/write`` go.
         env, sandbox, guarantees, memory_mb, start_timeout, timeout, **options: as for :class:`Mcp`.
 

@@ -83,6 +83,7 @@ const std::vector<std::pair<const char*, OptionSetter>>& host_options() {
       {"worker_env", [](O& o, py::handle v) { o.workers.pass_env = as<std::vector<std::string>>(v, "worker_env", "a list of str"); }},
       {"python_workers", [](O& o, py::handle v) { o.python_workers = as<std::size_t>(v, "python_workers", "an int"); }},
       {"python_memory_mb", [](O& o, py::handle v) { o.python_memory_mb = as<std::uint64_t>(v, "python_memory_mb", "an int"); }},
+      {"skill_tick_ms", [](O& o, py::handle v) { o.skill_tick_ms = as<std::int64_t>(v, "skill_tick_ms", "an int"); }},
       {"audit_db", [](O& o, py::handle v) { o.audit.db_path = as<std::string>(v, "audit_db", "a str"); }},
       {"audit_jsonl", [](O& o, py::handle v) { o.audit.jsonl_path = as<std::string>(v, "audit_jsonl", "a str"); }},
       {"audit_retention_days", [](O& o, py::handle v) { o.audit.retention_days = as<std::int64_t>(v, "audit_retention_days", "an int"); }},

@@ -580,6 +580,12 @@ int main(int argc, char** argv) {
                  "--workers)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
       ->group("Deadlines and isolation");
+  app.add_option("--skill-tick-ms", options.skill_tick_ms,
+                 "Skills of the lifecycle/* layout: lifecycle/onTick this often unless their manifest says "
+                 "(tick_interval_ms; 0: never)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{86'400'000}))
+      ->capture_default_str()
+      ->group("Deadlines and isolation");
   app.add_option("--python-memory-mb", options.python_memory_mb,
                  "Python tools: a worker resident past this many MiB is killed and replaced (its call fails "
                  "tool_crashed), unless the manifest says; 0: no cap")

@@ -113,6 +113,9 @@ Host::Host(HostOptions options)
   for (const auto& [aid, ms] : options_.tool_timeouts_ms) {
     if (ms < 1) throw HostError("the timeout for " + aid + " must be at least 1 ms");
   }
+  if (options_.skill_tick_ms < 0 || options_.skill_tick_ms > 86'400'000) {
+    throw HostError("the skills' tick interval must be from 0 (never) to 86400000 ms");
+  }
   if (options_.isolation == Isolation::inline_threads && options_.workers.limits.any()) {
     throw HostError("OS limits (--limit-*, --no-network; limit_*, no_network from Python) apply to isolated tools: "
                     "add --isolation process (isolation='process')");

@@ -140,7 +140,9 @@ std::vector<std::shared_ptr<JsonRpcToolset>> Host::start_children(const ToolMani
       o.child.on_event = options_.on_event;
       o.child.max_line_bytes = options_.max_output_bytes + (1u << 20);
       o.start_timeout_ms = c.start_timeout_ms;
-      o.tick_interval_ms = c.tick_interval_ms;
+      o.tick_interval_ms = c.tick_interval_ms >= 0                          ? c.tick_interval_ms
+                           : c.kind == "skill" && c.methods == "seed" ? options_.skill_tick_ms
+                                                                      : 0;
       o.data_dir = c.data_dir;
       o.skill_manifest_json = c.skill_manifest_json;
       o.on_event = options_.on_event;

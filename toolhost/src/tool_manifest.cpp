@@ -233,8 +233,6 @@ void read_skill_dir(ManifestChild& c, const std::string& dir, const std::functio
     if (!j.contains("entry") || !j["entry"].is_string()) return fail(dir + "/manifest.json: entry must be a string");
     if (c.command.empty()) c.command = {"python3", j["entry"].get<std::string>()};
     c.methods = "skill";
-    if (j.contains("tick_interval") && j["tick_interval"].is_number_integer() && c.tick_interval_ms == 0)
-      c.tick_interval_ms = j["tick_interval"].get<std::int64_t>();
     // What the skill asks for: the operator's `env` alone passes variables (a skill does
     // not pick the host's secrets for itself).
     if (j.contains("env") && j["env"].is_array()) {
@@ -244,6 +242,12 @@ void read_skill_dir(ManifestChild& c, const std::string& dir, const std::functio
     }
   } else if (c.command.empty()) {
     return fail(dir + "/manifest.json names no runtime to start");
+  }
+  if (c.tick_interval_ms < 0 && j.contains("tick_interval")) {  // (the operator's tick_interval_ms comes first)
+    const auto& t = j["tick_interval"];
+    if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > kMaxTimeoutMs)
+      return fail(dir + "/manifest.json: tick_interval must be from 0 (no ticks) to 86400000 milliseconds");
+    c.tick_interval_ms = t.get<std::int64_t>();
   }
   if (c.name.empty() && j.contains("name") && j["name"].is_string()) c.name = j["name"].get<std::string>();
   std::ifstream md(fs::path(dir) / "SKILL.md", std::ios::binary);

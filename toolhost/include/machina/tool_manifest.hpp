@@ -46,7 +46,7 @@ struct ManifestChild {
   std::string dir;                   // its working directory (absolute): the manifest's, or `dir`
   std::string description;
   std::string methods = "seed";      // skills: "seed" (lifecycle/*) or "skill" (the later runtime's skill/*)
-  std::int64_t tick_interval_ms = 0; // skills: lifecycle/onTick this often (0: never)
+  std::int64_t tick_interval_ms = -1; // skills: lifecycle/onTick this often (0: never; -1: not said: the host's default)
   std::string data_dir;              // skills: where data/read and data/write go ("": a default)
   std::string aid_prefix;            // "": AID.SKILL.<NAME>. or AID.MCP.<NAME>.
   std::int64_t start_timeout_ms = 30'000;
