@@ -25,13 +25,13 @@ constexpr const char* kCallHeaders[] = {"Machina-User", "Machina-Lease", "Machin
 constexpr std::int64_t kStreamMaxMsgs = 100'000;
 constexpr std::int64_t kStreamMaxBytes = 256LL * 1024 * 1024;
 constexpr std::int64_t kDuplicateWindowNs = 120'000'000'000LL;  // a re-published call is dropped
-constexpr int kFetchBatch = 64;                // messages asked for at once (at most the free workers)
+constexpr int kFetchBatch = 64;                // messages asked for at once (at most the idle workers)
 constexpr std::int64_t kFetchTimeoutMs = 500;  // also how long stopping waits for a fetch
 constexpr auto kRetryWait = std::chrono::milliseconds(250);
 constexpr auto kIdleWait = std::chrono::milliseconds(100);  // (then whether to stop is looked at again)
 constexpr auto kMinProgressPeriod = std::chrono::milliseconds(50);
 constexpr unsigned kMaxAckPendingPerWorker = 4;  // unacknowledged messages per consumer, per host worker
-constexpr std::size_t kMaxAnsweredKept = 100'000;  // stream sequences remembered as answered (the stream's cap)
+constexpr std::size_t kMaxAnsweredKept = 100'000;  // messages remembered as answered (the stream's cap)
 
 void say(const std::string& text) {
   const std::string line = "machina-toolhost: " + text + "\n";
