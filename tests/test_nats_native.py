@@ -218,3 +218,21 @@ def test_calls_are_in_the_audit_store_as_nats_calls(url: str, workspace: Path, t
     con.close()
     assert rows == [("nats", "AID.FILE.READ.v1", "ok", "notes.txt"),
                     ("nats", "tools.file.read", "access_denied", ".env")]
+
+
+def test_a_timeout_on_a_tools_subject_is_worded_once(url: str, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[shell]\nallow = ["sleep"]\n')
+    with Front(url, ["--prefix", "ntime", "--policy", str(policy)], log_dir=tmp_path, native=True):
+        async def go() -> dict[str, object]:
+            nc = await nats.connect(url)
+            try:
+                msg = await nc.request("tools.shell.exec", json.dumps({"command": "sleep", "args": ["5"]}).encode(),
+                                       timeout=10, headers={"Machina-Timeout-Ms": "300"})
+            finally:
+                await nc.close()
+            answer: dict[str, object] = json.loads(msg.data)
+            return answer
+        answer = asyncio.run(go())
+    assert answer["data"] is None
+    assert str(answer["error"]).startswith("Timeout: tools.shell.exec did not finish within 300 ms"), answer

@@ -19,7 +19,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -127,7 +129,14 @@ std::string typed_error(const std::string& error, const std::string& code) {
     if (error.size() > type.size() && error.starts_with(type) && error[type.size()] == ':') return error;
   }
   const auto it = by_code.find(code);
-  return std::string(it == by_code.end() ? std::string_view("SystemError") : it->second) + ": " + error;
+  const std::string_view type = it == by_code.end() ? std::string_view("SystemError") : it->second;
+  // A message that starts with its type in lower case ("timeout: …") is worded once.
+  if (error.size() > type.size() && error[type.size()] == ':' &&
+      std::equal(type.begin(), type.end(), error.begin(),
+                 [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; })) {
+    return std::string(type) + error.substr(type.size());
+  }
+  return std::string(type) + ": " + error;
 }
 
 std::string random_id() {
