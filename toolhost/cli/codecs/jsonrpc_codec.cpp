@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <optional>
 #include <set>
 
 #ifndef MACHINA_VERSION
@@ -24,9 +25,21 @@ using jsonrpc::Member;
 constexpr std::size_t kMaxCancelledIds = 4096;
 constexpr const char* kLatestVersion = "2025-11-25";
 // The MCP revisions of the initialize handshake this front speaks (an older or newer
-// request is answered with the latest; the 2026 revision's server/discover gets -32601,
-// which makes its clients fall back to this handshake).
+// request is answered with the latest).
 constexpr const char* kVersions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"};
+// The revision without a handshake: each request says its version in the `_meta` envelope.
+constexpr std::string_view kModernVersion = "2026-07-28";
+constexpr std::string_view kVersionKey = "io.modelcontextprotocol/protocolVersion";
+constexpr std::string_view kCapabilitiesKey = "io.modelcontextprotocol/clientCapabilities";
+constexpr int kUnsupportedProtocolVersion = -32022;
+// Results of the 2026-07-28 revision: complete (never input_required: this front asks the
+// client nothing), cacheable only by the one client (a caller's lease and user decide what
+// it may run) and stale at once (the tools a host serves can change as its manifest does) —
+// the official SDK's server defaults.
+constexpr const char kModernCacheHints[] = R"("resultType":"complete","cacheScope":"private","ttlMs":0)";
+// Every 2026-07-28 result names the server in its `_meta`.
+constexpr const char kServerInfoStamp[] =
+    R"("io.modelcontextprotocol/serverInfo":{"name":"machina-toolhost","version":")" MACHINA_VERSION R"("})";
 
 template <std::size_t N>
 void put(std::string& out, const char (&literal)[N]) {
@@ -207,11 +220,78 @@ bool starts_object(std::string_view text) {
   return at != std::string_view::npos && text[at] == '{';
 }
 
+/// What a request's params carry of the 2026-07-28 envelope (`params._meta`).
+struct Envelope {
+  bool meta_object = false;  // params._meta is an object
+  bool has_version = false;
+  bool has_capabilities = false;
+  Member::Type version_type = Member::Type::null;
+  std::string version;  // (a string version, decoded)
+};
+
+Envelope read_envelope(std::string_view params) {
+  Envelope e;
+  if (!starts_object(params)) return e;
+  std::string_view meta;
+  std::string why;
+  jsonrpc::for_each_member(
+      params,
+      [&](const Member& m) {
+        if (m.key == "_meta") {
+          e.meta_object = m.type == Member::Type::object;
+          meta = e.meta_object ? m.raw : std::string_view();
+        }
+        return true;
+      },
+      why);
+  if (meta.empty()) return e;
+  jsonrpc::for_each_member(
+      meta,
+      [&](const Member& m) {
+        if (m.key == kVersionKey) {
+          e.has_version = true;
+          e.version_type = m.type;
+          e.version = m.type == Member::Type::string ? std::string(m.string) : std::string();
+        } else if (m.key == kCapabilitiesKey) {
+          e.has_capabilities = true;
+        }
+        return true;
+      },
+      why);
+  return e;
+}
+
+/// The 2026-07-28 error for a protocol version this front does not serve; `requested` is
+/// named when it is a string.
+void unsupported_version(std::string& out, std::string_view id, std::string_view message,
+                         const std::optional<std::string>& requested) {
+  json data = {{"supported", {std::string(kModernVersion)}}};
+  if (requested) data["requested"] = *requested;
+  jsonrpc::append_error(out, id, kUnsupportedProtocolVersion, message,
+                        data.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
 }  // namespace
 
 JsonRpcCodec::JsonRpcCodec(Dialect dialect, std::size_t page_size) : dialect_(dialect), page_size_(page_size) {}
 
+JsonRpcCodec::Era JsonRpcCodec::settle_era(const jsonrpc::Message& m) {
+  Era era = era_.load(std::memory_order_acquire);
+  if (era != Era::open || dialect_ != Dialect::mcp || m.kind != jsonrpc::Message::Kind::request) return era;
+  const Era chosen = m.method != "initialize" && read_envelope(m.params).has_version ? Era::modern : Era::handshake;
+  // (The first to settle it wins; a request read later never changes it.)
+  if (era_.compare_exchange_strong(era, chosen, std::memory_order_acq_rel)) return chosen;
+  return era;
+}
+
 LineCodec::Peek JsonRpcCodec::peek(std::string_view line) {
+  if (dialect_ == Dialect::mcp && era_.load(std::memory_order_acquire) == Era::open) {
+    // Lines are peeked in the order they are read: the connection's first request settles
+    // its era before any later line is handled.
+    jsonrpc::Message first;
+    std::string ignored;
+    if (jsonrpc::parse(line, first, ignored)) settle_era(first);
+  }
   const bool cancelling = line.find("notifications/cancelled") != std::string_view::npos;
   const bool shutdown = dialect_ == Dialect::skill && line.find("\"shutdown\"") != std::string_view::npos;
   if (!cancelling && !shutdown) return Peek::handle;
@@ -293,6 +373,19 @@ LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Sessi
   }
   const std::string id(m.id);
   const std::string& method = m.method;
+  if (dialect_ == Dialect::mcp) {
+    if (settle_era(m) == Era::modern) {
+      serve_modern(host, id, m, session, out, takeover, handled);
+      return handled;
+    }
+    if (method != "initialize" && read_envelope(m.params).has_version) {
+      jsonrpc::append_error(out, id, jsonrpc::kInvalidRequest,
+                            "this connection serves the handshake protocol era; requests carrying the 2026-07-28 "
+                            "envelope are not accepted on it",
+                            error_data(ErrorKind::malformed_request));
+      return handled;
+    }
+  }
   if (method == "tools/call") {
     call(host, id, m, session, out, takeover, handled);
     return handled;
@@ -328,6 +421,53 @@ LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Sessi
     jsonrpc::append_error(out, id, jsonrpc::kMethodNotFound, "Method not found", json(method).dump());
   }
   return handled;
+}
+
+void JsonRpcCodec::serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
+                                std::string& out, Takeover* takeover, Handled& handled) {
+  const std::string& method = m.method;
+  std::string why;
+  if (method == "initialize") {
+    std::optional<std::string> requested;
+    jsonrpc::for_each_member(
+        m.params,
+        [&](const Member& member) {
+          if (member.key == "protocolVersion" && member.type == Member::Type::string) requested = std::string(member.string);
+          return true;
+        },
+        why);
+    return unsupported_version(
+        out, id, "connection is serving the 2026-07-28 protocol; the initialize handshake is not accepted", requested);
+  }
+  const Envelope e = read_envelope(m.params);
+  if (!e.meta_object) {
+    return invalid_params(out, id,
+                          "params._meta must be an object carrying the required '" + std::string(kVersionKey) +
+                              "' and '" + std::string(kCapabilitiesKey) + "' envelope keys");
+  }
+  if (!e.has_version || !e.has_capabilities) {
+    std::string missing = e.has_version ? "" : std::string(kVersionKey);
+    if (!e.has_capabilities) missing += (missing.empty() ? "" : ", ") + std::string(kCapabilitiesKey);
+    return invalid_params(out, id, "params._meta is missing the required envelope key(s): " + missing);
+  }
+  if (e.version_type != Member::Type::string)
+    return invalid_params(out, id, "the protocol-version envelope value must be a string");
+  if (e.version != kModernVersion) return unsupported_version(out, id, "Unsupported protocol version", e.version);
+  if (method == "tools/call") return call(host, id, m, session, out, takeover, handled);
+  if (method == "tools/list") return list_tools(host, id, m.params, out);
+  if (method == "server/discover") {
+    std::string result = R"({"supportedVersions":[")";
+    result.append(kModernVersion);
+    result += R"("],"capabilities":{"tools":{"listChanged":false}},)";
+    result += kModernCacheHints;
+    result += R"(,"_meta":{)";
+    result += kServerInfoStamp;
+    result += "}}";
+    return jsonrpc::append_result(out, id, result);
+  }
+  // (ping is not a method of this revision.)
+  jsonrpc::append_error(out, id, jsonrpc::kMethodNotFound, "Method not found",
+                        json(method).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 void JsonRpcCodec::initialize(Host& host, const std::string& id, std::string_view params, std::string& out) {
@@ -407,7 +547,16 @@ void JsonRpcCodec::list_tools(Host& host, const std::string& id, std::string_vie
   }
   json result = {{"tools", tools}};
   if (from + page_size_ < all.size()) result["nextCursor"] = std::to_string(from + page_size_);
-  jsonrpc::append_result(out, id, result.dump(-1, ' ', false, json::error_handler_t::replace));
+  std::string text = result.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (modern()) {
+    text.pop_back();  // (the closing brace)
+    text += ',';
+    text += kModernCacheHints;
+    text += R"(,"_meta":{)";
+    text += kServerInfoStamp;
+    text += "}}";
+  }
+  jsonrpc::append_result(out, id, text);
 }
 
 void JsonRpcCodec::call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
@@ -482,9 +631,11 @@ void JsonRpcCodec::encode_result(const Response& r, std::string_view id, std::st
     out.append(r.output_json);
   }
   out.append(r.ok() ? std::string_view(",\"isError\":false") : std::string_view(",\"isError\":true"));
+  const bool stamped = dialect_ == Dialect::mcp && modern();
+  if (stamped) put(out, ",\"resultType\":\"complete\"");
   // What MCP has no place for: the host's status and code, the ds_state delta, the trace.
   const bool has_state = info.call_response && r.ds_state.mode != DsReport::Mode::none && r.ds_state.changes;
-  if (!r.ok() || has_state || r.idempotent_hit || !r.trace_json.empty()) {
+  if (stamped || !r.ok() || has_state || r.idempotent_hit || !r.trace_json.empty()) {
     put(out, ",\"_meta\":{");
     bool first = true;
     auto key = [&](const char* name) {
@@ -520,6 +671,10 @@ void JsonRpcCodec::encode_result(const Response& r, std::string_view id, std::st
     if (!r.trace_json.empty()) {
       key("machina/trace");
       out.append(r.trace_json);
+    }
+    if (stamped) {
+      if (!first) out.push_back(',');
+      out.append(kServerInfoStamp);
     }
     out.push_back('}');
   }

@@ -1,14 +1,17 @@
-// The JSON-RPC 2.0 fronts on stdio, one message per line: --mcp (an MCP server: initialize
-// with version negotiation, tools/list, tools/call, ping, cancellation, progress) and
-// --skill (a seed-001 skill: initialize with its tools, tools/call, lifecycle/*, shutdown).
-// Both are codecs of the serving kit; every call goes through Host::handle like any other
-// front's. See docs/jsonrpc.md.
+// The JSON-RPC 2.0 fronts on stdio, one message per line: --mcp (an MCP server: the
+// handshake revisions — initialize with version negotiation, tools/list, tools/call, ping —
+// and the 2026-07-28 revision — server/discover, each request carrying its protocol version
+// in `_meta`, no session — the connection's first request choosing, with cancellation and
+// progress in both) and --skill (a seed-001 skill: initialize with its tools, tools/call,
+// lifecycle/*, shutdown). Both are codecs of the serving kit; every call goes through
+// Host::handle like any other front's. One codec serves one connection. See docs/jsonrpc.md.
 #pragma once
 
 #include "../serve_kit.hpp"
 
 #include <machina/jsonrpc.hpp>
 
+#include <atomic>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -30,10 +33,19 @@ class JsonRpcCodec final : public LineCodec {
   void attach(WriteNow write_now) override { write_now_ = std::move(write_now); }
 
  private:
+  /// The MCP revisions a connection is served at: chosen once, by its first request (one
+  /// carrying the 2026-07-28 `_meta` envelope, initialize aside, opens a 2026-07-28
+  /// connection; any other a handshake one).
+  enum class Era { open, handshake, modern };
+  Era settle_era(const jsonrpc::Message& m);
   void call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session, std::string& out,
             Takeover* takeover, Handled& handled);
+  /// A request on a 2026-07-28 connection: its envelope checked, then served.
+  void serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
+                    std::string& out, Takeover* takeover, Handled& handled);
   void initialize(Host& host, const std::string& id, std::string_view params, std::string& out);
   void list_tools(Host& host, const std::string& id, std::string_view params, std::string& out);
+  bool modern() const { return era_.load(std::memory_order_acquire) == Era::modern; }
   void encode_result(const Response& r, std::string_view id, std::string& out) const;
   /// A cancellation of the request `id` (raw JSON): its call is stopped if it runs, or never
   /// started if it has not begun.
@@ -43,6 +55,7 @@ class JsonRpcCodec final : public LineCodec {
   Dialect dialect_;
   std::size_t page_size_;
   WriteNow write_now_;
+  std::atomic<Era> era_{Era::open};
   std::mutex mu_;
   std::unordered_map<std::string, CancelToken*> running_;  // by raw id
   std::unordered_set<std::string> cancelled_;              // running calls cancelled, and ids cancelled before they ran
