@@ -37,6 +37,7 @@ def strict_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subpro
 
 
 @not_sanitized
+@pytest.mark.rebuild
 @pytest.mark.timeout(900)  # a full build of the project
 def test_cpp_builds_without_warnings(strict_build: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     _, build = strict_build
@@ -45,6 +46,7 @@ def test_cpp_builds_without_warnings(strict_build: tuple[Path, subprocess.Comple
 
 
 @not_sanitized
+@pytest.mark.rebuild
 @pytest.mark.timeout(900)
 def test_cpp_unit_tests_pass(strict_build: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """tests/unit (a file per core component), run by ctest as a developer would."""

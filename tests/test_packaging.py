@@ -20,6 +20,7 @@ IGNORE = shutil.ignore_patterns("build", ".git", "__pycache__", "*.so", ".pytest
 
 
 @not_sanitized
+@pytest.mark.rebuild
 @pytest.mark.timeout(900)  # a build of the whole project, then a small one
 def test_editable_install_rebuilds_on_change(tmp_path: Path) -> None:
     src = tmp_path / "src"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs machina-toolhost into .venv, from this checkout: the Debian packages its build
+# needs, the virtual environment, the build's own Python tools, then the package with the
+# extras named as the first argument (e.g. test,bench). The build runs in .venv itself, not
+# in a throw-away environment of pip's, so that a second install (other extras) finds the
+# first one's build folder valid and compiles nothing again. It prints the compile steps
+# as they go; the whole log is kept in build/install.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-system-deps.sh
+[ -x .venv/bin/python ] || python3 -m venv .venv
+. .venv/bin/activate
+# What pyproject.toml's [build-system] requires, and the build's own tools.
+mapfile -t build_requires < <(python - <<'PY'
+import ast, re
+text = open("pyproject.toml").read()
+section = text.split("[build-system]", 1)[1].split("\n[", 1)[0]
+print("\n".join(ast.literal_eval(re.search(r"requires\s*=\s*(\[.*?\])", section, re.S).group(1))))
+PY
+)
+pip install -q "${build_requires[@]}" cmake ninja
+mkdir -p build
+log=build/install.log
+target=".${1:+[$1]}"
+echo "machina-toolhost: building and installing $target (the first build takes about three minutes on" \
+     "two cores; its compile steps follow, the whole log goes to $log)"
+if ! pip install --no-build-isolation -v "$target" 2>&1 | tee "$log" |
+       { grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\] |^Successfully installed' || true; }; then
+  echo "machina-toolhost: the install failed; the end of $log:" >&2
+  tail -n 40 "$log" >&2
+  exit 1
+fi
