@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import secrets
 import subprocess
 import sys
@@ -50,15 +51,43 @@ def request(requester: Path, url: str, *args: str) -> dict[str, Any]:
     return result
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) a process and its threads have used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def server_pid(url: str) -> int:
+    """The pid of the nats-server listening on `url`'s port (one of this run's)."""
+    port = url.rsplit(":", 1)[1]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"nats-server") and b"-p" in argv and port.encode() in argv:
+            return int(entry.name)
+    raise RuntimeError(f"no nats-server process for {url}")
+
+
 @contextmanager
-def null_responder(binary: Path, url: str, subject: str) -> Iterator[None]:
-    proc = subprocess.Popen([str(binary), "-q", "q", url, subject], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+def null_responder(binary: Path, url: str, subject: str, buffered: bool) -> Iterator[subprocess.Popen[bytes]]:
+    """`buffered`: replies written by the C client's flusher (many at a time, each after up to a
+    millisecond), else each at once."""
+    proc = subprocess.Popen([str(binary), "-q", "q", *(["-B"] if buffered else []), url, subject],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != b"ready":
             raise RuntimeError(f"nats_null_responder did not start: {proc.stderr.read() if proc.stderr else ''!r}")
-        yield
+        yield proc
     finally:
         assert proc.stdin is not None
         proc.stdin.close()
@@ -100,8 +129,9 @@ def nats_native(ctx: Ctx) -> Section:
                 f"{len(os.sched_getaffinity(0))} vCPUs. *Pipelined*: the native requester "
                 f"(bench/native/nats_requester.c, libnats) keeps {WINDOW} requests in flight on `machina.call` and "
                 "matches each reply to its request; *lock-step*: one request at a time. The null responder "
-                "(bench/native/nats_null_responder.c) answers every request with a fixed reply: what the broker "
-                "and the C client allow, the ceiling for any responder. Hosts are `machina-toolhost --nats URL "
+                "(bench/native/nats_null_responder.c) answers every request with a fixed reply (written by the C "
+                "client's flusher when pipelined, at once in lock-step): what the broker and the C client allow, "
+                "the ceiling for any responder. Hosts are `machina-toolhost --nats URL "
                 "--packs none` in one queue group. The Python client is `md.Nats(url).acall_many` on one host.")
     n = ctx.n(20_000, 200_000)
     lock_n = ctx.n(1_000, 5_000)
@@ -112,9 +142,11 @@ def nats_native(ctx: Ctx) -> Section:
     pipelined_args = ["-n", str(n), "-w", str(WINDOW), "-s", "machina.call", "-b", ECHO_REQUEST]
     lockstep_args = ["-l", "-n", str(lock_n), "-s", "machina.call", "-b", ECHO_REQUEST]
 
-    def measure(label: str, url: str, keyed: bool = False) -> tuple[Spread, dict[str, Any]]:
-        """Pipelined runs and one lock-step run; `keyed`: every request with a key never used before
-        (in the Idempotency-Key header, on the tool's own subject, which reads call options there)."""
+    def measure(label: str, url: str, responders: list[int], keyed: bool = False) -> tuple[Spread, dict[str, Any]]:
+        """Pipelined runs and one lock-step run (its figures, and the CPU per pipelined call of the
+        broker, the requester and the `responders` under "cpu_us"); `keyed`: every request with a key
+        never used before (in the Idempotency-Key header, on the tool's own subject, which reads call
+        options there)."""
         ctx.status(f"nats_native: {label}")
 
         def key() -> list[str]:
@@ -124,19 +156,29 @@ def nats_native(ctx: Ctx) -> Section:
         request(requester, url, "-n", str(min(n, 20_000)), "-w", str(WINDOW), "-s", "machina.call",
                 "-b", ECHO_REQUEST, *key())  # warm
         sizes = ["-n", str(keyed_n)] if keyed else []  # (a store's round trips make keyed calls slower)
+        broker = server_pid(url)
+        before = (cpu_seconds(broker), children_cpu_seconds(), sum(cpu_seconds(p) for p in responders))
         runs = [request(requester, url, *pipelined_args, *key(), *sizes)["calls_per_s"] for _ in range(reps)]
+        after = (cpu_seconds(broker), children_cpu_seconds(), sum(cpu_seconds(p) for p in responders))
+        calls = reps * (keyed_n if keyed else n)
         lock = request(requester, url, *lockstep_args, *key(), *(["-n", str(lock_n // 2)] if keyed else []))
+        lock["cpu_us"] = [(a - b) / calls * 1e6 for a, b in zip(after, before, strict=True)]
         return Spread(runs), lock
 
     rows: list[list[str]] = []
     figures: dict[str, tuple[Spread, dict[str, Any]]] = {}
     python_rate = float("nan")
     with nats_server(jetstream=True) as url:
-        with null_responder(responder, url, "machina.call"):
-            figures["null"] = measure("null responder", url)
+        # The null responder at its best for each: replies written many at a time when pipelined,
+        # each at once in lock-step.
+        with null_responder(responder, url, "machina.call", buffered=True) as proc:
+            pipelined_null = measure("null responder, buffered", url, [proc.pid])
+        with null_responder(responder, url, "machina.call", buffered=False) as proc:
+            lockstep_null = measure("null responder", url, [proc.pid])[1]
+        figures["null"] = (pipelined_null[0], {**lockstep_null, "cpu_us": pipelined_null[1]["cpu_us"]})
         for count in (1, 2, 3):
-            with hosts(url, count, []):
-                figures[f"hosts{count}"] = measure(f"{count} host(s)", url)
+            with hosts(url, count, []) as fronts:
+                figures[f"hosts{count}"] = measure(f"{count} host(s)", url, [f.proc.pid for f in fronts])
                 if count == 1:
                     ctx.status("nats_native: Python client")
                     calls = [("AID.ECHO.v1", {"i": i}) for i in range(ctx.n(5_000, 50_000))]
@@ -152,20 +194,22 @@ def nats_native(ctx: Ctx) -> Section:
             key_file.write_text(secrets.token_hex(32) + "\n")
             key_file.chmod(0o600)
             for store, args in (("local", []), ("kv", ["--nats-idempotency", "kv", "--kv-key-file", str(key_file)])):
-                with hosts(url, 1, args):
-                    keyed[store] = measure(f"keyed calls, {store} store", url, keyed=True)
+                with hosts(url, 1, args) as fronts:
+                    keyed[store] = measure(f"keyed calls, {store} store", url, [f.proc.pid for f in fronts], keyed=True)
 
     def row(name: str, key: str, base: str = "null") -> list[str]:
         spread, lock = figures[key]
         return [name, f"{rate(spread.median)}/s ({rate(spread.lo)}–{rate(spread.hi)})",
-                ratio(spread.median, figures[base][0].median), f"{lock['p50_us']:.0f}", f"{lock['p99_us']:.0f}"]
+                ratio(spread.median, figures[base][0].median), f"{lock['p50_us']:.0f}", f"{lock['p99_us']:.0f}",
+                " · ".join(f"{x:.1f}" for x in lock["cpu_us"])]
 
     rows = [row("nats-server alone (null responder)", "null"), row("native front, 1 host", "hosts1"),
             row("native front, 2 hosts", "hosts2"), row("native front, 3 hosts", "hosts3")]
     s.tables.append(Table(f"Echo on machina.call: pipelined ({n:,} calls, {WINDOW} in flight, {reps} runs) and "
                           f"lock-step ({lock_n:,} calls)",
                           ["responder", "pipelined calls/s", "÷ nats-server alone", "lock-step p50 µs",
-                           "lock-step p99 µs"], rows))
+                           "lock-step p99 µs", "CPU µs per pipelined call: broker · requester · responder(s)"],
+                          rows))
     s.tables.append(Table(f"The Python client, one host: `Nats.acall_many` of {ctx.n(5_000, 50_000):,} echo calls",
                           ["client", "calls/s", "÷ native requester"],
                           [["md.Nats(url).acall_many", f"{rate(python_rate)}/s",
@@ -192,7 +236,11 @@ def nats_native(ctx: Ctx) -> Section:
                        "what the host does with the bucket for each key (JetStream round trips) beside its own cache.")
     else:
         s.notes.append("This build has no --nats-idempotency: the shared store's cost is not measured.")
-    s.notes.append("Every process here (nats-server, the requester, the hosts) shares the same vCPUs, so a second and "
-                   "third host add contention rather than capacity: what bounds the figures is the CPU the broker "
-                   "and the requester take beside the hosts. Across machines each host brings its own cores.")
+    broker_us, requester_us, host_us = figures["hosts1"][1]["cpu_us"]
+    s.notes.append(f"Every process here (nats-server, the requester, the hosts) shares the same "
+                   f"{len(os.sched_getaffinity(0))} vCPUs: a pipelined echo call takes about {broker_us:.1f} µs of CPU "
+                   f"in the broker, {requester_us:.1f} µs in the requester and {host_us:.1f} µs in one host, so the "
+                   "machine's cores, not a host, bound the rate, and a second and third host add contention rather "
+                   "than capacity. With a host's calls on cores of their own (other machines, or more vCPUs), each "
+                   "host adds its own rate up to what the broker's cores carry.")
     return s
