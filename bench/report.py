@@ -57,6 +57,12 @@ GOALS: list[tuple[str, str, str, Callable[[float], bool], Callable[[float], str]
      lambda v: v <= 15, lambda v: f"{v:.1f} µs"),
     ("skill_16x10ms_ms", "16 concurrent calls to a skill sleeping 10 ms, total", "≤ 30 ms", lambda v: v <= 30,
      lambda v: f"{v:.1f} ms"),
+    ("nats_native_calls_per_s", "--nats echo, 1 host, native pipelined requester", "≥ 100 k calls/s",
+     lambda v: v >= 100e3, lambda v: f"{v / 1e3:.0f} k calls/s"),
+    ("nats_native_lockstep_p50_us", "--nats echo lock-step p50, 1 host (beside nats-server alone: NATS section)",
+     "≤ 60 µs", lambda v: v <= 60, lambda v: f"{v:.0f} µs"),
+    ("nats_python_acall_many_calls_per_s", "md.Nats.acall_many, echo, 1 --nats host", "≥ 50 k calls/s",
+     lambda v: v >= 50e3, lambda v: f"{v / 1e3:.0f} k calls/s"),
 ]
 
 
