@@ -108,7 +108,7 @@ def test_the_server_gets_only_the_environment_it_is_given(tmp_path: Path, monkey
 
 
 def test_a_server_that_is_not_one_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(md.HostError, match=r"mcp_server x: initialize failed"):
+    with pytest.raises(md.HostError, match=r"mcp_server x: server/discover failed"):
         md.Mcp(["python3", "-c", "print('no')"], name="x")
     with pytest.raises(md.HostError, match="no answer within 300 ms"):
         md.Mcp(["python3", "-c", "import time; time.sleep(20)"], name="x", start_timeout=0.3)

@@ -31,6 +31,23 @@ constexpr std::size_t kMaxTools = 10'000;
 constexpr int kMaxPages = 1'000;
 constexpr std::int64_t kMaxBackoffMs = 30'000;
 constexpr std::size_t kMaxSessions = 1024;  // sessions under way a skill started again is told of
+// MCP 2026-07-28: asked first, with server/discover (as the official SDK's client does in its
+// auto mode, with its probe's time limit); a server that does not list it among its versions
+// is spoken to with the initialize handshake.
+constexpr const char* kModernVersion = "2026-07-28";
+constexpr std::int64_t kDiscoverTimeoutMs = 10'000;
+constexpr int kUnsupportedProtocolVersion = -32022;
+// The per-request envelope of 2026-07-28: this client's version, name and capabilities (none).
+const std::string kEnvelope = std::string(R"("io.modelcontextprotocol/protocolVersion":")") + kModernVersion +
+                              R"(","io.modelcontextprotocol/clientInfo":{"name":"machina-toolhost","version":")" +
+                              MACHINA_VERSION + R"("},"io.modelcontextprotocol/clientCapabilities":{})";
+
+/// Whether a list of protocol versions (a DiscoverResult's supportedVersions, a -32022
+/// error's supported) holds 2026-07-28.
+bool lists_modern(const json& versions) {
+  if (!versions.is_array()) return false;
+  return std::any_of(versions.begin(), versions.end(), [](const json& v) { return v == kModernVersion; });
+}
 
 std::string session_params(const std::string& id) { return json{{"sessionId", id}}.dump(); }
 
@@ -225,7 +242,8 @@ pid_t JsonRpcToolset::pid() const {
 }
 
 std::shared_ptr<JsonRpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, std::vector<RemoteTool>* tools,
-                                                     std::string& why) {
+                                                     std::string& why, bool& modern) {
+  modern = false;
   std::shared_ptr<JsonRpcChild> child;
   try {
     child = std::make_shared<JsonRpcChild>(
@@ -269,22 +287,46 @@ std::shared_ptr<JsonRpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, s
   };
   using Dialect = JsonRpcToolsetOptions::Dialect;
   if (options_.dialect == Dialect::mcp) {
-    const json init = {{"protocolVersion", "2025-11-25"},
-                       {"capabilities", json::object()},
-                       {"clientInfo", {{"name", "machina-toolhost"}, {"version", MACHINA_VERSION}}}};
-    auto r = child->call("initialize", init.dump(), deadline_ms);
-    if (r.ending != JsonRpcChild::Reply::Ending::result) return failed("initialize", r);
-    const auto result = json::parse(r.result, nullptr, false);
-    if (!result.is_object() || !result.contains("protocolVersion") || !result["protocolVersion"].is_string()) {
-      why = "initialize failed: its answer names no protocolVersion";
-      child->kill(why);
-      return nullptr;
+    using Ending = JsonRpcChild::Reply::Ending;
+    // Any answer but a result listing 2026-07-28 (an error, a time-out) means the handshake.
+    auto r = child->call("server/discover", "{\"_meta\":{" + kEnvelope + "}}",
+                         std::min(deadline_ms, steady_now_ms() + kDiscoverTimeoutMs));
+    if (r.ending == Ending::crashed || r.ending == Ending::closed) return failed("server/discover", r);
+    if (r.ending == Ending::result) {
+      const auto discovered = json::parse(r.result, nullptr, false);
+      modern = discovered.is_object() && lists_modern(discovered.value("supportedVersions", json()));
     }
-    child->notify("notifications/initialized", "");
+    if (!modern) {
+      const json init = {{"protocolVersion", "2025-11-25"},
+                         {"capabilities", json::object()},
+                         {"clientInfo", {{"name", "machina-toolhost"}, {"version", MACHINA_VERSION}}}};
+      r = child->call("initialize", init.dump(), deadline_ms);
+      // (A server whose answer to a timed-out probe came too late has chosen 2026-07-28 and
+      // names it in its refusal of the handshake.)
+      if (r.ending == Ending::error && r.code == kUnsupportedProtocolVersion) {
+        const auto data = json::parse(r.data.empty() ? std::string_view("null") : r.data, nullptr, false);
+        modern = data.is_object() && lists_modern(data.value("supported", json()));
+      }
+    }
+    if (!modern) {
+      if (r.ending != Ending::result) return failed("initialize", r);
+      const auto result = json::parse(r.result, nullptr, false);
+      if (!result.is_object() || !result.contains("protocolVersion") || !result["protocolVersion"].is_string()) {
+        why = "initialize failed: its answer names no protocolVersion";
+        child->kill(why);
+        return nullptr;
+      }
+      child->notify("notifications/initialized", "");
+    }
     std::string cursor;
     for (int page = 0; page < kMaxPages; ++page) {
-      const json params = cursor.empty() ? json::object() : json{{"cursor", cursor}};
-      r = child->call("tools/list", params.dump(), deadline_ms);
+      json params = cursor.empty() ? json::object() : json{{"cursor", cursor}};
+      std::string text = params.dump();
+      if (modern) {
+        text.pop_back();  // (the closing brace)
+        text += std::string(text.size() > 1 ? "," : "") + "\"_meta\":{" + kEnvelope + "}}";
+      }
+      r = child->call("tools/list", text, deadline_ms);
       if (r.ending != JsonRpcChild::Reply::Ending::result) return failed("tools/list", r);
       const auto list = json::parse(r.result, nullptr, false);
       if (!list.is_object() || !add_tools(list.value("tools", json()), true)) {
@@ -340,10 +382,12 @@ std::vector<RemoteTool> JsonRpcToolset::start() {
   std::lock_guard start_lock(start_mu_);
   std::vector<RemoteTool> tools;
   std::string why;
-  auto child = launch(steady_now_ms() + options_.start_timeout_ms, &tools, why);
+  bool modern = false;
+  auto child = launch(steady_now_ms() + options_.start_timeout_ms, &tools, why, modern);
   if (!child) throw HostError(why);
   std::lock_guard lock(mu_);
   child_ = std::move(child);
+  child_modern_ = modern;
   return tools;
 }
 
@@ -372,7 +416,8 @@ std::shared_ptr<JsonRpcChild> JsonRpcToolset::live_child(std::int64_t deadline_m
     std::lock_guard lock(mu_);
     if (child_ && child_->alive()) return child_;  // another call started it meanwhile
   }
-  auto child = launch(std::min(deadline_ms, steady_now_ms() + options_.start_timeout_ms), nullptr, why);
+  bool modern = false;
+  auto child = launch(std::min(deadline_ms, steady_now_ms() + options_.start_timeout_ms), nullptr, why, modern);
   std::vector<std::string> sessions;
   {
     std::lock_guard lock(mu_);
@@ -387,6 +432,7 @@ std::shared_ptr<JsonRpcChild> JsonRpcToolset::live_child(std::int64_t deadline_m
       options_.on_event(std::string(kind()) + " " + options_.name + " started again (" + last_end_ + ")");
     }
     child_ = child;
+    child_modern_ = modern;
     sessions.assign(sessions_.begin(), sessions_.end());
   }
   // A skill started again is told of the sessions under way, as the one before it was.
@@ -439,17 +485,27 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
   InFlight flight;
   flight.call = &spec.call;
   flight.progress = spec.progress;
+  bool modern = false;
+  {
+    std::lock_guard lock(mu_);
+    modern = child == child_ && child_modern_;
+  }
   std::string token;
   std::string params = "{\"name\":";
   append_json_string(params, tool);
   params += ",\"arguments\":";
   params.append(spec.input_json);
-  if (spec.progress != nullptr) {
-    std::lock_guard lock(mu_);
-    token = "p" + std::to_string(next_token_++);
-    by_token_[token] = &flight;
-    params += ",\"_meta\":{\"progressToken\":";
-    append_json_string(params, token);
+  if (spec.progress != nullptr || modern) {
+    params += ",\"_meta\":{";
+    if (spec.progress != nullptr) {
+      std::lock_guard lock(mu_);
+      token = "p" + std::to_string(next_token_++);
+      by_token_[token] = &flight;
+      params += "\"progressToken\":";
+      append_json_string(params, token);
+      if (modern) params += ',';
+    }
+    if (modern) params += kEnvelope;
     params += "}";
   }
   params += "}";
@@ -484,6 +540,24 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
         failures_ = 0;
       }
       out.ending = RunOutcome::Ending::ran;
+      if (modern) {
+        // A 2026-07-28 result that is not complete asks the client for more (input_required):
+        // this host has no one to ask.
+        std::string result_type, ignored;
+        jsonrpc::for_each_member(
+            reply.result,
+            [&](const jsonrpc::Member& m) {
+              if (m.key == "resultType" && m.type == jsonrpc::Member::Type::string) result_type = std::string(m.string);
+              return true;
+            },
+            ignored);
+        if (!result_type.empty() && result_type != "complete") {
+          spec.call.error = "the server answered resultType " + result_type + ", which asks its client for more; " +
+                            "this host answers only complete results";
+          out.rc = MACHINA_TOOL_ERROR;
+          return finish(child->pid());
+        }
+      }
       std::string output;
       if (!fast_output(reply.result, output)) {
         const auto result = json::parse(reply.result, nullptr, false);

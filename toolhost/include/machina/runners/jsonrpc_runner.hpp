@@ -79,7 +79,9 @@ class JsonRpcToolset {
  private:
   struct InFlight;
   std::shared_ptr<JsonRpcChild> live_child(std::int64_t deadline_ms, std::string& why);
-  std::shared_ptr<JsonRpcChild> launch(std::int64_t deadline_ms, std::vector<RemoteTool>* tools, std::string& why);
+  /// `modern`: whether the child (an MCP server) speaks the 2026-07-28 revision.
+  std::shared_ptr<JsonRpcChild> launch(std::int64_t deadline_ms, std::vector<RemoteTool>* tools, std::string& why,
+                                       bool& modern);
   void on_request(const jsonrpc::Message& request, std::string& reply);
   void on_notification(const jsonrpc::Message& notification);
   void answer_state(const jsonrpc::Message& request, std::string& reply);
@@ -93,6 +95,7 @@ class JsonRpcToolset {
   Spawner spawner_;  // children die with the host (PR_SET_PDEATHSIG on this thread)
   mutable std::mutex mu_;
   std::shared_ptr<JsonRpcChild> child_;
+  bool child_modern_ = false;     // child_ speaks MCP 2026-07-28: every request carries the envelope
   int failures_ = 0;              // starts that failed or children that ended, in a row
   std::int64_t next_start_ms_ = 0;
   std::string last_end_;          // how the last child ended
