@@ -72,7 +72,10 @@ class _Hosted(InProcess):
 
 
 class Mcp(_Hosted):
-    """The tools of an MCP server spoken to over stdio.
+    """The tools of an MCP server spoken to over stdio, at the newest revision it serves: MCP
+    2026-07-28 (no handshake, the protocol version in each request's ``_meta``) when it
+    answers ``server/discover`` listing it, else the ``initialize`` handshake — as the
+    official SDK's client does in its ``auto`` mode (docs/jsonrpc.md).
 
     Args:
         command: the server's program and arguments (``["python3", "server.py"]``).
