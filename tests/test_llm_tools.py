@@ -555,8 +555,8 @@ def test_the_guide_has_examples() -> None:
 
 @pytest.mark.parametrize("index", range(len(guide_examples())))
 def test_guide_example_runs_as_documented(index: int, tmp_path: Path) -> None:
-    """As tests/test_docs_python.py for docs/python.md: each print shows what its comment says."""
-    from test_docs_python import expected_output
+    """As tests/test_docs_examples.py reads python blocks: each print shows what its comment says."""
+    from test_docs_examples import python_expected_output as expected_output
 
     code = guide_examples()[index]
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
