@@ -234,3 +234,15 @@ def test_md_mcp_falls_back_to_the_handshake(tmp_path: Path, monkeypatch: pytest.
     assert [e["method"] for e in seen] == ["server/discover", "initialize", "tools/list", "tools/call", "tools/call"]
     assert not any(e["enveloped"] for e in seen[1:])
 
+
+
+@pytest.mark.parametrize("mode,era", [("silent", "2025-11-25"), ("late", MODERN)])
+def test_md_mcp_when_the_probe_is_not_answered_in_time(mode: str, era: str) -> None:
+    """The probe has at most half the time to start (10 s at most): a server that leaves it
+    unanswered gets the handshake in the other half; one that refuses the handshake with
+    -32022 naming 2026-07-28 (it took the probe, and answers it too late) gets 2026-07-28."""
+    t = md.Mcp(mcp_server_command("unanswered_probe_server.py") + [mode], name="slow", start_timeout=1.0)
+    try:
+        assert t.call("era").output == era
+    finally:
+        t.close()

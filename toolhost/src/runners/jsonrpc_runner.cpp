@@ -32,8 +32,9 @@ constexpr int kMaxPages = 1'000;
 constexpr std::int64_t kMaxBackoffMs = 30'000;
 constexpr std::size_t kMaxSessions = 1024;  // sessions under way a skill started again is told of
 // MCP 2026-07-28: asked first, with server/discover (as the official SDK's client does in its
-// auto mode, with its probe's time limit); a server that does not list it among its versions
-// is spoken to with the initialize handshake.
+// auto mode, with its probe's time limit; here also at most half the time left to start, so
+// that a server which leaves the probe unanswered still has time for the handshake); a
+// server that does not list it among its versions is spoken to with the initialize handshake.
 constexpr const char* kModernVersion = "2026-07-28";
 constexpr std::int64_t kDiscoverTimeoutMs = 10'000;
 constexpr int kUnsupportedProtocolVersion = -32022;
@@ -289,8 +290,9 @@ std::shared_ptr<JsonRpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, s
   if (options_.dialect == Dialect::mcp) {
     using Ending = JsonRpcChild::Reply::Ending;
     // Any answer but a result listing 2026-07-28 (an error, a time-out) means the handshake.
+    const std::int64_t now = steady_now_ms();
     auto r = child->call("server/discover", "{\"_meta\":{" + kEnvelope + "}}",
-                         std::min(deadline_ms, steady_now_ms() + kDiscoverTimeoutMs));
+                         now + std::min(kDiscoverTimeoutMs, std::max<std::int64_t>(0, deadline_ms - now) / 2));
     if (r.ending == Ending::crashed || r.ending == Ending::closed) return failed("server/discover", r);
     if (r.ending == Ending::result) {
       const auto discovered = json::parse(r.result, nullptr, false);
