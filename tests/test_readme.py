@@ -16,12 +16,11 @@ def test_readme_opens_with_the_two_set_up_commands() -> None:
     first_block = re.search(r"```bash\n(.*?)```", README, re.S)
     assert first_block is not None and README.index("```bash") < README.index("\n## ")
     commands = first_block.group(1).strip().splitlines()
-    venv = "python3 -m venv .venv && . .venv/bin/activate"
     assert commands == [
-        f"bash scripts/install-system-deps.sh && {venv} && pip install . && bash scripts/demo.sh",
-        f"bash scripts/install-system-deps.sh && {venv} && pip install '.[test,bench]' && python -m pytest",
+        "bash scripts/install.sh && . .venv/bin/activate && bash scripts/demo.sh",
+        "bash scripts/install.sh test,bench && . .venv/bin/activate && python -m pytest",
     ]
-    for script in ("scripts/install-system-deps.sh", "scripts/demo.sh"):
+    for script in ("scripts/install.sh", "scripts/install-system-deps.sh", "scripts/demo.sh"):
         assert (Path(REPO) / script).is_file(), script
 
 
