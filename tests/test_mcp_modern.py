@@ -210,13 +210,18 @@ def test_md_mcp_speaks_2026_07_28_to_a_server_that_does(tmp_path: Path, monkeypa
     monkeypatch.setenv("ERA_LOG", str(log))
     t = md.Mcp(mcp_server_command("era_server.py"), name="era", env=["ERA_LOG"])
     try:
-        assert sorted(t.tools) == ["add", "era"]
+        assert sorted(t.tools) == ["add", "ask", "era"]
         assert t.call("era").output == MODERN
         assert t.call("add", {"a": 2, "b": 40}).output == {"sum": 42}
+        # A result that asks the client for more: this host has no one to ask.
+        asked = t.call("ask", check=False)
+        assert (asked.status, asked.code) == ("TOOL_ERROR", "tool_error")
+        assert asked.error == ("the server answered resultType input_required, which asks its client for more; "
+                               "this host answers only complete results")
     finally:
         t.close()
     seen = era_log(log)
-    assert [e["method"] for e in seen] == ["server/discover", "tools/list", "tools/call", "tools/call"]
+    assert [e["method"] for e in seen] == ["server/discover", "tools/list"] + ["tools/call"] * 3
     assert all(e["version"] == MODERN and e["enveloped"] for e in seen)
 
 

@@ -5,6 +5,9 @@ $ERA_LOG names), for the tests of which revision a client speaks to it.
 By default it serves as the SDK's stdio server does: the handshake revisions and 2026-07-28,
 the client's first request choosing. With ``--handshake-only`` it serves the handshake
 revisions alone (the SDK's handshake-only loop), as a server written before 2026-07-28 does.
+
+Tools: ``add``; ``era`` answers the revision it was called at; ``ask`` answers, at 2026-07-28,
+a result that is not complete (``input_required``: it asks its client for more).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         types.Tool(name="add", input_schema={"type": "object", "properties": {"a": {"type": "integer"},
                                                                               "b": {"type": "integer"}}}),
         types.Tool(name="era", input_schema={"type": "object"}),
+        types.Tool(name="ask", input_schema={"type": "object"}),
     ])
 
 
@@ -50,6 +54,8 @@ async def call_tool(ctx: Any, params: Any) -> types.CallToolResult:
                                     structured_content={"sum": total})
     if params.name == "era":
         return types.CallToolResult(content=[types.TextContent(type="text", text=ctx.protocol_version)])
+    if params.name == "ask":  # (2026-07-28: the client is asked for more before the call completes)
+        return {"resultType": "input_required", "requestState": "asked-once"}
     return types.CallToolResult(content=[types.TextContent(type="text", text=f"no tool {params.name}")],
                                 is_error=True)
 
