@@ -209,20 +209,20 @@ def test_a_reply_under_dollar_is_acked_and_not_run(url: str, tmp_path: Path) -> 
 
 
 def test_a_call_longer_than_the_ack_wait_is_kept_in_progress(url: str, tmp_path: Path) -> None:
-    """Ack wait 1 s, a call of 3 s: the host says it is still working, so the server does
+    """Ack wait 2 s, a call of 5 s: the host says it is still working, so the server does
     not deliver the call again (one run, one answer, no redelivery)."""
     name = "dur4"
     marks = tmp_path / "marks"
     marks.mkdir()
-    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none", "--nats-ack-wait-s", "1"),
+    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none", "--nats-ack-wait-s", "2"),
                log_dir=tmp_path, native=True):
         async def go() -> None:
             async with Raw(url, name) as raw:
-                body = {"aid": "AID.PY.MARK.v1", "input_json": json.dumps({"s": 3, "mark": str(marks / "slow")}),
-                        "timeout_ms": 10_000}
+                body = {"aid": "AID.PY.MARK.v1", "input_json": json.dumps({"s": 5, "mark": str(marks / "slow")}),
+                        "timeout_ms": 15_000}
                 await raw.publish("slow", body)
-                await raw.wait_answers(["slow"], 15)
-                await asyncio.sleep(1.5)  # a redelivery would have come by now
+                await raw.wait_answers(["slow"], 20)
+                await asyncio.sleep(2.5)  # a redelivery would have come by now
                 assert len(raw.answers["slow"]) == 1 and raw.answers["slow"][0][0]["ok"], raw.answers
                 info = await settled(raw, name.upper(), name)
                 assert info.num_redelivered == 0 and info.num_ack_pending == 0, info

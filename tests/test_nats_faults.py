@@ -5,11 +5,15 @@ tool twice, and "outcome unknown" comes back only for calls the dead host had be
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import machina_dispatch as md
+import nats
 import pytest
 from conftest import TOOLHOST
 from machina_dispatch.nats_client import Nats
@@ -91,3 +95,67 @@ def test_three_hosts_one_killed_under_load(url: str, tmp_path: Path) -> None:
     assert kinds.get("tool_crashed", 0) <= WORKERS, kinds  # no more than the dead host could have begun
     retried = sum(1 for _, tries in outcomes if tries > 1)
     assert retried > 0, "the killed host held no call in flight: the test did not test anything"
+
+
+def test_three_durable_hosts_one_killed_under_load(url: str, tmp_path: Path) -> None:
+    """3 native hosts take 600 calls from the durable stream, sharing one store; one is
+    killed with SIGKILL mid-load. The stream delivers what it held to the others after the
+    ack wait: every call is answered, one answer each, no call runs its tool twice, and at
+    most the dead host's --workers calls end "outcome unknown"."""
+    prefix = "faults_durable"
+    workers = 8
+    pack = write_pack(tmp_path / "pack", [python_tool("AID.PY.MARK.v1", "tools.sample_tool:sleep")])
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    key = write_kv_key(tmp_path / "kv.key")
+    args = ["--nats-prefix", prefix, "--tools", str(pack), "--packs", "none", "--workers", str(workers),
+            "--python-workers", str(workers), "--nats-durable", "--nats-stream", "FAULTS", "--nats-consumer", "faults",
+            "--nats-ack-wait-s", "3", "--nats-idempotency", "kv", "--kv-key-file", str(key),
+            "--nats-kv-bucket", "faults_durable_idem", "--nats-claim-grace-ms", "500"]
+    fronts = [Front(url, args, log_dir=tmp_path, native=True) for _ in range(3)]
+    total = 600
+    answers: dict[str, list[dict[str, Any]]] = {}
+    try:
+        async def load() -> None:
+            nc = await nats.connect(url)
+            try:
+                js = nc.jetstream()
+                inbox = nc.new_inbox()
+
+                async def on_answer(msg: Any) -> None:
+                    answers.setdefault((msg.headers or {}).get("Machina-Request-Id", ""), []).append(
+                        json.loads(msg.data))
+                await nc.subscribe(inbox, cb=on_answer)
+                for i in range(total):
+                    body = {"aid": "AID.PY.MARK.v1", "timeout_ms": 5000,
+                            "input_json": json.dumps({"s": 0.02, "mark": str(marks / f"d{i}")})}
+                    await js.publish(f"{prefix}.durable.call", json.dumps(body).encode(),
+                                     headers={"Nats-Msg-Id": f"d{i}", "Machina-Reply-To": inbox})
+                deadline = time.monotonic() + 30
+                while len(answers) < total // 4 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.005)
+                fronts[0].kill()  # SIGKILL, calls taken and running on it
+                while len(answers) < total and time.monotonic() < deadline + 30:
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(1.5)  # (a second answer after a redelivery would have come by now)
+            finally:
+                await nc.close()
+        asyncio.run(load())
+    finally:
+        for f in fronts[1:]:
+            assert f.stop() == 0, f.stderr()
+    missing = [i for i in range(total) if f"d{i}" not in answers]
+    assert not missing, f"not answered: {missing[:10]} ({len(missing)})"
+    twice = {k: len(v) for k, v in answers.items() if len(v) > 1}
+    assert not twice, f"answered more than once: {twice}"
+    crashed = 0
+    for i in range(total):
+        (r,) = answers[f"d{i}"]
+        n = runs(marks, f"d{i}")
+        assert n <= 1, f"d{i} ran {n} times"
+        if r["ok"]:
+            assert n == 1, f"d{i} answered without a run"
+        else:
+            assert r["code"] == "tool_crashed" and "unknown" in r["error"], r
+            crashed += 1
+    assert 0 < crashed <= workers, crashed  # (0: the dead host ran nothing, and the test tested nothing)
