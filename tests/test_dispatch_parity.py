@@ -18,7 +18,7 @@ from typing import Any
 
 import machina_dispatch as md
 import pytest
-from conftest import LEASE_SECRET
+from conftest import LEASE_SECRET, LIST_HINT
 from dispatch_support import PARITY_TRANSPORTS, make_transport
 from python_support import python_tool, write_pack
 
@@ -329,7 +329,7 @@ def test_expected_values(outcomes: dict[tuple[str, str], Any]) -> None:
     nope, empty_aid = outcomes[("plain_errors", "inprocess")]
     assert nope.to_dict() == {"error": True, "aid": "AID.NOPE.v1", "type": "tool_not_found",
                               "detail": "tool not found: AID.NOPE.v1", "code": "tool_not_found",
-                              "status": "INVALID_PICK"}
+                              "status": "INVALID_PICK", "hint": LIST_HINT}
     assert empty_aid.code == "malformed_request" and empty_aid.error.endswith("field 'aid' must not be empty")
     huge, fine, too_big = outcomes[("caps", "inprocess")]
     assert huge.code == "output_too_large" and fine.ok and too_big.code == "request_too_large"
