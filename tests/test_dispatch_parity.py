@@ -18,7 +18,7 @@ from typing import Any
 
 import machina_dispatch as md
 import pytest
-from conftest import LEASE_SECRET, LIST_HINT
+from conftest import LEASE_SECRET, LIST_HINT, lease_hint
 from dispatch_support import PARITY_TRANSPORTS, make_transport
 from python_support import python_tool, write_pack
 
@@ -351,7 +351,8 @@ def test_expected_values(outcomes: dict[tuple[str, str], Any]) -> None:
     assert [r.output.get("content") if r.ok else r.code for r in batch] == [
         "bob's\n", "alice's\n", "target_not_found", "alice's\n"]
     required, malformed, wrong, granted, consumed, tier0 = outcomes[("lease_gate", "inprocess")]
-    assert required.code == "lease_required" and required.details == {"tier": 1, "aid": "AID.FILE.WRITE.v1"}
+    assert required.code == "lease_required" and required.details == {"tier": 1, "aid": "AID.FILE.WRITE.v1",
+                                                               "hint": lease_hint("AID.FILE.WRITE.v1", 1)}
     assert [r.details for r in (malformed, wrong, consumed)] == [
         {"reason": "malformed"}, {"reason": "wrong_tool"}, {"reason": "consumed"}]
     assert granted.ok and tier0.ok
