@@ -855,20 +855,6 @@ PYBIND11_MODULE(_core, m) {
           "Handles one JSON request exactly as --serve would (with `aid`: as --run would); returns the response JSON. "
           "`front` names the front the audit store records (python, nats, http, ...).")
       .def(
-          "replay_json",
-          [](machina::Host& h, const std::string& request, const std::string& stored, machina::Session& session,
-             const std::string& aid, const std::string& front) {
-            std::string out;
-            machina::ndjson::replay(h, request, stored, session, out, aid, front_named(front));
-            out.pop_back();  // the trailing newline belongs to the NDJSON framing
-            return out;
-          },
-          "request"_a, "stored"_a, "session"_a, "aid"_a = "", "front"_a = "python",
-          py::call_guard<py::gil_scoped_release>(),
-          "Answers one JSON request with `stored` (a response JSON: what a store outside the host, such as a "
-          "group's shared idempotency store, holds for its key) behind the same rules and lease gate as call_json, "
-          "and audits it; the tool does not run. Returns the response JSON.")
-      .def(
           "stats",
           [](const machina::Host& h) {
             const auto s = h.stats();

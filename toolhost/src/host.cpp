@@ -275,21 +275,13 @@ Response Host::timeout_response(const Tool& tool, std::int64_t timeout_ms, const
 }
 
 Response Host::handle(Request& request, Session& session, Takeover* takeover) {
-  return answer(request, session, takeover, nullptr);
-}
-
-Response Host::replay(Request& request, Session& session, Response stored) {
-  return answer(request, session, nullptr, &stored);
-}
-
-Response Host::answer(Request& request, Session& session, Takeover* takeover, Response* replayed) {
   // One clock read serves the deadline and the audit record.
   const std::int64_t started_ns = steady_now_ns();
   // Built where it is returned: a Response is five strings and a state, and moving it
   // twice per call showed in the profile.
   Response r = [&]() -> Response {
     try {
-      return handle_checked(request, session, takeover, started_ns, replayed);
+      return handle_checked(request, session, takeover, started_ns);
     } catch (const std::exception& e) {
       return Response::failure(ErrorKind::internal_error, std::string("internal error: ") + e.what());
     }
@@ -356,8 +348,7 @@ std::size_t request_bytes(const Request& r) {
 
 }  // namespace
 
-Response Host::handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns,
-                              Response* replayed) {
+Response Host::handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns) {
   // The rules on the request itself, applied here so that every front gets them (a front
   // that reads lines has refused an oversized line before decoding it).
   if (request_bytes(request) > options_.max_request_bytes) return request_too_large();
@@ -414,12 +405,6 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
       return r;
     }
   }
-  if (replayed != nullptr) [[unlikely]] {
-    Response r = std::move(*replayed);
-    if (r.ok() || error_info(r.kind).call_response) r.ds_state = report(session, nullptr);  // no state changed
-    return r;
-  }
-
   Scope scope;
   scope.takeover = takeover;
   scope.base = std::move(base);

@@ -144,13 +144,6 @@ class Host {
   /// the `timeout` response is returned here once the tool gives the thread back.
   Response handle(Request& request, Session& session, Takeover* takeover = nullptr);
 
-  /// Answers `request` with `stored`, what a store outside the host (a group's shared
-  /// idempotency store) holds for its idempotency key, as a hit of the host's own cache is
-  /// answered: the request passes the same rules and lease gate as in handle() (a lease is
-  /// used up), a refusal there is the answer instead, and either is audited. The tool
-  /// does not run.
-  Response replay(Request& request, Session& session, Response stored);
-
   /// The response for a request refused by size before it was decoded.
   Response request_too_large() const;
 
@@ -187,10 +180,7 @@ class Host {
   Response tool_not_found(std::string_view aid) const;
   struct Scope;
 
-  /// handle() and replay(): `replayed` is the answer replay() gives once the gate is passed.
-  Response answer(Request& request, Session& session, Takeover* takeover, Response* replayed);
-  Response handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns,
-                          Response* replayed);
+  Response handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns);
   AuditCall audit_call(const Request& request, const Response& response, std::int64_t started_ns) const;
   void record_call(const Request& request, const Response& response, std::int64_t started_ns) const;
   /// Records the call; one the store must record (AuditOptions::required) is first written,

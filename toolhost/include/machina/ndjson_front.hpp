@@ -20,12 +20,6 @@ struct Handled {
 Handled respond(Host& host, std::string_view text, Session& session, std::string& out, Takeover* takeover = nullptr,
                 std::string_view run_aid = {}, bool nul_terminated = false, Front front = Front::serve);
 
-/// As respond, for a request whose answer a store outside the host holds: `stored` is that
-/// answer as a response line (see Host::replay). A `stored` that is not a response is
-/// answered `internal_error`, still behind the request's rules and lease gate.
-void replay(Host& host, std::string_view text, std::string_view stored, Session& session, std::string& out,
-            std::string_view run_aid = {}, Front front = Front::serve);
-
 /// The response line to a request refused by size before it was read.
 void respond_too_large(const Host& host, std::string& out);
 
