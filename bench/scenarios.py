@@ -1285,7 +1285,7 @@ def python_exec(ctx: Ctx) -> Section:
 
 
 def nats_scaleout(ctx: Ctx) -> Section:
-    """Calls through NATS (machina-toolhost-nats hosts in one queue group) against the pool of
+    """Calls through NATS (machina-toolhost --nats hosts in one queue group) against the pool of
     --serve processes, side by side."""
     import machina_dispatch as md
 
@@ -1294,7 +1294,7 @@ def nats_scaleout(ctx: Ctx) -> Section:
 
     s = Section("nats", "NATS: 1, 2 and 3 hosts in a queue group against the direct pool",
                 "Echo calls from one Python process: throughput with `acall_many` of N calls, and lock-step "
-                "latency (one `call` at a time, p50) — through a local nats-server to `machina-toolhost-nats` "
+                "latency (one `call` at a time, p50) — through a local nats-server to `machina-toolhost --nats` "
                 "hosts sharing a queue group, and through `Pool` (the same number of `--serve` processes over "
                 "pipes, no broker). What the broker costs per call is the lock-step difference.")
     n = ctx.n(4_000, 40_000)
