@@ -6,7 +6,7 @@ result type (:class:`ToolResult`) and one exception hierarchy (:class:`ToolhostE
 - :class:`InProcess` — the C++ host in this process (fastest);
 - :class:`Pool` — a pool of ``machina-toolhost --serve`` processes, pipelined (``Toolhost``
   is its earlier name);
-- :class:`Nats` — the hosts of a ``machina-toolhost-nats`` group, over NATS (docs/nats.md);
+- :class:`Nats` — the hosts of a ``machina-toolhost --nats`` group, over NATS (docs/nats.md);
 - :class:`Spawn` — one ``machina-toolhost --run`` process per call
   (and :func:`run_machina_toolhost`, the seed's dispatch function, which returns dicts).
 
