@@ -33,9 +33,8 @@ constexpr std::string_view kVersionKey = "io.modelcontextprotocol/protocolVersio
 constexpr std::string_view kCapabilitiesKey = "io.modelcontextprotocol/clientCapabilities";
 constexpr int kUnsupportedProtocolVersion = -32022;
 // Results of the 2026-07-28 revision: complete (never input_required: this front asks the
-// client nothing), cacheable only by the one client (a caller's lease and user decide what
-// it may run) and stale at once (the tools a host serves can change as its manifest does) —
-// the official SDK's server defaults.
+// client nothing), reusable only within one authorization context and stale at once — the
+// official SDK server's defaults, which promise a cache nothing this front has not checked.
 constexpr const char kModernCacheHints[] = R"("resultType":"complete","cacheScope":"private","ttlMs":0)";
 // Every 2026-07-28 result names the server in its `_meta`.
 constexpr const char kServerInfoStamp[] =
@@ -229,13 +228,15 @@ struct Envelope {
   std::string version;  // (a string version, decoded)
 };
 
-Envelope read_envelope(std::string_view params) {
+/// (From the members the message's parse kept: on the way of every request, only a `_meta`
+/// is read a second time.)
+Envelope read_envelope(const jsonrpc::Message& message) {
   Envelope e;
-  if (!starts_object(params)) return e;
+  if (!starts_object(message.params)) return e;
   std::string_view meta;
   std::string why;
-  jsonrpc::for_each_member(
-      params,
+  jsonrpc::each_param(
+      message,
       [&](const Member& m) {
         if (m.key == "_meta") {
           e.meta_object = m.type == Member::Type::object;
@@ -278,7 +279,7 @@ JsonRpcCodec::JsonRpcCodec(Dialect dialect, std::size_t page_size) : dialect_(di
 JsonRpcCodec::Era JsonRpcCodec::settle_era(const jsonrpc::Message& m) {
   Era era = era_.load(std::memory_order_acquire);
   if (era != Era::open || dialect_ != Dialect::mcp || m.kind != jsonrpc::Message::Kind::request) return era;
-  const Era chosen = m.method != "initialize" && read_envelope(m.params).has_version ? Era::modern : Era::handshake;
+  const Era chosen = m.method != "initialize" && read_envelope(m).has_version ? Era::modern : Era::handshake;
   // (The first to settle it wins; a request read later never changes it.)
   if (era_.compare_exchange_strong(era, chosen, std::memory_order_acq_rel)) return chosen;
   return era;
@@ -378,7 +379,7 @@ LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Sessi
       serve_modern(host, id, m, session, out, takeover, handled);
       return handled;
     }
-    if (method != "initialize" && read_envelope(m.params).has_version) {
+    if (method != "initialize" && read_envelope(m).has_version) {
       jsonrpc::append_error(out, id, jsonrpc::kInvalidRequest,
                             "this connection serves the handshake protocol era; requests carrying the 2026-07-28 "
                             "envelope are not accepted on it",
@@ -439,7 +440,7 @@ void JsonRpcCodec::serve_modern(Host& host, const std::string& id, const jsonrpc
     return unsupported_version(
         out, id, "connection is serving the 2026-07-28 protocol; the initialize handshake is not accepted", requested);
   }
-  const Envelope e = read_envelope(m.params);
+  const Envelope e = read_envelope(m);
   if (!e.meta_object) {
     return invalid_params(out, id,
                           "params._meta must be an object carrying the required '" + std::string(kVersionKey) +
