@@ -208,6 +208,28 @@ def test_a_reply_under_dollar_is_acked_and_not_run(url: str, tmp_path: Path) -> 
     assert runs(marks / "dollar") == 0
 
 
+@pytest.mark.parametrize(("tag", "reply"), [("space", "a b"), ("star", "x.*"), ("gt", "y.>"), ("empty", "z..q"),
+                                          ("tab", "tab\there")])
+def test_a_reply_that_is_no_subject_is_acked_and_not_run(url: str, tmp_path: Path, tag: str, reply: str) -> None:
+    name = f"dur11{tag}"  # a stream of its own: the message ids are the same in each
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path,
+               native=True) as front:
+        async def go() -> None:
+            async with Raw(url, name) as raw:
+                body = {"aid": "AID.PY.MARK.v1", "input_json": json.dumps({"s": 0, "mark": str(marks / "bad")})}
+                await raw.publish("bad", body, reply=reply)
+                await raw.publish("good", {"aid": "AID.ECHO.v1", "input_json": "{}"})
+                await raw.wait_answers(["good"], 10)
+                info = await settled(raw, name.upper(), name)
+                assert info.num_ack_pending == 0 and info.num_pending == 0, info
+                assert raw.answers["good"][0][0]["ok"] and "bad" not in raw.answers
+        asyncio.run(go())
+        assert "not answered: the reply subject" in front.stderr() and "is not a subject" in front.stderr()
+    assert runs(marks / "bad") == 0
+
+
 def test_a_call_longer_than_the_ack_wait_is_kept_in_progress(url: str, tmp_path: Path) -> None:
     """Ack wait 2 s, a call of 5 s: the host says it is still working, so the server does
     not deliver the call again (one run, one answer, no redelivery)."""

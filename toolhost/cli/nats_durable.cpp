@@ -43,6 +43,19 @@ std::string header(natsMsg* msg, const char* name) {
   return natsMsgHeader_Get(msg, name, &value) == NATS_OK && value != nullptr ? std::string(value) : std::string();
 }
 
+/// Whether an answer can be published to `subject`: tokens of visible characters other than
+/// the wildcards, joined by single dots.
+bool publishable(std::string_view subject) {
+  if (subject.empty() || subject.front() == '.' || subject.back() == '.') return false;
+  char prev = 'x';
+  for (const char c : subject) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= ' ' || u == 0x7f || c == '*' || c == '>' || (c == '.' && prev == '.')) return false;
+    prev = c;
+  }
+  return true;
+}
+
 StoredMessage stored_message(natsMsg* msg) {
   jsMsgMetaData* meta = nullptr;
   if (natsMsg_GetMetaData(&meta, msg) != NATS_OK) return {};
@@ -234,10 +247,19 @@ void DurableConsumer::dispatch(natsMsg* msg) {
   }
   auto receipt = std::make_unique<DurableReceipt>(*this, msg);
   const std::string reply = header(msg, kHdrReplyTo);
-  if (!reply.empty() && reply.front() == '$') {
-    // Under '$' lie JetStream's API, the key-value store and the system's subjects: not run,
-    // and not delivered again, since its answer could go nowhere.
-    say("not answered: the reply subject '" + reply.substr(0, 100) + "' lies under '$'");
+  // Not run, and not delivered again, when its answer could go nowhere: under '$' lie
+  // JetStream's API, the key-value store and the system's subjects; and a reply that is no
+  // subject would break the connection's protocol.
+  const char* refused = reply.empty()             ? nullptr
+                        : reply.front() == '$'    ? "lies under '$'"
+                        : !publishable(reply)     ? "is not a subject"
+                                                  : nullptr;
+  if (refused != nullptr) {
+    std::string shown = reply.substr(0, 100);
+    for (char& c : shown) {
+      if (static_cast<unsigned char>(c) < ' ' || c == 0x7f) c = ' ';
+    }
+    say("not answered: the reply subject '" + shown + "' " + refused);
     receipt->acknowledge();
     return;
   }
