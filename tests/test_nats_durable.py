@@ -89,10 +89,12 @@ class Raw:
     async def __aexit__(self, *exc: object) -> None:
         await self.nc.close()
 
-    async def publish(self, msg_id: str, body: dict[str, Any], reply: str | None = None, retry_s: float = 0) -> None:
+    async def publish(self, msg_id: str, body: dict[str, Any], reply: str | None = None, retry_s: float = 0,
+                      headers: dict[str, str] | None = None) -> None:
         """Publishes one call (retried with the same message id for `retry_s` while the
         server does not confirm it)."""
-        headers = {"Nats-Msg-Id": msg_id, "Machina-Reply-To": self.inbox if reply is None else reply}
+        headers = {"Nats-Msg-Id": msg_id, "Machina-Reply-To": self.inbox if reply is None else reply,
+                   **(headers or {})}
         deadline = time.monotonic() + retry_s
         while True:
             try:
@@ -159,6 +161,29 @@ def test_durable_calls_answered_to_the_reply_header_then_acked(url: str, tmp_pat
                 assert durable["subject"] == f"{name}.durable.call"
                 assert durable["num_requests"] == 304 and durable["num_errors"] == 2, durable
         asyncio.run(raw_checks())
+
+
+def test_openai_calls_and_call_headers_over_the_stream(url: str, tmp_path: Path) -> None:
+    """A durable message takes the forms and headers PREFIX.call takes: an OpenAI tool call
+    is answered with the tool message, and its Machina-Timeout-Ms header sets its deadline."""
+    name = "dur12"
+    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path,
+               native=True):
+        async def go() -> None:
+            async with Raw(url, name) as raw:
+                await raw.publish("oa", {"id": "call_1", "type": "function",
+                                         "function": {"name": "AID-ECHO-v1", "arguments": '{"q":1}'}})
+                slow = {"id": "call_2", "type": "function",
+                        "function": {"name": "AID-PY-MARK-v1", "arguments": json.dumps({"s": 3})}}
+                await raw.publish("late", slow, headers={"Machina-Timeout-Ms": "300"})
+                await raw.wait_answers(["oa", "late"], 15)
+                (body, headers), = raw.answers["oa"]
+                assert body == {"tool_call_id": "call_1", "role": "tool", "name": "AID-ECHO-v1", "content": '{"q":1}'}
+                assert headers["Machina-Request-Id"] == "oa"
+                (body, headers), = raw.answers["late"]
+                assert body["content"].startswith("Error: timeout"), body
+                assert headers["Nats-Service-Error-Code"] == "504" and headers["Machina-Request-Id"] == "late"
+        asyncio.run(go())
 
 
 def test_a_call_without_a_key_runs_once_per_message_id(url: str, tmp_path: Path) -> None:
