@@ -4,7 +4,8 @@
 // tools registered under such names (a body of the tool's own input is answered
 // {data, error}; an unknown `tools.*` subject is answered InvalidInput), and the discovery
 // subjects $SRV.PING|INFO|STATS[.machina-toolhost[.<id>]] in the shapes of the micro-service
-// API. Every call goes through Host::handle, with the host's deadlines and its takeover of a
+// API; with --nats-durable also the calls of a JetStream work queue (nats_durable.hpp).
+// Every call goes through Host::handle, with the host's deadlines and its takeover of a
 // call stuck past its deadline; idempotency keys in the host's own cache or, shared by a
 // group of hosts, in a JetStream key-value bucket (nats_kv_store.hpp). docs/nats.md.
 #pragma once
