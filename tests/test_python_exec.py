@@ -799,8 +799,11 @@ def test_without_landlock_python_is_refused_not_run_unconfined(py: Py) -> None:
         o = output(answer)
         assert o["success"] is False and o["error"].startswith("RuntimeNotReady: ") and "needs Landlock" in o["error"]
         assert "Nothing was run" in o["advice"] and o["stdout"] == "" and "executionTime" in o
-    for answer in r[2:]:
-        refused(answer, "system_error", "needs Landlock")
+    refused(r[2], "system_error", "needs Landlock")  # pip is not run unconfined
+    # The interpreter's own packages are still listed (read without its site initialisation).
+    listed = output(r[3])
+    assert listed["success"] is True and listed["environment"] is None and listed["packages"]
+    assert all(p["installed"] is False and p["name"] for p in listed["packages"])
     assert not list(py.pyws.iterdir())  # nothing was made ready
     assert not Path("/tmp/should-not-exist").exists()
 

@@ -695,8 +695,59 @@ Result PythonPack::execute(const Call& c) {
   return Result::ok(std::move(o));
 }
 
+// The distributions of an interpreter's own site folders, as JSON on stdout: read without
+// the site initialisation (-S), so that no installed package's code runs.
+constexpr const char* kListWithoutSite = R"(import json, site, sys
+from importlib import metadata
+found = {}
+for d in metadata.distributions(path=site.getsitepackages()):
+    name = d.metadata["Name"] if d.metadata is not None else None
+    if name:
+        found.setdefault("-".join(name.lower().replace("_", "-").replace(".", "-").split("-")),
+                         {"name": name, "version": d.version or ""})
+out = sorted(found.values(), key=lambda p: p["name"].lower())
+print(json.dumps({"python": sys.executable, "packages": out[:10000], "truncated": len(out) > 10000}))
+)";
+
+Result PythonPack::list_without_workspace(const Call& c) {
+  std::string python;
+  try {
+    python = resolve_interpreter(policy_.python.python, ".");
+  } catch (const HostError& e) {
+    return system_error(std::string("the Python interpreter of the policy ([python] python): ") + e.what());
+  }
+  ChildSpec spec;
+  spec.executable = python;
+  spec.argv = {python, "-I", "-S", "-c", kListWithoutSite};
+  spec.env = pick_environment({"PATH", "LANG"});
+  const auto left = std::max<std::int64_t>(1, c.spec.deadline_ms - steady_now_ms());
+  const auto ran = run_to_completion(spec, "", std::chrono::milliseconds(left), 8 << 20);
+  json answer = ran.ended == ChildOutcome::Ended::exited && ran.exit_code == 0
+                    ? json::parse(ran.stdout_text, nullptr, false)
+                    : json();
+  if (!answer.is_object() || !answer.contains("packages") || !answer["packages"].is_array()) {
+    return system_error("the packages could not be listed: python " + ran.how +
+                        (ran.tail.empty() ? "" : ": " + ran.tail.substr(0, 2000)));
+  }
+  json packages = json::array();
+  for (const auto& pkg : answer["packages"]) {
+    json entry = {{"name", pkg.value("name", std::string())}, {"version", pkg.value("version", std::string())}};
+    if (c.shape == Shape::ours) entry["installed"] = false;  // (no workspace: nothing of its own)
+    packages.push_back(std::move(entry));
+  }
+  json o = {{"success", true}, {"packages", std::move(packages)}};
+  if (c.shape == Shape::ours) {
+    o["python"] = answer.value("python", python);
+    o["environment"] = nullptr;
+    o["truncated"] = answer.value("truncated", false);
+  }
+  return Result::ok(std::move(o));
+}
+
 Result PythonPack::list(const Call& c) {
-  if (const std::string why = unconfinable(); !why.empty()) return system_error(why);
+  // Where code cannot be confined nothing is made ready, but what the interpreter offers
+  // can still be read.
+  if (!unconfinable().empty()) return list_without_workspace(c);
   Result refusal;
   Workspace* ws = workspace(c, refusal);
   if (ws == nullptr) return refusal;

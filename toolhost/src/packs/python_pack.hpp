@@ -57,6 +57,10 @@ class PythonPack {
   /// The workspace of the caller's scope, made ready (its environment, this host's folder
   /// in it) on first use; null with a refusal.
   Workspace* workspace(const Call& c, Result& refusal);
+  /// list() where code cannot be confined: the policy's interpreter's own packages, read by
+  /// that interpreter isolated (-I -S: no site initialisation, so no installed code runs),
+  /// without a workspace.
+  Result list_without_workspace(const Call& c);
   /// A session of `user`'s by id (another user's of the same id is another session): the
   /// live one, or a new one (ending the idlest idle session past the cap); null with a
   /// refusal. Held (one call at a time) until release().
