@@ -195,6 +195,7 @@ struct Call final : Takeover {
   NatsServer* server = nullptr;
   Endpoint* ep = nullptr;
   natsMsg* msg = nullptr;
+  natsSubscription* from = nullptr;  // the subscription it came on (none: the durable consumer)
   Clock::time_point start;
   Form form = Form::envelope;
   std::string tool_call_id, function_name;  // Form::openai
@@ -475,6 +476,10 @@ void NatsServer::answer(Call& call, std::string_view line) {
     last = --busy_ == 0 && queue_.empty();
     idle_.notify_all();
   }
+  if (last && call.from != nullptr) {
+    int pending = 0;  // more calls have come for the workers: this reply goes out with theirs
+    last = natsSubscription_GetPending(call.from, &pending, nullptr) != NATS_OK || pending == 0;
+  }
   // (Uncounted now, but the server still waits for this thread, which goes back to work().)
   held.settle(nc_, last);
 }
@@ -592,7 +597,9 @@ std::unique_ptr<Call> NatsServer::route(const Subscription& s, natsMsg* msg) {
     }
     ep = it->second;
   }
-  return make_call(ep, msg);
+  auto call = make_call(ep, msg);
+  if (call != nullptr) call->from = s.sub;
+  return call;
 }
 
 void NatsServer::dispatch() {
@@ -785,7 +792,7 @@ int NatsServer::run() {
   }
   subscribe(kToolsWildcard, nullptr);
   if (o_.durable) {  // an endpoint for its statistics, fed by the stream
-    add_endpoint("durable", durable_subject(p), "", json::object());
+    add_endpoint("durable", durable_subject(p), "", {{"stream", o_.stream}, {"consumer", o_.consumer}});
     durable_ep_ = endpoints_.back().get();
   }
   for (const char* verb : {"PING", "INFO", "STATS"}) {
