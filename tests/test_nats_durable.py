@@ -160,6 +160,9 @@ def test_durable_calls_answered_to_the_reply_header_then_acked(url: str, tmp_pat
                 durable, = [e for e in await raw.stats() if e["name"] == "durable"]
                 assert durable["subject"] == f"{name}.durable.call"
                 assert durable["num_requests"] == 304 and durable["num_errors"] == 2, durable
+                info_msg = await raw.nc.request("$SRV.INFO.machina-toolhost", b"", timeout=5)
+                durable, = [e for e in json.loads(info_msg.data)["endpoints"] if e["name"] == "durable"]
+                assert durable["metadata"] == {"stream": name.upper(), "consumer": name}, durable
         asyncio.run(raw_checks())
 
 
