@@ -4,6 +4,7 @@
 #include <machina/errors.hpp>
 #include <machina/host.hpp>
 #include <machina/http_client.hpp>
+#include <machina/python_entry_check.hpp>
 #include <machina/python_sandbox.hpp>
 #include <machina/runners/jsonrpc_runner.hpp>
 #include <machina/runners/service_runner.hpp>
@@ -16,6 +17,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 namespace machina {
 namespace {
@@ -174,6 +176,8 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
   std::vector<std::unique_ptr<Runner>> runners;
   std::map<std::string, std::shared_ptr<PythonWorkerPool>> new_pools;
   std::vector<ToolRegistry::Described> described;
+  // Python tools' entries, by interpreter and import root, checked before anything starts.
+  std::map<std::pair<std::string, std::string>, std::vector<std::pair<std::size_t, const ManifestTool*>>> entries;
   std::size_t index = 0;
   for (const ManifestTool& t : manifest.tools) {
     ++index;
@@ -191,6 +195,7 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
       } catch (const HostError& e) {
         refuse_field(manifest, t, index, "python", e.what());
       }
+      entries[{python, t.root}].emplace_back(index, &t);
       PythonPoolOptions po;
       po.python = plan.interpreter.empty() ? python : plan.interpreter;
       po.roots = {t.root};
@@ -246,6 +251,14 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
       refuse_field(manifest, t, index, "runner", "'" + t.runner + "' tools are not supported by this build yet");
     }
     described.push_back({t.info, runners.back().get()});
+  }
+  for (const auto& [where, tools] : entries) {
+    std::vector<std::string> names;
+    for (const auto& [i, t] : tools) names.push_back(t->entry);
+    const auto bad = find_bad_python_entries(where.first, where.second, names);
+    for (const auto& [i, t] : tools) {
+      if (auto it = bad.find(t->entry); it != bad.end()) refuse_field(manifest, *t, i, "entry", it->second);
+    }
   }
   // Skills and MCP servers are started now: their tools are what they say they have.
   const auto toolsets = start_children(manifest, described, runners);
