@@ -105,7 +105,7 @@ def test_modules_resolve_from_the_manifests_own_directory(tmp_path: Path) -> Non
 
 # --- protocol v1, exactly -----------------------------------------------------------------
 
-CASES = [("greet", {"name": "Ada"}), ("greet", {}), ("blocked", {}), ("money", {}), ("nothere", {})]
+CASES = [("greet", {"name": "Ada"}), ("greet", {}), ("blocked", {}), ("money", {})]
 
 
 def test_a_tool_for_the_original_runner_answers_the_same_through_the_host(tmp_path: Path) -> None:
@@ -130,6 +130,23 @@ def test_a_tool_for_the_original_runner_answers_the_same_through_the_host(tmp_pa
             assert trace.get("reason_code") == err.get("reason_code")
     assert json.loads(responses[3]["output_json"]) == {"whole": 3, "part": "2.5"}
     assert trace_of(responses[2])["reason_code"] == "guarantee_blocked"
+
+
+def test_an_entry_its_module_does_not_define_is_refused_when_the_manifest_loads(tmp_path: Path) -> None:
+    # (tool protocol v1 itself finds it at the call: AttributeError; the host says so at load)
+    manifest = pack(tmp_path, python_tool("AID.PY.OK.v1", "tools.sample_tool:greet"),
+                    python_tool("AID.PY.NO.v1", "tools.sample_tool:nothere"))
+    proc = subprocess.run([TOOLHOST, "--tools", manifest, "--list"], capture_output=True, text=True, env=base_env(),
+                          timeout=60)
+    assert proc.returncode != 0
+    assert "tool 2 (AID.PY.NO.v1): field 'entry': tools/sample_tool.py defines no 'nothere'" in proc.stderr
+    with pytest.raises(md.HostError, match="defines no 'nothere'"):
+        md.InProcess(tools=[manifest])
+    (tmp_path / "pack" / "tools" / "broken.py").write_text("def f(:\n")
+    broken = pack(tmp_path, python_tool("AID.PY.BAD.v1", "tools.broken:f"))
+    proc = subprocess.run([TOOLHOST, "--tools", broken, "--list"], capture_output=True, text=True, env=base_env(),
+                          timeout=60)
+    assert proc.returncode != 0 and "field 'entry': tools/broken.py line 1: invalid syntax" in proc.stderr
 
 
 def test_what_a_tool_prints_is_in_the_trace_and_never_in_the_stream(tmp_path: Path) -> None:
