@@ -236,3 +236,17 @@ def test_a_timeout_on_a_tools_subject_is_worded_once(url: str, tmp_path: Path) -
         answer = asyncio.run(go())
     assert answer["data"] is None
     assert str(answer["error"]).startswith("Timeout: tools.shell.exec did not finish within 300 ms"), answer
+
+
+def test_the_servers_password_never_reaches_the_log(tmp_path: Path) -> None:
+    config = "authorization { user: alice, password: s3cret-pass }\n"
+    with nats_server(jetstream=False, config=config) as plain:
+        url = plain.replace("nats://", "nats://alice:s3cret-pass@")
+        front = Front(url, ["--nats-prefix", "npw"], log_dir=tmp_path)
+        try:
+            assert f"on {plain.replace('nats://', 'nats://***@')}" in front.stderr()
+        finally:
+            front.stop()
+        assert "s3cret-pass" not in front.stderr()
+    r = subprocess.run([TOOLHOST, "--nats", url], capture_output=True, text=True, timeout=60)  # (server gone)
+    assert r.returncode != 0 and "nats://***@127.0.0.1" in r.stderr and "s3cret-pass" not in r.stderr

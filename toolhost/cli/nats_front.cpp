@@ -70,6 +70,27 @@ void say(const std::string& text) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
+/// A server URL (or a comma-separated list of them) fit for a log: any user name, password
+/// or token before an '@' is left out.
+std::string without_credentials(std::string_view urls) {
+  std::string out;
+  while (!urls.empty()) {
+    const std::size_t comma = urls.find(',');
+    std::string_view url = urls.substr(0, comma);
+    const std::size_t scheme = url.find("://");
+    const std::size_t start = scheme == std::string_view::npos ? 0 : scheme + 3;
+    const std::size_t at = url.find('@', start);
+    if (!out.empty()) out.push_back(',');
+    if (at != std::string_view::npos && url.find('/', start) > at) {
+      out.append(url.substr(0, start)).append("***@").append(url.substr(at + 1));
+    } else {
+      out.append(url);
+    }
+    urls = comma == std::string_view::npos ? std::string_view() : urls.substr(comma + 1);
+  }
+  return out;
+}
+
 /// NATS subject tokens: letters, digits, '_' and '-', joined by single dots.
 bool subject_safe(std::string_view s) {
   if (s.empty() || s.front() == '.' || s.back() == '.') return false;
@@ -766,7 +787,7 @@ int NatsServer::run() {
   if (st == NATS_OK) st = natsConnection_Connect(&nc_, opts);
   natsOptions_Destroy(opts);
   if (st != NATS_OK) {
-    throw HostError("--nats: cannot connect to " + o_.url + ": " + natsStatus_GetText(st) +
+    throw HostError("--nats: cannot connect to " + without_credentials(o_.url) + ": " + natsStatus_GetText(st) +
                     (st == NATS_NO_SERVER ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
                                                         "starts one; pip install 'machina-toolhost[nats]' brings it)")
                                           : std::string()));
@@ -812,8 +833,12 @@ int NatsServer::run() {
     durable_->start();
   }
   st = natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
-  if (st != NATS_OK) throw HostError("--nats: " + o_.url + " did not confirm the subscriptions: " + natsStatus_GetText(st));
-  say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " + o_.url);
+  if (st != NATS_OK) {
+    throw HostError("--nats: " + without_credentials(o_.url) + " did not confirm the subscriptions: " +
+                    natsStatus_GetText(st));
+  }
+  say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " +
+      without_credentials(o_.url));
 
   for (;;) {
     pollfd pfd{g_stop_fd, POLLIN, 0};
