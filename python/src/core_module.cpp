@@ -542,6 +542,7 @@ machina::ChildSpec child_spec(const std::string& executable, const std::vector<s
 
 PYBIND11_MODULE(_core, m) {
   machina::http::use_system_resolver();  // (names of HTTP tool services)
+  machina::http::use_tls();              // (https tool services)
   if (PyModule_AddFunctions(m.ptr(), kFastMethods) != 0) throw py::error_already_set();
   {
     // InProcess.call: bound like a Python function (an instance method of the class).

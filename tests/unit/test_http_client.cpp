@@ -16,7 +16,7 @@
 
 using namespace machina::http;
 
-TEST_CASE("URLs: plain http with a host, an optional port and a target") {
+TEST_CASE("URLs: http or https with a host, an optional port and a target") {
   Url u;
   std::string why;
   REQUIRE(Url::parse("http://127.0.0.1:8080/run?x=1", u, why));
@@ -25,8 +25,8 @@ TEST_CASE("URLs: plain http with a host, an optional port and a target") {
   CHECK((u.host == "example.com" && u.port == "80" && u.target == "/"));
   REQUIRE(Url::parse("http://[::1]:9/a", u, why));
   CHECK((u.host == "::1" && u.port == "9" && u.target == "/a"));
-  CHECK_FALSE(Url::parse("https://example.com/", u, why));
-  CHECK(why.find("https is not supported") != std::string::npos);
+  REQUIRE(Url::parse("https://example.com/", u, why));
+  CHECK((u.tls && u.host == "example.com" && u.port == "443" && u.origin() == "https://example.com:443"));
   for (const char* bad : {"ftp://x/", "http:///run", "http://h:0/", "http://h:99999/", "http://user:pw@h/", "http://h:x/"}) {
     CAPTURE(bad);
     CHECK_FALSE(Url::parse(bad, u, why));

@@ -336,6 +336,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a vanished reader is seen as a failed write
 #ifndef MACHINA_LINKED_TOOLS
   machina::http::use_system_resolver();  // (the static build hands tool manifests over to this one)
+  machina::http::use_tls();              // (https tool services)
 #endif
 
   if (Invocation fast; fast_run(argc, argv, fast)) {

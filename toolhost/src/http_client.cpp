@@ -57,6 +57,7 @@ std::vector<sockaddr_storage> resolve_numeric(const std::string& host, const std
 }
 
 Resolver g_resolver = &resolve_numeric;
+TlsFactory g_tls = nullptr;
 
 int millis_left(std::int64_t deadline_ms) {
   return static_cast<int>(std::clamp<std::int64_t>(deadline_ms - steady_now_ms(), 0, 1 << 30));
@@ -112,16 +113,20 @@ int connect_to(const Url& url, std::int64_t deadline_ms, Reply::Failure& failure
 }  // namespace
 
 void set_resolver(Resolver r) { g_resolver = r; }
+void set_tls(TlsFactory f) { g_tls = f; }
 
 bool Url::parse(std::string_view text, Url& out, std::string& why) {
   out = Url{};
-  constexpr std::string_view scheme = "http://";
-  if (text.substr(0, scheme.size()) != scheme) {
-    why = text.substr(0, 8) == "https://" ? "https is not supported by this build (use http://)"
-                                          : "the URL must start with http://";
+  if (text.substr(0, 8) == "https://") {
+    out.tls = true;
+    out.port = "443";
+    text.remove_prefix(8);
+  } else if (text.substr(0, 7) == "http://") {
+    text.remove_prefix(7);
+  } else {
+    why = "the URL must start with http:// or https://";
     return false;
   }
-  text.remove_prefix(scheme.size());
   const auto slash = text.find_first_of("/?");
   std::string_view authority = text.substr(0, slash);
   out.target = slash == std::string_view::npos ? "/" : std::string(text.substr(slash));
@@ -156,10 +161,24 @@ bool Url::parse(std::string_view text, Url& out, std::string& why) {
   return true;
 }
 
-Client::Client(Url origin, std::size_t max_idle) : origin_(std::move(origin)), max_idle_(max_idle) {}
+Client::Client(Url origin, std::string ca_file, std::size_t max_idle)
+    : origin_(std::move(origin)), max_idle_(max_idle) {
+  if (!origin_.tls) return;
+  if (g_tls == nullptr) {
+    unusable_ = "this program does not speak https";
+    return;
+  }
+  tls_ = g_tls(ca_file, unusable_);
+}
 
 Client::~Client() {
-  for (int fd : idle_) ::close(fd);
+  for (auto& c : idle_) close(c);
+}
+
+void Client::close(Connection& c) {
+  c.tls.reset();  // (its end is sent while the socket is open)
+  if (c.fd >= 0) ::close(c.fd);
+  c.fd = -1;
 }
 
 std::uint64_t Client::connections_opened() const {
@@ -167,47 +186,81 @@ std::uint64_t Client::connections_opened() const {
   return opened_;
 }
 
-int Client::take_idle() {
+Client::Connection Client::take_idle() {
   std::lock_guard lock(mu_);
   while (!idle_.empty()) {
-    const int fd = idle_.back();
+    Connection c = std::move(idle_.back());
     idle_.pop_back();
     // Closed by the server meanwhile (or holding bytes nobody asked for): not usable.
-    char c;
-    const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return fd;
-    ::close(fd);
+    char byte;
+    const ssize_t n = ::recv(c.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !(c.tls && c.tls->pending())) return c;
+    close(c);
   }
-  return -1;
+  return {};
 }
 
-void Client::give_back(int fd) {
+void Client::give_back(Connection c) {
   std::lock_guard lock(mu_);
   if (idle_.size() < max_idle_) {
-    idle_.push_back(fd);
+    idle_.push_back(std::move(c));
   } else {
-    ::close(fd);
+    close(c);
   }
 }
 
-Reply Client::exchange(int fd, const std::string& request, std::int64_t deadline_ms, std::size_t max_body,
+namespace {
+
+/// Moves bytes like send (`reading` false) or recv over the connection, TLS or not: > 0
+/// bytes, 0 for the end of the stream, -1 with `wait` (POLLIN, POLLOUT) to wait for, or -1
+/// with `wait` 0 and `why` for a failure.
+ssize_t move_bytes(int fd, TlsSession* tls, bool reading, char* data, std::size_t size, short& wait, std::string& why) {
+  wait = 0;
+  if (tls != nullptr) {
+    std::size_t n = 0;
+    switch (reading ? tls->read(data, size, n, why) : tls->write(data, size, n, why)) {
+      case TlsSession::Io::done: return static_cast<ssize_t>(n);
+      case TlsSession::Io::want_read: wait = POLLIN; return -1;
+      case TlsSession::Io::want_write: wait = POLLOUT; return -1;
+      case TlsSession::Io::closed: return 0;
+      case TlsSession::Io::failed: return -1;
+    }
+  }
+  for (;;) {
+    const ssize_t n = reading ? ::recv(fd, data, size, 0) : ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      wait = reading ? POLLIN : POLLOUT;
+    } else {
+      why = std::strerror(errno);
+    }
+    return -1;
+  }
+}
+
+}  // namespace
+
+Reply Client::exchange(Connection& c, const std::string& request, std::int64_t deadline_ms, std::size_t max_body,
                        bool& keep) {
   Reply r;
   keep = false;
   std::size_t sent = 0;
+  std::string why;
+  short wait = 0;
   while (sent < request.size()) {
-    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    const ssize_t n = move_bytes(c.fd, c.tls.get(), false, const_cast<char*>(request.data()) + sent,
+                                 request.size() - sent, wait, why);
     if (n > 0) {
       sent += static_cast<std::size_t>(n);
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno != EAGAIN) {
+    if (wait == 0) {
       r.failure = Reply::Failure::unreachable;
-      r.detail = std::string("the connection to ") + origin_.origin() + " failed: " + std::strerror(errno);
+      r.detail = "the connection to " + origin_.origin() + " failed: " + (n == 0 ? "closed" : why);
       return r;
     }
-    pollfd p{fd, POLLOUT, 0};
+    pollfd p{c.fd, wait, 0};
     if (::poll(&p, 1, millis_left(deadline_ms)) == 0) {
       r.failure = Reply::Failure::timed_out;
       r.detail = "the request to " + origin_.origin() + " could not be sent before the deadline";
@@ -223,7 +276,7 @@ Reply Client::exchange(int fd, const std::string& request, std::int64_t deadline
   char chunk[64 * 1024];
   bool got_any = false;
   while (!parser.is_done()) {
-    const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+    const ssize_t n = move_bytes(c.fd, c.tls.get(), true, chunk, sizeof chunk, wait, why);
     boost::beast::error_code ec;
     if (n > 0) {
       got_any = true;
@@ -259,13 +312,12 @@ Reply Client::exchange(int fd, const std::string& request, std::int64_t deadline
                          : "the connection to " + origin_.origin() + " was closed before any answer";
       return r;
     }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+    if (wait == 0) {
       r.failure = got_any ? Reply::Failure::bad_reply : Reply::Failure::unreachable;
-      r.detail = std::string("the connection to ") + origin_.origin() + " failed: " + std::strerror(errno);
+      r.detail = "the connection to " + origin_.origin() + " failed: " + why;
       return r;
     }
-    pollfd p{fd, POLLIN, 0};
+    pollfd p{c.fd, wait, 0};
     if (::poll(&p, 1, millis_left(deadline_ms)) == 0) {
       r.failure = Reply::Failure::timed_out;
       r.detail = "no answer from " + origin_.origin() + " before the deadline";
@@ -282,7 +334,9 @@ Reply Client::exchange(int fd, const std::string& request, std::int64_t deadline
 Reply Client::post(const std::string& target, std::string_view body, const Headers& headers,
                    std::int64_t deadline_ms, std::size_t max_body) {
   beast_http::request<beast_http::string_body> req{beast_http::verb::post, target, 11};
-  req.set(beast_http::field::host, origin_.port == "80" ? origin_.host : origin_.host + ":" + origin_.port);
+  const bool default_port = origin_.port == (origin_.tls ? "443" : "80");
+  const std::string host = origin_.host.find(':') != std::string::npos ? "[" + origin_.host + "]" : origin_.host;
+  req.set(beast_http::field::host, default_port ? host : host + ":" + origin_.port);
   req.set(beast_http::field::user_agent, "machina-toolhost/" MACHINA_VERSION);
   req.set(beast_http::field::content_type, "application/json");
   req.set(beast_http::field::accept, "application/json");
@@ -294,23 +348,38 @@ Reply Client::post(const std::string& target, std::string_view body, const Heade
   text << req;
   const std::string request = text.str();
 
+  if (!unusable_.empty()) {
+    Reply r;
+    r.failure = Reply::Failure::unreachable;
+    r.detail = origin_.origin() + ": " + unusable_;
+    return r;
+  }
   for (int attempt = 0;; ++attempt) {
-    int fd = attempt == 0 ? take_idle() : -1;
-    const bool reused = fd >= 0;
-    if (fd < 0) {
+    Connection c = attempt == 0 ? take_idle() : Connection{};
+    const bool reused = c.fd >= 0;
+    if (!reused) {
       Reply r;
-      fd = connect_to(origin_, deadline_ms, r.failure, r.detail);
-      if (fd < 0) return r;
-      std::lock_guard lock(mu_);
-      ++opened_;
+      c.fd = connect_to(origin_, deadline_ms, r.failure, r.detail);
+      if (c.fd < 0) return r;
+      {
+        std::lock_guard lock(mu_);
+        ++opened_;
+      }
+      if (tls_) {
+        c.tls = tls_->handshake(c.fd, origin_, deadline_ms, r.failure, r.detail);
+        if (!c.tls) {
+          close(c);
+          return r;
+        }
+      }
     }
     bool keep = false;
-    Reply r = exchange(fd, request, deadline_ms, max_body, keep);
+    Reply r = exchange(c, request, deadline_ms, max_body, keep);
     r.reused = reused;
     if (keep && r.failure == Reply::Failure::none) {
-      give_back(fd);
+      give_back(std::move(c));
     } else {
-      ::close(fd);
+      close(c);
     }
     // A kept-alive connection the server had closed: once more on a fresh one.
     if (reused && r.failure == Reply::Failure::unreachable && attempt == 0) continue;

@@ -244,8 +244,15 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
       }
       fields.app_root = t.root.empty() ? std::filesystem::path(manifest.path).parent_path().string() : t.root;
       fields.max_answer_bytes = options_.max_output_bytes + (1u << 20);
-      std::shared_ptr<http::Client>& client = http_clients_[url.origin()];
-      if (!client) client = std::make_shared<http::Client>(url);
+      // Tools of one origin verified alike share its kept-alive connections.
+      std::shared_ptr<http::Client>& client = http_clients_[url.origin() + '\n' + t.ca_file];
+      if (!client) {
+        auto made = std::make_shared<http::Client>(url, t.ca_file);
+        if (!made->unusable().empty()) {
+          refuse_field(manifest, t, index, t.ca_file.empty() ? "url" : "ca_file", made->unusable());
+        }
+        client = std::move(made);
+      }
       runners.push_back(std::make_unique<ServiceRunner>(client, std::move(fields)));
     } else {
       refuse_field(manifest, t, index, "runner", "'" + t.runner + "' tools are not supported by this build yet");

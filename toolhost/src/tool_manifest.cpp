@@ -191,6 +191,11 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     }
     tool.unsafe_override = r.boolean("unsafe_override", false);
     tool.token_env = r.string("token_env", false);
+    if (const toml::node* ca = r.get("ca_file")) {
+      if (!ca->is_string()) r.fail("ca_file", "must be a string, not " + type_name(*ca));
+      if (tool.url.rfind("https://", 0) != 0) r.fail("ca_file", "only an https:// URL has certificates to verify");
+      tool.ca_file = absolute_path(r, "ca_file", *ca->value<std::string>(), root);
+    }
     tool.entry = r.string("entry", false);
     read_guarantees(r, tool.guarantees);
   } else if (tool.runner == "skill" || tool.runner == "mcp") {

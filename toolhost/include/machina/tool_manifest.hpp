@@ -32,6 +32,7 @@ struct ManifestTool {
   std::string url;       // http:// or https://
   bool unsafe_override = false;      // call even when the service does not cover the guarantees
   std::string token_env;             // the variable holding its bearer token ("" for none)
+  std::string ca_file;               // https: the CAs its certificate is verified against ("": the system's)
   // Both: the capability guarantees the tool requires (name -> required).
   std::map<std::string, bool> guarantees;
 };
