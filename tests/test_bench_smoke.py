@@ -16,7 +16,7 @@ from conftest import REPO, not_sanitized
 pytestmark = not_sanitized
 
 SCENARIOS = ["serve", "lockstep", "python", "spawn", "inprocess", "workers", "idempotency", "audit", "payload",
-             "tools", "ds_state", "isolation", "python_tools", "jsonrpc", "packs", "python_exec", "nats"]
+             "tools", "ds_state", "isolation", "python_tools", "jsonrpc", "packs", "python_exec", "nats", "nats_native"]
 PLOTS = ["serve_throughput.png", "lockstep_cdf.png", "pool_pipelined.png", "workers_scaling.png", "payload.png",
          "tools.png", "ds_state.png"]
 

@@ -190,7 +190,8 @@ def test_no_output_and_a_short_failure_line(tmp_path: Path) -> None:
     out = md.run_machina_toolhost("AID.ECHO.v1", executable=_fake_host(tmp_path, "import sys; sys.stdin.read()\n"))
     assert out["type"] == "empty_output" and "wrote nothing on stdout" in out["detail"], out
     # A failure in the shortest form (no status) keeps its text.
-    fake = _fake_host(tmp_path, "import sys; sys.stdin.read()\nprint('{\"ok\": false, \"error\": \"tool not found: X\"}')")
+    short_line = "print('{\"ok\": false, \"error\": \"tool not found: X\"}')"
+    fake = _fake_host(tmp_path, "import sys; sys.stdin.read()\n" + short_line)
     out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake)
     assert (out["type"], out["detail"]) == ("tool_error", "tool not found: X"), out
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import machina_dispatch as md
 import pytest
-
 from conftest import LEASE_SECRET, TOOLHOST, base_env, run_json, serve
 
 

@@ -30,15 +30,17 @@ def test_a_python_tool_waits_ten_seconds_unless_told_otherwise(tmp_path: Path) -
 
 
 def test_the_files_defaults_apply_to_its_tools_without_their_own(tmp_path: Path) -> None:
-    got = timeouts(tmp_path, "[defaults]\ntimeout_seconds = 2.5\n" + tool("X.A.v1") + tool("X.B.v1", "timeout_ms = 7"))
+    defaults = "[defaults]\ntimeout_seconds = 2.5\n"
+    got = timeouts(tmp_path, defaults + tool("X.A.v1") + tool("X.B.v1", "timeout_ms = 7"))
     assert got == {"X.A.v1": 2_500, "X.B.v1": 7}
 
 
 def test_bad_defaults_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "tools.toml"
-    for text, why in [("[defaults]\ntimeout_ms = 0\n", "[defaults]: field 'timeout_ms': must be from 1 ms to 24 hours"),
-                      ("[defaults]\ntimout_ms = 5\n", "[defaults]: unknown field 'timout_ms' (did you mean 'timeout_ms'?)"),
-                      ("defaults = 3\n", "'defaults' must be a table ([defaults])")]:
+    cases = [("[defaults]\ntimeout_ms = 0\n", "[defaults]: field 'timeout_ms': must be from 1 ms to 24 hours"),
+             ("[defaults]\ntimout_ms = 5\n", "[defaults]: unknown field 'timout_ms' (did you mean 'timeout_ms'?)"),
+             ("defaults = 3\n", "'defaults' must be a table ([defaults])")]
+    for text, why in cases:
         path.write_text(text + tool("X.A.v1"))
         r = subprocess.run([TOOLHOST, "--tools", str(path), "--list"], capture_output=True, text=True, env=base_env(),
                            timeout=30)

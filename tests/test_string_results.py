@@ -7,7 +7,6 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import TOOLHOST, base_env
 
 
