@@ -10,8 +10,10 @@ import datetime
 import ipaddress
 import json
 import re
+import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -118,9 +120,11 @@ def make_handler(rec: Recorder) -> type[BaseHTTPRequestHandler]:
 
 
 class TlsService:
-    def __init__(self, cert: tuple[Path, Path]) -> None:
+    def __init__(self, cert: tuple[Path, Path], idle_timeout: float | None = None) -> None:
         self.rec = Recorder()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.rec))
+        handler = make_handler(self.rec)
+        handler.timeout = idle_timeout  # a kept-alive connection idle this long is closed
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(*cert)
@@ -214,6 +218,54 @@ def test_an_https_answer_is_capped_as_over_http(tmp_path: Path, pki: Pki, servic
               "--tools", str(write_pack(tmp_path / "p", tools)))
     assert r[0]["code"] == "output_too_large", r[0]
     assert r[1]["ok"] and json.loads(r[1]["output_json"]) == {"sum": 3}
+
+
+def test_a_self_signed_certificate_named_as_the_ca_file_is_trusted(tmp_path: Path) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(_name("self")).issuer_name(_name("self"))
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "self.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "self.key").write_bytes(_pem_key(key))
+    s = TlsService((tmp_path / "self.pem", tmp_path / "self.key"))
+    try:
+        tools = [tls_tool("AID.TLS.SUM.v1", f"https://127.0.0.1:{s.port}/run", ca_file=str(tmp_path / "self.pem"))]
+        [r] = serve([call("AID.TLS.SUM.v1", {"a": 3, "b": 4})], "--tools", str(write_pack(tmp_path / "p", tools)))
+        assert r["ok"] and json.loads(r["output_json"]) == {"sum": 7}, r
+    finally:
+        s.close()
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced(tmp_path: Path, pki: Pki) -> None:
+    s = TlsService(pki.server("local", ["localhost"], ["127.0.0.1"]), idle_timeout=0.3)
+    try:
+        tools = [tls_tool("AID.TLS.SUM.v1", f"https://127.0.0.1:{s.port}/run", ca_file=str(pki.ca_file))]
+        manifest = write_pack(tmp_path / "p", tools)
+        with md.InProcess(tools=[str(manifest)]) as host:
+            first = host.call("AID.TLS.SUM.v1", {"a": 1, "b": 1})
+            time.sleep(0.8)  # the server ends the TLS session and closes the connection
+            second = host.call("AID.TLS.SUM.v1", {"a": 2, "b": 2})
+        assert first.ok and second.ok and json.loads(second.output_json) == {"sum": 4}, second
+        assert s.rec.connections == 2 and len(s.rec.requests) == 2
+    finally:
+        s.close()
+
+
+def test_the_deadline_covers_the_tls_handshake(tmp_path: Path, pki: Pki) -> None:
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, and never says a word
+    try:
+        tools = [tls_tool("AID.TLS.MUTE.v1", f"https://127.0.0.1:{silent.getsockname()[1]}/run",
+                          ca_file=str(pki.ca_file))]
+        t0 = time.monotonic()
+        [r] = serve([call("AID.TLS.MUTE.v1", {}, timeout_ms=400)], "--tools", str(write_pack(tmp_path / "p", tools)))
+        assert r["code"] == "timeout", r
+        assert time.monotonic() - t0 < 5
+    finally:
+        silent.close()
 
 
 @pytest.mark.parametrize(("tool", "expected"), [
