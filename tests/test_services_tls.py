@@ -197,6 +197,14 @@ def test_a_certificate_no_trusted_ca_signed_is_refused(tmp_path: Path, service: 
     assert service.rec.requests == []
 
 
+def test_the_system_store_is_the_one_openssl_programs_use(tmp_path: Path, pki: Pki, service: TlsService) -> None:
+    # SSL_CERT_FILE names the store, for the host as for Python's ssl and curl.
+    tools = [tls_tool("AID.TLS.SUM.v1", f"https://localhost:{service.port}/run")]
+    [r] = serve([call("AID.TLS.SUM.v1", {"a": 1, "b": 1})], "--tools", str(write_pack(tmp_path / "p", tools)),
+                env={"SSL_CERT_FILE": str(pki.ca_file)})
+    assert r["ok"] and json.loads(r["output_json"]) == {"sum": 2}, r
+
+
 def test_a_certificate_for_another_name_is_refused(tmp_path: Path, pki: Pki) -> None:
     other = TlsService(pki.server("other", ["other.example"], ["192.0.2.7"]))
     try:
