@@ -211,30 +211,51 @@ void Client::give_back(Connection c) {
 
 namespace {
 
-/// Moves bytes like send (`reading` false) or recv over the connection, TLS or not: > 0
-/// bytes, 0 for the end of the stream, -1 with `wait` (POLLIN, POLLOUT) to wait for, or -1
-/// with `wait` 0 and `why` for a failure.
-ssize_t move_bytes(int fd, TlsSession* tls, bool reading, char* data, std::size_t size, short& wait, std::string& why) {
+/// What a TLS read or write came to, as recv and send say it: > 0 bytes, 0 for the end of
+/// the stream, -1 with `wait` (POLLIN, POLLOUT) to wait for, or -1 with `wait` 0 for a failure.
+ssize_t tls_outcome(TlsSession::Io io, std::size_t n, short& wait) {
+  switch (io) {
+    case TlsSession::Io::done: return static_cast<ssize_t>(n);
+    case TlsSession::Io::want_read: wait = POLLIN; return -1;
+    case TlsSession::Io::want_write: wait = POLLOUT; return -1;
+    case TlsSession::Io::closed: return 0;
+    case TlsSession::Io::failed: break;
+  }
+  return -1;
+}
+
+/// A part of `data` sent over the connection, TLS or not (as tls_outcome says), `why` for a failure.
+ssize_t send_some(int fd, TlsSession* tls, const char* data, std::size_t size, short& wait, std::string& why) {
   wait = 0;
+  std::size_t n = 0;
   if (tls != nullptr) {
-    std::size_t n = 0;
-    switch (reading ? tls->read(data, size, n, why) : tls->write(data, size, n, why)) {
-      case TlsSession::Io::done: return static_cast<ssize_t>(n);
-      case TlsSession::Io::want_read: wait = POLLIN; return -1;
-      case TlsSession::Io::want_write: wait = POLLOUT; return -1;
-      case TlsSession::Io::closed: return 0;
-      case TlsSession::Io::failed: return -1;
-    }
+    const TlsSession::Io io = tls->write(data, size, n, why);
+    return tls_outcome(io, n, wait);
   }
   for (;;) {
-    const ssize_t n = reading ? ::recv(fd, data, size, 0) : ::send(fd, data, size, MSG_NOSIGNAL);
-    if (n >= 0) return n;
+    const ssize_t sent = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (sent >= 0) return sent;
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      wait = reading ? POLLIN : POLLOUT;
-    } else {
-      why = std::strerror(errno);
-    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) wait = POLLOUT;
+    else why = std::strerror(errno);
+    return -1;
+  }
+}
+
+/// What has arrived over the connection, TLS or not, into `data` (as tls_outcome says).
+ssize_t recv_some(int fd, TlsSession* tls, char* data, std::size_t size, short& wait, std::string& why) {
+  wait = 0;
+  std::size_t n = 0;
+  if (tls != nullptr) {
+    const TlsSession::Io io = tls->read(data, size, n, why);
+    return tls_outcome(io, n, wait);
+  }
+  for (;;) {
+    const ssize_t got = ::recv(fd, data, size, 0);
+    if (got >= 0) return got;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) wait = POLLIN;
+    else why = std::strerror(errno);
     return -1;
   }
 }
@@ -249,8 +270,7 @@ Reply Client::exchange(Connection& c, const std::string& request, std::int64_t d
   std::string why;
   short wait = 0;
   while (sent < request.size()) {
-    const ssize_t n = move_bytes(c.fd, c.tls.get(), false, const_cast<char*>(request.data()) + sent,
-                                 request.size() - sent, wait, why);
+    const ssize_t n = send_some(c.fd, c.tls.get(), request.data() + sent, request.size() - sent, wait, why);
     if (n > 0) {
       sent += static_cast<std::size_t>(n);
       continue;
@@ -276,7 +296,7 @@ Reply Client::exchange(Connection& c, const std::string& request, std::int64_t d
   char chunk[64 * 1024];
   bool got_any = false;
   while (!parser.is_done()) {
-    const ssize_t n = move_bytes(c.fd, c.tls.get(), true, chunk, sizeof chunk, wait, why);
+    const ssize_t n = recv_some(c.fd, c.tls.get(), chunk, sizeof chunk, wait, why);
     boost::beast::error_code ec;
     if (n > 0) {
       got_any = true;

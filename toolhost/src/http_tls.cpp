@@ -1,7 +1,8 @@
 // TLS for the HTTP client (https service URLs), with OpenSSL over the client's own
 // non-blocking sockets: TLS 1.2 or later, the peer's certificate verified against the
 // system's store or the origin's CA file, and verified to be for the URL's host (its name,
-// or its address for a numeric host). Linked only into the programs that install it.
+// or its address for a numeric host). Linked only into the programs that install it, which
+// ignore SIGPIPE: OpenSSL writes to the socket with write(2).
 #include <machina/host.hpp>
 #include <machina/http_client.hpp>
 
