@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build needs (CLI11, RapidJSON, toml++, xxHash and Boost.Beast headers, Nettle,
-# libseccomp, SQLite, OpenSSL, the NATS C client, doctest for the C++ unit tests, and python3-venv where Python cannot make a
+# libseccomp, SQLite, OpenSSL, the NATS C client, yaml-cpp, doctest for the C++ unit tests, and python3-venv where Python cannot make a
 # virtual environment) if they are missing. Uses sudo when not run as root.
 # With --clang, also clang and its sanitizer/fuzzer runtimes (scripts/sanitize-tests.sh,
 # scripts/fuzz.sh).
@@ -23,6 +23,7 @@ fi
 [ -f /usr/include/boost/beast/http/parser.hpp ] || need+=(libboost-dev)
 [ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
 [ -f /usr/include/nats/nats.h ] || need+=(libnats-dev)
+[ -f /usr/include/yaml-cpp/yaml.h ] || need+=(libyaml-cpp-dev)
 # The C++ unit tests (tests/unit), built by the test suite.
 [ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)
 # The README's commands make a virtual environment (a system pip may refuse to install).

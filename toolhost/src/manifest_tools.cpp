@@ -25,6 +25,10 @@ namespace {
 /// The error of a tool's field, as the manifest loader words its own.
 [[noreturn]] void refuse_field(const ToolManifest& m, const ManifestTool& t, std::size_t index, const std::string& field,
                                const std::string& why) {
+  if (!t.pack.source.empty()) {  // a pack's tool: its binding in tools.yaml
+    throw HostError(t.pack.bindings_path + ":" + std::to_string(t.line) + ": tool '" + t.info.name + "': field '" +
+                    field + "': " + why);
+  }
   throw HostError(m.path + ":" + std::to_string(t.line) + ": tool " + std::to_string(index) + " (" + t.info.aid +
                   "): field '" + field + "': " + why);
 }
@@ -33,7 +37,7 @@ std::string capability_context(const ManifestTool& t, const std::string& runner)
   nlohmann::ordered_json guarantees = nlohmann::ordered_json::object();
   for (const auto& [name, required] : t.guarantees) guarantees[name] = required;
   nlohmann::ordered_json c = {{"tool_name", t.info.name},
-                              {"resolved_source", "binding"},
+                              {"resolved_source", t.pack.source.empty() ? "binding" : t.pack.source},
                               {"runner", runner},
                               {"protocol_version", 1},
                               {"guarantees", guarantees},
@@ -224,6 +228,13 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
       fields.capability_context_json = capability_context(t, "local");
       fields.enforcement_json = plan.enforcement_json;
       fields.refusal = plan.refusal;
+      if (!t.pack.source.empty()) {
+        fields.resolved_source = t.pack.source;
+        fields.pack_id = t.pack.id;
+        fields.pack_name = t.pack.name;
+        fields.pack_version = t.pack.version;
+        fields.deps_source = t.pack.deps_source;
+      }
       runners.push_back(std::make_unique<PythonRunner>(pool, std::move(fields)));
     } else if (t.runner == "service") {
       http::Url url;

@@ -1,5 +1,6 @@
 // See tool_manifest.hpp. toml++ (header-only, compiled into this file) reads the TOML.
 #include <machina/errors.hpp>
+#include <machina/pack_manifest.hpp>
 #include <machina/schema_validator.hpp>
 #include <machina/tool_manifest.hpp>
 
@@ -393,6 +394,7 @@ ToolManifest parse_tool_manifest(std::string_view text, const std::string& path)
 }
 
 ToolManifest load_tool_manifest(const std::string& path) {
+  if (std::filesystem::is_directory(path) && is_pack_dir(path)) return load_pack_dir(path);  // a namel3ss pack
   if (std::filesystem::is_directory(path)) {  // a skill directory (manifest.json, SKILL.md)
     ToolManifest manifest;
     manifest.path = path;

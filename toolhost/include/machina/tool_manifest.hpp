@@ -35,6 +35,13 @@ struct ManifestTool {
   std::string ca_file;               // https: the CAs its certificate is verified against ("": the system's)
   // Both: the capability guarantees the tool requires (name -> required).
   std::map<std::string, bool> guarantees;
+  // A tool of a namel3ss pack (pack_manifest.hpp): the pack, for its trace.
+  struct Pack {
+    std::string source;         // "installed_pack" ("": not a pack's tool)
+    std::string id, name, version;
+    std::string deps_source;    // what declares its dependencies: "pyproject", "requirements" or "none"
+    std::string bindings_path;  // its tools.yaml (`line` is its binding's line there)
+  } pack;
 };
 
 /// A skill ([[skill]], or a skill directory) or an MCP server ([[mcp_server]]): a child
@@ -70,8 +77,9 @@ struct ToolManifest {
 /// The guarantees a manifest may name.
 const std::vector<std::string>& known_guarantees();
 
-/// Loads and checks a manifest, or a skill directory (manifest.json and SKILL.md, as seed
-/// 001 lays it out). Throws HostError "FILE:LINE: …" naming the field at fault (a TOML
+/// Loads and checks a manifest, a skill directory (manifest.json and SKILL.md, as seed
+/// 001 lays it out) or a namel3ss pack (a directory with pack.yaml: pack_manifest.hpp).
+/// Throws HostError "FILE:LINE: …" naming the field at fault (a TOML
 /// syntax error, an unknown key, a missing or mistyped field, a runner this build does not
 /// have, an aid or a name declared twice in the file).
 ToolManifest load_tool_manifest(const std::string& path);

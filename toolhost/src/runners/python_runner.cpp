@@ -55,7 +55,13 @@ std::string make_trace(const PythonRunner::ToolFields& f, const PythonPoolOption
   nlohmann::ordered_json t = nlohmann::ordered_json::object();
   t["runner"] = "local";
   t["kind"] = "python";
-  t["resolved_source"] = "binding";
+  t["resolved_source"] = f.resolved_source;
+  if (!f.pack_id.empty()) {
+    t["pack_id"] = f.pack_id;
+    t["pack_name"] = f.pack_name;
+    t["pack_version"] = f.pack_version;
+    t["deps_source"] = f.deps_source;
+  }
   t["tool"] = f.name;
   t["entry"] = f.entry;
   t["protocol_version"] = tool_protocol::kVersion;

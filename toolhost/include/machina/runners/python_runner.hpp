@@ -156,6 +156,8 @@ class PythonRunner final : public Runner {
     std::string capability_context_json;  // sent with each call ("" for none)
     std::string enforcement_json;         // for the trace: what enforces each guarantee ("" for none)
     std::string refusal;                  // set: every call is refused guarantee_blocked with this
+    std::string resolved_source = "binding";  // the trace's: "binding", or "installed_pack" for a pack's tool
+    std::string pack_id, pack_name, pack_version, deps_source;  // a pack's tool: its pack ("" otherwise)
   };
   PythonRunner(std::shared_ptr<PythonWorkerPool> pool, ToolFields fields);
 

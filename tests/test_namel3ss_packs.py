@@ -1,0 +1,112 @@
+"""namel3ss packs (pack.yaml, tools.yaml, capabilities.yaml) loaded with `--tools DIR`.
+
+The fixture tests/packs/example.greeting is namel3ss 0.1.0a24's example pack
+(namel3ss/examples/capability_pack/packs/capability/example.greeting, MIT), copied as written.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TOOLHOST, base_env, serve
+from python_support import call
+
+EXAMPLE = Path(__file__).parent / "packs" / "example.greeting"
+AID = "AID.PACK.EXAMPLE_GREETING.COMPOSE_GREETING.v1"
+
+
+def example(tmp_path: Path) -> Path:
+    pack = tmp_path / "example.greeting"
+    shutil.copytree(EXAMPLE, pack)
+    return pack
+
+
+def listed(pack: Path) -> dict[str, dict[str, Any]]:
+    proc = subprocess.run([TOOLHOST, "--tools", str(pack), "--list"], capture_output=True, text=True,
+                          env=base_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return {t["aid"]: t for t in json.loads(proc.stdout)["tools"]}
+
+
+def refusal(pack: Path) -> str:
+    proc = subprocess.run([TOOLHOST, "--tools", str(pack), "--list"], capture_output=True, text=True,
+                          env=base_env(), timeout=60)
+    assert proc.returncode != 0, proc.stdout
+    return proc.stderr
+
+
+def test_the_example_pack_lists_its_tool(tmp_path: Path) -> None:
+    tools = listed(example(tmp_path))
+    tool = tools[AID]
+    assert tool["name"] == "compose greeting" and tool["runner"] == "python"
+    assert "AID.ECHO.v1" in tools  # beside the built-in tools
+    assert tool["timeout_ms"] == 10000
+
+
+def test_a_call_answers_as_namel3ss_and_the_trace_names_the_pack(tmp_path: Path) -> None:
+    pack = example(tmp_path)
+    first, second = serve([call(AID, {"name": "Ada"}), call(AID, {})], "--tools", str(pack))
+    assert first["ok"] is True, first
+    assert json.loads(first["output_json"]) == {"message": "Hello Ada"}
+    assert json.loads(second["output_json"]) == {"message": "Hello there"}
+    trace = first["trace"]
+    assert trace["resolved_source"] == "installed_pack"
+    assert (trace["pack_id"], trace["pack_name"], trace["pack_version"]) == (
+        "example.greeting", "Greeting Tools", "stable")
+    assert trace["deps_source"] == "none"
+    assert trace["tool"] == "compose greeting" and trace["entry"] == "tools.greet:run"
+    assert trace["runner"] == "local" and trace["protocol_version"] == 1
+    # capabilities.yaml: filesystem, network, env and subprocess "none", enforced
+    assert set(trace["enforcement"]) >= {"no_network", "no_subprocess", "no_filesystem_write",
+                                         "no_filesystem_read", "no_env_read"}
+    assert trace["enforcement_level"] == "enforced"
+
+
+def test_deps_source_names_the_packs_requirements(tmp_path: Path) -> None:
+    pack = example(tmp_path)
+    (pack / "requirements.txt").write_text("")
+    [answer] = serve([call(AID, {"name": "B"})], "--tools", str(pack))
+    assert answer["ok"] is True, answer
+    assert answer["trace"]["deps_source"] == "requirements"
+
+
+def test_capabilities_map_onto_the_hosts_guarantees(tmp_path: Path) -> None:
+    pack = example(tmp_path)
+    (pack / "capabilities.yaml").write_text(
+        'capabilities:\n  "compose greeting":\n    filesystem: read\n    network: outbound\n'
+        '    env: read\n    subprocess: none\n    secrets: []\n')
+    [answer] = serve([call(AID, {"name": "C"})], "--tools", str(pack))
+    assert answer["ok"] is True, answer
+    assert set(answer["trace"]["enforcement"]) == {"no_subprocess", "no_filesystem_write"}
+
+
+def _edit(pack: Path, name: str, old: str, new: str) -> None:
+    text = (pack / name).read_text()
+    assert old in text
+    (pack / name).write_text(text.replace(old, new))
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda p: (p / "tools.yaml").unlink(), r"example\.greeting: no tools\.yaml in the pack"),
+    (lambda p: _edit(p, "pack.yaml", '  - "compose greeting"', '  - "compose greeting"\n  - "wave"'),
+     r"pack\.yaml:9: the tool 'wave' has no binding in tools\.yaml"),
+    (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "node"'),
+     r"tools\.yaml:3: tool 'compose greeting': field 'kind': must be \"python\", not 'node'"),
+    (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python": x'),
+     r"tools\.yaml:3: not valid YAML: "),
+    (lambda p: _edit(p, "pack.yaml", 'name: "Greeting Tools"\n', ""),
+     r"pack\.yaml: field 'name': is required"),
+    (lambda p: _edit(p, "capabilities.yaml", "network: none", "network: everywhere"),
+     r"capabilities\.yaml:\d+: tool 'compose greeting': field 'network': must be one of none, outbound"),
+    (lambda p: _edit(p, "tools.yaml", 'entry: "tools.greet:run"', 'entry: "tools.greet:missing"'),
+     r"tools\.yaml:\d+: tool 'compose greeting': field 'entry': "),
+])
+def test_a_bad_pack_is_refused_with_a_clear_error(tmp_path: Path, change: Any, expected: str) -> None:
+    pack = example(tmp_path)
+    change(pack)
+    assert re.search(expected, refusal(pack)), refusal(pack)

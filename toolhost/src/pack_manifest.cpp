@@ -1,0 +1,286 @@
+// See pack_manifest.hpp. yaml-cpp reads the YAML; every field is checked here.
+#include <machina/errors.hpp>
+#include <machina/pack_manifest.hpp>
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+
+namespace machina {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t kMaxPackFileBytes = 1u << 20;
+constexpr std::uint32_t kPythonToolTimeoutMs = 10'000;  // tool protocol v1's deadline of a Python tool
+constexpr std::int64_t kMaxTimeoutMs = 24LL * 3600 * 1000;
+
+/// One YAML file of the pack, naming itself (and a node's line) in errors.
+class PackFile {
+ public:
+  PackFile(const fs::path& dir, const char* name) : path_((dir / name).string()) {}
+
+  bool exists() const { return fs::is_regular_file(path_); }
+  const std::string& path() const { return path_; }
+
+  /// Its top-level mapping. Throws "FILE:LINE: …" on bad YAML.
+  YAML::Node load() const {
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) throw HostError(path_ + ": cannot be read");
+    std::string text(kMaxPackFileBytes + 1, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxPackFileBytes) {
+      throw HostError(path_ + ": larger than " + std::to_string(kMaxPackFileBytes) + " bytes");
+    }
+    YAML::Node doc;
+    try {
+      doc = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      throw HostError(path_ + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: " + e.msg);
+    }
+    if (!doc.IsMap()) throw HostError(path_ + ": must be a mapping of keys to values");
+    return doc;
+  }
+
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& what) const {
+    const int line = at.IsDefined() ? at.Mark().line : -1;
+    throw HostError(path_ + (line >= 0 ? ":" + std::to_string(line + 1) : std::string()) + ": " + what);
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string kind_of(const YAML::Node& n) {
+  return n.IsMap() ? "a mapping" : n.IsSequence() ? "a list" : n.IsNull() ? "empty" : "a scalar";
+}
+
+/// A text field ("" when absent and not required).
+std::string text(const PackFile& f, const YAML::Node& map, const char* key, const std::string& where, bool required) {
+  const YAML::Node n = map[key];
+  if (!n.IsDefined() || n.IsNull()) {
+    if (required) f.fail(YAML::Node(), where + "field '" + key + "': is required");
+    return {};
+  }
+  if (!n.IsScalar()) f.fail(n, where + "field '" + key + "': must be text, not " + kind_of(n));
+  return n.Scalar();
+}
+
+/// One of `levels`, and whether it is the first ("none").
+bool level_none(const PackFile& f, const YAML::Node& map, const char* key, const std::string& where,
+                const std::vector<std::string>& levels) {
+  const std::string value = text(f, map, key, where, true);
+  if (std::find(levels.begin(), levels.end(), value) == levels.end()) {
+    std::string list;
+    for (const auto& l : levels) list += (list.empty() ? "" : ", ") + l;
+    f.fail(map[key], where + "field '" + key + "': must be one of " + list + ", not '" + value + "'");
+  }
+  return value == levels.front();
+}
+
+std::string aid_word(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    out.push_back(std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
+                                                               : '_');
+  }
+  return out;
+}
+
+/// capabilities.yaml: the guarantees of each tool, and the variables it may read (secrets).
+/// filesystem none: no_filesystem_read and no_filesystem_write; read: no_filesystem_write;
+/// network none: no_network; subprocess none: no_subprocess; env none: no_env_read (unless
+/// it names secrets, which its workers then get).
+void read_capabilities(const PackFile& f, const std::set<std::string>& tools, std::map<std::string, ManifestTool*>& by_name) {
+  const YAML::Node doc = f.load();
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (it->first.Scalar() != "capabilities") f.fail(it->first, "unknown key '" + it->first.Scalar() + "' (capabilities: is the only one)");
+  }
+  const YAML::Node caps = doc["capabilities"];
+  if (!caps.IsDefined() || caps.IsNull()) return;
+  if (!caps.IsMap()) f.fail(caps, "'capabilities' must be a mapping of tool names, not " + kind_of(caps));
+  for (auto it = caps.begin(); it != caps.end(); ++it) {
+    const std::string name = it->first.Scalar();
+    const std::string where = "tool '" + name + "': ";
+    if (tools.count(name) == 0) f.fail(it->first, where + "is not one of the tools pack.yaml lists");
+    const YAML::Node& c = it->second;
+    if (!c.IsMap()) f.fail(c, where + "must be a mapping (filesystem, network, env, subprocess, secrets), not " + kind_of(c));
+    for (auto k = c.begin(); k != c.end(); ++k) {
+      static const std::set<std::string> known = {"filesystem", "network", "env", "subprocess", "secrets"};
+      if (known.count(k->first.Scalar()) == 0) {
+        f.fail(k->first, where + "unknown field '" + k->first.Scalar() +
+                             "' (fields are filesystem, network, env, subprocess, secrets)");
+      }
+    }
+    ManifestTool& t = *by_name.at(name);
+    const std::string fs_level = text(f, c, "filesystem", where, true);
+    if (fs_level != "none" && fs_level != "read" && fs_level != "write") {
+      f.fail(c["filesystem"], where + "field 'filesystem': must be one of none, read, write, not '" + fs_level + "'");
+    }
+    if (fs_level != "write") t.guarantees["no_filesystem_write"] = true;
+    if (fs_level == "none") t.guarantees["no_filesystem_read"] = true;
+    if (level_none(f, c, "network", where, {"none", "outbound"})) t.guarantees["no_network"] = true;
+    if (level_none(f, c, "subprocess", where, {"none", "allow"})) t.guarantees["no_subprocess"] = true;
+    const bool env_none = level_none(f, c, "env", where, {"none", "read"});
+    if (const YAML::Node s = c["secrets"]; s.IsDefined() && !s.IsNull()) {
+      if (!s.IsSequence()) f.fail(s, where + "field 'secrets': must be a list of variable names, not " + kind_of(s));
+      for (const auto& v : s) {
+        if (!v.IsScalar() || v.Scalar().empty() || v.Scalar().find('=') != std::string::npos) {
+          f.fail(v, where + "field 'secrets': each must be a variable name");
+        }
+        t.env.push_back(v.Scalar());
+      }
+    }
+    if (env_none && t.env.empty()) t.guarantees["no_env_read"] = true;
+  }
+}
+
+}  // namespace
+
+bool is_pack_dir(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / "pack.yaml"); }
+
+ToolManifest load_pack_dir(const std::string& dir) {
+  const fs::path root = fs::absolute(dir).lexically_normal();
+  const PackFile pack_file(root, "pack.yaml"), tools_file(root, "tools.yaml"), caps_file(root, "capabilities.yaml");
+  if (!tools_file.exists()) {
+    throw HostError(dir + ": no tools.yaml in the pack (a namel3ss pack holds pack.yaml and tools.yaml)");
+  }
+
+  // pack.yaml: who the pack is and which tools it offers.
+  const YAML::Node pack = pack_file.load();
+  static const std::set<std::string> pack_keys = {
+      "id",        "name",   "version", "description", "author",  "license",   "tools",      "signer_id",
+      "signed_at", "digest", "runners", "service_url", "container", "entrypoints"};
+  for (auto it = pack.begin(); it != pack.end(); ++it) {
+    if (pack_keys.count(it->first.Scalar()) == 0) pack_file.fail(it->first, "unknown key '" + it->first.Scalar() + "'");
+  }
+  ManifestTool::Pack source;
+  source.source = "installed_pack";
+  source.id = text(pack_file, pack, "id", "", true);
+  source.name = text(pack_file, pack, "name", "", true);
+  source.version = text(pack_file, pack, "version", "", true);
+  const std::string description = text(pack_file, pack, "description", "", true);
+  for (const char* key : {"author", "license"}) text(pack_file, pack, key, "", true);
+  if (source.id.empty()) pack_file.fail(pack["id"], "field 'id': must not be empty");
+  if (const YAML::Node runners = pack["runners"]; runners.IsDefined() && !runners.IsNull()) {
+    const std::string runner = runners.IsMap() ? text(pack_file, runners, "default", "runners: ", false) : "";
+    if (!runners.IsMap()) pack_file.fail(runners, "field 'runners': must be a mapping (default: local)");
+    if (!runner.empty() && runner != "local") {
+      pack_file.fail(runners["default"], "field 'runners': default '" + runner +
+                                             "': this host runs a pack's tools with the local runner only");
+    }
+  }
+  const YAML::Node names = pack["tools"];
+  if (!names.IsDefined() || names.IsNull()) pack_file.fail(YAML::Node(), "field 'tools': is required");
+  if (!names.IsSequence() || names.size() == 0) pack_file.fail(names, "field 'tools': must be a list of tool names");
+  std::error_code ec;
+  source.deps_source = fs::exists(root / "pyproject.toml", ec)     ? "pyproject"
+                       : fs::exists(root / "requirements.txt", ec) ? "requirements"
+                                                                    : "none";
+  source.bindings_path = tools_file.path();
+
+  // tools.yaml: each tool's binding.
+  const YAML::Node tools_doc = tools_file.load();
+  for (auto it = tools_doc.begin(); it != tools_doc.end(); ++it) {
+    if (it->first.Scalar() != "tools") tools_file.fail(it->first, "unknown key '" + it->first.Scalar() + "' (tools: is the only one)");
+  }
+  const YAML::Node bindings = tools_doc["tools"];
+  if (!bindings.IsMap()) tools_file.fail(bindings.IsDefined() ? bindings : tools_doc, "'tools' must be a mapping of tool names to bindings");
+
+  ToolManifest manifest;
+  manifest.path = root.string();
+  std::set<std::string> listed, aids;
+  for (const auto& n : names) {
+    if (!n.IsScalar() || n.Scalar().empty()) pack_file.fail(n, "field 'tools': each must be a tool's name");
+    const std::string name = n.Scalar();
+    if (!listed.insert(name).second) pack_file.fail(n, "field 'tools': '" + name + "' is listed twice");
+    if (!bindings[name].IsDefined()) {
+      pack_file.fail(n, "the tool '" + name + "' has no binding in tools.yaml (add \"" + name +
+                            "\": {kind: \"python\", entry: \"tools.module:function\"})");
+    }
+  }
+  for (auto it = bindings.begin(); it != bindings.end(); ++it) {
+    const std::string name = it->first.Scalar();
+    const std::string where = "tool '" + name + "': ";
+    if (listed.count(name) == 0) tools_file.fail(it->first, where + "is not one of the tools pack.yaml lists");
+    const YAML::Node& b = it->second;
+    if (!b.IsMap()) tools_file.fail(b, where + "must be a mapping (kind, entry), not " + kind_of(b));
+    for (auto k = b.begin(); k != b.end(); ++k) {
+      static const std::set<std::string> known = {"kind", "entry", "runner", "purity", "timeout_ms", "sandbox"};
+      static const std::set<std::string> other_runners = {"url", "image", "command", "env", "enforcement"};
+      const std::string key = k->first.Scalar();
+      if (other_runners.count(key) != 0) {
+        tools_file.fail(k->first, where + "field '" + key + "': is for the service or container runner; this host runs "
+                                          "a pack's tools with the local runner only");
+      }
+      if (known.count(key) == 0) {
+        tools_file.fail(k->first, where + "unknown field '" + key + "' (fields are kind, entry, runner, purity, "
+                                          "timeout_ms, sandbox)");
+      }
+    }
+    ManifestTool t;
+    t.line = static_cast<std::size_t>(b.Mark().line + 1);
+    t.pack = source;
+    t.info.aid = "AID.PACK." + aid_word(source.id) + "." + aid_word(name) + ".v1";
+    t.info.name = name;
+    t.info.description = description;
+    t.info.plugin_path = manifest.path;
+    if (!aids.insert(t.info.aid).second) {
+      tools_file.fail(it->first, where + "its aid " + t.info.aid + " is another tool's of this pack too");
+    }
+    const std::string kind = text(tools_file, b, "kind", where, true);
+    if (kind != "python") tools_file.fail(b["kind"], where + "field 'kind': must be \"python\", not '" + kind + "'");
+    const std::string runner = text(tools_file, b, "runner", where, false);
+    if (!runner.empty() && runner != "local") {
+      tools_file.fail(b["runner"], where + "field 'runner': '" + runner +
+                                       "': this host runs a pack's tools with the local runner only");
+    }
+    t.runner = "python";
+    t.entry = text(tools_file, b, "entry", where, true);
+    const auto colon = t.entry.find(':');
+    const bool dotted = std::all_of(t.entry.begin(), t.entry.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':';
+    });
+    if (!dotted || colon == std::string::npos || colon == 0 || colon + 1 == t.entry.size() ||
+        t.entry.find(':', colon + 1) != std::string::npos) {
+      tools_file.fail(b["entry"], where + "field 'entry': must be 'module:function' (dotted names), not '" + t.entry + "'");
+    }
+    const std::string purity = text(tools_file, b, "purity", where, false);
+    if (!purity.empty() && purity != "pure" && purity != "impure") {
+      tools_file.fail(b["purity"], where + "field 'purity': must be pure or impure, not '" + purity + "'");
+    }
+    t.info.deterministic = purity == "pure";
+    t.info.default_timeout_ms = kPythonToolTimeoutMs;
+    if (const YAML::Node n = b["timeout_ms"]; n.IsDefined()) {
+      std::int64_t ms = 0;
+      if (!n.IsScalar() || !YAML::convert<std::int64_t>::decode(n, ms) || ms < 1 || ms > kMaxTimeoutMs) {
+        tools_file.fail(n, where + "field 'timeout_ms': must be an integer from 1 ms to 24 hours");
+      }
+      t.info.default_timeout_ms = static_cast<std::uint32_t>(ms);
+    }
+    // The guarantees are capabilities.yaml's; `sandbox: true` adds the host's sandbox (no
+    // network, no processes, no writes), which would override what capabilities.yaml allows.
+    if (const YAML::Node n = b["sandbox"]; n.IsDefined()) {
+      if (!n.IsScalar() || !YAML::convert<bool>::decode(n, t.sandbox)) {
+        tools_file.fail(n, where + "field 'sandbox': must be true or false");
+      }
+    }
+    t.python = "python3";
+    t.root = manifest.path;
+    manifest.tools.push_back(std::move(t));
+  }
+
+  std::map<std::string, ManifestTool*> by_name;
+  for (auto& t : manifest.tools) by_name[t.info.name] = &t;
+  if (caps_file.exists()) read_capabilities(caps_file, listed, by_name);
+  return manifest;
+}
+
+}  // namespace machina
