@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import machina_dispatch as md
 import pytest
 from conftest import TOOLHOST, base_env, serve
 from python_support import call
@@ -67,6 +68,13 @@ def test_a_call_answers_as_namel3ss_and_the_trace_names_the_pack(tmp_path: Path)
     assert trace["enforcement_level"] == "enforced"
 
 
+def test_the_python_package_loads_a_pack_too(tmp_path: Path) -> None:
+    with md.InProcess(tools=[str(example(tmp_path))]) as host:
+        result = host.call(AID, {"name": "Lin"})
+    assert result.output == {"message": "Hello Lin"}
+    assert result.trace["pack_id"] == "example.greeting"
+
+
 def test_deps_source_names_the_packs_requirements(tmp_path: Path) -> None:
     pack = example(tmp_path)
     (pack / "requirements.txt").write_text("")
@@ -93,6 +101,9 @@ def _edit(pack: Path, name: str, old: str, new: str) -> None:
 
 @pytest.mark.parametrize(("change", "expected"), [
     (lambda p: (p / "tools.yaml").unlink(), r"example\.greeting: no tools\.yaml in the pack"),
+    (lambda p: (p / "pack.yaml").unlink(), r"example\.greeting: no pack\.yaml in the pack"),
+    (lambda p: (p / "pack.yaml").write_text("# padding\n" * 120_000),
+     r"pack\.yaml: larger than 1048576 bytes"),
     (lambda p: _edit(p, "pack.yaml", '  - "compose greeting"', '  - "compose greeting"\n  - "wave"'),
      r"pack\.yaml:9: the tool 'wave' has no binding in tools\.yaml"),
     (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "node"'),

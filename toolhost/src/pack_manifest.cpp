@@ -144,11 +144,16 @@ void read_capabilities(const PackFile& f, const std::set<std::string>& tools, st
 
 }  // namespace
 
-bool is_pack_dir(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / "pack.yaml"); }
+bool is_pack_dir(const std::string& dir) {
+  return fs::is_regular_file(fs::path(dir) / "pack.yaml") || fs::is_regular_file(fs::path(dir) / "tools.yaml");
+}
 
 ToolManifest load_pack_dir(const std::string& dir) {
   const fs::path root = fs::absolute(dir).lexically_normal();
   const PackFile pack_file(root, "pack.yaml"), tools_file(root, "tools.yaml"), caps_file(root, "capabilities.yaml");
+  if (!pack_file.exists()) {
+    throw HostError(dir + ": no pack.yaml in the pack (a namel3ss pack holds pack.yaml and tools.yaml)");
+  }
   if (!tools_file.exists()) {
     throw HostError(dir + ": no tools.yaml in the pack (a namel3ss pack holds pack.yaml and tools.yaml)");
   }

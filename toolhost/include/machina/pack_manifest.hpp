@@ -11,7 +11,7 @@
 
 namespace machina {
 
-/// Whether `dir` is a namel3ss pack (holds a pack.yaml).
+/// Whether `dir` is a namel3ss pack (holds a pack.yaml or a tools.yaml).
 bool is_pack_dir(const std::string& dir);
 
 /// The pack's tools: aid AID.PACK.<ID>.<TOOL>.v1 (letters and digits of each in capitals,
