@@ -60,6 +60,19 @@ def elf_interpreter(path: str | Path) -> str | None:
 STATIC_FRONT = elf_interpreter(TOOLHOST) is None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The hosts the tests start keep their per-user state (the default audit store) in a
+    folder of the session's, never in the real home."""
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("xdg-state"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before
+
+
 @pytest.fixture(scope="session")
 def toolhost() -> str:
     return TOOLHOST

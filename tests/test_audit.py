@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import sqlite3
 import subprocess
 import time
@@ -93,7 +94,8 @@ def test_each_call_is_recorded_with_what_it_was(store: Path, ws: Path) -> None:
     assert [r["tool"] for r in rows] == ["AID.ECHO.v1", "tools.file.read", "readFile", "AID.FILE.WRITE.v1",
                                          "AID.NOPE.v1", "AID.TEXT.STATS.v1", "AID.ECHO.v1", "AID.ECHO.v1"]
     assert {r["front"] for r in rows} == {"serve"}
-    assert [r["user"] for r in rows[:4]] == ["alice", "alice", "bob", None]
+    # (a call that names no user is the OS user's: the front knows no other)
+    assert [r["user"] for r in rows[:4]] == ["alice", "alice", "bob", pwd.getpwuid(os.geteuid()).pw_name]
     assert [r["code"] for r in rows] == ["ok", "ok", "access_denied", "ok", "tool_not_found", "schema_violation", "ok",
                                          "ok"]
     assert [r["status"] for r in rows[2:6]] == ["TOOL_ERROR", "OK", "INVALID_PICK", "INVALID_PICK"]
@@ -198,7 +200,7 @@ def test_the_report_answers_the_seeds_questions(store: Path, ws: Path, misbehavi
     assert by_tool["AID.TEST.FAIL.v1"]["error_rate"] == 1.0
     assert by_tool["AID.TEST.FAIL.v1"]["errors_by_type"] == {"SystemError": 3}
     assert by_tool["tools.file.read"]["errors_by_type"] == {"NotFound": 1, "AccessDenied": 1}
-    assert r["users"] == [{"user": "mallory", "calls": 1}]
+    assert r["users"] == [{"user": pwd.getpwuid(os.geteuid()).pw_name, "calls": 30}, {"user": "mallory", "calls": 1}]
     assert r["fronts"] == {"serve": 31}
     # The text form says the same things.
     text = subprocess.run([TOOLHOST, "audit", "report", "--db", str(store)], capture_output=True, text=True,
@@ -288,8 +290,9 @@ def test_bad_settings_are_refused_clearly(tmp_path: Path, ws: Path) -> None:
     r = subprocess.run([TOOLHOST, "audit", "report", "--db", str(tmp_path / "missing.db")], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 2 and "no audit store at" in r.stderr
+    # (without a store named, the report reads the default one: with none, it asks for one)
     r = subprocess.run([TOOLHOST, "audit", "report"], capture_output=True, text=True, timeout=30,
-                       env=base_env())
+                       env=base_env({"MACHINA_TOOLHOST_AUDIT": "0"}))
     assert r.returncode == 2 and "--db" in r.stderr
     with pytest.raises(md.HostError, match="audit store"):
         md.InProcess(audit_db=str(tmp_path / "no" / "such" / "x.db"))

@@ -7,6 +7,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <nettle/sha2.h>
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
@@ -259,7 +260,8 @@ std::string protocol_answer(const Response& r) {
 
 class HttpServer {
  public:
-  HttpServer(Host& host, const HttpFrontOptions& o) : host_(host), o_(o) {}
+  HttpServer(Host& host, const HttpFrontOptions& o)
+      : host_(host), o_(o), token_caller_(token_identity(o.token)) {}
 
   int run();
 
@@ -280,8 +282,13 @@ class HttpServer {
   const Tool* find_tool(const std::string& name, std::string& why) const;
   bool authorized(const HttpRequest& req) const;
 
+  /// Who a caller with the bearer token is, for the audit store: "token:" and the first
+  /// 12 hex digits of the token's SHA-256 (the token itself is never kept); "" without one.
+  static std::string token_identity(const std::string& token);
+
   Host& host_;
   const HttpFrontOptions& o_;
+  const std::string token_caller_;
   std::vector<std::string> own_authorities_;  // "name:port", lowercase: Host values served
   std::vector<std::string> allowed_names_;    // configured names served on any port
   bool any_ip_literal_ = false;               // bound to every address: any numeric Host
@@ -296,6 +303,7 @@ class HttpServer {
 /// its deadline (the thread stays in the tool; the connection is closed after the answer).
 struct HttpServer::Connection final : Takeover {
   int fd = -1;
+  std::string caller;  // who calls, for the audit store: the token's identity, else "peer:ADDRESS"
   std::mutex write_mu;
   bool answered_by_takeover = false;
 
@@ -394,6 +402,7 @@ std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target,
   if (auto refused = unsupported_version(j)) return *refused;
   Request req;
   req.front = Front::http;
+  req.caller = conn.caller;
   std::string name;
   if (j.contains("tool_name") && j["tool_name"].is_string()) name = j["tool_name"].get<std::string>();
   else if (target.rfind("/tools/", 0) == 0) name = target.substr(7);
@@ -487,9 +496,26 @@ std::pair<unsigned, std::string> HttpServer::dispatch(const HttpRequest& req, Co
   return run_call(target, req.body(), conn);
 }
 
+std::string HttpServer::token_identity(const std::string& token) {
+  if (token.empty()) return {};
+  sha256_ctx ctx;
+  sha256_init(&ctx);
+  sha256_update(&ctx, token.size(), reinterpret_cast<const std::uint8_t*>(token.data()));
+  std::uint8_t digest[SHA256_DIGEST_SIZE];
+  sha256_digest(&ctx, sizeof digest, digest);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "token:";
+  for (int i = 0; i < 6; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
 void HttpServer::handle(int fd, const std::string& peer) {
   Connection conn;
   conn.fd = fd;
+  conn.caller = token_caller_.empty() ? "peer:" + peer : token_caller_;
   char chunk[64 * 1024];
   std::string pending;
   // A new connection's first request is timed from the accept: a connection that sends

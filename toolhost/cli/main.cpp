@@ -27,8 +27,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -301,6 +303,38 @@ int execute(Invocation& inv) {
   return rc;
 }
 
+/// The audit store of the executable's fronts: on unless `off` (--no-audit) or
+/// MACHINA_TOOLHOST_AUDIT=0; a store named (--audit-db, --audit-jsonl or their variables)
+/// is used as named, else the default one, $XDG_STATE_HOME/machina-toolhost/audit.db (or
+/// ~/.local/state/...), in a folder of the user's only. The default store is optional: where
+/// it cannot be made the host warns and serves without. A call per process (`run`) appends
+/// to the store's pending file (AuditOptions::pending).
+void default_audit(machina::AuditOptions& audit, bool run, bool off) {
+  const char* env = std::getenv("MACHINA_TOOLHOST_AUDIT");
+  if (off) {
+    audit.db_path.clear();
+    audit.jsonl_path.clear();
+    return;
+  }
+  if (!audit.db_path.empty() || (env != nullptr && std::strcmp(env, "0") == 0)) return;
+  std::string base;
+  if (const char* state = std::getenv("XDG_STATE_HOME"); state != nullptr && *state == '/') {
+    base = state;
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    base = std::string(home) + "/.local";
+    (void)::mkdir(base.c_str(), 0700);
+    base += "/state";
+  } else {
+    return;  // (no home: nowhere that is the user's)
+  }
+  (void)::mkdir(base.c_str(), 0700);
+  const std::string folder = base + "/machina-toolhost";
+  if (::mkdir(folder.c_str(), 0700) != 0 && errno == EEXIST) (void)::chmod(folder.c_str(), 0700);
+  audit.db_path = folder + "/audit.db";
+  audit.optional = true;
+  audit.pending = run && audit.jsonl_path.empty();
+}
+
 /// `--run AID` and `--run PLUGIN AID` with nothing else are most of what spawning
 /// clients send, and building the full parser costs about as much as the call: these
 /// two shapes are recognised directly and mean exactly what the parser would make of them.
@@ -313,6 +347,7 @@ bool fast_run(int argc, char** argv, Invocation& inv) {
   if (argc == 4) inv.plugins.emplace_back(argv[2]);
   inv.aid = argv[argc - 1];
   inv.options = machina::HostOptions::from_env();
+  default_audit(inv.options.audit, /*run=*/true, /*off=*/false);
   std::error_code ec;
   inv.options.workers.executable = fs::read_symlink("/proc/self/exe", ec).string();  // shell.exec's launcher
   report_events(inv.options);
@@ -617,14 +652,22 @@ int main(int argc, char** argv) {
       ->type_name("NAME")
       ->group("Deadlines and isolation");
   machina::AuditOptions& audit = options.audit;
+  bool no_audit = false;
+  auto* no_audit_opt = app.add_flag("--no-audit", no_audit,
+                                    "Record no call (the audit store is on by default, in "
+                                    "$XDG_STATE_HOME/machina-toolhost/audit.db; also MACHINA_TOOLHOST_AUDIT=0)")
+                           ->group("Audit");
   app.add_option("--audit-db", audit.db_path,
                  "Record every call (tool, front, user, a digest of its arguments, status, duration) in this SQLite "
-                 "database (made if missing; also MACHINA_TOOLHOST_AUDIT_DB)")
+                 "database (made if missing; also MACHINA_TOOLHOST_AUDIT_DB; default: "
+                 "$XDG_STATE_HOME/machina-toolhost/audit.db, else ~/.local/state/machina-toolhost/audit.db)")
       ->type_name("FILE")
+      ->excludes(no_audit_opt)
       ->group("Audit");
   app.add_option("--audit-jsonl", audit.jsonl_path,
                  "Also write each call as a JSON line to this file (also MACHINA_TOOLHOST_AUDIT_JSONL)")
       ->type_name("FILE")
+      ->excludes(no_audit_opt)
       ->group("Audit");
   app.add_option("--audit-retention-days", audit.retention_days, "Calls older than this are deleted from the database")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{36'500}))
@@ -688,7 +731,7 @@ int main(int argc, char** argv) {
       "report", "Most used tools, most accessed paths, error rates and latency percentiles per tool, over a time range");
   machina::AuditReportOptions report;
   std::string report_since, report_until, report_format = "text";
-  report_cmd->add_option("--db", report.db_path, "The audit database (default: $MACHINA_TOOLHOST_AUDIT_DB)")
+  report_cmd->add_option("--db", report.db_path, "The audit database (default: $MACHINA_TOOLHOST_AUDIT_DB, else the default store)")
       ->type_name("FILE");
   report_cmd->add_option("--since", report_since, "From this time (UTC YYYY-MM-DD[THH:MM[:SS]], or 24h, 7d ... ago)");
   report_cmd->add_option("--until", report_until, "Until this time (excluded), as --since");
@@ -713,7 +756,8 @@ int main(int argc, char** argv) {
       "makes single use hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (load the built-in tools from\n"
       "machina_builtin_tools.so in this directory), MACHINA_TOOLHOST_WORKSPACE (the file tools' folder),\n"
       "MACHINA_TOOLHOST_POLICY (the tool packs' policy file), MACHINA_TOOLHOST_AUDIT_DB and\n"
-      "MACHINA_TOOLHOST_AUDIT_JSONL (the audit store, as --audit-db and --audit-jsonl).\n"
+      "MACHINA_TOOLHOST_AUDIT_JSONL (the audit store, as --audit-db and --audit-jsonl), MACHINA_TOOLHOST_AUDIT=0\n"
+      "(no default audit store, as --no-audit), XDG_STATE_HOME (where the default audit store is).\n"
       "Documentation: the docs/*.md files named above (docs/protocol.md: the request and response lines) are in ") +
            docs;
   });
@@ -789,8 +833,9 @@ int main(int argc, char** argv) {
     report_events(options);
     audit.jsonl_max_bytes = audit_jsonl_max_mb << 20;
     audit.required = machina::parse_audit_required(audit_required);
+    if (!*issue_cmd) default_audit(audit, run_mode, no_audit);
     if (*report_cmd) {
-      if (report.db_path.empty()) report.db_path = options.audit.db_path;
+      if (report.db_path.empty()) report.db_path = options.audit.db_path;  // (the default store, if none is named)
       if (report.db_path.empty()) throw machina::HostError("audit report: name the database (--db FILE)");
       const std::int64_t now = machina::unix_now_ms();
       if (!report_since.empty()) report.since_ms = machina::parse_audit_time(report_since, now);

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -285,7 +287,9 @@ struct RecordHead {
   std::uint64_t input_bytes;
   std::uint64_t output_bytes;
 };
-constexpr std::uint8_t kHit = 1, kCut = 2, kTicks = 4;
+// kUnix: started_ns and ended are nanoseconds of the realtime clock (a pending file's
+// records, written by another process). kOsUser: the caller is the OS user (AuditCall::os_user).
+constexpr std::uint8_t kHit = 1, kCut = 2, kTicks = 4, kUnix = 8, kOsUser = 16;
 
 std::atomic<std::uint64_t> next_log_id{1};
 
@@ -323,6 +327,15 @@ int open_owner_only(const std::string& path, int flags) {
   if (fd >= 0) (void)::fchmod(fd, 0600);
   return fd;
 }
+
+/// The view of a row per call with its names, as `SELECT ...` (docs/tool-packs.md).
+constexpr const char* kCallLogSelect =
+    "SELECT c.id, c.ts_ms, strftime('%Y-%m-%dT%H:%M:%fZ', c.ts_ms / 1000.0, 'unixepoch') AS time,"
+    " t.name AS tool, f.name AS front, u.name AS user, k.status, k.code, k.error_type, c.duration_us,"
+    " c.duration_us / 1000.0 AS duration_ms, c.input_bytes, c.output_bytes, s.idempotent_hit, a.path,"
+    " a.digest AS args FROM calls c JOIN shapes s ON s.id = c.shape JOIN tools t ON t.id = s.tool"
+    " JOIN fronts f ON f.id = s.front LEFT JOIN users u ON u.id = s.user JOIN codes k ON k.id = s.code"
+    " JOIN args a ON a.id = s.args";
 
 constexpr std::size_t kWakeBytes = 2u << 20;  // (or a quarter of the buffer, if that is less)
 constexpr std::int64_t kCallsPerBatch = 1024;  // calls in one row of `batches` at most
@@ -376,6 +389,7 @@ class AuditLog::Writer {
   explicit Writer(const AuditOptions& options) : options_(options) {
     if (!options_.db_path.empty()) open_db();
     if (!options_.jsonl_path.empty()) open_jsonl();
+    if (db_.is_open()) take_in_pending();
   }
   ~Writer() {
     if (db_.is_open()) {
@@ -419,8 +433,9 @@ class AuditLog::Writer {
           c.input = std::string_view(p, c.head.input_len);
           p += c.head.input_len;
           const std::int64_t ended_ns = (c.head.flags & kTicks) != 0 ? ticks.ns(c.head.ended) : c.head.ended;
-          c.ts_ms = (ended_ns + offset_ns) / 1'000'000;
+          c.ts_ms = ((c.head.flags & kUnix) != 0 ? ended_ns : ended_ns + offset_ns) / 1'000'000;
           c.duration_us = std::max<std::int64_t>(0, (ended_ns - c.head.started_ns) / 1000);
+          if ((c.head.flags & kOsUser) != 0 && c.user.empty()) c.user = os_user();
           // Agents repeat calls: one like the last needs no digest, no names, no lookups.
           if (total == 0 || !c.same_call(prev)) {
             digest(c.input, (c.head.flags & kCut) != 0);
@@ -497,16 +512,42 @@ class AuditLog::Writer {
     return n;
   }
 
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    if (!options_.db_path.empty()) {
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) out.push_back(options_.db_path + suffix);
+  /// Takes the records of the pending file into the database (in one transaction), then
+  /// empties the file. Writers of the file hold a shared lock on it for each append.
+  void take_in_pending() {
+    const std::string path = options_.db_path + "-pending";
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return;
+    (void)::fchmod(fd, 0600);
+    ::flock(fd, LOCK_EX);
+    AuditBytes chunk;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && st.st_size > 0 && chunk.reserve_more(static_cast<std::size_t>(st.st_size), SIZE_MAX)) {
+      while (chunk.size < static_cast<std::size_t>(st.st_size)) {
+        const ssize_t n = ::pread(fd, chunk.p.get() + chunk.size, static_cast<std::size_t>(st.st_size) - chunk.size,
+                                  static_cast<off_t>(chunk.size));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        chunk.size += static_cast<std::size_t>(n);
+      }
+      // Whole records only (a writer that died mid-append leaves a part of one).
+      std::size_t whole = 0;
+      while (whole + sizeof(RecordHead) <= chunk.size) {
+        RecordHead h;
+        std::memcpy(&h, chunk.data() + whole, sizeof h);
+        const std::size_t len = sizeof h + std::size_t{h.aid_len} + h.user_len + h.input_len;
+        if ((h.flags & kUnix) == 0 || h.aid_len > kAuditMaxAid || h.input_len > kAuditMaxInput ||
+            whole + len > chunk.size)
+          break;
+        whole += len;
+      }
+      chunk.size = whole;
+      bool ok = true;
+      if (whole > 0) write({&chunk}, TickLine({}, {}), ok);
+      if (ok) (void)::ftruncate(fd, 0);
     }
-    if (!options_.jsonl_path.empty()) {
-      out.push_back(options_.jsonl_path);
-      out.push_back(options_.jsonl_path + ".1");
-    }
-    return out;
+    ::flock(fd, LOCK_UN);
+    ::close(fd);
   }
 
  private:
@@ -611,21 +652,22 @@ class AuditLog::Writer {
           "CREATE VIEW IF NOT EXISTS calls AS SELECT b.first_call + j.key AS id,"
           " b.base_ms + json_extract(j.value, '$[0]') AS ts_ms, b.shape AS shape,"
           " json_extract(j.value, '$[1]') AS duration_us, json_extract(j.value, '$[2]') AS input_bytes,"
-          " json_extract(j.value, '$[3]') AS output_bytes FROM batches b, json_each(b.calls) j;"
-          "CREATE VIEW IF NOT EXISTS call_log AS SELECT c.id, c.ts_ms,"
-          " strftime('%Y-%m-%dT%H:%M:%fZ', c.ts_ms / 1000.0, 'unixepoch') AS time, t.name AS tool, f.name AS front,"
-          " u.name AS user, k.status, k.code, k.error_type, c.duration_us, c.input_bytes, c.output_bytes,"
-          " s.idempotent_hit, a.path, a.digest AS args FROM calls c JOIN shapes s ON s.id = c.shape"
-          " JOIN tools t ON t.id = s.tool JOIN fronts f ON f.id = s.front LEFT JOIN users u ON u.id = s.user"
-          " JOIN codes k ON k.id = s.code JOIN args a ON a.id = s.args;");
-      auto schema = db_.prepare("SELECT value FROM meta WHERE key = 'schema'");
-      if (schema.step()) {
-        if (schema.text(0) != kAuditSchema) {
-          throw sql::Error("it holds '" + std::string(schema.text(0)) + "', not '" + std::string(kAuditSchema) + "'");
-        }
+          " json_extract(j.value, '$[3]') AS output_bytes FROM batches b, json_each(b.calls) j;");
+      db_.exec(std::string("CREATE VIEW IF NOT EXISTS call_log AS ") + kCallLogSelect);
+      std::string held;
+      {
+        auto schema = db_.prepare("SELECT value FROM meta WHERE key = 'schema'");
+        if (schema.step()) held = schema.text(0);
         schema.reset();  // (a statement left open would hold its read snapshot)
-      } else {
+      }
+      if (held == kAuditSchemaMigrated) {
+        // Its calls stay as they are; its call_log view gains duration_ms.
+        db_.exec(std::string("DROP VIEW call_log; CREATE VIEW call_log AS ") + kCallLogSelect);
+        db_.prepare("UPDATE meta SET value = ? WHERE key = 'schema'").bind(1, kAuditSchema).run();
+      } else if (held.empty()) {
         db_.prepare("INSERT INTO meta VALUES('schema', ?)").bind(1, kAuditSchema).run();
+      } else if (held != kAuditSchema) {
+        throw sql::Error("it holds '" + held + "', not '" + std::string(kAuditSchema) + "'");
       }
       probe_ = db_.prepare("INSERT OR REPLACE INTO meta VALUES('written', ?)");
       insert_batch_ = db_.prepare(
@@ -854,7 +896,9 @@ class AuditLog::Writer {
             (kind == ErrorKind::none ? std::string("ok") : std::string(info.code)) + "\",\"error_type\":";
     if (kind == ErrorKind::none) line += "null";
     else append_json_string(line, error_type(kind));
-    line += ",\"duration_us\":" + std::to_string(c.duration_us) + ",\"input_bytes\":" +
+    line += ",\"duration_us\":" + std::to_string(c.duration_us) + ",\"duration_ms\":" +
+            std::to_string(c.duration_us / 1000) + "." + std::to_string(1000 + c.duration_us % 1000).substr(1) +
+            ",\"input_bytes\":" +
             std::to_string(c.head.input_bytes) + ",\"output_bytes\":" + std::to_string(c.head.output_bytes) +
             ",\"idempotent_hit\":" + ((c.head.flags & kHit) != 0 ? "true" : "false") + ",\"path\":";
     if (path_.empty()) line += "null";
@@ -904,6 +948,19 @@ class AuditLog::Writer {
     }
   }
 
+  /// This process's OS user's name ("uid:N" when the user has none), looked up once.
+  std::string_view os_user() {
+    if (os_user_.empty()) {
+      passwd pw{}, *found = nullptr;
+      char buf[4096];
+      if (::getpwuid_r(::geteuid(), &pw, buf, sizeof buf, &found) == 0 && found != nullptr && *pw.pw_name != '\0')
+        os_user_ = pw.pw_name;
+      else
+        os_user_ = "uid:" + std::to_string(::geteuid());
+    }
+    return os_user_;
+  }
+
   void complain(const std::string& what) {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_complaint_ < std::chrono::minutes(1)) return;
@@ -951,21 +1008,32 @@ class AuditLog::Writer {
   int jsonl_ = -1;  // the JSON lines file
   bool jsonl_failed_ = false;  // a write to it failed in this pass
   std::uint64_t jsonl_bytes_ = 0;
+  std::string os_user_;
 };
 
 AuditLog::AuditLog(AuditOptions options)
     : options_(std::move(options)),
-      tsc_(clock_runs_on_tsc()),
-      id_(next_log_id.fetch_add(1)),
-      writer_(std::make_unique<Writer>(options_)) {
+      tsc_(!options_.pending && clock_runs_on_tsc()),
+      id_(next_log_id.fetch_add(1)) {
   if (options_.retention_days < 1) throw HostError("the audit retention must be at least 1 day");
   if (options_.max_rows < 1) throw HostError("the audit store must keep at least 1 call");
   if (options_.buffer_bytes < 64 * 1024) throw HostError("the audit buffer must be at least 64 KiB");
+  if (options_.pending && !options_.db_path.empty() && options_.jsonl_path.empty()) {
+    const std::string path = options_.db_path + "-pending";
+    pending_fd_ = open_owner_only(path, O_WRONLY | O_APPEND | O_NOFOLLOW);
+    if (pending_fd_ < 0) throw HostError("audit store " + path + ": cannot open it: " + std::strerror(errno));
+    return;
+  }
+  writer_ = std::make_unique<Writer>(options_);
   start_ = tick_point();
   thread_ = std::thread([this] { run(); });
 }
 
 AuditLog::~AuditLog() {
+  if (pending_fd_ >= 0) {
+    ::close(pending_fd_);
+    return;
+  }
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -974,7 +1042,73 @@ AuditLog::~AuditLog() {
   thread_.join();
 }
 
-std::vector<std::string> AuditLog::files() const { return writer_->files(); }
+void AuditLog::take_in_pending(const AuditOptions& options) {
+  AuditOptions o = options;
+  o.pending = false;
+  o.jsonl_path.clear();
+  Writer taker(o);  // (opening the database takes the pending file in)
+}
+
+std::vector<std::string> AuditLog::files() const {
+  std::vector<std::string> out;
+  if (!options_.db_path.empty()) {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal", "-pending"}) out.push_back(options_.db_path + suffix);
+  }
+  if (!options_.jsonl_path.empty()) {
+    out.push_back(options_.jsonl_path);
+    out.push_back(options_.jsonl_path + ".1");
+  }
+  return out;
+}
+
+bool AuditLog::append_pending(const AuditCall& call) {
+  const std::int64_t offset_ns = realtime_minus_steady_ns();
+  const std::int64_t ended_ns = call.ended_ns != 0 ? call.ended_ns : call.ended_ticks;  // (ticks are ns here)
+  const auto aid = call.aid.substr(0, kAuditMaxAid), user = call.user.substr(0, 256);
+  const auto input = call.input_json.substr(0, kAuditMaxInput);
+  RecordHead head{};
+  head.aid_len = static_cast<std::uint32_t>(aid.size());
+  head.user_len = static_cast<std::uint32_t>(user.size());
+  head.input_len = static_cast<std::uint32_t>(input.size());
+  head.front = static_cast<std::uint8_t>(call.front);
+  head.flags = static_cast<std::uint8_t>(kUnix | (call.idempotent_hit ? kHit : 0) |
+                                         (call.input_json.size() > kAuditMaxInput ? kCut : 0) |
+                                         (call.os_user ? kOsUser : 0));
+  head.kind = static_cast<std::uint16_t>(call.kind);
+  head.started_ns = call.started_ns + offset_ns;
+  head.ended = ended_ns + offset_ns;
+  head.input_bytes = call.input_json.size();
+  head.output_bytes = call.output_bytes;
+  std::string record(reinterpret_cast<const char*>(&head), sizeof head);
+  record.append(aid).append(user).append(input);
+  // One write under a shared lock: whoever takes the file in holds it exclusively.
+  ::flock(pending_fd_, LOCK_SH);
+  std::size_t done = 0;
+  while (done < record.size()) {
+    const ssize_t n = ::write(pending_fd_, record.data() + done, record.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::flock(pending_fd_, LOCK_UN);
+  if (done != record.size()) {
+    std::fprintf(stderr, "machina-toolhost: audit store %s-pending: %s (a call not recorded)\n",
+                 options_.db_path.c_str(), std::strerror(done < record.size() && errno != 0 ? errno : ENOSPC));
+    healthy_.store(false);
+    return false;
+  }
+  healthy_.store(true);
+  // A pending file that has grown is taken in by the process that finds it so.
+  struct stat st {};
+  if (::fstat(pending_fd_, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= kAuditPendingImportBytes) {
+    try {
+      take_in_pending(options_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "machina-toolhost: %s\n", e.what());
+    }
+  }
+  return true;
+}
 
 namespace {
 // The buffer this thread used last, and its log's id (plain values: no guard on access).
@@ -1019,6 +1153,10 @@ static_assert(std::is_standard_layout_v<RecordHead>);  // (offsetof below)
 }  // namespace
 
 void AuditLog::record(const AuditCall& call) {
+  if (pending_fd_ >= 0) [[unlikely]] {
+    (void)append_pending(call);
+    return;
+  }
   Buffer& b = buffer_of_this_thread();
   const auto aid_len = static_cast<std::uint32_t>(std::min(call.aid.size(), kAuditMaxAid));
   const auto user_len = static_cast<std::uint32_t>(std::min<std::size_t>(call.user.size(), 256));
@@ -1050,7 +1188,7 @@ void AuditLog::record(const AuditCall& call) {
   put(p, offsetof(RecordHead, front), static_cast<std::uint8_t>(call.front));
   put(p, offsetof(RecordHead, flags),
       static_cast<std::uint8_t>((call.idempotent_hit ? kHit : 0) | (call.input_json.size() > kAuditMaxInput ? kCut : 0) |
-                                (call.ended_ns == 0 ? kTicks : 0)));
+                                (call.ended_ns == 0 ? kTicks : 0) | (call.os_user ? kOsUser : 0)));
   put(p, offsetof(RecordHead, kind), static_cast<std::uint16_t>(call.kind));
   put(p, offsetof(RecordHead, started_ns), call.started_ns);
   put(p, offsetof(RecordHead, ended), call.ended_ns != 0 ? call.ended_ns : call.ended_ticks);
@@ -1073,12 +1211,13 @@ void AuditLog::record(const AuditCall& call) {
 }
 
 bool AuditLog::can_record() {
-  if (healthy_.load()) return true;
+  if (healthy_.load() || pending_fd_ >= 0) return true;  // (a pending file is tried with each call)
   flush();
   return healthy_.load();
 }
 
 bool AuditLog::record_committed(const AuditCall& call) {
+  if (pending_fd_ >= 0) return append_pending(call);
   const std::uint64_t failed = failed_writes_.load();
   record(call);
   flush();
@@ -1093,6 +1232,7 @@ AuditRequired parse_audit_required(std::string_view text) {
 }
 
 void AuditLog::flush() {
+  if (pending_fd_ >= 0) return;  // (each call is written as it is recorded)
   std::unique_lock lock(mu_);
   const std::uint64_t target = ++flush_asked_;
   wake_.notify_all();

@@ -11,6 +11,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -77,12 +78,25 @@ std::int64_t parse_audit_time(const std::string& text, std::int64_t now_ms) {
 
 nlohmann::json audit_report(const AuditReportOptions& o) {
   struct stat info {};
+  // Calls of processes that appended to the pending file (AuditOptions::pending) are taken
+  // in first, where the store lets this user write (bounds set so that nothing is pruned).
+  if (::stat((o.db_path + "-pending").c_str(), &info) == 0 && info.st_size > 0) {
+    AuditOptions taker;
+    taker.db_path = o.db_path;
+    taker.retention_days = 1'000'000;
+    taker.max_rows = INT64_MAX / 2;
+    try {
+      AuditLog::take_in_pending(taker);
+    } catch (const HostError&) {
+      // (read what the database holds)
+    }
+  }
   if (::stat(o.db_path.c_str(), &info) != 0) throw HostError("no audit store at " + o.db_path);
   try {
     sql::Db db(o.db_path, /*create=*/false, /*read_only=*/true);
     {
       auto schema = db.prepare("SELECT value FROM meta WHERE key = 'schema'");
-      if (!schema.step() || schema.text(0) != kAuditSchema) {
+      if (!schema.step() || (schema.text(0) != kAuditSchema && schema.text(0) != kAuditSchemaMigrated)) {
         throw HostError(o.db_path + " is not an audit store of this version");
       }
     }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -109,7 +110,19 @@ Host::Host(HostOptions options)
   }
   if (options_.default_timeout_ms < 1 || options_.max_timeout_ms < 1)
     throw HostError("timeouts must be at least 1 ms");
-  if (options_.audit.enabled()) audit_ = std::make_unique<AuditLog>(options_.audit);
+  if (options_.audit.enabled()) {
+    try {
+      audit_ = std::make_unique<AuditLog>(options_.audit);
+    } catch (const HostError& e) {
+      if (!options_.audit.optional) throw;
+      const std::string why = e.what();
+      // Without the database; a JSON lines file named on purpose must still open.
+      options_.audit.db_path.clear();
+      if (options_.audit.enabled()) audit_ = std::make_unique<AuditLog>(options_.audit);
+      std::fprintf(stderr, "machina-toolhost: %s; running without the audit database (--no-audit: no warning)\n",
+                   why.c_str());
+    }
+  }
   for (const auto& [aid, ms] : options_.tool_timeouts_ms) {
     if (ms < 1) throw HostError("the timeout for " + aid + " must be at least 1 ms");
   }
@@ -192,7 +205,17 @@ std::vector<std::string> Host::add_packs(const std::vector<std::string>& packs, 
       throw HostError("unknown tool pack '" + p + "' (there are: " + names + ")");
     }
   }
-  if (audit_) keep_audit_out_of_reach(policy);
+  if (audit_) {
+    try {
+      keep_audit_out_of_reach(policy);
+    } catch (const HostError& e) {
+      // The default store where the tools reach it: not kept, rather than the host stopped.
+      if (!options_.audit.optional || !options_.audit.jsonl_path.empty()) throw;
+      std::fprintf(stderr, "machina-toolhost: %s; running without the audit store (--audit-db FILE: a store elsewhere)\n",
+                   e.what());
+      audit_.reset();
+    }
+  }
   auto runner = std::make_unique<PackRunner>(std::move(policy), options_.workers.executable);
   const auto added = registry_.add_described("tool packs", runner->tools(packs), runner.get(), /*host_own=*/true);
   packs_ = std::move(runner);
@@ -302,6 +325,8 @@ AuditCall Host::audit_call(const Request& request, const Response& response, std
   call.ended_ticks = audit_->ticks();
   call.aid = request.aid;
   if (request.user) call.user = *request.user;
+  else if (!request.caller.empty()) call.user = request.caller;
+  else call.os_user = request.front != Front::http && request.front != Front::nats && request.front != Front::unknown;
   call.input_json = request.input_json;
   call.output_bytes = response.output_json.size();
   return call;

@@ -56,6 +56,14 @@ struct AuditOptions {
   std::int64_t flush_interval_ms = 5;      // how often the writer takes what the threads recorded (sooner
                                            // when a thread has recorded 2 MiB, or a quarter of buffer_bytes)
   AuditRequired required = AuditRequired::leased;
+  // Each call is appended to the pending file (db_path + "-pending") instead, in one write,
+  // and no database is opened: for a process of one call. The next process that opens the
+  // database (any other front, `audit report`, or this mode once the file holds
+  // kAuditPendingImportBytes) takes the pending calls in.
+  bool pending = false;
+  // A store that cannot be opened is not an error: the host says so once on stderr and
+  // records nothing (the default store; a store named on purpose must open).
+  bool optional = false;
 
   bool enabled() const { return !db_path.empty() || !jsonl_path.empty(); }
 };
@@ -70,12 +78,19 @@ struct AuditCall {
   std::int64_t ended_ticks = 0;  // AuditLog::ticks() when the call ended (cheaper to read)
   std::string_view aid;
   std::string_view user;        // "" when none
+  bool os_user = false;         // with no user: the caller is this process's OS user (recorded by name)
   std::string_view input_json;  // digested on the writer thread; never stored
   std::size_t output_bytes = 0;
 };
 
 /// The schema a store holds (its meta table says): a store of another is refused.
-inline constexpr std::string_view kAuditSchema = "machina-toolhost audit 2";
+/// (A store of schema 2 differs only in its call_log view, which lacks duration_ms: it is
+/// migrated when opened.)
+inline constexpr std::string_view kAuditSchema = "machina-toolhost audit 3";
+inline constexpr std::string_view kAuditSchemaMigrated = "machina-toolhost audit 2";
+/// The size of a pending file (AuditOptions::pending) past which the process that wrote it
+/// takes it into the database.
+inline constexpr std::uint64_t kAuditPendingImportBytes = 1u << 20;
 
 /// Limits of what one record keeps of a call.
 inline constexpr std::size_t kAuditMaxAid = 256;          // bytes of the aid
@@ -126,6 +141,9 @@ class AuditLog {
 
   /// Records one call (thread-safe; cheap: see above).
   void record(const AuditCall& call);
+  /// Takes the calls of the store's pending file (AuditOptions::pending) into its database,
+  /// if there are any; throws HostError when the database cannot be opened.
+  static void take_in_pending(const AuditOptions& options);
   /// Now, in the log's ticks: the time-stamp counter when the kernel's clock runs on it
   /// (the counter then runs at one rate on every CPU), else the steady clock's nanoseconds.
   /// The writer turns ticks into time by the line through its readings of both before and
@@ -178,6 +196,8 @@ class AuditLog {
   };
   TickPoint tick_point() const;
   Buffer& buffer_of_this_thread();
+  /// Appends one call to the pending file: whether the write succeeded.
+  bool append_pending(const AuditCall& call);
   void run();
 
   AuditOptions options_;
@@ -195,6 +215,7 @@ class AuditLog {
   std::atomic<bool> pressure_{false};  // a thread's buffer passed the wake mark
   std::atomic<bool> healthy_{true};    // the writer's last write succeeded
   std::atomic<std::uint64_t> failed_writes_{0};
+  int pending_fd_ = -1;  // the pending file (AuditOptions::pending)
   std::thread thread_;
 };
 

@@ -87,6 +87,7 @@ struct Request {
   std::optional<std::int64_t> timeout_ms;  // the caller's deadline for this call
   std::optional<std::string> trace_id;     // the caller's correlation id, echoed in a trace
   std::optional<std::string> user;         // who calls: selects the tool packs' policy scope
+  std::string_view caller;  // without `user`: who calls as the front knows it, for the audit store only
   Front front = Front::unknown;            // set by the front that decoded it
   // Set by a front whose own parse showed that validate_json accepts input_json (the
   // host then does not check it again); never set for text it did not parse itself.
