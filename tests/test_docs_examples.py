@@ -38,7 +38,7 @@ import pytest
 from conftest import REPO, base_env
 
 RUN_LANGS = {"bash", "sh", "console", "python"}
-MIRRORED = ["README.md", "docs", "examples", "tests/plugins"]
+MIRRORED = ["README.md", "docs", "examples", "tests/plugins", "tests/packs"]
 NOT_RUN = re.compile(r"^<!--\s*not run\b:?(.*?)-->$")
 FENCE = re.compile(r"^```(\S*)\s*$")
 BLOCK_TIMEOUT = 60
