@@ -93,6 +93,28 @@ def test_capabilities_map_onto_the_hosts_guarantees(tmp_path: Path) -> None:
     assert set(answer["trace"]["enforcement"]) == {"no_subprocess", "no_filesystem_write"}
 
 
+def add_tool(pack: Path, name: str, entry: str, capabilities: str = "") -> None:
+    _edit(pack, "pack.yaml", '  - "compose greeting"\n', f'  - "compose greeting"\n  - "{name}"\n')
+    with (pack / "tools.yaml").open("a") as f:
+        f.write(f'  "{name}":\n    kind: "python"\n    entry: "{entry}"\n')
+    if capabilities:
+        with (pack / "capabilities.yaml").open("a") as f:
+            f.write(f'  "{name}":\n{capabilities}')
+
+
+def test_secrets_are_the_variables_a_tool_gets(tmp_path: Path) -> None:
+    pack = example(tmp_path)
+    (pack / "tools" / "probe.py").write_text(
+        "import os\n\ndef run(payload):\n    return {k: os.environ.get(k) for k in ('PACK_SECRET', 'OTHER_SECRET')}\n")
+    add_tool(pack, "read secret", "tools.probe:run",
+             "    filesystem: none\n    network: none\n    env: none\n    subprocess: none\n"
+             "    secrets:\n      - PACK_SECRET\n")
+    [answer] = serve([call("AID.PACK.EXAMPLE_GREETING.READ_SECRET.v1", {})], "--tools", str(pack),
+                     env={"PACK_SECRET": "s3", "OTHER_SECRET": "no"})
+    assert answer["ok"] is True, answer
+    assert json.loads(answer["output_json"]) == {"PACK_SECRET": "s3", "OTHER_SECRET": None}
+
+
 def _edit(pack: Path, name: str, old: str, new: str) -> None:
     text = (pack / name).read_text()
     assert old in text
@@ -116,6 +138,15 @@ def _edit(pack: Path, name: str, old: str, new: str) -> None:
      r"capabilities\.yaml:\d+: tool 'compose greeting': field 'network': must be one of none, outbound"),
     (lambda p: _edit(p, "tools.yaml", 'entry: "tools.greet:run"', 'entry: "tools.greet:missing"'),
      r"tools\.yaml:\d+: tool 'compose greeting': field 'entry': "),
+    (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    runner: "service"'),
+     r"tools\.yaml:4: tool 'compose greeting': field 'runner': 'service': this host runs a pack's tools with "
+     r"the local runner only"),
+    (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    colour: "red"'),
+     r"tools\.yaml:4: tool 'compose greeting': unknown field 'colour'"),
+    (lambda p: (p / "tools.yaml").write_text((p / "tools.yaml").read_text() + '  "wave":\n    kind: "python"\n'),
+     r"tools\.yaml:5: tool 'wave': is not one of the tools pack\.yaml lists"),
+    (lambda p: add_tool(p, "compose-greeting", "tools.greet:run"),
+     r"tool 'compose-greeting': its aid AID\.PACK\.EXAMPLE_GREETING\.COMPOSE_GREETING\.v1 is another tool's"),
 ])
 def test_a_bad_pack_is_refused_with_a_clear_error(tmp_path: Path, change: Any, expected: str) -> None:
     pack = example(tmp_path)
