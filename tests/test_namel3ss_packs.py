@@ -126,6 +126,8 @@ def _edit(pack: Path, name: str, old: str, new: str) -> None:
     (lambda p: (p / "pack.yaml").unlink(), r"example\.greeting: no pack\.yaml in the pack"),
     (lambda p: (p / "pack.yaml").write_text("# padding\n" * 120_000),
      r"pack\.yaml: larger than 1048576 bytes"),
+    (lambda p: (p / "tools.yaml").write_text("tools: " + "[" * 5000),
+     r"tools\.yaml:1: not valid YAML: nested too deep \(\d+ levels\)"),
     (lambda p: _edit(p, "pack.yaml", '  - "compose greeting"', '  - "compose greeting"\n  - "wave"'),
      r"pack\.yaml:9: the tool 'wave' has no binding in tools\.yaml"),
     (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "node"'),

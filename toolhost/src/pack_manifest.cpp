@@ -2,6 +2,7 @@
 #include <machina/errors.hpp>
 #include <machina/pack_manifest.hpp>
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -42,6 +43,9 @@ class PackFile {
     YAML::Node doc;
     try {
       doc = YAML::Load(text);
+    } catch (const YAML::DeepRecursion& e) {
+      throw HostError(path_ + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: nested too deep (" +
+                      std::to_string(e.depth()) + " levels)");
     } catch (const YAML::Exception& e) {
       throw HostError(path_ + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: " + e.msg);
     }
