@@ -87,7 +87,7 @@ TEST_CASE("errors name the file, the line, the table and the field") {
         "/etc/p.toml:2: [files]: field 'roots': '/no/such' is not a directory");
   CHECK(error_of("[shell]\nallow = 3\n", ws) == "/etc/p.toml:2: [shell]: field 'allow': must be an array of strings, not an integer");
   CHECK(error_of("[shell]\ntimeout_ms = 0\n", ws) == "/etc/p.toml:2: [shell]: field 'timeout_ms': must be from 1 to 86400000");
-  CHECK(error_of("[shell]\nallw = []\n", ws) == "/etc/p.toml:2: [shell]: unknown field 'allw'");
+  CHECK(error_of("[shell]\nallw = []\n", ws) == "/etc/p.toml:2: [shell]: unknown field 'allw' (did you mean 'allow'?)");
   CHECK(error_of("[rate_limits]\nx = \"0/s\"\n", ws) ==
         "/etc/p.toml:2: [rate_limits]: field 'x': must be like \"10/s\", \"100/min\" or \"1000/h\"");
   CHECK(error_of("[code]\nrg = \"rg\"\n", ws) == "/etc/p.toml:2: [code]: field 'rg': must be an absolute path");
@@ -189,5 +189,5 @@ TEST_CASE("[python]: errors") {
         "/etc/p.toml:2: [python]: field 'deny': a package name (or glob) must not be empty");
   CHECK(error_of("[python]\nindex_url = \"pypi.org\"\n", ws) ==
         "/etc/p.toml:2: [python]: field 'index_url': must be an http:// or https:// URL");
-  CHECK(error_of("[python]\nsesion_idle_ms = 1\n", ws) == "/etc/p.toml:2: [python]: unknown field 'sesion_idle_ms'");
+  CHECK(error_of("[python]\nsesion_idle_ms = 1\n", ws) == "/etc/p.toml:2: [python]: unknown field 'sesion_idle_ms' (did you mean 'session_idle_ms'?)");
 }

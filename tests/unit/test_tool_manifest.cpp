@@ -77,7 +77,7 @@ TEST_CASE("a bad manifest is refused naming file, line and field") {
         "/apps/demo/tools.toml:4: tool 1 (A): field 'entry': must be 'module:function' (dotted names), not 'nocolon'");
   CHECK(refusal("[[tool]]\naid = 5\n") == "/apps/demo/tools.toml:2: tool 1: field 'aid': must be a string, not an integer");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"python\"\nentry = \"m:f\"\nentyr = 1\n") ==
-        "/apps/demo/tools.toml:5: tool 1 (A): unknown field 'entyr'");
+        "/apps/demo/tools.toml:5: tool 1 (A): unknown field 'entyr' (did you mean 'entry'?)");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"ruby\"\n") ==
         "/apps/demo/tools.toml:3: tool 1 (A): field 'runner': must be \"python\" or \"service\", not 'ruby'");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"service\"\nurl = \"ftp://x\"\n") ==
@@ -94,7 +94,7 @@ TEST_CASE("a bad manifest is refused naming file, line and field") {
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"mcp\"\n").find("field 'runner': a skill or an MCP server is "
                                                                    "declared with its own table") != std::string::npos);
   CHECK(refusal("title = \"x\"\n") ==
-        "/apps/demo/tools.toml:1: unknown top-level key 'title' (tables are [[tool]], [[skill]], [[mcp_server]])");
+        "/apps/demo/tools.toml:1: unknown top-level key 'title' (tables are [defaults], [[tool]], [[skill]], [[mcp_server]])");
   CHECK(refusal("") == "/apps/demo/tools.toml:1: declares no tools (no [[tool]], [[skill]] or [[mcp_server]] table)");
   CHECK(refusal("[[skill]]\nname = \"s\"\n") ==
         "/apps/demo/tools.toml:1: skill 1 (s): field 'command': is required (the program and its arguments)");
