@@ -614,7 +614,8 @@ def idempotency(ctx: Ctx) -> Section:
 
 def audit(ctx: Ctx) -> Section:
     s = Section("audit", "The audit store",
-                "File-fed --serve of echo calls without the audit store and with it (`--audit-db`, one "
+                "File-fed --serve of echo calls without the audit store (`--no-audit`) and with it (on by "
+                "default; here `--audit-db`, one "
                 "database per case, made before the first run and kept, as a host's store is): every call "
                 "recorded, and the host ends only once every record is written (the time runs until then). "
                 "Two inputs: the same on every call (its digest is remembered) and "
@@ -639,7 +640,8 @@ def audit(ctx: Ctx) -> Section:
             counted[name] = 0
 
         def run() -> float:
-            cmd = [ctx.host, "--serve", *(["--audit-db", str(db)] if on else [])]
+            # (the store is on by default: the runs without it say --no-audit)
+            cmd = [ctx.host, "--serve", *(["--audit-db", str(db)] if on else ["--no-audit"])]
             seconds = file_fed(cmd, src, out, n).seconds
             if on:
                 con = sqlite3.connect(db)

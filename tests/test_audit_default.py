@@ -214,3 +214,32 @@ def test_a_default_store_inside_the_tools_root_is_left_with_a_warning(tmp_path: 
                            input="", capture_output=True, text=True, timeout=30,
                            env=env_for(state, MACHINA_TOOLHOST_WORKSPACE=str(tmp_path)), cwd=tmp_path)
     assert named.returncode == 2 and "lies inside the tools' root" in named.stderr
+
+
+def test_a_default_store_that_cannot_record_refuses_no_call(tmp_path: Path) -> None:
+    """Unlike a store named on purpose (--audit-required leased by default), the default store
+    records what it can: a write it cannot make loses the record, not the call."""
+    state = tmp_path / "state"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert run_once(state).returncode == 0
+    write = {"aid": "AID.FILE.WRITE.v1", "input_json": json.dumps({"path": "a.txt", "content": "x"})}
+
+    def limited() -> None:  # (the pending file already holds more than 16 bytes: the append fails)
+        import resource
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))
+
+    done = subprocess.run([TOOLHOST, "--run", "AID.FILE.WRITE.v1"], input=json.dumps(write), capture_output=True,
+                          text=True, env=env_for(state, MACHINA_TOOLHOST_WORKSPACE=str(ws)), timeout=30,
+                          preexec_fn=limited)
+    answer = json.loads(done.stdout)
+    assert answer["ok"] and (ws / "a.txt").read_text() == "x", answer
+    assert "audit store" in done.stderr and "not recorded" in done.stderr
+    # Asked for, the requirement holds for the default store too.
+    (ws / "a.txt").unlink()
+    done = subprocess.run([TOOLHOST, "--audit-required", "leased", "--run", "AID.FILE.WRITE.v1"],
+                          input=json.dumps(write), capture_output=True, text=True,
+                          env=env_for(state, MACHINA_TOOLHOST_WORKSPACE=str(ws)), timeout=30, preexec_fn=limited)
+    assert json.loads(done.stdout)["code"] == "audit_unavailable"

@@ -307,9 +307,10 @@ int execute(Invocation& inv) {
 /// MACHINA_TOOLHOST_AUDIT=0; a store named (--audit-db, --audit-jsonl or their variables)
 /// is used as named, else the default one, $XDG_STATE_HOME/machina-toolhost/audit.db (or
 /// ~/.local/state/...), in a folder of the user's only. The default store is optional: where
-/// it cannot be made the host warns and serves without. A call per process (`run`) appends
-/// to the store's pending file (AuditOptions::pending).
-void default_audit(machina::AuditOptions& audit, bool run, bool off) {
+/// it cannot be made the host warns and serves without, and a store that cannot record
+/// refuses no call unless `required_named` (--audit-required). A call per process (`run`)
+/// appends to the store's pending file (AuditOptions::pending).
+void default_audit(machina::AuditOptions& audit, bool run, bool off, bool required_named) {
   const char* env = std::getenv("MACHINA_TOOLHOST_AUDIT");
   if (off) {
     audit.db_path.clear();
@@ -333,6 +334,7 @@ void default_audit(machina::AuditOptions& audit, bool run, bool off) {
   audit.db_path = folder + "/audit.db";
   audit.optional = true;
   audit.pending = run && audit.jsonl_path.empty();
+  if (!required_named) audit.required = machina::AuditRequired::none;
 }
 
 /// `--run AID` and `--run PLUGIN AID` with nothing else are most of what spawning
@@ -347,7 +349,7 @@ bool fast_run(int argc, char** argv, Invocation& inv) {
   if (argc == 4) inv.plugins.emplace_back(argv[2]);
   inv.aid = argv[argc - 1];
   inv.options = machina::HostOptions::from_env();
-  default_audit(inv.options.audit, /*run=*/true, /*off=*/false);
+  default_audit(inv.options.audit, /*run=*/true, /*off=*/false, /*required_named=*/false);
   std::error_code ec;
   inv.options.workers.executable = fs::read_symlink("/proc/self/exe", ec).string();  // shell.exec's launcher
   report_events(inv.options);
@@ -833,7 +835,7 @@ int main(int argc, char** argv) {
     report_events(options);
     audit.jsonl_max_bytes = audit_jsonl_max_mb << 20;
     audit.required = machina::parse_audit_required(audit_required);
-    if (!*issue_cmd) default_audit(audit, run_mode, no_audit);
+    if (!*issue_cmd) default_audit(audit, run_mode, no_audit, app.get_option("--audit-required")->count() > 0);
     if (*report_cmd) {
       if (report.db_path.empty()) report.db_path = options.audit.db_path;  // (the default store, if none is named)
       if (report.db_path.empty()) throw machina::HostError("audit report: name the database (--db FILE)");
