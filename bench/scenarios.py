@@ -615,8 +615,8 @@ def idempotency(ctx: Ctx) -> Section:
 def audit(ctx: Ctx) -> Section:
     s = Section("audit", "The audit store",
                 "File-fed --serve of echo calls without the audit store (`--no-audit`) and with it (on by "
-                "default; here `--audit-db`, one "
-                "database per case, made before the first run and kept, as a host's store is): every call "
+                "default, in $XDG_STATE_HOME/machina-toolhost/audit.db: one state folder per case, its "
+                "database made before the first run and kept, as a host's store is): every call "
                 "recorded, and the host ends only once every record is written (the time runs until then). "
                 "Two inputs: the same on every call (its digest is remembered) and "
                 "a different one on every call (each digested anew). Ratio = throughput ÷ the same input "
@@ -632,17 +632,19 @@ def audit(ctx: Ctx) -> Section:
     counted: dict[str, int] = {}
 
     def case(name: str, src: Path, on: bool) -> Callable[[], float]:
-        db = ctx.work / f"audit-{len(counted)}.db"
+        # The store as a user gets it: on by default, in the state folder (one per case).
+        state = ctx.work / f"audit-state-{len(counted)}"
+        env = env_with(XDG_STATE_HOME=str(state))
+        db = state / "machina-toolhost" / "audit.db"
         if on:
             for suffix in ("", "-wal", "-shm"):
                 Path(str(db) + suffix).unlink(missing_ok=True)
-            subprocess.run([ctx.host, "--list", "--audit-db", str(db)], capture_output=True, check=True)
+            subprocess.run([ctx.host, "--list"], capture_output=True, check=True, env=env)
             counted[name] = 0
 
         def run() -> float:
-            # (the store is on by default: the runs without it say --no-audit)
-            cmd = [ctx.host, "--serve", *(["--audit-db", str(db)] if on else ["--no-audit"])]
-            seconds = file_fed(cmd, src, out, n).seconds
+            cmd = [ctx.host, "--serve", *([] if on else ["--no-audit"])]
+            seconds = file_fed(cmd, src, out, n, env=env).seconds
             if on:
                 con = sqlite3.connect(db)
                 # The number of the last call recorded (not a count of rows: past the store's
