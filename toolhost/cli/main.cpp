@@ -308,7 +308,7 @@ int execute(Invocation& inv) {
 /// is used as named, else the default one, $XDG_STATE_HOME/machina-toolhost/audit.db (or
 /// ~/.local/state/...), in a folder of the user's only. The default store is optional: where
 /// it cannot be made the host warns and serves without, and a store that cannot record
-/// refuses no call unless `required_named` (--audit-required). A call per process (`run`)
+/// refuses no call unless `required_named` (--audit-required) or a JSON lines file is named. A call per process (`run`)
 /// appends to the store's pending file (AuditOptions::pending).
 void default_audit(machina::AuditOptions& audit, bool run, bool off, bool required_named) {
   const char* env = std::getenv("MACHINA_TOOLHOST_AUDIT");
@@ -334,7 +334,7 @@ void default_audit(machina::AuditOptions& audit, bool run, bool off, bool requir
   audit.db_path = folder + "/audit.db";
   audit.optional = true;
   audit.pending = run && audit.jsonl_path.empty();
-  if (!required_named) audit.required = machina::AuditRequired::none;
+  if (!required_named && audit.jsonl_path.empty()) audit.required = machina::AuditRequired::none;
 }
 
 /// `--run AID` and `--run PLUGIN AID` with nothing else are most of what spawning

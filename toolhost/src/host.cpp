@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <type_traits>
 
 #include <sys/stat.h>
@@ -169,13 +170,34 @@ void Host::keep_audit_out_of_reach(Policy& policy) const {
   std::vector<std::string> roots = policy.files.roots;
   for (const auto& [name, scope] : policy.users) roots.insert(roots.end(), scope.roots.begin(), scope.roots.end());
   for (const auto& [id, root] : policy.codebases) roots.push_back(root);
+  std::vector<std::filesystem::path> bases;
+  for (const auto& root : roots) {
+    std::error_code ec;
+    auto base = std::filesystem::weakly_canonical(root, ec);
+    if (!ec) bases.push_back(std::move(base));
+  }
+  // The store's files share a folder or two: each folder is resolved once, and a file by
+  // itself only when it is a symbolic link.
+  std::vector<std::pair<std::filesystem::path, std::filesystem::path>> folders;  // as named, resolved
   for (const auto& file : audit_->files()) {
     std::error_code ec;
-    const auto path = std::filesystem::weakly_canonical(file, ec);
-    if (ec) continue;
-    for (const auto& root : roots) {
-      const auto base = std::filesystem::weakly_canonical(root, ec);
-      if (ec) continue;
+    const std::filesystem::path named(file);
+    std::filesystem::path path;
+    struct stat link {};
+    if (::lstat(file.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      path = std::filesystem::weakly_canonical(named, ec);
+    } else {
+      const auto folder = named.parent_path();
+      auto it = std::find_if(folders.begin(), folders.end(), [&](const auto& f) { return f.first == folder; });
+      if (it == folders.end()) {
+        folders.emplace_back(folder, std::filesystem::weakly_canonical(folder.empty() ? "." : folder, ec));
+        it = std::prev(folders.end());
+      }
+      if (it->second.empty()) continue;  // (a folder that could not be resolved)
+      path = it->second / named.filename();
+    }
+    if (ec || path.is_relative()) continue;
+    for (const auto& base : bases) {
       const auto rel = path.lexically_relative(base);
       if (!rel.empty() && *rel.begin() != "..") {
         throw HostError("the audit store's file " + path.string() + " lies inside the tools' root " + base.string() +
