@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -21,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <type_traits>
 #include <unordered_map>
@@ -948,15 +948,23 @@ class AuditLog::Writer {
     }
   }
 
-  /// This process's OS user's name ("uid:N" when the user has none), looked up once.
+  /// This process's OS user's name ("uid:N" when /etc/passwd names none), looked up once.
+  /// The passwd file is read directly: a statically linked program cannot load the name
+  /// service's other sources (getpwuid would try), and an audit record needs no more.
   std::string_view os_user() {
     if (os_user_.empty()) {
-      passwd pw{}, *found = nullptr;
-      char buf[4096];
-      if (::getpwuid_r(::geteuid(), &pw, buf, sizeof buf, &found) == 0 && found != nullptr && *pw.pw_name != '\0')
-        os_user_ = pw.pw_name;
-      else
-        os_user_ = "uid:" + std::to_string(::geteuid());
+      const std::string uid = std::to_string(::geteuid());
+      std::ifstream passwd("/etc/passwd");
+      std::string line;
+      while (os_user_.empty() && std::getline(passwd, line)) {
+        // name:password:uid:gid:...
+        const std::size_t name_end = line.find(':');
+        const std::size_t uid_start = name_end == std::string::npos ? name_end : line.find(':', name_end + 1);
+        const std::size_t uid_end = uid_start == std::string::npos ? uid_start : line.find(':', uid_start + 1);
+        if (uid_end != std::string::npos && name_end > 0 && line.compare(uid_start + 1, uid_end - uid_start - 1, uid) == 0)
+          os_user_ = line.substr(0, name_end);
+      }
+      if (os_user_.empty()) os_user_ = "uid:" + uid;
     }
     return os_user_;
   }
