@@ -13,6 +13,7 @@ OUT/report.md with PNG plots and results.json beside it.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out.resolve()  # scenarios hand paths beneath it to hosts working elsewhere
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="machina-bench-"))
+    # The hosts measured keep their default audit store (as users run them), in the run's
+    # work folder rather than the user's own state folder.
+    os.environ["XDG_STATE_HOME"] = str(work / "state")
     names = args.only or list(SCENARIOS)
     started = time.time()
     sections: list[Section] = []
