@@ -1057,6 +1057,13 @@ void AuditLog::take_in_pending(const AuditOptions& options) {
   Writer taker(o);  // (opening the database takes the pending file in)
 }
 
+bool AuditLog::comes_and_goes(std::string_view file) {
+  for (std::string_view suffix : {"-wal", "-shm", "-journal", "-pending"}) {
+    if (file.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> AuditLog::files() const {
   std::vector<std::string> out;
   if (!options_.db_path.empty()) {

@@ -204,8 +204,11 @@ void Host::keep_audit_out_of_reach(Policy& policy) const {
                         ": put it where no tool reaches");
       }
     }
+    // Protected by identity too (against a link made to it), but for the files that come
+    // and go: an inode they leave is another file's next.
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) policy.protected_files.emplace_back(st.st_dev, st.st_ino);
+    if (!AuditLog::comes_and_goes(file) && ::stat(path.c_str(), &st) == 0)
+      policy.protected_files.emplace_back(st.st_dev, st.st_ino);
   }
 }
 

@@ -176,6 +176,10 @@ class AuditLog {
   /// The files of the store (database, its WAL and shared-memory files, the JSON lines):
   /// no tool may reach them.
   std::vector<std::string> files() const;
+  /// Whether `file` (one of files()) comes and goes while the store is used (the WAL,
+  /// shared-memory, journal and pending files, deleted and made again): its inode is
+  /// reused by other files once it is gone, so it cannot be protected by its identity.
+  static bool comes_and_goes(std::string_view file);
   /// Calls written so far (for tests and stats).
   std::uint64_t written() const { return written_.load(std::memory_order_relaxed); }
 
