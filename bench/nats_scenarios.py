@@ -105,7 +105,7 @@ def hosts(url: str, count: int, args: list[str]) -> Iterator[list[Any]]:
     fronts = []
     try:
         for _ in range(count):
-            fronts.append(Front(url, ["--packs", "none", *args], native=True))
+            fronts.append(Front(url, ["--packs", "none", *args]))
         yield fronts
     finally:
         for f in fronts:

@@ -85,10 +85,10 @@ def write_kv_key(path: Path) -> Path:
 
 class Front:
     """One machina-toolhost --nats process (`args`: its flags, or the SHORT_FLAGS for them);
-    stderr kept in a file. `native` is accepted and ignored: every host is this one."""
+    stderr kept in a file."""
 
     def __init__(self, url: str, args: list[str] | None = None, env: Mapping[str, str] | None = None,
-                 log_dir: Path | None = None, native: bool = True) -> None:
+                 log_dir: Path | None = None) -> None:
         self.log = Path(tempfile.mkstemp(prefix="nats-front-", suffix=".log", dir=log_dir)[1])
         full_env = base_env(env)  # this environment without MACHINA_* settings, and `env`
         argv = [TOOLHOST, "--nats", url, *(SHORT_FLAGS.get(a, a) for a in args or [])]

@@ -130,7 +130,7 @@ async def settled(raw: Raw, stream: str, consumer: str, timeout: float = 5) -> A
 
 def test_durable_calls_answered_to_the_reply_header_then_acked(url: str, tmp_path: Path) -> None:
     name = "dur1"
-    with Front(url, durable_args(name), log_dir=tmp_path, native=True), \
+    with Front(url, durable_args(name), log_dir=tmp_path), \
             Nats(url, prefix=name, durable=True, timeout=10) as t:
         assert t.call("AID.ECHO.v1", {"d": 1}).output_json == '{"d":1}'
         results = t.call_many([("AID.ECHO.v1", {"i": i}) for i in range(300)])
@@ -170,8 +170,7 @@ def test_openai_calls_and_call_headers_over_the_stream(url: str, tmp_path: Path)
     """A durable message takes the forms and headers PREFIX.call takes: an OpenAI tool call
     is answered with the tool message, and its Machina-Timeout-Ms header sets its deadline."""
     name = "dur12"
-    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path,
-               native=True):
+    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path):
         async def go() -> None:
             async with Raw(url, name) as raw:
                 await raw.publish("oa", {"id": "call_1", "type": "function",
@@ -195,8 +194,7 @@ def test_a_call_without_a_key_runs_once_per_message_id(url: str, tmp_path: Path)
     name = "dur2"
     marks = tmp_path / "marks"
     marks.mkdir()
-    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path,
-               native=True):
+    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path):
         async def go() -> None:
             async with Raw(url, name) as raw:
                 body = {"aid": "AID.PY.MARK.v1", "input_json": json.dumps({"s": 0, "mark": str(marks / "m")})}
@@ -219,8 +217,7 @@ def test_a_reply_under_dollar_is_acked_and_not_run(url: str, tmp_path: Path) -> 
     name = "dur3"
     marks = tmp_path / "marks"
     marks.mkdir()
-    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path,
-               native=True) as front:
+    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path) as front:
         async def go() -> None:
             async with Raw(url, name) as raw:
                 body = {"aid": "AID.PY.MARK.v1", "input_json": json.dumps({"s": 0, "mark": str(marks / "dollar")})}
@@ -242,8 +239,7 @@ def test_a_reply_that_is_no_subject_is_acked_and_not_run(url: str, tmp_path: Pat
     name = f"dur11{tag}"  # a stream of its own: the message ids are the same in each
     marks = tmp_path / "marks"
     marks.mkdir()
-    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path,
-               native=True) as front:
+    with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path) as front:
         async def go() -> None:
             async with Raw(url, name) as raw:
                 body = {"aid": "AID.PY.MARK.v1", "input_json": json.dumps({"s": 0, "mark": str(marks / "bad")})}
@@ -265,7 +261,7 @@ def test_a_call_longer_than_the_ack_wait_is_kept_in_progress(url: str, tmp_path:
     marks = tmp_path / "marks"
     marks.mkdir()
     with Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none", "--nats-ack-wait-s", "2"),
-               log_dir=tmp_path, native=True):
+               log_dir=tmp_path):
         async def go() -> None:
             async with Raw(url, name) as raw:
                 body = {"aid": "AID.PY.MARK.v1", "input_json": json.dumps({"s": 5, "mark": str(marks / "slow")}),
@@ -298,7 +294,7 @@ authorization {
     with nats_server(config=config) as url:
         args = durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none", "--nats-ack-wait-s", "0.5",
                             "--nats-max-deliver", "4")
-        with Front(url.replace("nats://", "nats://noack:noack@"), args, log_dir=tmp_path, native=True):
+        with Front(url.replace("nats://", "nats://noack:noack@"), args, log_dir=tmp_path):
             async def go() -> None:
                 async with Raw(url.replace("nats://", "nats://all:all@"), name) as raw:
                     body = {"aid": "AID.PY.MARK.v1", "input_json": json.dumps({"s": 0, "mark": str(marks / "m")})}
@@ -324,7 +320,7 @@ def test_a_busy_host_fetches_nothing_and_an_idle_one_serves(url: str, tmp_path: 
     marks.mkdir()
     args = durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none", "--workers", "2",
                         "--python-workers", "2")
-    busy = Front(url, args, log_dir=tmp_path, native=True)
+    busy = Front(url, args, log_dir=tmp_path)
     try:
         async def go() -> None:
             async with Raw(url, name) as raw:
@@ -341,7 +337,7 @@ def test_a_busy_host_fetches_nothing_and_an_idle_one_serves(url: str, tmp_path: 
                 await asyncio.sleep(0.5)
                 info = await raw.consumer(name.upper(), name)
                 assert info.num_ack_pending == 0 and info.num_pending == 2, info  # not taken by the busy host
-                idle = await asyncio.to_thread(Front, url, args, None, tmp_path, True)
+                idle = await asyncio.to_thread(Front, url, args, None, tmp_path)
                 try:
                     await raw.wait_answers(["q0", "q1"], 10)
                     assert all(raw.answers[i][0][0]["ok"] for i in ("q0", "q1")), raw.answers
@@ -358,14 +354,13 @@ def test_sigterm_drains_and_exits_within_two_seconds(url: str, tmp_path: Path) -
     name = "dur5"
     marks = tmp_path / "marks"
     marks.mkdir()
-    idle = Front(url, durable_args(name), log_dir=tmp_path, native=True)
+    idle = Front(url, durable_args(name), log_dir=tmp_path)
     start = time.monotonic()
     idle.proc.send_signal(signal.SIGTERM)
     assert idle.proc.wait(10) == 0, idle.stderr()
     assert time.monotonic() - start <= 2.0
     # A call taken before the signal is answered and acknowledged, and then the host exits.
-    busy = Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path,
-                 native=True)
+    busy = Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none"), log_dir=tmp_path)
 
     async def go() -> None:
         async with Raw(url, name) as raw:
@@ -416,7 +411,7 @@ authorization {
             return url.replace("nats://", f"nats://{user}:{user}@")
         args = durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none", "--nats-ack-wait-s", "1",
                             "--nats-max-deliver", "20", "--nats-idempotency", "kv", "--kv-key-file", str(key))
-        mute = Front(host_url("mute"), args, log_dir=tmp_path, native=True)
+        mute = Front(host_url("mute"), args, log_dir=tmp_path)
 
         async def go() -> None:
             async with Raw(host_url("all"), name) as raw:
@@ -428,7 +423,7 @@ authorization {
                 await asyncio.sleep(0.3)  # (its answer stored, its answer and ack refused by the server)
                 mute.kill()
                 assert "stored" not in raw.answers and runs(marks / "m") == 1
-                second = await asyncio.to_thread(Front, host_url("all"), args, None, tmp_path, True)
+                second = await asyncio.to_thread(Front, host_url("all"), args, None, tmp_path)
                 try:
                     await raw.wait_answers(["stored"], 15)
                     await asyncio.sleep(1.5)  # (a second answer would have come by now)
@@ -452,7 +447,7 @@ def test_host_killed_inside_its_run(url: str, tmp_path: Path) -> None:
     args = durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none", "--nats-ack-wait-s", "1",
                         "--nats-idempotency", "kv", "--kv-key-file", str(key), "--nats-kv-bucket", "dur8_idem",
                         "--nats-claim-grace-ms", "500")
-    dying = Front(url, args, log_dir=tmp_path, native=True)
+    dying = Front(url, args, log_dir=tmp_path)
 
     async def go() -> None:
         async with Raw(url, name) as raw:
@@ -463,7 +458,7 @@ def test_host_killed_inside_its_run(url: str, tmp_path: Path) -> None:
             while dying.proc.poll() is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
             assert dying.proc.returncode == -signal.SIGKILL and runs(marks / "k") == 1
-            second = await asyncio.to_thread(Front, url, args, None, tmp_path, True)
+            second = await asyncio.to_thread(Front, url, args, None, tmp_path)
             try:
                 await raw.wait_answers(["killed"], 15)
                 await asyncio.sleep(1.5)  # (a second answer would have come by now)
@@ -517,7 +512,7 @@ def test_server_restart_under_load(tmp_path: Path) -> None:
     with restartable_server() as (url, restart):
         front = Front(url, durable_args(name, "--tools", str(pack(tmp_path)), "--packs", "none", "--workers", "8",
                                         "--python-workers", "8", "--nats-ack-wait-s", "1"),
-                      log_dir=tmp_path, native=True)
+                      log_dir=tmp_path)
         try:
             async def go() -> None:
                 async with Raw(url, name) as raw:

@@ -54,7 +54,7 @@ def test_three_hosts_one_killed_under_load(url: str, tmp_path: Path) -> None:
     args = ["--nats-prefix", prefix, "--tools", str(pack), "--packs", "none", "--workers", str(WORKERS),
             "--nats-idempotency", "kv", "--kv-key-file", str(key), "--nats-kv-bucket", "faults_idem",
             "--nats-claim-grace-ms", "1000"]
-    fronts = [Front(url, args, log_dir=tmp_path, native=True) for _ in range(3)]
+    fronts = [Front(url, args, log_dir=tmp_path) for _ in range(3)]
     total = 2000
     try:
         with Nats(url, prefix=prefix, timeout=30) as warm:  # every host's Python workers started
@@ -112,7 +112,7 @@ def test_three_durable_hosts_one_killed_under_load(url: str, tmp_path: Path) -> 
             "--python-workers", str(workers), "--nats-durable", "--nats-stream", "FAULTS", "--nats-consumer", "faults",
             "--nats-ack-wait-s", "3", "--nats-idempotency", "kv", "--kv-key-file", str(key),
             "--nats-kv-bucket", "faults_durable_idem", "--nats-claim-grace-ms", "500"]
-    fronts = [Front(url, args, log_dir=tmp_path, native=True) for _ in range(3)]
+    fronts = [Front(url, args, log_dir=tmp_path) for _ in range(3)]
     total = 600
     answers: dict[str, list[dict[str, Any]]] = {}
     try:

@@ -1,5 +1,5 @@
 """The NATS front in the executable (machina-toolhost --nats) against a real nats-server: the
-message forms and discovery as the Python front answers them, queue groups, the unknown
+message forms and discovery as nats.micro reads them, queue groups, the unknown
 `tools.*` subject, reply subjects under `$`, deadlines and a clean stop."""
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ def workspace(tmp_path: Path) -> Path:
 
 def test_message_forms_subjects_and_error_headers(url: str, workspace: Path, tmp_path: Path) -> None:
     prefix = "nforms"
-    with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path,
-               native=True):
+    with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path):
         check_message_forms(url, prefix, workspace)
         # Call options in headers, for bodies that are not the envelope.
         body, headers = request(url, f"{prefix}.tool.AID.ECHO.v1", {"k": 1}, {"Machina-Timeout-Ms": "soon"})
@@ -52,7 +51,7 @@ def test_message_forms_subjects_and_error_headers(url: str, workspace: Path, tmp
 
 def test_discovery_stats_and_tool_list_as_nats_micro_reads_them(url: str, tmp_path: Path) -> None:
     prefix = "ndisco"
-    with Front(url, ["--prefix", prefix], log_dir=tmp_path, native=True) as front:
+    with Front(url, ["--prefix", prefix], log_dir=tmp_path) as front:
         check_discovery(url, prefix, front)
         # The tool list, as --list prints its tools (whose `plugin` says "built-in" in the
         # static build, and the plugin's path in the one that serves NATS).
@@ -63,8 +62,8 @@ def test_discovery_stats_and_tool_list_as_nats_micro_reads_them(url: str, tmp_pa
 
 def test_the_transport_client_calls_it(url: str, workspace: Path, tmp_path: Path) -> None:
     prefix = "napi"
-    with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path,
-               native=True), Nats(url, prefix=prefix, timeout=10) as t:
+    with Front(url, ["--prefix", prefix], env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path), \
+            Nats(url, prefix=prefix, timeout=10) as t:
         assert t.call("AID.ECHO.v1", {"a": 1}).output_json == '{"a":1}'
         with pytest.raises(md.ToolNotFound):
             t.call("AID.NOPE.v1")
@@ -78,7 +77,7 @@ def test_the_transport_client_calls_it(url: str, workspace: Path, tmp_path: Path
 def test_hosts_of_a_queue_group_share_the_calls(url: str, tmp_path: Path) -> None:
     prefix = "ngroup"
     args = ["--prefix", prefix, "--queue-group", "workers"]
-    with Front(url, args, log_dir=tmp_path, native=True) as a, Front(url, args, log_dir=tmp_path, native=True) as b, \
+    with Front(url, args, log_dir=tmp_path) as a, Front(url, args, log_dir=tmp_path) as b, \
             Nats(url, prefix=prefix) as t:
         t.call_many([("AID.ECHO.v1", {"i": i}) for i in range(400)])
         served = {}
@@ -90,7 +89,7 @@ def test_hosts_of_a_queue_group_share_the_calls(url: str, tmp_path: Path) -> Non
 
 
 def test_an_unknown_tools_subject_is_answered_invalid_input(url: str, tmp_path: Path) -> None:
-    with Front(url, ["--prefix", "nunknown"], log_dir=tmp_path, native=True) as front:
+    with Front(url, ["--prefix", "nunknown"], log_dir=tmp_path) as front:
         start = time.monotonic()
         body, headers = request(url, "tools.file.nope", {"path": "x"}, timeout=5)
         assert time.monotonic() - start < 2
@@ -105,9 +104,8 @@ def test_an_unknown_tools_subject_is_answered_invalid_input(url: str, tmp_path: 
         assert (read["num_requests"], read["num_errors"]) == (1, 1)
 
 
-@pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
-def test_a_reply_subject_under_dollar_is_not_answered(url: str, tmp_path: Path, native: bool) -> None:
-    prefix = f"ndollar{int(native)}"
+def test_a_reply_subject_under_dollar_is_not_answered(url: str, tmp_path: Path) -> None:
+    prefix = "ndollar"
 
     async def go() -> tuple[list[bytes], list[bytes]]:
         nc = await nats.connect(url)
@@ -128,7 +126,7 @@ def test_a_reply_subject_under_dollar_is_not_answered(url: str, tmp_path: Path, 
         finally:
             await nc.close()
 
-    with Front(url, ["--prefix", prefix], log_dir=tmp_path, native=native) as front:
+    with Front(url, ["--prefix", prefix], log_dir=tmp_path) as front:
         got, caught = asyncio.run(go())
         assert [json.loads(m) for m in got] == [{"data": {"x": 2}, "error": None}] and caught == []
         assert "lies under '$'" in front.stderr()
@@ -137,7 +135,7 @@ def test_a_reply_subject_under_dollar_is_not_answered(url: str, tmp_path: Path, 
 def test_a_tool_past_its_deadline_is_answered_on_time(url: str, misbehaving: str, tmp_path: Path) -> None:
     prefix = "nslow"
     with Front(url, ["--prefix", prefix, "--plugin", misbehaving, "--plugin", str(md.builtin_plugin_path()),
-                     "--concurrency", "2"], log_dir=tmp_path, native=True) as front, \
+                     "--concurrency", "2"], log_dir=tmp_path) as front, \
             Nats(url, prefix=prefix) as t:
         async def go() -> tuple[float, list[md.ToolResult], md.ToolResult]:
             hangs = [asyncio.ensure_future(t.acall("AID.TEST.HANG.v1", timeout=0.5, check=False)) for _ in range(2)]
@@ -158,13 +156,13 @@ def test_sigterm_answers_the_call_running_and_exits_promptly(url: str, tmp_path:
     from test_nats import marker_pack
 
     pack = marker_pack(tmp_path)
-    front = Front(url, ["--prefix", "nstop", "--tools", str(pack), "--packs", "none"], log_dir=tmp_path, native=True)
+    front = Front(url, ["--prefix", "nstop", "--tools", str(pack), "--packs", "none"], log_dir=tmp_path)
     with Nats(url, prefix="nstop", timeout=10) as t:
         fut = t._submit("AID.PY.MARK.v1", {"s": 1.0}, None, None, None, None, False)
         time.sleep(0.4)
         assert front.stop() == 0, front.stderr()
         assert fut.result(10).ok
-    idle = Front(url, ["--prefix", "nstop2"], log_dir=tmp_path, native=True)
+    idle = Front(url, ["--prefix", "nstop2"], log_dir=tmp_path)
     started = time.monotonic()
     assert idle.stop() == 0 and time.monotonic() - started < 2
 
@@ -188,7 +186,7 @@ def test_pending_cap_drops_and_the_host_keeps_serving(url: str, misbehaving: str
     prefix = "ncap"
     with Front(url, ["--prefix", prefix, "--concurrency", "1", "--nats-max-pending", "4", "--plugin", misbehaving,
                      "--plugin", str(md.builtin_plugin_path()), "--breaker-threshold", "1000000"],
-               log_dir=tmp_path, native=True) as front, \
+               log_dir=tmp_path) as front, \
             Nats(url, prefix=prefix, timeout=1) as t:
         results = t.call_many([("AID.TEST.HANG.v1", None, None, None, 0.3)] * 30, check=False)
         kinds = [r.kind for r in results]
@@ -205,7 +203,7 @@ def test_calls_are_in_the_audit_store_as_nats_calls(url: str, workspace: Path, t
     store = tmp_path / "audit" / "calls.db"
     store.parent.mkdir()
     front = Front(url, ["--audit-db", str(store), "--packs", "files", "--prefix", "naudit"],
-                  env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path, native=True)
+                  env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path)
     try:
         with Nats(url, prefix="naudit") as t:
             assert t.call("AID.FILE.READ.v1", {"path": "notes.txt"}).ok
@@ -223,7 +221,7 @@ def test_calls_are_in_the_audit_store_as_nats_calls(url: str, workspace: Path, t
 def test_a_timeout_on_a_tools_subject_is_worded_once(url: str, tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text('[shell]\nallow = ["sleep"]\n')
-    with Front(url, ["--prefix", "ntime", "--policy", str(policy)], log_dir=tmp_path, native=True):
+    with Front(url, ["--prefix", "ntime", "--policy", str(policy)], log_dir=tmp_path):
         async def go() -> dict[str, object]:
             nc = await nats.connect(url)
             try:

@@ -68,7 +68,7 @@ def url() -> Iterator[str]:
 
 
 def test_a_lone_reply_is_written_at_once(url: str, tmp_path: Path) -> None:
-    with Front(url, ["--prefix", "nrep", "--packs", "none"], log_dir=tmp_path, native=True):
+    with Front(url, ["--prefix", "nrep", "--packs", "none"], log_dir=tmp_path):
         conn = RawNats(url)
         rtts = []
         for i in range(60):
@@ -83,7 +83,7 @@ def test_a_lone_reply_is_written_at_once(url: str, tmp_path: Path) -> None:
 
 
 def test_replies_to_many_calls_in_flight_all_come_back(url: str, tmp_path: Path) -> None:
-    with Front(url, ["--prefix", "nmany", "--packs", "none", "--concurrency", "4"], log_dir=tmp_path, native=True):
+    with Front(url, ["--prefix", "nmany", "--packs", "none", "--concurrency", "4"], log_dir=tmp_path):
         conn = RawNats(url)
         n = 3000
         for i in range(n):

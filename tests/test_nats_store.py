@@ -120,7 +120,7 @@ def test_two_hosts_of_a_group_run_a_key_once(url: str, tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
     args = ["--nats-prefix", "once", "--tools", str(mark_pack(tmp_path)), *kv_args(tmp_path, "once_idem")]
-    with Front(url, args, log_dir=tmp_path, native=True) as a, Front(url, args, log_dir=tmp_path, native=True) as b:
+    with Front(url, args, log_dir=tmp_path) as a, Front(url, args, log_dir=tmp_path) as b:
         text = json.dumps({"s": 0.5, "mark": str(marks / "k1")})
         answers = request_many(url, "once.call", [envelope(text, "k1") for _ in range(16)])
         assert all(r["ok"] for r in answers), answers
@@ -150,7 +150,7 @@ def test_an_answer_not_kept_lets_a_retry_run(url: str, tmp_path: Path) -> None:
     marks.mkdir()
     args = ["--nats-prefix", "keep", "--tools", str(mark_pack(tmp_path)), "--packs", "none",
             *kv_args(tmp_path, "keep_idem")]
-    with Front(url, args, log_dir=tmp_path, native=True):
+    with Front(url, args, log_dir=tmp_path):
         slow = json.dumps({"s": 0.6, "mark": str(marks / "slow")})
         r = request(url, "keep.call", envelope(slow, "t1", timeout_ms=200))
         assert r["code"] == "timeout", r
@@ -166,7 +166,7 @@ def test_a_forged_entry_is_never_replayed_and_never_runs_the_tool(url: str, tmp_
     marks.mkdir()
     args = ["--nats-prefix", "forge", "--tools", str(mark_pack(tmp_path)), "--packs", "none",
             *kv_args(tmp_path, bucket)]
-    with Front(url, args, log_dir=tmp_path, native=True) as front:
+    with Front(url, args, log_dir=tmp_path) as front:
         # A genuine answer is stored and replayed (one run).
         genuine = json.dumps({"s": 0, "mark": str(marks / "genuine")})
         first = request(url, "forge.call", envelope(genuine, "genuine-key"))
@@ -215,8 +215,8 @@ def test_a_claim_whose_host_died_answers_outcome_unknown_and_never_runs(url: str
     text = json.dumps({"s": 5, "mark": str(marks / "dead"), "started": str(started)})
     common = ["--tools", str(pack), "--packs", "none", *kv_args(tmp_path, "dead_idem", "--nats-claim-grace-ms", "500",
                                                                   key=key)]
-    with Front(url, ["--nats-prefix", "dying", *common], log_dir=tmp_path, native=True) as dying, \
-            Front(url, ["--nats-prefix", "alive", *common], log_dir=tmp_path, native=True):
+    with Front(url, ["--nats-prefix", "dying", *common], log_dir=tmp_path) as dying, \
+            Front(url, ["--nats-prefix", "alive", *common], log_dir=tmp_path):
         async def first() -> None:
             nc = await nats.connect(url)
             try:
@@ -265,11 +265,10 @@ def test_a_replay_from_the_shared_store_needs_a_lease_and_is_audited(url: str, t
     common = ["--tools", str(mark_pack(tmp_path, tier=2)), "--packs", "none", *kv_args(tmp_path, "lease_idem", key=key)]
     text = json.dumps({"s": 0, "mark": str(marks / "once")})
     # The answer is kept by one host; the replays are asked of another, with its own audit store.
-    with Front(url, ["--nats-prefix", "first", *common], env=env, log_dir=tmp_path, native=True):
+    with Front(url, ["--nats-prefix", "first", *common], env=env, log_dir=tmp_path):
         first = request(url, "first.call", envelope(text, "K", _lease_token=md.issue_lease(MARK, secret=LEASE_SECRET)))
         assert first["ok"] and runs(marks / "once") == 1, first
-    with Front(url, ["--nats-prefix", "leased", *common, "--audit-db", str(store)], env=env, log_dir=tmp_path,
-               native=True):
+    with Front(url, ["--nats-prefix", "leased", *common, "--audit-db", str(store)], env=env, log_dir=tmp_path):
         # Another caller repeats the key and input without a lease: refused, as a call is.
         r = request(url, "leased.call", envelope(text, "K"))
         assert r["code"] == "lease_required" and "output_json" not in r, r
@@ -296,7 +295,7 @@ def test_an_answer_too_large_for_the_bucket_is_not_replayed_nor_run_again(tmp_pa
     bucket = "large_idem"
     with nats_server(max_payload=65536) as url:
         args = ["--nats-prefix", "large", *kv_args(tmp_path, bucket, "--nats-kv-ttl-s", "120")]
-        with Front(url, args, log_dir=tmp_path, native=True):
+        with Front(url, args, log_dir=tmp_path):
             big = json.dumps({"msg": '"' * 15_500})  # each quote 4 bytes in the answer: under 64 KiB, over the limit
             first = request(url, "large.call", envelope(big, "big", aid=ECHO))
             assert first["ok"] and first["output_json"] == big, {k: v for k, v in first.items() if k != "output_json"}

@@ -174,7 +174,7 @@ def test_native_nats_resolves_every_name(pack: Path, tmp_path: Path) -> None:
     with nats_server(jetstream=False) as url, \
             Front(url, ["--prefix", "names", "--tools", str(pack)], env={"MACHINA_TOOLHOST_WORKSPACE":
                                                                         str(pack.parent / "ws")},
-                  log_dir=tmp_path, native=True):
+                  log_dir=tmp_path):
         # A hashed name first: the name a catalog declares a tool under whose aid it cannot spell.
         body, headers = nats_request(url, "names.call", openai_call(llm_name(RESUME), {"x": 5}))
         assert "Nats-Service-Error" not in headers, (body, headers)
@@ -243,7 +243,7 @@ def test_every_front_advertises_the_same_schema(pack: Path, listing: list[dict[s
     assert by_aid["AID.ECHO.v1"]["input_schema"] is None and mcp["AID.ECHO.v1"]["inputSchema"] == {"type": "object"}
     # Over NATS: machina.tools is the --list; $SRV.INFO names each tool's endpoint by its aid.
     with nats_server(jetstream=False) as url, \
-            Front(url, ["--prefix", "schemas", "--tools", str(pack)], log_dir=tmp_path, native=True) as front:
+            Front(url, ["--prefix", "schemas", "--tools", str(pack)], log_dir=tmp_path) as front:
         listed = nats_request(url, "schemas.tools", b"")[0]
         info = ServiceInfo.from_dict(nats_request(url, f"$SRV.INFO.machina-toolhost.{front.service_id}", b"")[0])
     assert [dict(t, plugin="", timeout_ms=0) for t in listed] == [dict(t, plugin="", timeout_ms=0) for t in listing]
