@@ -114,7 +114,7 @@ void read_capabilities(const PackFile& f, const std::set<std::string>& tools, st
     const std::string name = it->first.Scalar();
     const std::string where = "tool '" + name + "': ";
     if (tools.count(name) == 0) f.fail(it->first, where + "is not one of the tools pack.yaml lists");
-    const YAML::Node& c = it->second;
+    const YAML::Node c = it->second;  // (a copy: the iterator hands out a temporary)
     if (!c.IsMap()) f.fail(c, where + "must be a mapping (filesystem, network, env, subprocess, secrets), not " + kind_of(c));
     for (auto k = c.begin(); k != c.end(); ++k) {
       static const std::set<std::string> known = {"filesystem", "network", "env", "subprocess", "secrets"};
@@ -219,7 +219,7 @@ ToolManifest load_pack_dir(const std::string& dir) {
     const std::string name = it->first.Scalar();
     const std::string where = "tool '" + name + "': ";
     if (listed.count(name) == 0) tools_file.fail(it->first, where + "is not one of the tools pack.yaml lists");
-    const YAML::Node& b = it->second;
+    const YAML::Node b = it->second;  // (a copy: the iterator hands out a temporary)
     if (!b.IsMap()) tools_file.fail(b, where + "must be a mapping (kind, entry), not " + kind_of(b));
     for (auto k = b.begin(); k != b.end(); ++k) {
       static const std::set<std::string> known = {"kind", "entry", "runner", "purity", "timeout_ms", "sandbox"};
