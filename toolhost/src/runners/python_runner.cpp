@@ -24,6 +24,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <map>
 
 namespace machina {
 namespace {
@@ -39,12 +41,34 @@ double millis_since(Clock::time_point t0) {
   return std::round(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() * 1000.0) / 1000.0;
 }
 
-/// The environment (`sys.prefix`) of the interpreter at `python`, as its layout gives it
-/// without starting it: the folder above `bin/` (a virtual environment, or the prefix a
-/// Python is installed under).
-std::string python_prefix(const std::string& python) {
-  const std::filesystem::path bin = std::filesystem::path(python).parent_path();
-  return bin.has_parent_path() ? bin.parent_path().string() : bin.string();
+/// The environment (`sys.prefix`) of the interpreter at `python`: what its workers last
+/// reported, else what its layout gives without starting it (the folder above `bin/`: a
+/// virtual environment, or the prefix a Python is installed under).
+class PythonEnvs {
+ public:
+  void reported(const std::string& python, const nlohmann::ordered_json& env) {
+    if (!env.is_string()) return;
+    std::lock_guard lock(mu_);
+    if (envs_.size() < kMaxInterpreters || envs_.contains(python)) envs_[python] = env.get<std::string>();
+  }
+  std::string of(const std::string& python) {
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = envs_.find(python); it != envs_.end()) return it->second;
+    }
+    const std::filesystem::path bin = std::filesystem::path(python).parent_path();
+    return bin.has_parent_path() ? bin.parent_path().string() : bin.string();
+  }
+
+ private:
+  static constexpr std::size_t kMaxInterpreters = 256;
+  std::mutex mu_;
+  std::map<std::string, std::string> envs_;
+};
+
+PythonEnvs& python_envs() {
+  static PythonEnvs envs;
+  return envs;
 }
 
 /// The `trace` of a call: what the worker reported (what the tool printed, its interpreter)
@@ -83,7 +107,8 @@ std::string make_trace(const PythonRunner::ToolFields& f, const PythonPoolOption
       }
     }
   }
-  if (t["python_env"].is_null()) t["python_env"] = python_prefix(o.python);  // (no word from the worker)
+  if (t["python_env"].is_null()) t["python_env"] = python_envs().of(o.python);  // (no word from the worker)
+  else python_envs().reported(o.python, t["python_env"]);
   if (!f.enforcement_json.empty()) {
     const auto e = nlohmann::ordered_json::parse(f.enforcement_json, nullptr, false);
     if (e.is_object()) {
