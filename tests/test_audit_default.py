@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import TOOLHOST, base_env
+from test_audit import call_log
 
 ECHO = {"aid": "AID.ECHO.v1", "input_json": json.dumps({"msg": "hi"})}
 OS_USER = pwd.getpwuid(os.geteuid()).pw_name
@@ -37,15 +38,6 @@ def serve_once(state: Path, *args: str, lines: int = 1, **extra: str) -> subproc
                           capture_output=True, text=True, env=env_for(state, **extra), timeout=30)
 
 
-def rows(db: Path) -> list[dict[str, Any]]:
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute("SELECT * FROM call_log ORDER BY id")]
-    finally:
-        con.close()
-
-
 def test_run_and_serve_are_recorded_by_default(tmp_path: Path) -> None:
     state = tmp_path / "state"
     ran = run_once(state)
@@ -54,7 +46,7 @@ def test_run_and_serve_are_recorded_by_default(tmp_path: Path) -> None:
     assert served.returncode == 0 and served.stderr == "", served.stderr
     folder = state / "machina-toolhost"
     db = folder / "audit.db"
-    got = rows(db)
+    got = call_log(db)
     assert [(r["tool"], r["front"], r["user"], r["code"]) for r in got] == [
         ("AID.ECHO.v1", "run", OS_USER, "ok"), ("AID.ECHO.v1", "serve", OS_USER, "ok"),
         ("AID.ECHO.v1", "serve", OS_USER, "ok")]
@@ -141,7 +133,7 @@ def http_users(state: Path, **extra: str) -> list[str | None]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    return [r["user"] for r in rows(state / "machina-toolhost" / "audit.db")]
+    return [r["user"] for r in call_log(state / "machina-toolhost" / "audit.db")]
 
 
 def test_http_records_the_peer_or_the_token_identity(tmp_path: Path) -> None:
@@ -174,10 +166,10 @@ def test_a_grown_pending_file_is_taken_in_by_the_run_that_finds_it_so(tmp_path: 
         assert done.returncode == 0 and done.stderr == "", done.stderr
     folder = state / "machina-toolhost"
     assert (folder / "audit.db-pending").stat().st_size < 1 << 20
-    taken = rows(folder / "audit.db")
+    taken = call_log(folder / "audit.db")
     assert 60 <= len(taken) < runs and {r["front"] for r in taken} == {"run"}
     assert serve_once(state).returncode == 0  # (takes in the rest)
-    assert len(rows(folder / "audit.db")) == runs + 1
+    assert len(call_log(folder / "audit.db")) == runs + 1
 
 
 def test_a_store_of_the_previous_schema_is_migrated(tmp_path: Path) -> None:
@@ -191,9 +183,9 @@ def test_a_store_of_the_previous_schema_is_migrated(tmp_path: Path) -> None:
     con.execute("UPDATE meta SET value = 'machina-toolhost audit 2' WHERE key = 'schema'")
     con.commit()
     con.close()
-    assert "duration_ms" not in rows(db)[0]
+    assert "duration_ms" not in call_log(db)[0]
     assert serve_once(state).returncode == 0
-    got = rows(db)
+    got = call_log(db)
     assert len(got) == 2 and all(r["duration_ms"] == r["duration_us"] / 1000 for r in got)
     con = sqlite3.connect(db)
     assert con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("machina-toolhost audit 3",)

@@ -15,7 +15,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import machina_dispatch as md
 import pytest
 from conftest import serve
 from python_support import call, write_pack
+from test_services import Recorder, make_handler  # the same service, behind TLS here
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -74,49 +75,6 @@ class Pki:
         cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         key_file.write_bytes(_pem_key(key))
         return cert_file, key_file
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, dict[str, Any], dict[str, str]]] = []
-        self.connections = 0
-        self.lock = threading.Lock()
-
-
-def make_handler(rec: Recorder) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive
-
-        def setup(self) -> None:
-            super().setup()
-            with rec.lock:
-                rec.connections += 1
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def reply(self, body: bytes) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with rec.lock:
-                rec.requests.append((self.path, body, dict(self.headers)))
-            if self.path == "/capabilities/handshake":
-                self.reply(json.dumps({"ok": True, "enforcement": "enforced",
-                                       "supported_guarantees": {"no_network": True},
-                                       "service_version": "tls-1"}).encode())
-            elif body["payload"].get("how") == "huge":
-                self.reply(b'{"ok": true, "result": "' + b"x" * (3 * 1024 * 1024) + b'"}')
-            else:
-                payload = body["payload"]
-                self.reply(json.dumps({"ok": True, "result": {"sum": payload["a"] + payload["b"]}}).encode())
-
-    return Handler
 
 
 class TlsService:
@@ -174,7 +132,7 @@ def test_an_https_service_is_called_with_the_manifests_ca_over_one_kept_alive_co
     assert paths == ["/capabilities/handshake", "/run", "/run", "/run", "/run"]
     assert all(h["Authorization"] == "Bearer s3cret" for p, _, h in service.rec.requests[:4])
     assert "Authorization" not in service.rec.requests[4][2]
-    assert r[0]["trace"]["service_handshake"] == "ok" and r[0]["trace"]["service_version"] == "tls-1"
+    assert r[0]["trace"]["service_handshake"] == "ok" and r[0]["trace"]["service_version"] == "stdlib-1"
     # One connection per origin (localhost, 127.0.0.1), kept alive across the calls.
     assert service.rec.connections == 2
 
