@@ -340,7 +340,8 @@ class RequestSax {
       // Extensions from newer clients are ignored; a lease under the keyword's name would be
       // ignored too, and the call refused for want of the lease it carries.
       if (k == "lease_token") return fail("field 'lease_token' is not a request field: a lease is sent as '_lease_token'");
-      if (unknown_.size() < kUnknownNamed) unknown_.emplace_back(excerpt(k));
+      // (named only where the tool is named elsewhere: see finish())
+      if (!aid_required_ && unknown_.size() < kUnknownNamed) unknown_.emplace_back(excerpt(k));
       return true;
     }
     if (seen_ & bit(field_)) return fail("duplicate field '" + std::string(k) + "'");
