@@ -1,6 +1,6 @@
 // The built-in plugin, loaded when no plugin is named: echo, text statistics, JSON
 // pointer lookup and ds_state slot tools. (The file tools are the host's file pack:
-// toolhost/src/packs/.)
+// toolhost/runners/src/packs/.)
 #include <machina/plugin.hpp>
 
 #include <nlohmann/json.hpp>
