@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import machina_dispatch as md
-import machina_dispatch._session as session_module
+import machina_dispatch._pool_host_threaded as threaded_module
 import pytest
 from conftest import TOOLHOST, base_env
 
@@ -114,7 +114,7 @@ def test_a_request_never_reaches_the_replacement_host(plugins: list[str], monkey
     # one starts. The dead host's descriptors used to be closed, their numbers given to the
     # new host's pipes, and the batch's request (numbered for the old host) written there:
     # another caller got its answer, and the next one killed the healthy host.
-    real = session_module._core
+    real = threaded_module._core
 
     class SlowEncode:
         def __getattr__(self, name: str) -> Any:
@@ -124,7 +124,7 @@ def test_a_request_never_reaches_the_replacement_host(plugins: list[str], monkey
             time.sleep(0.3)  # widens the window between registering and writing
             return real.encode_requests(batch)
 
-    monkeypatch.setattr(session_module, "_core", SlowEncode())
+    monkeypatch.setattr(threaded_module, "_core", SlowEncode())
     with make_pool(plugins, workers=2, timeout=3, grace=0.5) as pool:
         out: dict[str, Any] = {}
 
@@ -181,7 +181,7 @@ def test_a_lone_callers_answer_after_its_process_was_failed(plugins: list[str],
     # The compiled round trip has read this caller's answer; before the caller hands it
     # out, another thread fails the process (a waiter's wedged(), close()). The caller
     # gets the failure it was given, raises nothing, and leaves the reader free.
-    real = session_module._core
+    real = threaded_module._core
 
     class FailedMeanwhile:
         def __getattr__(self, name: str) -> Any:
@@ -197,12 +197,12 @@ def test_a_lone_callers_answer_after_its_process_was_failed(plugins: list[str],
             return answer
 
     with make_pool(plugins) as pool:
-        monkeypatch.setattr(session_module, "_core", FailedMeanwhile())
+        monkeypatch.setattr(threaded_module, "_core", FailedMeanwhile())
         r = pool.call("AID.ECHO.v1", 1, check=False)
         assert r.kind == "crash" and "another call overran" in r.error
         proc = pool._sync[0]
         assert proc is not None and not proc.read_lock.locked()
-        monkeypatch.setattr(session_module, "_core", real)
+        monkeypatch.setattr(threaded_module, "_core", real)
         assert pool.call("AID.ECHO.v1", 2).output == 2  # a new process
 
 

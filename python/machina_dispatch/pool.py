@@ -1,10 +1,11 @@
 """The serve-pool transport: persistent ``machina-toolhost --serve`` processes, pipelined.
 
 The pool chooses a process for each call and keeps the set of processes: sync calls share
-up to ``processes`` of them (:class:`~machina_dispatch._session.SyncSession`), each asyncio
-event loop gets as many of its own (:class:`~machina_dispatch._session.AsyncSession`); each
-is started on first use and replaced when it dies. How one process is driven, bounded and
-failed is in ``_session.py``; how it is started, drained and ended, in ``_process.py``.
+up to ``processes`` of them (:class:`~machina_dispatch._pool_host_threaded.ThreadedPoolHost`),
+each asyncio event loop gets as many of its own
+(:class:`~machina_dispatch._pool_host_asyncio.AsyncioPoolHost`); each is started on first
+use and replaced when it dies. How one process is driven, bounded and failed is in
+``_pool_host*.py``; how it is started, drained and ended, in ``_process.py``.
 :meth:`Pool.close` (also run at interpreter exit, and on SIGTERM when the default handler
 was in place) ends every process; none is ever left behind.
 """
@@ -23,8 +24,10 @@ from typing import Any
 
 from ._arguments import check_list_argument
 from ._locate import check_setup, find_executable, not_found_message
+from ._pool_host import Prepared
+from ._pool_host_asyncio import AsyncioPoolHost, settle
+from ._pool_host_threaded import ThreadedPoolHost
 from ._result import ToolResult
-from ._session import AsyncSession, Prepared, SyncSession, settle
 from ._transport import (
     Call,
     State,
@@ -107,10 +110,10 @@ class Pool(Transport):
         self.spin_us = spin_us
         self._default_ms = timeout_ms(self.timeout)
         self._lock = threading.Lock()
-        self._sync: list[SyncSession | None] = [None] * processes
-        self._solo: AsyncSession | None = None  # the last loop's process, with processes=1
-        self._team: tuple[asyncio.AbstractEventLoop, list[AsyncSession]] | None = None  # the same, with more
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[AsyncSession | None]] = (
+        self._sync: list[ThreadedPoolHost | None] = [None] * processes
+        self._solo: AsyncioPoolHost | None = None  # the last loop's process, with processes=1
+        self._team: tuple[asyncio.AbstractEventLoop, list[AsyncioPoolHost]] | None = None  # the same, with more
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[AsyncioPoolHost | None]] = (
             weakref.WeakKeyDictionary())
         self._closed = False
         _LIVE.add(self)
@@ -118,7 +121,7 @@ class Pool(Transport):
 
     # --- choosing a process --------------------------------------------------------------
 
-    def _sync_process(self) -> SyncSession:
+    def _sync_process(self) -> ThreadedPoolHost:
         """An idle live process, else a new one in a free slot, else the least loaded."""
         first = self._sync[0]
         if first is not None and first.dead is None and not first.pending and not self._closed:
@@ -126,7 +129,7 @@ class Pool(Transport):
         with self._lock:
             if self._closed:
                 raise RuntimeError("the pool is closed")
-            best: SyncSession | None = None
+            best: ThreadedPoolHost | None = None
             free = -1
             for i, p in enumerate(self._sync):
                 if p is None or p.dead is not None:
@@ -137,18 +140,18 @@ class Pool(Transport):
                 best = self._sync[free] = self._new_sync_process()
             return best
 
-    def _new_sync_process(self) -> SyncSession:
-        return SyncSession(self.argv, self.env, self.max_in_flight, self.grace, self.spin_us)
+    def _new_sync_process(self) -> ThreadedPoolHost:
+        return ThreadedPoolHost(self.argv, self.env, self.max_in_flight, self.grace, self.spin_us)
 
-    def _async_processes(self, n: int) -> list[AsyncSession]:
+    def _async_processes(self, n: int) -> list[AsyncioPoolHost]:
         """The `n` least loaded live processes of this loop (started where needed)."""
         self._async_process()  # replaces dead ones
         loop = asyncio.get_running_loop()
         with self._lock:
             procs = [p for p in self._async.get(loop, []) if p is not None]
-        return sorted(procs, key=AsyncSession.load)[:n]
+        return sorted(procs, key=AsyncioPoolHost.load)[:n]
 
-    def _async_process(self) -> AsyncSession:
+    def _async_process(self) -> AsyncioPoolHost:
         """This loop's least loaded process (dead ones replaced)."""
         loop = asyncio.get_running_loop()
         solo = self._solo  # one process: no choice to make, no lock to take
@@ -169,10 +172,10 @@ class Pool(Transport):
             if self._closed:
                 raise RuntimeError("the pool is closed")
             procs = self._async.setdefault(loop, [None] * self.processes)
-            best: AsyncSession | None = None
+            best: AsyncioPoolHost | None = None
             for i, p in enumerate(procs):
                 if p is None or p.dead is not None:
-                    p = procs[i] = AsyncSession(self.argv, self.env, self.max_in_flight, self.grace, loop)
+                    p = procs[i] = AsyncioPoolHost(self.argv, self.env, self.max_in_flight, self.grace, loop)
                 if best is None or p.load() < best.load():
                     best = p
             assert best is not None
@@ -356,7 +359,7 @@ class Pool(Transport):
     def pids(self) -> list[int]:
         """The process ids of the live host processes (for monitoring and tests)."""
         with self._lock:
-            procs: list[SyncSession | AsyncSession | None] = [*self._sync]
+            procs: list[ThreadedPoolHost | AsyncioPoolHost | None] = [*self._sync]
             for ps in self._async.values():
                 procs.extend(ps)
         return [p.host.pid for p in procs if p is not None and p.dead is None]
