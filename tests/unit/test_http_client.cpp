@@ -1,6 +1,6 @@
 // The HTTP client of the service runner (http_client.hpp): URLs, keep-alive, deadlines and
 // the body bound, against a server thread written here on raw sockets.
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/http_client.hpp>
 
 #include <doctest/doctest.h>

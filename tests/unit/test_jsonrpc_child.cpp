@@ -2,7 +2,7 @@
 // here are small Python programs (python3 on PATH), each doing one thing a real skill or
 // MCP server may do: answer out of order, ask the host, notify, write garbage, write too
 // much, end, hang.
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/jsonrpc_child.hpp>
 
 #include <doctest/doctest.h>

@@ -2,7 +2,7 @@
 #include "nats_kv_store.hpp"
 
 #include <machina/errors.hpp>
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 
 #include <nettle/hmac.h>
 #include <nettle/memops.h>

@@ -5,7 +5,6 @@
 #include <machina/nearest_name.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,45 +13,9 @@
 #include <type_traits>
 
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 namespace machina {
-
-std::int64_t steady_now_ms() noexcept {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
-}
-
-std::int64_t steady_now_ns() noexcept {
-  using namespace std::chrono;
-  return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
-}
-
-std::int64_t steady_now_ms_not_before() noexcept { return not_before_from_not_after(steady_now_ms_not_after()); }
-
-std::int64_t not_before_from_not_after(std::int64_t not_after_ms) noexcept {
-  // The coarse clock is the time of the last tick: adding one tick makes it no earlier
-  // than the precise clock, for a sixth of its cost here.
-  static const std::int64_t tick_ms = [] {
-    timespec res{};
-    clock_getres(CLOCK_MONOTONIC_COARSE, &res);
-    return static_cast<std::int64_t>(res.tv_sec) * 1000 + (res.tv_nsec + 999'999) / 1'000'000;
-  }();
-  return not_after_ms + tick_ms;
-}
-
-std::int64_t steady_now_ms_not_after() noexcept {
-  // The coarse clock is the time of the last tick.
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000;
-}
-
-std::int64_t unix_now_ms() noexcept {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 HostOptions HostOptions::from_env() {
   HostOptions o;

@@ -2,7 +2,7 @@
 // and wakes the watchdog only when a call's deadline is earlier than the time the
 // watchdog already means to look, so back-to-back calls do not wake it.
 #include <machina/deadline_watchdog.hpp>
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 
 #include <chrono>
 #include <vector>

@@ -1,5 +1,5 @@
 // See http_client.hpp.
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/http_client.hpp>
 
 #include <boost/beast/http/parser.hpp>

@@ -3,7 +3,7 @@
 // system's store or the origin's CA file, and verified to be for the URL's host (its name,
 // or its address for a numeric host). Linked only into the programs that install it, which
 // ignore SIGPIPE: OpenSSL writes to the socket with write(2).
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/http_client.hpp>
 
 #include <openssl/err.h>

@@ -1,5 +1,5 @@
 // See jsonrpc_child.hpp.
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc_child.hpp>
 

@@ -5,6 +5,7 @@
 
 #include <machina/audit.hpp>
 #include <machina/circuit_breaker.hpp>
+#include <machina/clock.hpp>
 #include <machina/http_client.hpp>
 #include <machina/idempotency_cache.hpp>
 #include <machina/lease.hpp>
@@ -231,17 +232,5 @@ class Host {
   ToolRegistry registry_;
   InlineRunner inline_;
 };
-
-/// Milliseconds on the monotonic clock (breaker, idempotency) and since the epoch (leases).
-std::int64_t steady_now_ms() noexcept;
-std::int64_t steady_now_ns() noexcept;
-std::int64_t unix_now_ms() noexcept;
-/// The monotonic clock in milliseconds, cheaply, never earlier than steady_now_ms() (at most one clock tick later).
-std::int64_t steady_now_ms_not_before() noexcept;
-/// The monotonic clock in milliseconds, cheaply, never later than steady_now_ms() (at most one clock tick earlier).
-std::int64_t steady_now_ms_not_after() noexcept;
-/// A reading of steady_now_ms_not_after() made into one never earlier than steady_now_ms()
-/// was at that moment (one coarse clock tick added).
-std::int64_t not_before_from_not_after(std::int64_t not_after_ms) noexcept;
 
 }  // namespace machina

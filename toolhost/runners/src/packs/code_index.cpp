@@ -15,7 +15,7 @@
 
 #include <machina/child_process.hpp>
 #include <machina/code_search_text.hpp>
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/json_text.hpp>
 #include <machina/workspace.hpp>
 

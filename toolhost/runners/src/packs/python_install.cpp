@@ -14,7 +14,7 @@
 #include "python_pack.hpp"
 
 #include <machina/child_process.hpp>
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
 
 #include <fnmatch.h>

@@ -6,7 +6,7 @@
 
 #include <machina/child_process.hpp>
 #include <machina/errors.hpp>
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
 #include <machina/python_exec_source.hpp>
 #include <machina/tool_protocol.hpp>

@@ -1,5 +1,5 @@
 // See inline_runner.hpp.
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/runners/inline_runner.hpp>
 #include <machina/tool_registry.hpp>
 

@@ -1,5 +1,5 @@
 // See jsonrpc_runner.hpp.
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/json_text.hpp>
 #include <machina/runners/jsonrpc_runner.hpp>
 #include <machina/tool_protocol.hpp>
@@ -57,10 +57,6 @@ std::string session_params(const std::string& id) { return json{{"sessionId", id
 std::int64_t backoff_ms(int failures) {
   if (failures <= 1) return 0;
   return std::min<std::int64_t>(kMaxBackoffMs, std::int64_t{100} << std::min(failures - 2, 20));
-}
-
-double millis_since(Clock::time_point t0) {
-  return std::round(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() * 1000.0) / 1000.0;
 }
 
 std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }

@@ -4,7 +4,7 @@
 // control socket brings its greeting (the tools it registered), call processes (their
 // pipes as SCM_RIGHTS) and news of their end.
 #include <machina/errors.hpp>
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/json_text.hpp>
 #include <machina/isolation/worker_protocol.hpp>
 #include <machina/runners/process_runner.hpp>

@@ -1,6 +1,6 @@
 // See python_runner.hpp.
 #include <machina/errors.hpp>
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
 #include <machina/json_text.hpp>
 #include <machina/python_worker_source.hpp>
@@ -36,10 +36,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kMemoryCheckMs = 50;
 /// How often a call goes to another worker because its worker ended before it started.
 constexpr int kMaxRequeues = 3;
-
-double millis_since(Clock::time_point t0) {
-  return std::round(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() * 1000.0) / 1000.0;
-}
 
 /// The environment (`sys.prefix`) of the interpreter at `python`: what its workers last
 /// reported, else what its layout gives without starting it (the folder above `bin/`: a

@@ -1,5 +1,5 @@
 // See service_runner.hpp.
-#include <machina/host.hpp>
+#include <machina/clock.hpp>
 #include <machina/json_text.hpp>
 #include <machina/runners/service_runner.hpp>
 #include <machina/tool_protocol.hpp>
@@ -15,10 +15,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kMaxHandshakeBytes = 64 * 1024;
-
-double millis_since(Clock::time_point t0) {
-  return std::round(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() * 1000.0) / 1000.0;
-}
 
 /// At most 200 characters of what a service said, for an error message.
 std::string body_excerpt(const std::string& body) {
