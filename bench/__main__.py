@@ -6,7 +6,7 @@
     python -m bench --only serve lockstep --out results/
     python -m bench --only audit --reps 15   # more repetitions where a ratio is near the noise
 
-Scenarios: the ones --only lists below (bench/scenarios.py). The report goes to
+Scenarios: the ones --only lists below (bench/scenarios/, a module per family). The report goes to
 OUT/report.md with PNG plots and results.json beside it.
 """
 

@@ -1,8 +1,9 @@
-"""The native NATS front (`machina-toolhost --nats`) measured beside nats-server alone, in one
-run: a null responder (the least any responder can do: the broker's and the C client's
-ceiling on this machine), then 1, 2 and 3 hosts in one queue group, driven by the native
-pipelined requester (bench/native/nats_requester.c) and in lock-step; the Python client's
-`Nats.acall_many`; and what the shared idempotency store costs a keyed call."""
+"""NATS: calls through machina-toolhost --nats hosts in one queue group beside the direct pool
+(``nats``); and the native front measured beside nats-server alone (``nats_native``): a null
+responder (the least any responder can do: the broker's and the C client's ceiling on this
+machine), then 1, 2 and 3 hosts in one queue group, driven by the native pipelined requester
+(bench/native/nats_requester.c) and in lock-step; the Python client's `Nats.acall_many`; and
+what the shared idempotency store costs a keyed call."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import os
 import resource
 import secrets
+import statistics
 import subprocess
 import sys
 import time
@@ -19,8 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._support import ECHO_REQUEST, HERE, Spread, rate, ratio
-from .scenarios import Ctx, Section, Table
+from .._support import ECHO_REQUEST, HERE, Spread, rate, ratio, us
+from ._context import Ctx, Section, Table
 
 WINDOW = 1024  # requests in flight from the pipelined requester
 KEYED_SUBJECT = "machina.tool.AID.ECHO.v1"
@@ -121,7 +123,7 @@ def acall_many_rate(t: Any, calls: list[tuple[str, dict[str, int]]]) -> float:
 def nats_native(ctx: Ctx) -> Section:
     import machina_dispatch as md
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    sys.path.insert(0, str(HERE.parent / "tests"))
     from nats_support import nats_server
 
     s = Section("nats_native", "NATS: the native front (--nats) beside nats-server alone",
@@ -243,4 +245,61 @@ def nats_native(ctx: Ctx) -> Section:
                    "machine's cores, not a host, bound the rate, and a second and third host add contention rather "
                    "than capacity. With a host's calls on cores of their own (other machines, or more vCPUs), each "
                    "host adds its own rate up to what the broker's cores carry.")
+    return s
+
+
+def nats_scaleout(ctx: Ctx) -> Section:
+    """Calls through NATS (machina-toolhost --nats hosts in one queue group) against the pool of
+    --serve processes, side by side."""
+    import machina_dispatch as md
+
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from nats_support import Front, nats_server
+
+    s = Section("nats", "NATS: 1, 2 and 3 hosts in a queue group against the direct pool",
+                "Echo calls from one Python process: throughput with `acall_many` of N calls, and lock-step "
+                "latency (one `call` at a time, p50) — through a local nats-server to `machina-toolhost --nats` "
+                "hosts sharing a queue group, and through `Pool` (the same number of `--serve` processes over "
+                "pipes, no broker). What the broker costs per call is the lock-step difference.")
+    n = ctx.n(4_000, 40_000)
+    lock_n = ctx.n(500, 5_000)
+    calls = [("AID.ECHO.v1", {"i": i}) for i in range(n)]
+
+    def measure(t: md.Transport) -> tuple[float, float]:
+        asyncio.run(t.acall_many(calls[:200]))  # warm
+        t0 = time.perf_counter()
+        asyncio.run(t.acall_many(calls))
+        rate = n / (time.perf_counter() - t0)
+        lat = []
+        for i in range(lock_n):
+            t1 = time.perf_counter_ns()
+            t.call("AID.ECHO.v1", {"i": i})
+            lat.append(time.perf_counter_ns() - t1)
+        return rate, statistics.median(lat)
+
+    rows = []
+    with nats_server(jetstream=False) as url:
+        for hosts in (1, 2, 3):
+            ctx.status(f"nats, {hosts} host(s)")
+            fronts = [Front(url, ["--packs", "none"]) for _ in range(hosts)]
+            try:
+                with md.Nats(url) as t:
+                    nats_rate, nats_p50 = measure(t)
+            finally:
+                for f in fronts:
+                    f.stop()
+            ctx.status(f"pool of {hosts}")
+            with md.Pool(hosts, executable=ctx.host) as pool:
+                pool_rate, pool_p50 = measure(pool)
+            s.headline[f"nats_{hosts}_calls_per_s"] = nats_rate
+            s.headline[f"nats_{hosts}_p50_us"] = nats_p50 / 1e3
+            s.headline[f"pool_{hosts}_calls_per_s"] = pool_rate
+            rows.append([str(hosts), f"{nats_rate:,.0f}", f"{pool_rate:,.0f}", ratio(nats_rate, pool_rate),
+                         us(nats_p50), us(pool_p50), us(nats_p50 - pool_p50)])
+    s.headline["nats_broker_cost_us"] = float(rows[0][6])
+    s.tables.append(Table(f"Echo, {n:,} calls with acall_many and {lock_n:,} lock-step calls",
+                          ["hosts", "NATS calls/s", "pool calls/s", "NATS ÷ pool", "NATS p50 µs", "pool p50 µs",
+                           "broker cost µs"], rows))
+    s.notes.append("On this 2-vCPU machine the broker, the client and every host share two cores, so more hosts "
+                   "add contention rather than capacity; across machines each host brings its own cores.")
     return s
