@@ -17,25 +17,6 @@
 
 namespace machina {
 
-HostOptions HostOptions::from_env() {
-  HostOptions o;
-  if (const char* v = std::getenv("MACHINA_LEASE_ENFORCE")) o.lease_enforce = std::strcmp(v, "1") == 0;
-  if (const char* v = std::getenv("MACHINA_LEASE_LEDGER"); v != nullptr && *v != '\0') {
-    o.lease.ledger_dir = v;
-  } else {
-    // Every process of one user shares a ledger by default, so a lease used by one
-    // --run or one serve process of a pool cannot be replayed against another.
-    const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-    o.lease.ledger_dir = (runtime != nullptr && *runtime != '\0')
-                             ? std::string(runtime) + "/machina-toolhost/leases"
-                             : "/tmp/machina-toolhost-" + std::to_string(getuid()) + "/leases";
-  }
-  if (const char* v = std::getenv("MACHINA_TOOLHOST_AUDIT_DB"); v != nullptr && *v != '\0') o.audit.db_path = v;
-  if (const char* v = std::getenv("MACHINA_TOOLHOST_AUDIT_JSONL"); v != nullptr && *v != '\0') o.audit.jsonl_path = v;
-  return o;
-}
-
-
 /// What handle_checked knows that the rest of a call needs: the idempotency entry to
 /// complete and the front's takeover. It is also the host's side of an inline call that
 /// overruns its deadline (Overrun, called on the inline runner's watchdog thread):
@@ -65,6 +46,7 @@ Host::Host(HostOptions options)
       idempotency_(options_.idempotency),
       registry_(options_.breaker),
       inline_(options_.max_stuck_calls, options_.on_event) {
+  options_.check();
   // Before any tool of this host can run (its plugins are not loaded yet). machina-toolhost
   // has already taken the variable out of its environment; an embedding program keeps it.
   protect_lease_secret(/*unset=*/false);
@@ -72,8 +54,6 @@ Host::Host(HostOptions options)
     refuse_key_file_in_workspace();
     leases_ = std::make_unique<LeaseAuthority>(load_lease_secret(), options_.lease);
   }
-  if (options_.default_timeout_ms < 1 || options_.max_timeout_ms < 1)
-    throw HostError("timeouts must be at least 1 ms");
   if (options_.audit.enabled()) {
     try {
       audit_ = std::make_unique<AuditLog>(options_.audit);
@@ -86,16 +66,6 @@ Host::Host(HostOptions options)
       std::fprintf(stderr, "machina-toolhost: %s; running without the audit database (--no-audit: no warning)\n",
                    why.c_str());
     }
-  }
-  for (const auto& [aid, ms] : options_.tool_timeouts_ms) {
-    if (ms < 1) throw HostError("the timeout for " + aid + " must be at least 1 ms");
-  }
-  if (options_.skill_tick_ms < 0 || options_.skill_tick_ms > 86'400'000) {
-    throw HostError("the skills' tick interval must be from 0 (never) to 86400000 ms");
-  }
-  if (options_.isolation == Isolation::inline_threads && options_.workers.limits.any()) {
-    throw HostError("OS limits (--limit-*, --no-network; limit_*, no_network from Python) apply to isolated tools: "
-                    "add --isolation process (isolation='process')");
   }
   if (options_.isolation == Isolation::process) {
     options_.workers.max_output_bytes = options_.max_output_bytes;

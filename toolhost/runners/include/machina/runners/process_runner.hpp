@@ -9,6 +9,7 @@
 
 #include <machina/child_process.hpp>
 #include <machina/os_limits.hpp>
+#include <machina/process_runner_options.hpp>
 #include <machina/runner.hpp>
 #include <machina/tool.hpp>
 
@@ -21,19 +22,6 @@
 #include <vector>
 
 namespace machina {
-
-struct ProcessRunnerOptions {
-  std::string executable;            // machina-toolhost, started as `EXE --isolation-worker ...`
-  std::size_t size = 1;              // most workers (calls running) at once
-  WorkerLimits limits;
-  std::vector<std::string> hidden_files;  // covered inside the sandbox (the lease key file)
-  std::vector<std::string> pass_env; // variables passed to workers besides kWorkerEnvironment
-  std::size_t spares = 2;            // call processes each worker keeps ready
-  std::int64_t start_timeout_ms = 10'000;
-  std::size_t stderr_tail_bytes = 2048;  // how much of a crashed call's stderr is reported
-  std::size_t max_output_bytes = 0;
-  std::size_t max_request_bytes = 0;
-};
 
 /// What a worker's environment is made of (those of these variables that are set in the
 /// host), plus what the operator names (ProcessRunnerOptions::pass_env): nothing else of the
