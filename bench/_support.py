@@ -3,6 +3,7 @@ helpers (the lock-step driver and the bench tool plugin), compiled on first use.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import shutil
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -169,7 +170,7 @@ def pipelined(cmd: list[str], stdin: Path, expect_lines: int, env: dict[str, str
     start = time.perf_counter()
     writer.start()
     while lines < expect_lines:
-        chunk = proc.stdout.read1(1 << 20)
+        chunk = cast(io.BufferedReader, proc.stdout).read1(1 << 20)  # Popen's default: a buffered pipe
         if not chunk:
             break
         got += chunk

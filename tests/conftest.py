@@ -169,7 +169,8 @@ def run_json(aid: str, stdin: Any = b"{}", *args: str, **kw: Any) -> dict[str, A
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 1, proc.stdout
-    return json.loads(lines[0])
+    answer: dict[str, Any] = json.loads(lines[0])
+    return answer
 
 
 def serve_raw(data: bytes, *args: str, env: Mapping[str, str] | None = None,

@@ -30,7 +30,7 @@ POINTER = "AID.JSON.POINTER.v1"
 WRITE = "AID.FILE.WRITE.v1"
 CAP = 10 * 1024 * 1024  # the default --max-request-bytes
 BIG = 12 * 1024 * 1024
-RUN_STATE = {"slots": {}}  # --run answers with the full (here empty) state
+RUN_STATE: dict[str, Any] = {"slots": {}}  # --run answers with the full (here empty) state
 
 # The good line sent after every bad one, and its answer.
 GOOD_LINE = b'{"id":"after","aid":"AID.ECHO.v1","input_json":"{\\"after\\":true}"}'

@@ -8,7 +8,6 @@ import subprocess
 
 import machina_dispatch
 import pytest
-import tomllib
 from conftest import LIST_HINT, REPO, STATIC_FRONT, TOOLHOST, base_env, ok_response, run_json
 
 REQUIRED_TOOLS = {"AID.ECHO.v1", "AID.TEXT.STATS.v1", "AID.STATE.PUT.v1", "AID.FILE.WRITE.v1"}
@@ -19,7 +18,10 @@ def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
 
 
 def test_version_is_single_sourced() -> None:
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    # [project] version, read without tomllib (Python 3.11+) since the package supports 3.10.
+    found = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert found is not None
+    version = found.group(1)
     proc = cli("--version")
     assert proc.returncode == 0
     assert proc.stdout.decode().strip() == version
@@ -73,7 +75,7 @@ def test_list_describes_builtin_tools() -> None:
     for t in tools.values():
         assert 0 <= t["tier"] <= 3
         if "pack" in t["tags"]:
-            # The host's tool packs: under our aid, and under the seed's names (alias_of).
+            # The host's tool packs: under our aid, and under its service names (alias_of).
             assert t["runner"] == "pack" and t["plugin"] in ("pack:files", "pack:shell", "pack:code", "pack:python"), t
             assert set(t) == fields | ({"alias_of"} if not t["aid"].startswith("AID.") else set())
             continue

@@ -165,9 +165,10 @@ def test_worker_killed_mid_call_inprocess(plugins: list[str], no_orphans: None) 
 @pytest.mark.parametrize("name", ["pool", "spawn"])
 def test_host_that_cannot_start(name: str, tmp_path: Path, no_orphans: None) -> None:
     # Found where the transport is made (the host is asked to list its tools), not at the
-    # first call; the seed's function, which checks nothing first, reports a crash.
+    # first call; the dispatch function, which checks nothing first, reports a crash.
     with pytest.raises(md.HostError, match="exited with status 2.*missing.so"):
         with make_transport(name, [str(tmp_path / "missing.so")]):
             pass
     out = md.run_machina_toolhost("AID.ECHO.v1", plugins=[str(tmp_path / "missing.so")])
+    assert isinstance(out, dict), out
     assert out["type"] == "crash" and "exited with status 2" in out["detail"] and "missing.so" in out["detail"]

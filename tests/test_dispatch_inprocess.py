@@ -59,9 +59,8 @@ def test_many_threads_at_once(plugins: list[str]) -> None:
 
 def test_process_isolation_from_python(plugins: list[str]) -> None:
     before = toolhost_processes()
-    t = md.InProcess(plugins, isolation="process", executable=TOOLHOST, isolation_workers=2,
-                     no_network=True,
-                     **({} if SANITIZED else {"limit_memory_mb": 512}))  # ASan cannot run under RLIMIT_AS
+    memory: dict[str, Any] = {} if SANITIZED else {"limit_memory_mb": 512}  # ASan cannot run under RLIMIT_AS
+    t = md.InProcess(plugins, isolation="process", executable=TOOLHOST, isolation_workers=2, no_network=True, **memory)
     assert t.call("AID.ECHO.v1", [1]).output == [1]
     r = t.call("AID.TEST.CRASH.v1", check=False)
     assert r.code == "tool_crashed" and r.kind == "crash"
@@ -154,7 +153,8 @@ def test_the_one_compiled_call_answers_as_the_pool_does(plugins: list[str]) -> N
             call("AID.ECHO.v1", '{"x":1}', timeout=5),
             call("AID.ECHO.v1", [float("nan")], check=False),
         ]
-        for args, kwargs, error in [(("AID.NOPE.v1", "{}"), {}, md.ToolNotFound),
+        refused: list[tuple[tuple[Any, ...], dict[str, Any], type[Exception]]] = [
+                                    (("AID.NOPE.v1", "{}"), {}, md.ToolNotFound),
                                     (("AID.TEST.FAIL.v1",), {"check": True}, md.ToolFailed),
                                     (("AID.ECHO.v1", [float("nan")]), {}, md.InvalidInput),
                                     (("AID.ECHO.v1", {1, 2}), {}, md.InvalidInput),
@@ -163,7 +163,8 @@ def test_the_one_compiled_call_answers_as_the_pool_does(plugins: list[str]) -> N
                                     (("AID.ECHO.v1", "{}"), {"idempotency_key": 5}, TypeError),
                                     (("AID.ECHO.v1", "{}", None), {}, TypeError),
                                     (("AID.ECHO.v1",), {"aid": "AID.ECHO.v1"}, TypeError),
-                                    ((), {}, TypeError)]:
+                                    ((), {}, TypeError)]
+        for args, kwargs, error in refused:
             with pytest.raises(error) as caught:
                 call(*args, **kwargs)
             out.append(type(caught.value) if error in (TypeError, ValueError) else str(caught.value))

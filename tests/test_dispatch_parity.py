@@ -109,7 +109,7 @@ def tool_packs(t: md.Transport) -> list[Any]:
     # (The workspace holds notes.txt and .env: see run_scenario.)
     return calls(t,
                  ("AID.FILE.READ.v1", {"path": "notes.txt"}),
-                 ("tools.file.read", {"path": "notes.txt"}),                 # the seed's shape: the text
+                 ("tools.file.read", {"path": "notes.txt"}),                 # the service shape: the text
                  ("readFile", {"path": "/etc/passwd"}),                      # access_denied: outside
                  ("readFile", {"path": ".env"}),                             # access_denied: deny glob
                  ("AID.FILE.READ.v1", {"path": "missing.txt"}),              # target_not_found
@@ -166,7 +166,7 @@ def breaker(t: md.Transport) -> list[Any]:
 @scenario()
 def refused_before_sending(t: md.Transport) -> list[Any]:
     """What cannot be sent is refused alike by every transport, before anything is sent."""
-    wire = {"slots": {"3": {"type": "t", "content_json": "[3]"}}}  # the original client's slot names
+    wire = {"slots": {"3": {"type": "t", "content_json": "[3]"}}}  # the dispatch contract's slot names
     out: list[Any] = calls(t,
                            ("AID.ECHO.v1", {1, 2}),                 # no JSON form
                            ("AID.ECHO.v1", [float("nan")]),
@@ -179,6 +179,7 @@ def refused_before_sending(t: md.Transport) -> list[Any]:
     out.append(t.call("AID.STATE.PUT.v1", {"slot": 1, "type": "t", "content": [1]}, state=wire, check=False))
     out.append(t.call("AID.STATE.GET.v1", {"slot": 3}, state=wire, check=False))
     out.append(wire)
+    bad: set[int] | dict[str, Any]
     for bad in ({1, 2}, {"slots": {"DS9": {}}}):
         with pytest.raises(md.ToolhostError) as raised:
             if isinstance(bad, set):
@@ -294,9 +295,9 @@ def test_the_suite_covers_every_status_and_error(outcomes: dict[tuple[str, str],
 
 
 def test_tool_pack_values(outcomes: dict[tuple[str, str], Any]) -> None:
-    ours, seed, outside, env, missing, listing, rm, injected = outcomes[("tool_packs", "inprocess")]
+    ours, service, outside, env, missing, listing, rm, injected = outcomes[("tool_packs", "inprocess")]
     assert ours.output == {"path": "notes.txt", "content": "hello\n", "truncated": False, "size": 6}
-    assert seed.output == "hello\n"
+    assert service.output == "hello\n"
     assert outside.code == "access_denied"
     assert outside.error == "AccessDenied: /etc/passwd is outside the allowed directories"
     assert env.code == "access_denied" and "deny pattern '.env'" in env.error

@@ -18,6 +18,7 @@ import machina_dispatch as md
 import machina_dispatch._pool_host_threaded as threaded_module
 import pytest
 from conftest import TOOLHOST, base_env
+from machina_dispatch import _core
 
 
 @pytest.fixture
@@ -30,8 +31,8 @@ def make_pool(plugins: list[str], **options: Any) -> md.Pool:
 
 
 def test_a_batch_waits_for_room_without_holding_the_reader(plugins: list[str]) -> None:
-    # Eight threads keep a 4-call window full. A batch with none of its calls open used to
-    # hold the read lock without reading: nobody read, and the host was killed as wedged.
+    # Eight threads keep a 4-call window full. A batch with none of its calls open must not
+    # hold the read lock without reading: then nobody reads, and the host is killed as wedged.
     with make_pool(plugins, max_in_flight=4, timeout=3.0, grace=1.0) as pool:
         stop = threading.Event()
         failed: list[str] = []
@@ -111,10 +112,10 @@ def test_a_caller_handed_the_reading_sees_its_answer_read_by_another(plugins: li
 
 def test_a_request_never_reaches_the_replacement_host(plugins: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # A batch is between registering its call and writing it when its host dies and a new
-    # one starts. The dead host's descriptors used to be closed, their numbers given to the
-    # new host's pipes, and the batch's request (numbered for the old host) written there:
-    # another caller got its answer, and the next one killed the healthy host.
-    real = threaded_module._core
+    # one starts. Were the dead host's descriptors closed, their numbers would go to the new
+    # host's pipes and the batch's request (numbered for the old host) be written there:
+    # another caller would get its answer, and the next one kill the healthy host.
+    real = _core
 
     class SlowEncode:
         def __getattr__(self, name: str) -> Any:
@@ -122,7 +123,8 @@ def test_a_request_never_reaches_the_replacement_host(plugins: list[str], monkey
 
         def encode_requests(self, batch: Any) -> bytes:
             time.sleep(0.3)  # widens the window between registering and writing
-            return real.encode_requests(batch)
+            encoded: bytes = real.encode_requests(batch)
+            return encoded
 
     monkeypatch.setattr(threaded_module, "_core", SlowEncode())
     with make_pool(plugins, workers=2, timeout=3, grace=0.5) as pool:
@@ -181,7 +183,7 @@ def test_a_lone_callers_answer_after_its_process_was_failed(plugins: list[str],
     # The compiled round trip has read this caller's answer; before the caller hands it
     # out, another thread fails the process (a waiter's wedged(), close()). The caller
     # gets the failure it was given, raises nothing, and leaves the reader free.
-    real = threaded_module._core
+    real = _core
 
     class FailedMeanwhile:
         def __getattr__(self, name: str) -> Any:

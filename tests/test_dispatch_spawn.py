@@ -1,6 +1,6 @@
-"""The spawn transport and the seed's run_machina_toolhost(): input normalisation, the
+"""The spawn transport and the dispatch function run_machina_toolhost(): input normalisation, the
 timeout (argument, MACHINA_TOOLHOST_TIMEOUT, 30 s default), the process group killed on
-timeout, the 1 MB stdout cap, stderr drained with a bounded tail, and the seed's error
+timeout, the 1 MB stdout cap, stderr drained with a bounded tail, and the dispatch error
 types (timeout, crash, parse_error, empty_output, tool_error, not_found, exception) as dicts."""
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ def run(aid: str, inputs: Any = None, **kw: Any) -> Any:
     return md.run_machina_toolhost(aid, inputs, **kw)
 
 
+def failure(aid: str, inputs: Any = None, **kw: Any) -> dict[str, Any]:
+    """run_machina_toolhost's answer to a call that fails: a dict (an output would be a str)."""
+    out = md.run_machina_toolhost(aid, inputs, **kw)
+    assert isinstance(out, dict), out
+    return out
+
+
 @pytest.mark.parametrize(("inputs", "input_json"), [
     ({"q": "x", "k": 3}, '{"q":"x","k":3}'),
     ([1, "é"], '[1,"é"]'),
@@ -41,7 +48,7 @@ def run(aid: str, inputs: Any = None, **kw: Any) -> Any:
     (b'{"b": 1}', '{"b": 1}'),
 ])
 def test_inputs_are_normalised(inputs: Any, input_json: str) -> None:
-    # As the original client: the output string on success.
+    # As the dispatch contract says: the output string on success.
     assert run("AID.ECHO.v1", inputs) == input_json
 
 
@@ -66,7 +73,7 @@ def test_not_found(tmp_path: Path) -> None:
     out = run("AID.ECHO.v1", executable=tmp_path / "no-such-host")
     assert out["type"] == "not_found" and out["error"] is True
     with patched_environ({"MACHINA_TOOLHOST_BIN": str(tmp_path / "missing")}):
-        assert md.run_machina_toolhost("AID.ECHO.v1")["type"] == "not_found"
+        assert failure("AID.ECHO.v1")["type"] == "not_found"
     with pytest.raises(md.ExecutableNotFound) as caught:
         md.Spawn(tmp_path / "missing").call("AID.ECHO.v1")
     assert isinstance(caught.value, FileNotFoundError)
@@ -80,7 +87,7 @@ def test_timeout_from_argument_and_environment(plugins: list[str]) -> None:
     assert out["type"] == "tool_error" and out["code"] == "timeout"  # the host answered on time
     assert out["detail"] == "timeout: AID.TEST.SLEEPER.v1 did not finish within 300 ms"
     with patched_environ({"MACHINA_TOOLHOST_TIMEOUT": "0.25"}):
-        out = md.run_machina_toolhost("AID.TEST.HANG.v1", executable=TOOLHOST, plugins=plugins)
+        out = failure("AID.TEST.HANG.v1", executable=TOOLHOST, plugins=plugins)
     assert out["detail"] == "timeout: AID.TEST.HANG.v1 did not finish within 250 ms"
     assert not orphans_since(before)
 
@@ -125,7 +132,7 @@ def test_stdout_cap_stops_reading(plugins: list[str]) -> None:
     t = md.Spawn(TOOLHOST, plugins=plugins, max_output_bytes=64 * 1024)
     r = t.call("AID.TEST.HUGE.v1", {"bytes": 500_000}, check=False)
     assert r.kind == "parse_error" and "exceeded the 65536-byte cap" in r.error
-    # Under the cap all is well; the seed's cap is 1 MiB.
+    # Under the cap all is well; the dispatch client's cap is 1 MiB.
     assert md.Spawn(TOOLHOST, plugins=plugins).call("AID.TEST.HUGE.v1", {"bytes": 500_000}).ok
     assert md.spawn.MAX_OUTPUT_BYTES == 1024 * 1024
 
@@ -148,7 +155,7 @@ def test_stdout_cap_stops_reading_a_host_that_writes_on(tmp_path: Path) -> None:
         open({str(marker)!r}, "w").close()
     """)
     started = time.monotonic()
-    out = md.run_machina_toolhost("AID.ECHO.v1", executable=host, timeout=20)
+    out = failure("AID.ECHO.v1", executable=host, timeout=20)
     assert out["type"] == "parse_error" and "exceeded the 1048576-byte cap" in out["detail"]
     assert time.monotonic() - started < 10
     time.sleep(0.2)
@@ -167,7 +174,7 @@ def test_a_host_that_never_answers_is_killed_with_its_group(tmp_path: Path) -> N
         time.sleep(3600)
     """)
     started = time.monotonic()
-    out = md.run_machina_toolhost("AID.ECHO.v1", executable=host, timeout=1.0)
+    out = failure("AID.ECHO.v1", executable=host, timeout=1.0)
     assert out["type"] == "timeout"
     assert 1.0 <= time.monotonic() - started < 5
     time.sleep(0.2)
@@ -182,17 +189,17 @@ def test_a_host_that_never_answers_is_killed_with_its_group(tmp_path: Path) -> N
 ])
 def test_parse_errors(tmp_path: Path, body: str, why: str) -> None:
     fake = _fake_host(tmp_path, "import sys; sys.stdin.read()\n" + body)
-    out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake)
+    out = failure("AID.ECHO.v1", executable=fake)
     assert out["type"] == "parse_error" and why in out["detail"], out
 
 
 def test_no_output_and_a_short_failure_line(tmp_path: Path) -> None:
-    out = md.run_machina_toolhost("AID.ECHO.v1", executable=_fake_host(tmp_path, "import sys; sys.stdin.read()\n"))
+    out = failure("AID.ECHO.v1", executable=_fake_host(tmp_path, "import sys; sys.stdin.read()\n"))
     assert out["type"] == "empty_output" and "wrote nothing on stdout" in out["detail"], out
     # A failure in the shortest form (no status) keeps its text.
     short_line = "print('{\"ok\": false, \"error\": \"tool not found: X\"}')"
     fake = _fake_host(tmp_path, "import sys; sys.stdin.read()\n" + short_line)
-    out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake)
+    out = failure("AID.ECHO.v1", executable=fake)
     assert (out["type"], out["detail"]) == ("tool_error", "tool not found: X"), out
 
 
@@ -208,7 +215,7 @@ def test_stderr_is_drained_while_running(tmp_path: Path) -> None:
         print('{"ok":true,"status":"OK","output_json":"1","error":"","ds_state":{"slots":{}}}')
         sys.exit(3)
     """)
-    out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake, timeout=20)
+    out = failure("AID.ECHO.v1", executable=fake, timeout=20)
     assert out["type"] == "crash" and out["exit_status"] == 3 and len(out["stderr"]) <= 4096
 
 
@@ -231,6 +238,7 @@ def test_the_host_starts_clean(tmp_path: Path) -> None:
     with patched_environ({"MACHINA_SPAWN_PROBE": "inherited"}):
         out = md.run_machina_toolhost("AID.ECHO.v1", executable=fake)
         given = md.Spawn(fake, env={"MACHINA_SPAWN_PROBE": "given"}).call("AID.ECHO.v1")
+    assert isinstance(out, str), out
     ign, blk, pgid, pid, probe = json.loads(out)
     assert int(ign, 16) & (1 << (13 - 1) | 1 << (25 - 1)) == 0  # SIGPIPE, SIGXFSZ
     assert int(blk, 16) == 0
@@ -262,17 +270,17 @@ def test_state_round_trip(plugins: list[str]) -> None:
     assert json.loads(out) == {"size_bytes": 7, "slot": "DS4"} and state["DS4"].content == {"v": 1}
     out = run("AID.STATE.GET.v1", {"slot": 4}, ds_state=state, plugins=plugins)
     assert json.loads(out)["content"] == {"v": 1}
-    # A wire dict works too, in either naming of the slots (the original client's "0".."7").
+    # A wire dict works too, in either naming of the slots (the dispatch contract's "0".."7").
     for name in ("DS0", "0"):
         out = run("AID.STATE.GET.v1", {"slot": 0}, plugins=plugins,
                   ds_state={"slots": {name: {"type": "t", "content_json": "[1]"}}})
         assert json.loads(out)["content"] == [1]
 
 
-def test_any_transport_through_the_seed_function(plugins: list[str]) -> None:
+def test_any_transport_through_the_dispatch_function(plugins: list[str]) -> None:
     with md.Pool(1, executable=TOOLHOST, plugins=plugins) as pool:
         assert md.run_machina_toolhost("AID.ECHO.v1", [5], transport=pool) == "[5]"
-        assert md.run_machina_toolhost("AID.NOPE.v1", transport=pool)["type"] == "tool_error"
+        assert failure("AID.NOPE.v1", transport=pool)["type"] == "tool_error"
 
 
 def test_spawn_cost_is_one_process(plugins: list[str]) -> None:

@@ -15,7 +15,7 @@ from conftest import REPO, TOOLHOST, as_line, base_env, ok_response, run_json, s
 EXAMPLE_SRC = REPO / "docs" / "example_plugin"
 CONVERT = "AID.UNITS.CONVERT.v1"
 LIST = "AID.UNITS.LIST.v1"
-FULL_EMPTY_STATE = {"slots": {}}  # --run answers with the full state
+FULL_EMPTY_STATE: dict[str, Any] = {"slots": {}}  # --run answers with the full state
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,8 @@ def run_plugin(plugin: str, aid: str, request: Any) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 1, proc.stdout
-    return json.loads(lines[0])
+    answer: dict[str, Any] = json.loads(lines[0])
+    return answer
 
 
 def convert(plugin: str, value: Any, from_unit: str, to_unit: str) -> dict[str, Any]:

@@ -206,7 +206,7 @@ def test_every_registered_tool_is_declared_in_the_apis_shape(inprocess: md.InPro
         name, description, schema = declared(api, decl)
         assert NAME.match(name), name
         aid = catalog.aid_for(name)
-        assert aid in originals and catalog.name_for(aid) == name
+        assert aid is not None and aid in originals and catalog.name_for(aid) == name
         tool = originals[aid]
         assert description == tool["description"]
         assert schema == (tool["input_schema"] or {"type": "object"})
@@ -436,7 +436,8 @@ class Recording(md.Transport):
         self.lock = threading.Lock()
 
     def call(self, aid: str, inputs: Any = None, *, state: Any = None, idempotency_key: str | None = None,
-             lease_token: str | None = None, timeout: float | None = None, check: bool = True) -> md.ToolResult:
+             lease_token: str | None = None, timeout: float | None = None, check: bool = True,
+             user: str | None = None) -> md.ToolResult:
         with self.lock:
             self.calls.append((aid, inputs, idempotency_key))
         if self.barrier is not None:

@@ -2,7 +2,7 @@
 official MCP Python SDK's client lists and calls tools of every kind (plugins, a Python tool,
 a skill, a hosted MCP server); the protocol's edges are driven line by line (version
 negotiation, the 2026 revision's discover, ping, malformed input, pagination, _meta fields,
-many requests in flight, cancellation, progress); and the seed-004 transcripts are replayed
+many requests in flight, cancellation, progress); and the protocol transcripts are replayed
 through it with equivalent results."""
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def test_the_sdk_client_lists_and_calls_tools_of_every_kind(mixed: Path, tmp_pat
         # (The handshake revisions; the client's auto mode: tests/test_mcp_modern.py.)
         async with Client(params, read_timeout_seconds=60, mode="legacy") as client:
             out["version"] = client.protocol_version
+            assert client.server_info is not None
             out["server"] = client.server_info.name
             tools = (await client.list_tools()).tools
             out["tools"] = {t.name: t for t in tools}
@@ -246,7 +247,7 @@ def test_tools_list_pages(tmp_path: Path) -> None:
             if cursor is None:
                 break
         listed = json.loads(subprocess.run([TOOLHOST, "--list"], capture_output=True, timeout=60).stdout)["tools"]
-        # Another name of a tool (a pack tool's seed names) is not shown to a model twice.
+        # Another name of a tool (a pack tool's service names) is not shown to a model twice.
         primary = [t["aid"] for t in listed if "alias_of" not in t]
         assert len(primary) < len(listed) and "readFile" not in names
         assert names == primary and pages == -(-len(primary) // 3)
@@ -378,7 +379,7 @@ def test_lock_step_with_one_worker(tmp_path: Path) -> None:
         assert c.close() == 0
 
 
-# --- the seed-004 transcripts through --mcp ------------------------------------------------------------------
+# --- the protocol transcripts through --mcp ------------------------------------------------------------------
 
 META = {"idempotency_key": "machina/idempotency_key", "_lease_token": "machina/lease_token",
         "timeout_ms": "machina/timeout_ms", "trace_id": "machina/trace_id", "ds_state": "machina/ds_state",
@@ -391,7 +392,7 @@ class Pairs(list):  # type: ignore[type-arg]
 
 
 def as_mcp(line: str, n: int) -> tuple[str, Any]:
-    """A seed-004 request line as an MCP tools/call line, and the JSON-RPC id it carries.
+    """A transcript's request line as an MCP tools/call line, and the JSON-RPC id it carries.
     A field given twice stays given twice."""
     try:
         request = json.loads(line, object_pairs_hook=Pairs)
@@ -423,7 +424,7 @@ def as_mcp(line: str, n: int) -> tuple[str, Any]:
 
 
 def assert_equivalent(answer: dict[str, Any], want: dict[str, Any], label: str) -> None:
-    """An MCP answer says what the seed's response says."""
+    """An MCP answer says what the NDJSON response says."""
     if "id" in want:
         assert answer["id"] == want["id"], label
     if "error" in answer:

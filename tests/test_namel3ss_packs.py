@@ -72,7 +72,7 @@ def test_the_python_package_loads_a_pack_too(tmp_path: Path) -> None:
     with md.InProcess(tools=[str(example(tmp_path))]) as host:
         result = host.call(AID, {"name": "Lin"})
     assert result.output == {"message": "Hello Lin"}
-    assert result.trace["pack_id"] == "example.greeting"
+    assert result.trace is not None and result.trace["pack_id"] == "example.greeting"
 
 
 def test_deps_source_names_the_packs_requirements(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def check_message_forms(url: str, prefix: str, workspace: Path) -> None:
     body, headers = request(url, "tools.shell.exec", {"command": "rm", "args": ["-rf", "/"]})
     assert body["data"] is None and body["error"].startswith("AccessDenied")
     # The OpenAI call form, on a tools.* subject -> the tool message.
-    call = {"tool_call_id": "call_abc123",
+    call: dict[str, Any] = {"tool_call_id": "call_abc123",
             "function": {"name": "readFile", "arguments": json.dumps({"path": "notes.txt"})}}
     assert request(url, "tools.file.read", call) == (
         {"tool_call_id": "call_abc123", "role": "tool", "name": "readFile", "content": "hello\n"}, {})

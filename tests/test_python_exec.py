@@ -32,10 +32,10 @@ from conftest import LEASE_SECRET, TOOLHOST, base_env, serve, skip_where_unconfi
 EXECUTE = "AID.PYTHON.EXECUTE.v1"
 INSTALL = "AID.PYTHON.INSTALL.v1"
 LIST = "AID.PYTHON.LIST.v1"
-SEED_TYPE = {"access_denied": "AccessDenied", "target_not_found": "NotFound", "invalid_input": "InvalidInput",
+SERVICE_ERROR_TYPE = {"access_denied": "AccessDenied", "target_not_found": "NotFound", "invalid_input": "InvalidInput",
              "system_error": "SystemError"}
-SEED_SUCCESS = {"success", "result", "stdout", "stderr", "executionTime"}
-SEED_FAILURE = {"success", "error", "traceback", "advice", "stdout", "stderr", "executionTime"}
+SERVICE_SUCCESS_FIELDS = {"success", "result", "stdout", "stderr", "executionTime"}
+SERVICE_FAILURE_FIELDS = {"success", "error", "traceback", "advice", "stdout", "stderr", "executionTime"}
 
 
 def toml_value(v: Any) -> str:
@@ -137,7 +137,8 @@ class Host:
         return self.answer(self.send(aid, user, timeout_ms, **inputs))
 
     def run(self, code: str, **inputs: Any) -> dict[str, Any]:
-        return output(self.call(EXECUTE, code=code, **inputs))
+        out: dict[str, Any] = output(self.call(EXECUTE, code=code, **inputs))
+        return out
 
     def __enter__(self) -> Host:
         return self
@@ -162,8 +163,8 @@ def output(r: dict[str, Any]) -> Any:
 
 def refused(r: dict[str, Any], code: str, contains: str = "") -> None:
     assert r["ok"] is False and r["code"] == code, r
-    if code in SEED_TYPE:
-        assert r["error"].startswith(SEED_TYPE[code] + ": "), r["error"]
+    if code in SERVICE_ERROR_TYPE:
+        assert r["error"].startswith(SERVICE_ERROR_TYPE[code] + ": "), r["error"]
     assert contains in r["error"], r["error"]
 
 
@@ -245,14 +246,14 @@ def test_the_last_expression_is_the_result_with_stdout_and_stderr(py: Py, confin
     r = py.serve(request(EXECUTE, code=code), request("execute_python", code=code),
                  request("tools.python.execute", code="y = 1"), request(EXECUTE, code="print('no result')\n"),
                  request(EXECUTE, code=""))
-    ours, seed = output(r[0]), output(r[1])
-    assert set(seed) == SEED_SUCCESS, seed                    # exactly the seed's fields
-    assert seed["success"] is True and seed["result"] == 42
-    assert seed["stdout"] == "to stdout\n" and seed["stderr"] == "to stderr\n"
-    assert isinstance(seed["executionTime"], (int, float)) and seed["executionTime"] >= 0
+    ours, service = output(r[0]), output(r[1])
+    assert set(service) == SERVICE_SUCCESS_FIELDS, service                    # exactly the service fields
+    assert service["success"] is True and service["result"] == 42
+    assert service["stdout"] == "to stdout\n" and service["stderr"] == "to stderr\n"
+    assert isinstance(service["executionTime"], (int, float)) and service["executionTime"] >= 0
     assert ours["result"] == 42 and ours["stdout"] == "to stdout\n" and ours["truncated"] is False
     assert ours["stdout_truncated"] is False and ours["result_truncated"] is False and ours["duration_ms"] >= 0
-    assert set(output(r[2])) == SEED_SUCCESS and output(r[2])["result"] is None  # an assignment: no value
+    assert set(output(r[2])) == SERVICE_SUCCESS_FIELDS and output(r[2])["result"] is None  # an assignment: no value
     assert output(r[3])["result"] is None and output(r[3])["stdout"] == "no result\n"
     assert output(r[4])["success"] is True and output(r[4])["result"] is None
 
@@ -307,12 +308,12 @@ def test_output_result_and_code_are_capped_and_say_so(py: Py, confined: None) ->
 
 def test_a_syntax_error_is_a_result_with_its_line_and_advice(py: Py, confined: None) -> None:
     code = "x = 1\ny = 2\nfor i in range(3)\n    print(i)\n"
-    ours, seed = (output(a) for a in py.serve(request(EXECUTE, code=code), request("execute_python", code=code)))
+    ours, service = (output(a) for a in py.serve(request(EXECUTE, code=code), request("execute_python", code=code)))
     code_failed(ours, "SyntaxError", "line 3")
     assert ours["line"] == 3 and "(line 3)" in ours["error"] and "expected ':'" in ours["error"]
     assert 'File "<code>", line 3' in ours["traceback"] and "for i in range(3)" in ours["traceback"]
-    assert set(seed) == SEED_FAILURE and seed["success"] is False and seed["error"] == ours["error"]
-    assert seed["advice"] == ours["advice"] and seed["traceback"] == ours["traceback"]
+    assert set(service) == SERVICE_FAILURE_FIELDS and service["success"] is False and service["error"] == ours["error"]
+    assert service["advice"] == ours["advice"] and service["traceback"] == ours["traceback"]
 
 
 def test_a_missing_module_suggests_install_python_package(py: Py, confined: None) -> None:
@@ -429,8 +430,8 @@ def test_a_session_keeps_its_variables_and_sessions_are_apart(py: Py, confined: 
         h.run("def g():\n    return 1 / 0", session_id="a")
         tb = h.run("g()", session_id="a")["traceback"]
         assert "return 1 / 0" in tb and 'File "<code #' in tb
-        seed = output(h.call("execute_python", code="x", session_id="a"))
-        assert set(seed) == SEED_SUCCESS and seed["result"] == 41
+        service = output(h.call("execute_python", code="x", session_id="a"))
+        assert set(service) == SERVICE_SUCCESS_FIELDS and service["result"] == 41
         # Files stay in a session's folder between its calls.
         h.run("open('kept.txt', 'w').write('kept')", session_id="a")
         assert h.run("open('kept.txt').read()", session_id="a")["result"] == "kept"
@@ -503,9 +504,9 @@ def test_install_from_local_wheels_skips_what_is_installed_and_lists_it(py: Py, 
         assert mine == {"tinyapp": {"name": "tinyapp", "version": "0.3", "installed": True},
                         "tinypkg": {"name": "tinypkg", "version": "1.0", "installed": True}}
         assert listed["python"] == f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
-        seed = output(h.call("list_python_packages"))
-        assert set(seed) == {"success", "packages"} and {"name": "tinypkg", "version": "1.0"} in seed["packages"]
-        assert all(set(p) == {"name", "version"} for p in seed["packages"])
+        service = output(h.call("list_python_packages"))
+        assert set(service) == {"success", "packages"} and {"name": "tinypkg", "version": "1.0"} in service["packages"]
+        assert all(set(p) == {"name", "version"} for p in service["packages"])
         with_install = h.run("import other_pkg\nother_pkg.NAME", install_packages=["other_pkg"])
         assert with_install["result"] == "other"
         assert with_install["installed"] == [{"package": "other_pkg",
@@ -528,8 +529,8 @@ def test_an_install_stops_at_the_first_failure_with_pips_words(py: Py, confined:
     assert failed["success"] is False and "No matching distribution found for nosuchpkg" in failed["error"]
     assert output(r[3]) == {"success": False, "error": output(r[3])["error"]}
     assert output(r[3])["error"].startswith("Failed to install package x2: ")
-    seed = output(r[4])
-    assert set(seed) == {"success", "error"} and seed["success"] is False
+    service = output(r[4])
+    assert set(service) == {"success", "error"} and service["success"] is False
 
 
 def test_pip_reaches_the_network_the_code_never_does_and_is_stopped_at_its_limit(py: Py, confined: None,
@@ -829,7 +830,7 @@ def test_through_inprocess_and_pool(py: Py, confined: None) -> None:
             y.pop(k, None)
         assert x == y, (x, y)
     assert a.output["result"] == 30 and a.output["stdout"] == "out\n" and a.output["session_new"] is True
-    assert set(b.output) == SEED_SUCCESS
+    assert set(b.output) == SERVICE_SUCCESS_FIELDS
     assert c.output["error"] == "KeyError: 'k'" and c.output["success"] is False
 
 

@@ -1,4 +1,4 @@
-"""Hosting seed-001 skills (JSON-RPC 2.0 child processes on stdio): registration from a skill
+"""Hosting skills (the skill protocol: JSON-RPC 2.0 child processes on stdio): registration from a skill
 directory or a [[skill]] table, calls and their results, many calls in flight on one child,
 the lifecycle methods, the skill's own requests (state/*, data/*), supervision (a crash,
 garbage, a hang, a deadline, restarts with back-off, the stderr tail) and the limits a
@@ -50,7 +50,7 @@ def test_a_skill_directory_registers_each_tool_under_an_aid_of_its_own(skill_dir
     tools = {t["aid"]: t for t in json.loads(proc.stdout)["tools"]}
     echo = tools[P + "ECHO.v1"]
     assert echo["name"] == "echo" and echo["runner"] == "skill"
-    assert echo["description"] == "Its arguments, as text (the seed's content string)"
+    assert echo["description"] == "Its arguments, as text (the skill protocol's content string)"
     assert echo["input_schema"] == {"type": "object", "properties": {"text": {"type": "string"}}}
     assert P + "IS_ERROR.v1" in tools  # every character but letters and digits becomes '_'
     assert len([a for a in tools if a.startswith(P)]) == 18
@@ -103,7 +103,9 @@ def test_lifecycle_load_sessions_ticks_and_shutdown(skill_dir: Path, tmp_path: P
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     t = md.Skill(skill_dir, tick_interval_ms=50)
-    pid = t.call("echo").trace["child_pid"]
+    trace = t.call("echo").trace
+    assert trace is not None
+    pid = trace["child_pid"]
     wait_for(lambda: len(events(skill_dir, "lifecycle/onTick")) >= 3, what="three ticks")
     t.close()
     log = probe_log(skill_dir)
@@ -418,7 +420,7 @@ def test_the_example_skill_as_its_guide_shows(tmp_path: Path) -> None:
     assert out[2]["ds_state"]["slots"]["DS2"]["content_json"] == '"hi"'
     notes = tmp_path / "state" / "machina-toolhost" / "skills" / "notebook" / "notes"
     assert (notes / "todo.txt").read_text() == "buy milk"
-    # By hand, as the seed's Testing section does: answers to the three lines, in order.
+    # By hand, as the skill protocol's Testing section does: answers to the three lines, in order.
     lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
              {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
               "params": {"name": "count_words", "arguments": {"text": "a b c"}}},

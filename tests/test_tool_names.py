@@ -57,10 +57,12 @@ def pack(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (folder / "ws").mkdir()
     (folder / "ws" / "notes.txt").write_text("hello\n")
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
-    tools = [{"aid": RESUME, "name": "names_resume", "runner": "python", "entry": "ntools.whoami:resume",
-              "description": "Says which tool it is", "input_schema": schema},
-             {"aid": LONG, "runner": "python", "entry": "ntools.whoami:long", "input_schema": schema},
-             {"aid": ODD, "runner": "python", "entry": "ntools.whoami:odd", "description": "odd", "tier": 1}]
+    tools: list[dict[str, Any]] = [
+        {"aid": RESUME, "name": "names_resume", "runner": "python", "entry": "ntools.whoami:resume",
+         "description": "Says which tool it is", "input_schema": schema},
+        {"aid": LONG, "runner": "python", "entry": "ntools.whoami:long", "input_schema": schema},
+        {"aid": ODD, "runner": "python", "entry": "ntools.whoami:odd", "description": "odd", "tier": 1},
+    ]
     path = folder / "tools.toml"
     path.write_text(manifest_text(tools), encoding="utf-8")
     return path

@@ -23,7 +23,7 @@ import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Iterable, Mapping, MutableMapping, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from ._inputs import to_input_json
 from ._result import ToolResult
@@ -167,6 +167,9 @@ def apply_state(state: State | None, result: ToolResult) -> None:
         slots[name[2:] if numbered else name] = artifact.to_wire()
 
 
+_T = TypeVar("_T", bound="Transport")  # `with Pool(...) as p` gives p the Pool's own type
+
+
 class Transport(ABC):
     """A way to reach the host. Use as a context manager or call :meth:`close`."""
 
@@ -249,13 +252,13 @@ class Transport(ABC):
         """:meth:`close` from asyncio, without blocking the event loop."""
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
-    def __enter__(self) -> Transport:
+    def __enter__(self: _T) -> _T:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> Transport:
+    async def __aenter__(self: _T) -> _T:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -8,6 +8,7 @@ holds the calling thread until it returns (the answer is then ``timeout``) — u
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,8 @@ class InProcess(Transport):
         ExecutableNotFound: ``isolation="process"`` without a ``machina-toolhost`` executable.
     """
 
-    def __init__(self, plugins: list[str | os.PathLike[str]] | None = None, *,
-                 tools: list[str | os.PathLike[str]] | None = None, isolation: str = "inline",
+    def __init__(self, plugins: Sequence[str | os.PathLike[str]] | None = None, *,
+                 tools: Sequence[str | os.PathLike[str]] | None = None, isolation: str = "inline",
                  packs: list[str] | None = None, policy: str | os.PathLike[str] | None = None,
                  executable: str | os.PathLike[str] | None = None, timeout: float | None = None,
                  **options: Any) -> None:

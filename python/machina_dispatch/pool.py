@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._arguments import check_list_argument
@@ -77,8 +77,8 @@ class Pool(Transport):
     """
 
     def __init__(self, processes: int = 1, *, workers: int = 1, executable: str | os.PathLike[str] | None = None,
-                 plugins: list[str | os.PathLike[str]] | None = None,
-                 tools: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
+                 plugins: Sequence[str | os.PathLike[str]] | None = None,
+                 tools: Sequence[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
                  timeout: float | None = None, max_in_flight: int = 1024, grace: float = 1.0,
                  close_timeout: float = 2.0, env: dict[str, str] | None = None,
                  spin_us: int = DEFAULT_SPIN_US) -> None:

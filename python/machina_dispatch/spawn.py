@@ -3,8 +3,8 @@
 The process is run by the core's supervisor (``_process.run_once``, ``posix_spawn``: a
 fraction of what ``subprocess.Popen`` costs in Python) in a process group of its own;
 stdin is written and stdout/stderr are read by one poll loop with the GIL released, so
-nothing is buffered without bound: stdout stops being read at its cap (1 MiB, the seed's
-``_TOOLHOST_MAX_OUTPUT``), stderr is drained as it comes and only its tail is kept. On
+nothing is buffered without bound: stdout stops being read at its cap (1 MiB, the dispatch
+client's ``_TOOLHOST_MAX_OUTPUT``), stderr is drained as it comes and only its tail is kept. On
 timeout the whole group is killed; every path reaps the process, so none is ever left
 behind. Unlike ``subprocess`` it does not close descriptors that are not close-on-exec;
 Python opens every descriptor close-on-exec.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from . import _core
@@ -38,10 +39,10 @@ from .ds_state import DsState
 
 __all__ = ["MAX_OUTPUT_BYTES", "Spawn", "run_machina_toolhost"]
 
-MAX_OUTPUT_BYTES = 1024 * 1024  # as the original client
+MAX_OUTPUT_BYTES = 1024 * 1024  # the dispatch client's cap on what it reads of stdout
 GRACE_S = 1.0  # after the deadline the host answers itself; this long more, and it is killed
-# The error types of the dispatch function machina-toolhost stands in for.
-SEED_TYPES = ("timeout", "crash", "parse_error", "empty_output", "tool_error", "not_found", "exception")
+# The error types of the dispatch function (docs/specifications.md).
+DISPATCH_ERROR_TYPES = ("timeout", "crash", "parse_error", "empty_output", "tool_error", "not_found", "exception")
 
 
 class Spawn(Transport):
@@ -65,8 +66,8 @@ class Spawn(Transport):
     """
 
     def __init__(self, executable: str | os.PathLike[str] | None = None, *,
-                 plugins: list[str | os.PathLike[str]] | None = None,
-                 tools: list[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
+                 plugins: Sequence[str | os.PathLike[str]] | None = None,
+                 tools: Sequence[str | os.PathLike[str]] | None = None, args: list[str] | None = None,
                  timeout: float | None = None, max_output_bytes: int = MAX_OUTPUT_BYTES,
                  env: dict[str, str] | None = None, check_setup: bool = True) -> None:
         super().__init__(timeout)
@@ -100,7 +101,7 @@ class Spawn(Transport):
         ms = timeout_ms(seconds)
         try:
             r = self._call(aid, input_json, sent_state, idempotency_key, lease_token, ms, seconds, user)
-        except Exception as e:  # anything else on the Python side: the seed's "exception"
+        except Exception as e:  # anything else on the Python side: the dispatch type "exception"
             r = ToolResult.failure(aid, "exception", f"{type(e).__name__}: {e}")
         apply_state(state, r)
         if check and not r.ok:
@@ -148,7 +149,7 @@ class Spawn(Transport):
 
 def _statusless_failure(aid: str, line: bytes) -> ToolResult | None:
     """A failure answered in the shortest form, ``{"ok": false, "error": "..."}`` with no
-    ``status`` (as hosts of the seed protocol answer some refusals), as a ``tool_error``
+    ``status`` (as hosts of the dispatch contract answer some refusals), as a ``tool_error``
     that keeps its text; ``None`` for any other line."""
     try:
         answer = json.loads(line)
@@ -163,12 +164,12 @@ def _statusless_failure(aid: str, line: bytes) -> ToolResult | None:
 def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None = None,
                          ds_state: DsState | dict[str, Any] | None = None, idempotency_key: str | None = None,
                          lease_token: str | None = None, executable: str | os.PathLike[str] | None = None,
-                         plugins: list[str | os.PathLike[str]] | None = None,
+                         plugins: Sequence[str | os.PathLike[str]] | None = None,
                          transport: Transport | None = None) -> str | dict[str, Any]:
-    """The seed's dispatch function, a drop-in for the original: runs one call, never raises.
+    """The dispatch function (docs/specifications.md): runs one call, never raises.
 
-    On success, the tool's ``output_json`` string, as the original returns it; on failure
-    the seed's dict ``{"error": True, "aid", "type", "detail"}`` (plus ``code``, ``status``
+    On success, the tool's ``output_json`` string; on failure
+    the dispatch dict ``{"error": True, "aid", "type", "detail"}`` (plus ``code``, ``status``
     and details when the host answered). ``type`` is ``tool_error`` for any answer of the
     host whose ``status`` is not ``OK`` (its wire code in ``code``), else one of
     ``timeout``, ``crash``, ``parse_error``, ``empty_output``, ``not_found``,
@@ -179,16 +180,16 @@ def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None 
         inputs: dict, list, JSON string or None (``{}``).
         timeout: seconds; default ``$MACHINA_TOOLHOST_TIMEOUT`` or 30.
         ds_state: a :class:`DsState` (updated in place) or a full-state wire dict (sent as it
-            is and left unchanged, as by the original).
+            is and left unchanged).
         idempotency_key, lease_token: as in :meth:`Transport.call`.
         executable, plugins: for the default spawn transport.
         transport: run through this transport instead of spawning (same result).
     """
     try:
-        # A wire dict is sent as given but not written to: the original client leaves it alone.
+        # A wire dict is sent as given but not written to: the caller keeps it as it was.
         state = copy.deepcopy(ds_state) if isinstance(ds_state, dict) else ds_state
-        # As the original: nothing is checked before the call (a host that cannot start is
-        # that call's crash).
+        # Nothing is checked before the call (a host that cannot start is that call's crash),
+        # so that every failure comes back as the call's dict.
         t = transport if transport is not None else Spawn(executable, plugins=plugins,
                                                           timeout=timeout or default_timeout(), check_setup=False)
         r = t.call(aid, inputs, state=state, idempotency_key=idempotency_key, lease_token=lease_token,
@@ -202,6 +203,6 @@ def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None 
     out = r.to_dict()
     if r.code is not None:
         out["type"] = "tool_error"  # the host answered, status not OK: its code says which failure
-    elif out["type"] not in SEED_TYPES:
-        out["type"] = "exception"  # refused on the Python side: the seed's word for it
+    elif out["type"] not in DISPATCH_ERROR_TYPES:
+        out["type"] = "exception"  # refused on the Python side: the dispatch type for it
     return out

@@ -55,7 +55,7 @@ async def call_tool(ctx: Any, params: Any) -> types.CallToolResult:
     if params.name == "era":
         return types.CallToolResult(content=[types.TextContent(type="text", text=ctx.protocol_version)])
     if params.name == "ask":  # (2026-07-28: the client is asked for more before the call completes)
-        return {"resultType": "input_required", "requestState": "asked-once"}
+        return {"resultType": "input_required", "requestState": "asked-once"}  # type: ignore[return-value]
     return types.CallToolResult(content=[types.TextContent(type="text", text=f"no tool {params.name}")],
                                 is_error=True)
 

@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import threading
+from typing import Any
 
 MODERN = "2026-07-28"
 VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
@@ -26,13 +27,13 @@ args = parser.parse_args()
 lock = threading.Lock()
 
 
-def write(message: dict) -> None:
+def write(message: dict[str, Any]) -> None:
     with lock:
         sys.stdout.write(json.dumps(message) + "\n")
         sys.stdout.flush()
 
 
-def result(id: object, value: dict) -> None:
+def result(id: object, value: dict[str, Any]) -> None:
     write({"jsonrpc": "2.0", "id": id, "result": value})
 
 
