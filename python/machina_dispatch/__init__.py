@@ -54,7 +54,7 @@ from ._result import ToolResult
 from ._transport import Call, Transport
 from .ds_state import Artifact, DsDelta, DsState
 from .inprocess import InProcess, builtin_plugin_path
-from .jsonrpc import Mcp, Skill
+from .hosted_servers import Mcp, Skill
 from .llm import ToolCall, ToolCatalog, arun_tool_calls, parse_tool_calls, run_tool_calls, tool_name
 from .nats_client import Nats
 from .pool import Pool, Toolhost

@@ -1,12 +1,12 @@
-"""Transports to a JSON-RPC child process: an MCP server over stdio (:class:`Mcp`) or a
-seed-001 skill (:class:`Skill`), hosted by a :class:`~machina_dispatch.Host` in this process.
+"""Transports to a hosted server, a JSON-RPC child process: an MCP server over stdio
+(:class:`Mcp`) or a skill (:class:`Skill`, the skill protocol: docs/specifications.md), hosted by a :class:`~machina_dispatch.Host` in this process.
 
 Each call goes through the host's rules like any other transport's — the deadline (the
 child is told ``notifications/cancelled`` and answered ``timeout`` on time), the input
 checks, the output cap, ds_state, the breaker — and comes back as a
 :class:`~machina_dispatch.ToolResult`, raising the same exceptions. The child is supervised:
 one that crashes, hangs or writes garbage costs only the calls in flight on it and is
-started again (docs/jsonrpc.md). Tools are called by the name the child gives them or by
+started again (docs/mcp-and-skills.md). Tools are called by the name the child gives them or by
 their aid (``AID.MCP.<NAME>.<TOOL>.v1``, ``AID.SKILL.<NAME>.<TOOL>.v1``).
 """
 
@@ -75,7 +75,7 @@ class Mcp(_Hosted):
     """The tools of an MCP server spoken to over stdio, at the newest revision it serves: MCP
     2026-07-28 (no handshake, the protocol version in each request's ``_meta``) when it
     answers ``server/discover`` listing it, else the ``initialize`` handshake — as the
-    official SDK's client does in its ``auto`` mode (docs/jsonrpc.md).
+    official SDK's client does in its ``auto`` mode (docs/mcp-and-skills.md).
 
     Args:
         command: the server's program and arguments (``["python3", "server.py"]``).
@@ -84,7 +84,7 @@ class Mcp(_Hosted):
         env: names of environment variables passed to it besides the host's few (PATH,
             HOME, ...); nothing else of this process's environment reaches it.
         sandbox, guarantees, memory_mb: its confinement, as a tool manifest's
-            ``[[mcp_server]]`` says (docs/jsonrpc.md).
+            ``[[mcp_server]]`` says (docs/mcp-and-skills.md).
         start_timeout: seconds it may take to start and list its tools.
         timeout: default deadline of a call, in seconds.
         **options: host options, as :class:`machina_dispatch.Host` takes them.
@@ -108,7 +108,7 @@ class Mcp(_Hosted):
 
 
 class Skill(_Hosted):
-    """The tools of a seed-001 skill: a skill directory (``manifest.json`` and ``SKILL.md``)
+    """The tools of a skill: a skill directory (``manifest.json`` and ``SKILL.md``)
     or a command.
 
     Args:
@@ -116,7 +116,8 @@ class Skill(_Hosted):
         name: names its tools' aids (``AID.SKILL.<NAME>.<TOOL>.v1``); a directory's default
             is the name its ``SKILL.md`` gives.
         cwd: a command's working directory (default: this process's).
-        methods: ``"seed"`` (``lifecycle/*``) or ``"skill"`` (the later runtime's ``skill/*``).
+        methods: ``"lifecycle"`` (``lifecycle/*`` and ``shutdown``, the default) or ``"skill"`` (the skill
+            runtime's ``skill/*``).
         tick_interval_ms: ``lifecycle/onTick`` (or ``skill/tick``) this often, 0: never (default:
             the host's ``skill_tick_ms``, 60 s, for a ``lifecycle/*`` skill; never for ``skill/*``).
         data_dir: where its ``data/read`` and ``data/write`` go.
