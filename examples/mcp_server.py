@@ -1,6 +1,6 @@
 """A small MCP server on stdio, with no SDK: one JSON-RPC message a line. Its one tool,
 read_file, reads a UTF-8 text file beneath the folder it runs in. docs/python.md and
-docs/jsonrpc.md host it with machina_dispatch.Mcp:
+docs/mcp-and-skills.md host it with machina_dispatch.Mcp:
 
     md.Mcp(["python3", "examples/mcp_server.py"], name="files")
 """

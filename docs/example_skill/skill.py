@@ -1,4 +1,4 @@
-"""notebook: an example seed-001 skill (see SKILL.md).
+"""notebook: an example skill, speaking the skill protocol (see SKILL.md).
 
 Requests are read on the main thread and each call runs on a thread of its own, so that a
 slow call does not hold up the others; answers are written whole, one line at a time. The
