@@ -1,6 +1,6 @@
 """One exception hierarchy for every transport.
 
-Each failure has a *kind*: the seed's dispatch error types (``timeout``, ``crash``,
+Each failure has a *kind*: the dispatch error types (``timeout``, ``crash``,
 ``parse_error``, ``not_found``, ``exception``) for what goes wrong around the host, and,
 for errors the host itself reports, the wire ``code`` (``tool_not_found``,
 ``tool_error``, ``lease_required``, …) — except ``tool_crashed``, which is a ``crash``
@@ -54,7 +54,7 @@ class ToolhostError(Exception):
     """A call that did not succeed.
 
     Attributes:
-        kind: the error type (the seed's dispatch types, or the host's wire code).
+        kind: the error type (a dispatch error type, or the host's wire code).
         aid: the tool that was called.
         detail: what happened, for people and logs.
         code: the host's wire code, or ``None`` if the host gave no answer.
@@ -78,7 +78,7 @@ class ToolhostError(Exception):
         return (type(self), (self.result,))
 
 
-# --- failures around the host (the seed's dispatch types) ---------------------------
+# --- failures around the host (the dispatch error types) ---------------------------
 
 
 class HostError(ToolhostError, RuntimeError):
@@ -217,7 +217,7 @@ class Cancelled(ToolhostError):
 class AccessDenied(ToolError, PermissionError):
     """A tool pack's policy refused the call (``access_denied``: a path outside the roots or
     denied by name, a command not allowed; ``rate_limited``: past the tool's rate limit).
-    The message starts with seed 002's error type (``AccessDenied: ...``)."""
+    The message starts with the service error type (``AccessDenied: ...``)."""
 
     kind = "access_denied"
 

@@ -20,7 +20,7 @@ SLOTS: tuple[str, ...] = tuple(f"DS{i}" for i in range(8))
 
 
 def slot_name(slot: int | str) -> str:
-    """``3``, ``"3"`` (the original client's form) or ``"DS3"`` -> ``"DS3"``.
+    """``3``, ``"3"`` (the dispatch contract's form) or ``"DS3"`` -> ``"DS3"``.
 
     Raises:
         KeyError: not a slot of DS0..DS7.

@@ -1,6 +1,6 @@
 """A Python tool worker speaking tool protocol v1 (docs/python-tools.md).
 
-    python -m machina_dispatch.tool_worker [--root DIR]...           # one call, as the original
+    python -m machina_dispatch.tool_worker [--root DIR]...           # one call, as tool protocol v1's runner
     python -m machina_dispatch.tool_worker --serve [--root DIR]...   # one call per line, warm
 
 A call is the protocol's request object::
@@ -17,19 +17,19 @@ module was reloaded, ``module_reloaded``.
 
 Without ``--serve`` the worker reads all of stdin as one request, writes one answer and exits:
 status 0 when it wrote an answer, failed tool or not; 1 when stdin is not a request or the
-result has no JSON form (an answer is still written) — the original one-shot runner's
+result has no JSON form (an answer is still written) — tool protocol v1's one-shot runner's
 behaviour, so that a tool written for it runs unchanged. With ``--serve`` it reads one request
 per line (at most ``--max-line-bytes``) and answers each on one line, in order, until end of
 input; an interpreter and its imports are then reused from call to call.
 
 Entries are ``module:function`` (dotted attributes allowed after the colon), imported from
-the ``--root`` directories first (the manifest's directory, as the original imports from the
-app root). Modules are imported once; a module whose source file changed on disk (mtime or
+the ``--root`` directories first (the manifest's directory, as tool protocol v1 imports from
+the app root). Modules are imported once; a module whose source file changed on disk (mtime or
 size) is reloaded before its next call. ``--module NAME=SOURCE`` defines a module from source
 text given on the command line before the first call (how the host hands its own built-in
 Python code, such as execute_python's runner, to workers that may read no file of it).
 
-The protocol stream is a private copy of the original stdout: during a call ``sys.stdout`` and
+The protocol stream is a private copy of the process's stdout: during a call ``sys.stdout`` and
 ``sys.stderr`` are captured, and anything written to descriptor 1 by other means (a C
 extension, a child process) goes to stderr, so nothing a tool does reaches the stream.
 """
@@ -83,7 +83,7 @@ class _Capture(io.TextIOBase):
 
 
 def _json_default(value: Any) -> Any:
-    """What the original does with values json cannot write: Decimals become ints when whole,
+    """What tool protocol v1 does with values json cannot write: Decimals become ints when whole,
     else their normalised string."""
     if isinstance(value, decimal.Decimal):
         if value == value.to_integral_value():
