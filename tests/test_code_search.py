@@ -84,7 +84,7 @@ def test_the_best_match_comes_first_with_its_line_and_snippet(s: Search) -> None
     assert out["index"]["files"] == 33 and out["index"]["indexed"] == 33
 
 
-def test_the_seed_names_answer_the_plain_list(s: Search) -> None:
+def test_the_service_names_answer_the_plain_list(s: Search) -> None:
     filler(s)
     s.write("src/handler.ts", "\n\nasync function handler(req, res) {...}\n")
     r = s.serve({"aid": SUBJECT, "input_json": json.dumps({"query": "async function handler"})},
@@ -317,8 +317,8 @@ def test_queries_that_look_like_fts5_syntax_are_plain_words(s: Search, query: st
     r = s.search(query)
     assert r["ok"] is True, r
     assert all(x["path"] in ("h.ts", "other.txt") for x in output(r)["results"])
-    seed = s.search(query, aid=SUBJECT)
-    assert seed["ok"] is True and isinstance(output(seed), list), seed
+    service = s.search(query, aid=SUBJECT)
+    assert service["ok"] is True and isinstance(output(service), list), service
 
 
 def test_a_quoted_word_is_still_found(s: Search) -> None:
@@ -516,7 +516,7 @@ def test_concurrent_searches_share_one_index_and_read_each_file_once(s: Search) 
     assert len({json.dumps(f["results"]) for f in found}) == 1
 
 
-def test_over_nats_the_seed_subject_answers_data_or_error(s: Search) -> None:
+def test_over_nats_the_service_subject_answers_data_or_error(s: Search) -> None:
     from nats_support import Front, nats_server
     from test_nats import request
 

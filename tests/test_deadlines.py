@@ -47,7 +47,7 @@ def test_request_timeout_answers_on_time_and_serving_goes_on(misbehaving: str) -
     assert elapsed < 5, "the two hangs must cost their deadlines, not forever"
 
 
-def test_timeout_response_has_the_seed_shape(misbehaving: str) -> None:
+def test_timeout_response_has_the_dispatch_shape(misbehaving: str) -> None:
     [r] = serve([req(HANG, "x", timeout_ms=50)], "--plugin", misbehaving)
     assert r == {"id": "x", "ok": False, "status": "TOOL_ERROR", "output_json": "",
                  "error": timeout_error(HANG, 50), "code": "timeout",

@@ -38,8 +38,8 @@ def test_every_core_code_has_a_kind_and_a_class() -> None:
         assert cls is not md.DispatchError, f"{code} has no exception class of its own"
         assert issubclass(cls, md.ToolhostError)
     assert _errors.kind_of_code("tool_crashed") == "crash"
-    for seed_type in ("timeout", "crash", "parse_error", "not_found", "exception"):
-        assert _errors.error_class(seed_type).kind == seed_type
+    for dispatch_type in ("timeout", "crash", "parse_error", "not_found", "exception"):
+        assert _errors.error_class(dispatch_type).kind == dispatch_type
 
 
 @pytest.mark.parametrize(("cls", "builtin"), [
@@ -66,7 +66,7 @@ def test_raising_carries_the_result() -> None:
         _ = r.output
 
 
-def test_to_dict_is_the_seed_shape() -> None:
+def test_to_dict_is_the_dispatch_dict() -> None:
     r = md.ToolResult.failure("AID.X.v1", "crash", "exited with status 3", exit_status=3)
     assert r.to_dict() == {"error": True, "aid": "AID.X.v1", "type": "crash", "detail": "exited with status 3",
                            "status": "TOOL_ERROR", "exit_status": 3}

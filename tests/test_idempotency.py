@@ -112,7 +112,7 @@ def test_default_bound_is_1024_entries(misbehaving: str) -> None:
 
 
 def test_default_ttl_is_60_seconds() -> None:
-    # The seed's IDEMP_DEFAULT_TTL_MS and IDEMP_MAX_ENTRIES, as the host's own options
+    # The dispatch contract's IDEMP_DEFAULT_TTL_MS and IDEMP_MAX_ENTRIES, as the host's own options
     # report their defaults (waiting out 60 s is left to the short-TTL test below).
     text = subprocess.run([TOOLHOST, "--help"], capture_output=True, check=True, timeout=30).stdout.decode()
     assert re.search(r"--idempotency-ttl-ms INT:INT in \[1 - 86400000\]=60000\n", text)

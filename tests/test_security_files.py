@@ -44,13 +44,13 @@ def write(ws: Path, path: str, content: str = "x", **extra: Any) -> dict[str, An
     return call(ws, "AID.FILE.WRITE.v1", path=path, content=content, **extra)
 
 
-SEED_TYPE = {"access_denied": "AccessDenied", "target_not_found": "NotFound", "invalid_input": "InvalidInput"}
+SERVICE_ERROR_TYPE = {"access_denied": "AccessDenied", "target_not_found": "NotFound", "invalid_input": "InvalidInput"}
 
 
 def refused(r: dict[str, Any], verb: str, path: str, why: str, code: str = "access_denied") -> None:
-    """A refusal of the file pack: the seed's error type, the path, why; our code."""
+    """A refusal of the file pack: the service error type, the path, why; our code."""
     assert r["ok"] is False and r["code"] == code, (verb, r)
-    assert r["error"] == f"{SEED_TYPE[code]}: {path}: {why}", r["error"]
+    assert r["error"] == f"{SERVICE_ERROR_TYPE[code]}: {path}: {why}", r["error"]
 
 
 @pytest.fixture

@@ -132,7 +132,7 @@ def test_a_manifest_tool_named_like_a_registered_one_is_refused(tmp_path: Path, 
 
 # --- an answer for an id not in flight is dropped ----------------------------------------------------
 
-# A seed-dialect skill that misbehaves on request: `early` answers, then begins (without its
+# A lifecycle skill that misbehaves on request: `early` answers, then begins (without its
 # newline) an answer to the id the host will send next, finished once that request comes;
 # `dup` answers with its id given twice.
 HOSTILE_SKILL = r'''

@@ -1,4 +1,4 @@
-"""machina-toolhost --skill: the host loaded as a seed-001 skill. Driven with the seed's own
+"""machina-toolhost --skill: the host loaded as a skill. Driven with the skill protocol's
 manual session (the three lines of its Testing section), with lifecycle methods, and by our
 own skill runner (a host hosting a host), in-process and over --serve."""
 
@@ -14,16 +14,16 @@ import pytest
 from conftest import TOOLHOST, serve
 from jsonrpc_support import LineClient, manifest, probe_log, probe_skill, skill_env
 
-SEED_SESSION = [
+MANUAL_SESSION = [
     '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}',
     '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"my_tool","arguments":{"input":"test"}}}',
     '{"jsonrpc":"2.0","id":3,"method":"shutdown","params":{}}',
 ]
 
 
-def test_the_seeds_manual_session(tmp_path: Path) -> None:
-    """The seed's three lines, with its tool's name replaced by one of ours."""
-    lines = [SEED_SESSION[0], SEED_SESSION[1].replace("my_tool", "AID.ECHO.v1"), SEED_SESSION[2]]
+def test_the_manual_session(tmp_path: Path) -> None:
+    """The manual session's three lines, with its tool's name replaced by one of ours."""
+    lines = [MANUAL_SESSION[0], MANUAL_SESSION[1].replace("my_tool", "AID.ECHO.v1"), MANUAL_SESSION[2]]
     with LineClient([TOOLHOST, "--skill"], env=skill_env(tmp_path)) as c:
         for line in lines:
             c.send_raw(line)
@@ -44,9 +44,9 @@ def test_the_seeds_manual_session(tmp_path: Path) -> None:
     assert [json.loads(line)["id"] for line in iter(c.lines.get, None)][-1] == 3
 
 
-def test_the_seed_tool_name_that_is_not_ours(tmp_path: Path) -> None:
+def test_the_manual_tool_name_that_is_not_ours(tmp_path: Path) -> None:
     with LineClient([TOOLHOST, "--skill"], env=skill_env(tmp_path)) as c:
-        for line in SEED_SESSION:
+        for line in MANUAL_SESSION:
             c.send_raw(line)
         error = c.answer(2)["error"]
         assert error["code"] == -32602 and error["data"]["code"] == "tool_not_found"

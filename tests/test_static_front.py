@@ -106,4 +106,4 @@ def test_python_transports_that_name_plugins_start_the_loader_directly(test_plug
     assert machina_dispatch.Spawn(plugins=[test_plugins["c_tools"]]).executable == str(LOADER.resolve())
     assert machina_dispatch.Spawn().executable == TOOLHOST
     r = machina_dispatch.run_machina_toolhost("AID.C.UPPER.v1", '"a"', plugins=[test_plugins["c_tools"]])
-    assert r == '"A"'  # the output string, as the original client's function returns it
+    assert r == '"A"'  # the output string, as the dispatch function returns it

@@ -1,5 +1,5 @@
 """The built-in tool packs (docs/tool-packs.md) and their policy, through --serve: the
-file tools (read, write, delete, list) under our aids and the seed's names, confined to
+file tools (read, write, delete, list) under our aids and their service names, confined to
 the policy's roots with deny globs and size limits; shell.exec (allow and deny lists, no
 shell, walls, deadline, output caps); rate limits; per-user roots; the policy file's
 errors. After every refusal the file system is checked to be as it was."""
@@ -16,7 +16,7 @@ import process_tree
 import pytest
 from conftest import LEASE_SECRET, TOOLHOST, base_env, serve
 
-SEED_TYPE = {"access_denied": "AccessDenied", "rate_limited": "AccessDenied", "target_not_found": "NotFound",
+SERVICE_ERROR_TYPE = {"access_denied": "AccessDenied", "rate_limited": "AccessDenied", "target_not_found": "NotFound",
              "invalid_input": "InvalidInput", "system_error": "SystemError"}
 
 
@@ -79,7 +79,7 @@ def output(r: dict[str, Any]) -> Any:
 
 def refused(r: dict[str, Any], code: str, contains: str = "") -> None:
     assert r["ok"] is False and r["code"] == code, r
-    assert r["error"].startswith(SEED_TYPE[code] + ": "), r["error"]
+    assert r["error"].startswith(SERVICE_ERROR_TYPE[code] + ": "), r["error"]
     assert contains in r["error"], r["error"]
 
 
@@ -105,10 +105,10 @@ def test_file_tools_in_both_shapes(packs: Packs) -> None:
         {"aid": "tools.file.delete", "input_json": json.dumps({"path": "src/a.ex"})},
         {"aid": "AID.FILE.DELETE.v1", "input_json": json.dumps({"path": "src/a.ex"})},
     )
-    assert output(r[0]) == {"bytes_written": 11}                       # the seed's shape
+    assert output(r[0]) == {"bytes_written": 11}                       # the service shape
     assert output(r[1]) == {"bytes_written": 2}
     assert output(r[2]) == {"path": "src/b.ex", "bytes_written": 1, "append": True}
-    assert output(r[3]) == "bb!"                                       # the seed's: the text itself
+    assert output(r[3]) == "bb!"                                       # the service shape: the text itself
     assert output(r[4]) == "hello\n"
     assert output(r[5]) == {"path": "notes.txt", "content": "hel", "truncated": True, "size": 6}
     assert output(r[6]) == [{"path": f"{ws}/src/a.ex", "size": 11, "type": "file"},
@@ -264,7 +264,7 @@ def test_rate_limits_per_tool_and_user(packs: Packs) -> None:
                     {"aid": "AID.FILE.LIST.v1", "input_json": "{}"}, {"aid": "listFiles", "input_json": "{}"})
     assert [x["ok"] for x in r] == [True, True, False, True, True, True, False], r
     refused(r[2], "rate_limited", "rate limit of 2 calls per 60 s for tools.file.read")
-    # A limit named by a tool's aid covers its other names; a seed name's covers itself.
+    # A limit named by a tool's aid covers its other names; a service name's covers itself.
     refused(r[6], "rate_limited", "AID.FILE.LIST.v1")
 
 
@@ -310,8 +310,8 @@ def test_an_allowed_command_runs_without_a_shell(packs: Packs) -> None:
     packs.policy('[shell]\nallow = ["echo", "ls", "pwd"]\n')
     out = output(shell(packs, "echo", "$(id)", "; rm -rf /", "`x`"))
     assert out["stdout"] == "$(id) ; rm -rf / `x`\n" and out["exit_code"] == 0 and out["truncated"] is False
-    seed = output(shell(packs, "ls", aid="tools.shell.exec"))
-    assert set(seed) == {"stdout", "stderr", "exit_code", "truncated"} and "notes.txt" in seed["stdout"]
+    service = output(shell(packs, "ls", aid="tools.shell.exec"))
+    assert set(service) == {"stdout", "stderr", "exit_code", "truncated"} and "notes.txt" in service["stdout"]
     (packs.ws / "sub").mkdir()
     assert output(shell(packs, "pwd", cwd="sub"))["stdout"] == f"{packs.ws}/sub\n"
     assert output(shell(packs, "pwd", cwd=str(packs.ws)))["stdout"] == f"{packs.ws}\n"

@@ -1,4 +1,4 @@
-"""The tests' skill (seed 001: JSON-RPC 2.0 on stdio, one message a line).
+"""The tests' skill (the skill protocol: JSON-RPC 2.0 on stdio, one message a line).
 
 Each request is handled on a thread of its own, so many calls run at once; requests of the
 skill's own to the host (state/*, data/*) are matched by id. Everything the host sends that
@@ -66,7 +66,7 @@ def schema(**props: Any) -> dict[str, Any]:
 
 
 TOOLS = [
-    {"name": "echo", "description": "Its arguments, as text (the seed's content string)",
+    {"name": "echo", "description": "Its arguments, as text (the skill protocol's content string)",
      "parameters": schema(text={"type": "string"})},
     {"name": "blocks", "description": "Two text blocks", "parameters": schema()},
     {"name": "structured", "description": "Structured content",
