@@ -68,7 +68,7 @@ SOURCE_NAME = [
 # "seed" of a random or hash generator is that, not a name of a behaviour.
 SEED_OF_A_GENERATOR = re.compile(r"random|hash|rng|prng|srand|mt19937|fuzz|corpus|shuffle|entropy|hypothesis|xxh", re.I)
 # The same in code: an identifier or a string value built on "seed".
-SEED_IN_CODE = re.compile(r"(?<![a-z0-9])seed(?![a-z0-9])", re.I)
+SEED_IN_CODE = re.compile(r"(?<![a-z0-9])seeds?(?![a-z0-9])", re.I)
 CODE_SUFFIXES = (".py", ".pyi", ".cpp", ".hpp", ".h", ".c", ".def")
 
 RULES = [("history", re.compile("|".join(HISTORY), re.I)), ("figure", re.compile("|".join(FIGURE), re.I)),
@@ -291,7 +291,8 @@ def test_the_scanner_reads_comments_not_code() -> None:
 
 
 @pytest.mark.parametrize("line", ['SEED_TYPES = ("timeout", "crash")', 'if methods == "seed":',
-                                  "const char* seed_method;", "def test_the_seed_shape() -> None:"])
+                                  "const char* seed_method;", "def test_the_seed_shape() -> None:",
+                                  "def test_the_seeds_manual_session() -> None:"])
 def test_a_seed_name_in_code_is_found(line: str) -> None:
     assert SEED_IN_CODE.search(line) and not SEED_OF_A_GENERATOR.search(line), line
 
