@@ -12,10 +12,10 @@ targets=("$@")
 
 bash scripts/install-system-deps.sh --clang
 
-build=build/fuzz
-CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DMACHINA_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DPython_EXECUTABLE="$(command -v python3)" > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
-cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}")
+build=build/fuzz  # the fuzz preset's folder (CMakePresets.json)
+cmake --preset fuzz -DPython_EXECUTABLE="$(command -v python3)" > "$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log"; exit 1; }
+cmake --build --preset fuzz --target $(printf 'fuzz_%s ' "${targets[@]}")
 
 corpus="$build/seeds"
 rm -rf "$corpus"

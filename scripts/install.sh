@@ -18,7 +18,7 @@ section = text.split("[build-system]", 1)[1].split("\n[", 1)[0]
 print("\n".join(ast.literal_eval(re.search(r"requires\s*=\s*(\[.*?\])", section, re.S).group(1))))
 PY
 )
-pip install -q "${build_requires[@]}" cmake ninja
+pip install -q "${build_requires[@]}" "cmake>=3.25" ninja
 mkdir -p build
 log=build/install.log
 target=".${1:+[$1]}"

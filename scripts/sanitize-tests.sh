@@ -12,17 +12,32 @@ bash scripts/install-system-deps.sh --clang
 
 venv=build/sanitize-venv
 [ -x "$venv/bin/pip" ] || { rm -rf "$venv"; python3 -m venv "$venv"; }
-export CC=clang CXX=clang++
+export CC=clang CXX=clang++  # (as the sanitize preset names them)
 runtime="$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)"
 [ -f "$runtime" ] || { echo "no shared ASan runtime ($runtime): install libclang-rt-14-dev" >&2; exit 1; }
 rtdir="$(dirname "$runtime")"
 # One shared sanitizer runtime for everything (Python, _core, the executable, plugins).
 san_flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -shared-libasan -fno-omit-frame-pointer"
+# The sanitize preset's variables (CMakePresets.json), handed to the package build: pip's build
+# reads no presets. Its unit tests are left to `cmake --workflow --preset sanitize`.
+mapfile -t preset_defines < <(python3 - <<'PY'
+import json
+presets = {p["name"]: p for p in json.load(open("CMakePresets.json"))["configurePresets"]}
+variables, name = {}, "sanitize"
+while name:
+    variables = {**presets[name].get("cacheVariables", {}), **variables}
+    name = presets[name].get("inherits")
+for key, value in variables.items():
+    if key == "CMAKE_BUILD_TYPE":
+        print(f"-Ccmake.build-type={value}")
+    elif key not in ("MACHINA_BUILD_TESTS", "CMAKE_EXPORT_COMPILE_COMMANDS", "CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER"):
+        print(f"-Ccmake.define.{key}={value}")
+PY
+)
 "$venv/bin/pip" install -q --upgrade pip
 "$venv/bin/pip" install -q \
-  -C build-dir=build/sanitize \
-  -C cmake.build-type=RelWithDebInfo \
-  -C cmake.define.MACHINA_SANITIZE=ON \
+  -C build-dir=build/sanitize-package \
+  "${preset_defines[@]}" \
   -C "cmake.define.CMAKE_SHARED_LINKER_FLAGS=-shared-libasan -Wl,-rpath,$rtdir" \
   -C "cmake.define.CMAKE_EXE_LINKER_FLAGS=-shared-libasan -Wl,-rpath,$rtdir" \
   -C "cmake.define.CMAKE_MODULE_LINKER_FLAGS=-shared-libasan -Wl,-rpath,$rtdir" \
