@@ -130,6 +130,32 @@ CHILD_ASAN_OPTIONS = os.environ.get("MACHINA_TEST_CHILD_ASAN_OPTIONS")
 not_sanitized = pytest.mark.skipif(SANITIZED, reason="builds the project itself: run by the normal suite, not the "
                                                      "sanitizer run")
 
+# Wall-clock bounds. A test asserts an upper bound on how long something took only where
+# no better evidence exists (overlap is shown by stamps, a deadline by its error code and
+# a lower bound); such a bound is scaled by MACHINA_TEST_TIME_SCALE (default 1; the
+# sanitizer run sets more), so that a slow machine or build cannot fail a correct host.
+TIME_SCALE = float(os.environ.get("MACHINA_TEST_TIME_SCALE", "1"))
+HANG_GUARD_S = 10.0  # against a wait that never ends: far beyond any deadline a test sets
+
+
+def scaled(seconds: float) -> float:
+    """An upper bound of `seconds` on a wall-clock wait, scaled by MACHINA_TEST_TIME_SCALE."""
+    return seconds * TIME_SCALE
+
+
+def most_at_once(outputs: Iterable[Mapping[str, Any]]) -> int:
+    """How many of the calls that reported these stamps ran at one moment, at most. The
+    stamps (``started_ns``, ``ended_ns``) are CLOCK_MONOTONIC, the clock of
+    ``time.monotonic_ns()``; AID.TEST.SLOW.v1 reports them given ``"stamps": 1``. Calls run
+    one after another give 1; calls that all overlap give their number."""
+    stamps = list(outputs)
+    events = sorted([(o["ended_ns"], -1) for o in stamps] + [(o["started_ns"], 1) for o in stamps])
+    running = most = 0
+    for _, step in events:  # at one instant, an end sorts before a start: touching is not overlapping
+        running += step
+        most = max(most, running)
+    return most
+
 
 def skip_where_unconfinable(answers: Iterable[dict[str, Any]]) -> None:
     """Skips the calling test (or module fixture) when a pack refused to run code because this

@@ -43,6 +43,13 @@ long field(std::string_view input, std::string_view name, long fallback) {
   return std::strtol(std::string(input.substr(colon + 1)).c_str(), nullptr, 10);
 }
 
+// CLOCK_MONOTONIC in nanoseconds: comparable across the processes of one machine.
+long monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec * 1'000'000'000L + now.tv_nsec;
+}
+
 void fill(Registry& r) {
   r.tool("AID.TEST.CRASH.v1", [](Call&) -> Result {
      std::raise(SIGSEGV);
@@ -86,11 +93,19 @@ void fill(Registry& r) {
       .description("Returns an error message that is not UTF-8.");
   r.tool("AID.TEST.SLOW.v1", [](Call& call) -> Result {
      const long ms = field(call.input(), "ms", 50);
+     const long started = monotonic_ns();
      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+     const long ended = monotonic_ns();
      const long n = ++g_counter;
-     call.output("{\"slept_ms\":" + std::to_string(ms) + ",\"calls\":" + std::to_string(n) + "}");
+     std::string out = "{\"slept_ms\":" + std::to_string(ms) + ",\"calls\":" + std::to_string(n);
+     if (field(call.input(), "stamps", 0) != 0) {
+       out += ",\"started_ns\":" + std::to_string(started) + ",\"ended_ns\":" + std::to_string(ended);
+     }
+     call.output(out + "}");
      return Result::ok;
-   }).description("Sleeps `ms` milliseconds, then reports how many calls this process ran.");
+   }).description("Sleeps `ms` milliseconds, then reports how many calls this process ran (with \"stamps\": 1, "
+                  "also when it started and ended, in CLOCK_MONOTONIC nanoseconds, the clock of Python's "
+                  "time.monotonic_ns()).");
   r.tool("AID.TEST.COUNTER.v1", [](Call& call) -> Result {
      call.output("{\"calls\":" + std::to_string(++g_counter) + "}");
      return Result::ok;
