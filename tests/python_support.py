@@ -11,7 +11,7 @@ from typing import Any
 
 TOOLS_SRC = Path(__file__).resolve().parent / "python_tools" / "tools"
 
-# The original's runner as its documents describe it (one interpreter per call, request on
+# Tool protocol v1's local runner as its documents describe it (one interpreter per call, request on
 # stdin, the tool's output captured and dropped, one JSON object out), written here
 # independently of ours.
 LITERAL_RUNNER = textwrap.dedent('''

@@ -175,7 +175,7 @@ def test_a_call_answered_by_the_deadline_is_recorded_when_answered(store: Path, 
     assert rows[1]["duration_us"] >= 30_000
 
 
-def test_the_report_answers_the_seeds_questions(store: Path, ws: Path, misbehaving: str) -> None:
+def test_the_report_answers_the_services_audit_questions(store: Path, ws: Path, misbehaving: str) -> None:
     lines = []
     for i in range(20):
         lines.append({"aid": "AID.TEST.SLOW.v1", "input_json": json.dumps({"ms": 1 + (i % 5)})})

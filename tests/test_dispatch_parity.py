@@ -282,7 +282,7 @@ def test_the_suite_covers_every_status_and_error(outcomes: dict[tuple[str, str],
             if isinstance(r, md.ToolResult):
                 seen_status.add(r.status)
                 seen_codes.add(r.code)
-                # A client that reads only `status` (the original one) sees every failure.
+                # A client that reads only `status` (the dispatch client) sees every failure.
                 assert (r.status == "OK") == r.ok, r
     assert {"OK", "INVALID_PICK", "TOOL_ERROR", "BREAKER_TRIP"} == seen_status
     # (HTTP tool services' codes: tests/test_services.py, whose services a parity run has not;

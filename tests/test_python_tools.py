@@ -1,6 +1,6 @@
 """Python tools through the host (issue: Python tools and HTTP tool services): tools from a
 TOML manifest are listed and go through every host rule; the Python runner speaks tool
-protocol v1 exactly as the original one-shot runner; workers are warm (imported once,
+protocol v1 exactly as its own one-shot runner; workers are warm (imported once,
 reloaded on change), supervised (a crash, a hang or a leak costs one call) and run calls
 concurrently; each call's trace says what ran it."""
 

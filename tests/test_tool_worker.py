@@ -1,5 +1,5 @@
 """The Python tool worker (machina_dispatch.tool_worker) speaks tool protocol v1 exactly: a
-tool module written for the original one-shot runner gives the same answers through our
+tool module written for tool protocol v1's one-shot runner gives the same answers through our
 worker, one-shot and warm (--serve); what a tool prints never reaches the protocol stream;
 a changed module is reloaded; bad requests get an answer and the worker keeps serving."""
 

@@ -107,13 +107,12 @@ typedef struct machina_tool_desc {
   int tier;                  /* machina_tier, 0..3 */
   machina_tool_fn invoke;
   void* tool_data;           /* passed back to invoke */
-  /* Added after the first field set; read only if struct_size covers it. */
+  /* Read only if struct_size covers it: a description may end before this field. */
   uint32_t default_timeout_ms; /* the tool's own deadline per call; 0: the host's default */
 } machina_tool_desc;
 
-/* The size of machina_tool_desc before default_timeout_ms was added: the host accepts a
- * description of at least this size and reads later fields only when struct_size says
- * they are there. */
+/* The smallest machina_tool_desc the host accepts: the fields up to tool_data. It reads a
+ * later field only when struct_size says the description holds it. */
 #define MACHINA_TOOL_DESC_MIN_SIZE (offsetof(machina_tool_desc, tool_data) + sizeof(void*))
 
 typedef struct machina_registrar machina_registrar;

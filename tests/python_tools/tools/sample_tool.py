@@ -1,4 +1,4 @@
-"""Tools written for tool protocol v1 as a user of the original system writes them."""
+"""Tools written for tool protocol v1 as its users write them."""
 
 import decimal
 import os
