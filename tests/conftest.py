@@ -143,6 +143,11 @@ def scaled(seconds: float) -> float:
     return seconds * TIME_SCALE
 
 
+# How long a tool sleeps where a test shows that something else (a deadline, a kill, a
+# close) ends its call: past the guard, so that a call left to the tool fails the test.
+PAST_GUARD_MS = int(scaled(HANG_GUARD_S) * 1000) + 5000
+
+
 def most_at_once(outputs: Iterable[Mapping[str, Any]]) -> int:
     """How many of the calls that reported these stamps ran at one moment, at most. The
     stamps (``started_ns``, ``ended_ns``) are CLOCK_MONOTONIC, the clock of

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import machina_dispatch as md
 import pytest
-from conftest import HANG_GUARD_S, TOOLHOST, base_env, scaled
+from conftest import HANG_GUARD_S, PAST_GUARD_MS, TOOLHOST, base_env, scaled
 from dispatch_support import orphans_since, stopped, toolhost_processes
 
 
@@ -135,9 +135,8 @@ def test_large_responses_need_no_line_limit(plugins: list[str]) -> None:
 
 
 def test_deadline_is_answered_on_time(pool: md.Pool) -> None:
-    # The tool sleeps past the guard: a host that waited for it to return would fail.
     started = time.monotonic()
-    r = pool.call("AID.TEST.SLOW.v1", {"ms": int(scaled(HANG_GUARD_S) * 1000) + 5000}, timeout=0.2, check=False)
+    r = pool.call("AID.TEST.SLOW.v1", {"ms": PAST_GUARD_MS}, timeout=0.2, check=False)
     assert r.code == "timeout" and 0.2 <= time.monotonic() - started < scaled(HANG_GUARD_S)
     assert pool.call("AID.ECHO.v1", 7).output == 7
 

@@ -17,7 +17,7 @@ from typing import Any
 import machina_dispatch as md
 import machina_dispatch._pool_host_threaded as threaded_module
 import pytest
-from conftest import HANG_GUARD_S, TOOLHOST, base_env, scaled
+from conftest import HANG_GUARD_S, PAST_GUARD_MS, TOOLHOST, base_env, scaled
 from machina_dispatch import _core
 
 
@@ -168,9 +168,7 @@ def test_close_from_another_thread_fails_pending_asyncio_calls(plugins: list[str
             time.sleep(0.5)  # the loop runs no callback meanwhile
 
         task = asyncio.get_running_loop().create_task(busy())
-        # The tool sleeps past the guard below: the call must fail at close(), not end with it.
-        r = await pool.acall("AID.TEST.SLOW.v1", {"ms": int(scaled(HANG_GUARD_S) * 1000) + 5000},
-                             timeout=scaled(HANG_GUARD_S) + 10, check=False)
+        r = await pool.acall("AID.TEST.SLOW.v1", {"ms": PAST_GUARD_MS}, timeout=PAST_GUARD_MS / 1000 + 5, check=False)
         await task
         return r, time.monotonic() - started
 
