@@ -150,12 +150,11 @@ def test_duplicates_from_threads_of_one_process_run_once(misbehaving: str) -> No
         results.append(json.loads(host.call_json(line, machina_dispatch.Session())))
 
     threads = [threading.Thread(target=call) for _ in range(8)]
-    started = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert time.monotonic() - started < 2.0  # they waited for one run, not eight in turn
+    # One run: its output (with the count of calls the plugin ran) for all eight.
     assert len({r["output_json"] for r in results}) == 1
     assert sorted(r.get("idempotent_hit", False) for r in results) == [False] + [True] * 7
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import machina_dispatch as md
 import pytest
-from conftest import SANITIZED, TOOLHOST, serve
+from conftest import HANG_GUARD_S, PAST_GUARD_MS, SANITIZED, TOOLHOST, most_at_once, scaled, serve
 from jsonrpc_support import PYTHON, manifest, probe_log, probe_skill, skill_env, wait_for
 from process_tree import alive
 
@@ -81,17 +81,16 @@ def test_many_calls_run_at_once_on_one_skill_process(skill: Any, skill_dir: Path
     results: list[Any] = []
 
     def one() -> None:
-        results.append(skill.call("sleep", {"ms": 200}))
+        results.append(skill.call("sleep", {"ms": 200, "stamps": True}))
 
     threads = [threading.Thread(target=one) for _ in range(16)]
-    t0 = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.monotonic() - t0
     assert len(results) == 16 and all(r.ok for r in results)
-    assert elapsed < 16 * 0.2 / 4, f"16 calls of 200 ms took {elapsed:.2f} s: not in flight together"
+    most = most_at_once(r.output for r in results)
+    assert most >= 4, f"at most {most} of 16 calls of 200 ms ran at once: not in flight together"
     assert len(events(skill_dir, "started")) == 1
     assert len({r.trace["child_pid"] for r in results}) == 1
 
@@ -241,9 +240,9 @@ def test_an_answer_nested_past_the_limit_fails_the_call_and_the_host_lives_on(sk
 def test_a_call_past_its_deadline_is_answered_on_time_and_the_skill_told(skill: Any, skill_dir: Path) -> None:
     pid = skill.call("echo").trace["child_pid"]
     t0 = time.monotonic()
-    r = skill.call("sleep", {"ms": 3000}, timeout=0.3, check=False)
+    r = skill.call("sleep", {"ms": PAST_GUARD_MS}, timeout=0.3, check=False)
     elapsed = time.monotonic() - t0
-    assert r.code == "timeout" and 0.25 < elapsed < 1.5, (r.error, elapsed)
+    assert r.code == "timeout" and 0.25 < elapsed < scaled(HANG_GUARD_S), (r.error, elapsed)
     assert "notifications/cancelled" in r.error
     cancelled = wait_for(lambda: events(skill_dir, "notifications/cancelled"), what="the cancellation")
     assert isinstance(cancelled[0]["params"]["requestId"], int) and cancelled[0]["params"]["reason"] == "timed out"
@@ -256,7 +255,7 @@ def test_a_hung_skill_is_killed_and_replaced(skill: Any) -> None:
     pid = skill.call("echo").trace["child_pid"]
     t0 = time.monotonic()
     r = skill.call("hang", timeout=0.3, check=False)
-    assert r.code == "timeout" and time.monotonic() - t0 < 1.5
+    assert r.code == "timeout" and 0.25 < time.monotonic() - t0 < scaled(HANG_GUARD_S)
     wait_for(lambda: not alive(pid), timeout=10, what="the hung skill to be killed")
     assert skill.call("echo").trace["child_pid"] != pid
 

@@ -71,7 +71,8 @@ TOOLS = [
     {"name": "blocks", "description": "Two text blocks", "parameters": schema()},
     {"name": "structured", "description": "Structured content",
      "parameters": schema(n={"type": "integer"})},
-    {"name": "sleep", "description": "Sleeps ms milliseconds", "parameters": schema(ms={"type": "integer"})},
+    {"name": "sleep", "description": "Sleeps ms milliseconds (with stamps: when it started and ended)",
+     "parameters": schema(ms={"type": "integer"}, stamps={"type": "boolean"})},
     {"name": "fail", "description": "Answers a JSON-RPC error", "parameters": schema(message={"type": "string"})},
     {"name": "is_error", "description": "Answers isError", "parameters": schema()},
     {"name": "crash", "description": "Exits at once", "parameters": schema()},
@@ -102,7 +103,10 @@ def call(name: str, args: dict[str, Any], meta: dict[str, Any], call_id: Any) ->
     if name == "structured":
         return {"content": [{"type": "text", "text": "n"}], "structuredContent": {"n": args.get("n", 0)}}
     if name == "sleep":
+        started = time.monotonic_ns()
         time.sleep(args.get("ms", 10) / 1000)
+        if args.get("stamps"):
+            return {"content": "slept", "structuredContent": {"started_ns": started, "ended_ns": time.monotonic_ns()}}
         return {"content": "slept"}
     if name == "fail":
         raise RpcError(-32603, args.get("message", "it failed"))
