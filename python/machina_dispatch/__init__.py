@@ -16,6 +16,7 @@ See docs/python.md.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import _core
@@ -158,7 +159,7 @@ class Host(_core.Host):
             usable secret.
     """
 
-    def __init__(self, plugins: list[str | os.PathLike[str]] | None = None, **options: object) -> None:
+    def __init__(self, plugins: Sequence[str | os.PathLike[str]] | None = None, **options: object) -> None:
         if options.get("isolation") == "process" and not options.get("worker_executable"):
             options["worker_executable"] = find_executable(loads_plugins=True) or ""
         elif plugins is None and not options.get("worker_executable"):
