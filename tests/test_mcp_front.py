@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import machina_dispatch as md
 import pytest
-from conftest import LEASE_SECRET, TOOLHOST
+from conftest import HANG_GUARD_S, LEASE_SECRET, PAST_GUARD_MS, TOOLHOST, most_at_once, scaled
 from jsonrpc_support import LineClient, manifest, mcp_server_command, probe_log, probe_skill, skill_env, wait_for
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
@@ -273,8 +273,8 @@ def test_meta_carries_idempotency_keys_leases_deadlines_traces_and_state(tmp_pat
         assert not done["isError"] and (tmp_path / "a.txt").read_text() == "x"
 
         t0 = time.monotonic()
-        late = c.answer(call(c, "AID.PY.SLEEP.v1", {"s": 5}, {"machina/timeout_ms": 300}))["result"]
-        assert late["_meta"]["machina/code"] == "timeout" and time.monotonic() - t0 < 3
+        late = c.answer(call(c, "AID.PY.SLEEP.v1", {"s": PAST_GUARD_MS / 1000}, {"machina/timeout_ms": 300}))["result"]
+        assert late["_meta"]["machina/code"] == "timeout" and 0.3 <= time.monotonic() - t0 < scaled(HANG_GUARD_S)
 
         traced = c.answer(call(c, "AID.PY.GREET.v1", {"name": "x"}, {"machina/trace_id": "trace-42"}))["result"]
         assert traced["_meta"]["machina/trace"]["trace_id"] == "trace-42"
@@ -290,14 +290,12 @@ def test_meta_carries_idempotency_keys_leases_deadlines_traces_and_state(tmp_pat
 def test_requests_on_one_stdin_run_at_once(mixed: Path, tmp_path: Path) -> None:
     with mcp_client(tmp_path, "--tools", str(mixed)) as c:
         c.answer(call(c, "AID.SKILL.PROBE.SLEEP.v1", {"ms": 1}))
-        t0 = time.monotonic()
-        ids = [call(c, "AID.SKILL.PROBE.SLEEP.v1", {"ms": 300}) for _ in range(8)]
+        ids = [call(c, "AID.SKILL.PROBE.SLEEP.v1", {"ms": 1000, "stamps": True}) for _ in range(8)]
         fast = call(c, ECHO, {"quick": True})
         assert c.answer(fast)["result"]["structuredContent"] == {"quick": True}
-        assert time.monotonic() - t0 < 0.25  # not behind the sleepers
-        for i in ids:
-            assert c.answer(i)["result"]["content"][0]["text"] == "slept"
-        assert time.monotonic() - t0 < 1.5
+        assert not [i for i in ids if c.has_answer(i)]  # not behind the sleepers
+        sleepers = [c.answer(i)["result"] for i in ids]
+        assert most_at_once(r["structuredContent"] for r in sleepers) >= 2, sleepers  # not one after another
 
 
 def test_a_request_behind_a_long_call_is_read_after_a_run_of_quick_calls(mixed: Path, tmp_path: Path) -> None:
@@ -309,11 +307,10 @@ def test_a_request_behind_a_long_call_is_read_after_a_run_of_quick_calls(mixed: 
         while time.monotonic() - start < 0.3:
             assert c.answer(call(c, ECHO, {"n": n}))["result"]["structuredContent"] == {"n": n}
             n += 1
-        t0 = time.monotonic()
         slow = call(c, "AID.SKILL.PROBE.SLEEP.v1", {"ms": 1500})
         fast = call(c, ECHO, {"quick": True})
         assert c.answer(fast)["result"]["structuredContent"] == {"quick": True}
-        assert time.monotonic() - t0 < 0.5  # read while the long call runs, not after it
+        assert not c.has_answer(slow)  # read while the long call runs, not after it
         assert c.answer(slow)["result"]["content"][0]["text"] == "slept"
 
 
@@ -359,7 +356,7 @@ def test_a_cancelled_isolated_plugin_call_is_killed(tmp_path: Path, misbehaving:
         # The worker is free again at once: the next call does not wait for a deadline.
         assert c.answer(call(c, ECHO, {"x": 1}))["result"]["structuredContent"] == {"x": 1}
         assert c.answer(call(c, "AID.TEST.HANG.v1", {}, {"machina/timeout_ms": 200}))["result"]["isError"]
-        assert time.monotonic() - t0 < 5 and not c.has_answer(i)
+        assert time.monotonic() - t0 < scaled(HANG_GUARD_S) and not c.has_answer(i)  # (not its 30 s deadline)
 
 
 def test_a_line_too_large_is_answered_with_its_id(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import machina_dispatch as md
 import process_tree
 import pytest
-from conftest import LEASE_SECRET, TOOLHOST, base_env, run_json, serve
+from conftest import HANG_GUARD_S, LEASE_SECRET, TOOLHOST, base_env, most_at_once, run_json, scaled, serve
 from python_support import LITERAL_RUNNER, call, python_tool, write_pack
 
 GREET = python_tool("AID.PY.GREET.v1", "tools.sample_tool:greet", description="Greets someone",
@@ -238,7 +238,7 @@ def test_a_hang_is_answered_on_time_and_its_whole_process_group_killed(tmp_path:
         r = pool.call("AID.PY.HANG.v1", {"pidfile": str(pidfile)}, timeout=0.7, check=False)
         elapsed = time.monotonic() - started
         assert (r.code, r.kind) == ("timeout", "timeout") and "was killed and replaced" in r.error
-        assert 0.6 < elapsed < 2.0
+        assert 0.6 < elapsed < scaled(HANG_GUARD_S)
         child = int(pidfile.read_text())
         deadline = time.monotonic() + 5
         while process_tree.alive(child) and time.monotonic() < deadline:
@@ -264,12 +264,12 @@ def test_a_worker_past_its_memory_cap_is_replaced(tmp_path: Path, sandbox: bool)
 
 def test_workers_run_calls_side_by_side(tmp_path: Path) -> None:
     manifest = pack(tmp_path, python_tool("AID.PY.SLEEP.v1", "tools.sample_tool:sleep", workers=3))
-    started = time.monotonic()
-    r = serve([call("AID.PY.SLEEP.v1", {"s": 0.6}, id=i) for i in range(3)], "--tools", manifest, "--workers", "3")
-    elapsed = time.monotonic() - started
+    r = serve([call("AID.PY.SLEEP.v1", {"s": 0.6, "stamps": True}, id=i) for i in range(3)], "--tools", manifest,
+              "--workers", "3")
     assert all(x["ok"] for x in r)
-    assert len({json.loads(x["output_json"])["pid"] for x in r}) == 3
-    assert elapsed < 1.6, elapsed  # not 3 x 0.6 s
+    outputs = [json.loads(x["output_json"]) for x in r]
+    assert len({o["pid"] for o in outputs}) == 3
+    assert most_at_once(outputs) >= 2, outputs  # not 3 x 0.6 s one after another
 
 
 def test_a_call_queued_behind_another_past_its_deadline_never_runs(tmp_path: Path) -> None:

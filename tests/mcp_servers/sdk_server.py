@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 import anyio
@@ -54,6 +55,13 @@ async def slow(seconds: float, ctx: Context, steps: int = 4) -> str:
             with open(os.environ["CANCEL_LOG"], "a", encoding="utf-8") as f:
                 f.write(f"slow({seconds}) cancelled\n")
         raise
+
+
+@server.tool(description="Sleeps; says when it started and ended (CLOCK_MONOTONIC nanoseconds).")
+async def sleep_stamped(seconds: float) -> dict[str, int]:
+    started = time.monotonic_ns()
+    await anyio.sleep(seconds)
+    return {"started_ns": started, "ended_ns": time.monotonic_ns()}
 
 
 @server.tool(description="Writes to its stderr, then exits.")

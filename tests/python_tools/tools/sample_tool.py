@@ -50,10 +50,14 @@ def sleep(payload):
     if "started" in payload:  # a file saying the call has begun
         with open(payload["started"], "w") as f:
             f.write("started\n")
+    started_ns = time.monotonic_ns()
     time.sleep(payload.get("s", 0.1))
     if "mark" in payload:  # proof that it ran (a file the test looks for)
         with open(payload["mark"], "a") as f:
             f.write("ran\n")
+    if payload.get("stamps"):  # when it started and ended (CLOCK_MONOTONIC nanoseconds)
+        return {"slept": payload.get("s", 0.1), "pid": os.getpid(), "started_ns": started_ns,
+                "ended_ns": time.monotonic_ns()}
     return {"slept": payload.get("s", 0.1), "pid": os.getpid()}
 
 
