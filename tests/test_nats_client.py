@@ -14,6 +14,7 @@ import machina_dispatch as md
 import nats
 import orjson
 import pytest
+from conftest import HANG_GUARD_S, scaled
 from machina_dispatch.nats_client import CLOSED, Nats
 from nats_support import nats_server
 
@@ -133,7 +134,7 @@ def test_each_call_times_out_on_its_own_deadline(url: str) -> None:
             return short, took
         short, took = asyncio.run(both())
         assert short.kind == "service_unavailable" and "no answer within 2.2 s" in short.error
-        assert 2.1 < took < 4
+        assert 2.1 < took < scaled(HANG_GUARD_S)
         # The silent responder answers at last: the late answers go nowhere, and the next
         # calls are answered as usual.
         responder.silent = False
@@ -145,7 +146,7 @@ def test_no_responder_answers_every_call_at_once(url: str) -> None:
     with Nats(url, prefix="nobody-here", timeout=10, max_in_flight=8) as t:
         start = time.monotonic()
         results = t.call_many([("AID.ECHO.v1", {"i": i}) for i in range(50)], check=False)
-        assert time.monotonic() - start < 2
+        assert time.monotonic() - start < scaled(HANG_GUARD_S)  # (the message says which path answered)
         assert {r.kind for r in results} == {"service_unavailable"}
         assert all("no machina-toolhost-nats host serves nobody-here.call" in r.error for r in results)
 
@@ -164,9 +165,8 @@ def test_a_cancelled_batch_gives_back_its_room(url: str) -> None:
         assert responder.most_held == 4
         responder.silent = False
         time.sleep(0.2)  # the held requests are answered, to nobody
-        start = time.monotonic()
+        # Room not given back would hold this call to its deadline, and fail it.
         assert t.call("AID.ECHO.v1", {"next": 1}).output_json == '{"next":1}'
-        assert time.monotonic() - start < 1
 
 
 def test_close_answers_the_calls_still_out(url: str) -> None:

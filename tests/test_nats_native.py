@@ -14,7 +14,7 @@ from pathlib import Path
 import machina_dispatch as md
 import nats
 import pytest
-from conftest import TOOLHOST
+from conftest import HANG_GUARD_S, TOOLHOST, scaled
 from machina_dispatch.nats_client import Nats
 from nats_support import Front, nats_server
 from test_nats import check_discovery, check_message_forms, request
@@ -90,9 +90,7 @@ def test_hosts_of_a_queue_group_share_the_calls(url: str, tmp_path: Path) -> Non
 
 def test_an_unknown_tools_subject_is_answered_invalid_input(url: str, tmp_path: Path) -> None:
     with Front(url, ["--prefix", "nunknown"], log_dir=tmp_path) as front:
-        start = time.monotonic()
-        body, headers = request(url, "tools.file.nope", {"path": "x"}, timeout=5)
-        assert time.monotonic() - start < 2
+        body, headers = request(url, "tools.file.nope", {"path": "x"}, timeout=5)  # an answer, not a time-out
         assert body["data"] is None and body["error"].startswith("InvalidInput: ")
         assert "tools.file.nope" in body["error"]
         assert headers["Nats-Service-Error-Code"] == "400" and headers["Nats-Service-Error"] == body["error"]
@@ -145,10 +143,10 @@ def test_a_tool_past_its_deadline_is_answered_on_time(url: str, misbehaving: str
             return time.monotonic() - start, results, (await asyncio.gather(*hangs))[0]
         elapsed, results, hang = asyncio.run(go())
         assert [json.loads(r.output_json) for r in results] == [{"i": i} for i in range(100)]
-        assert elapsed < 3.0, f"100 echo calls took {elapsed:.2f} s beside two hanging calls on two workers"
+        assert elapsed < scaled(HANG_GUARD_S), f"100 echo calls took {elapsed:.2f} s beside two hanging calls"
         assert hang.kind == "timeout"
         started = time.monotonic()
-        assert front.stop(timeout=10) == 0 and time.monotonic() - started < 5
+        assert front.stop(timeout=10) == 0 and time.monotonic() - started < scaled(HANG_GUARD_S)
         assert "still stuck in tools past their deadline" in front.stderr()
 
 
@@ -164,7 +162,7 @@ def test_sigterm_answers_the_call_running_and_exits_promptly(url: str, tmp_path:
         assert fut.result(10).ok
     idle = Front(url, ["--prefix", "nstop2"], log_dir=tmp_path)
     started = time.monotonic()
-    assert idle.stop() == 0 and time.monotonic() - started < 2
+    assert idle.stop() == 0 and time.monotonic() - started < scaled(2)
 
 
 def test_cli_errors(url: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import machina_dispatch as md
 import nats
 import pytest
-from conftest import LEASE_SECRET, TOOLHOST, base_env
+from conftest import HANG_GUARD_S, LEASE_SECRET, TOOLHOST, base_env, scaled
 from nats_support import Front, nats_server, write_kv_key
 from python_support import python_tool, write_pack
 
@@ -191,7 +191,7 @@ def test_a_forged_entry_is_never_replayed_and_never_runs_the_tool(url: str, tmp_
         put_entry(url, bucket, store_key(MARK, "claimed-key"), json.dumps(claim).encode())
         start = time.monotonic()
         r = request(url, "forge.call", envelope(forged_input, "claimed-key"), timeout=30)
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < scaled(HANG_GUARD_S)  # not the claim's far-off end
         assert r["code"] == "internal_error" and "fails its authentication check" in r["error"], r
         assert runs(marks / "forged") == 0
         # A genuine entry copied under another key fails too (the key is part of what is signed).
@@ -250,7 +250,7 @@ def test_a_claim_whose_host_died_answers_outcome_unknown_and_never_runs(url: str
         # And later calls with the key are told the same at once, without running it.
         start = time.monotonic()
         r = request(url, "alive.call", envelope(text, "dead-key", timeout_ms=1500))
-        assert r["code"] == "tool_crashed" and time.monotonic() - start < 1, r
+        assert r["code"] == "tool_crashed" and time.monotonic() - start < scaled(1), r
         assert not started.exists()
 
 
