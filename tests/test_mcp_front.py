@@ -180,7 +180,7 @@ def test_malformed_input_gets_the_standard_codes(tmp_path: Path) -> None:
             ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "AID.ECHO.v1", '
              '"_meta": {"machina/ds_state": {"slots": 5}}}}', 7, -32602),
             ('{"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {"cursor": "x"}}', 8, -32602),
-            # Nested past 512 (RapidJSON's reader recurses: this overflowed the stack before).
+            # Nested past 512 (RapidJSON's reader recurses: so deep a nesting would overflow the stack).
             ("[" * 300_000, None, -32700),
             ('{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "AID.ECHO.v1", '
              '"arguments": {"a": ' + "[" * 300_000 + "]" * 300_000 + "}}}", None, -32700),

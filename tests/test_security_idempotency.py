@@ -42,7 +42,7 @@ def test_stored_results_are_bounded_in_bytes_oldest_first() -> None:
 
 
 def test_unique_keys_do_not_grow_the_host_past_its_byte_budget() -> None:
-    # 300 unique keys with 1 MB results each (300 MB kept, before) and an 8 MiB budget.
+    # 300 unique keys with 1 MB results each (300 MB, were all kept) and an 8 MiB budget.
     host = subprocess.Popen([TOOLHOST, "--serve", "--idempotency-max-bytes", str(8 << 20),
                              "--max-output-bytes", "2000000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=base_env())

@@ -158,8 +158,8 @@ def test_a_key_file_inside_the_workspace_is_refused(tmp_path: Path) -> None:
 
 def test_a_leased_call_costs_the_same_however_many_leases_are_in_use(tmp_path: Path) -> None:
     # 12 000 leased calls through one in-process host sharing a ledger: the last 500 cost
-    # about what the first 500 did (a ledger that scanned its folder on every call was
-    # 7 ms a call at 20 000 leases in use). Compared in one run, never against a time.
+    # about what the first 500 did (a ledger that scanned its folder on every call would grow
+    # with the leases in use). Compared in one run, never against a time.
     script = f"""
 import os, time, json
 os.environ.update({{"MACHINA_LEASE_ENFORCE": "1", "MACHINA_LEASE_SECRET": {LEASE_SECRET!r},
