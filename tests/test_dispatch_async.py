@@ -85,15 +85,13 @@ def test_the_window_holds_and_queued_calls_go_in_order(plugins: list[str], no_or
 def test_a_queued_call_times_out_at_its_deadline(plugins: list[str], no_orphans: None) -> None:
     async def main() -> None:
         async with pool(plugins, max_in_flight=1) as p:
-            blocker = p.acall("AID.TEST.SLOW.v1", {"ms": 800})
+            blocker = asyncio.ensure_future(p.acall("AID.TEST.SLOW.v1", {"ms": 1500}))
             await asyncio.sleep(0.1)
-            started = time.monotonic()
             one = await p.acall("AID.ECHO.v1", 1, timeout=0.2, check=False)
             batch = await p.acall_many([md.Call("AID.ECHO.v1", i, timeout=0.2) for i in range(3)], check=False)
-            waited = time.monotonic() - started
             assert one.kind == "timeout" and "no room in the host's request window" in one.error
             assert [r.kind for r in batch] == ["timeout"] * 3
-            assert waited < 0.7, waited  # at their deadlines, not when the blocker ends
+            assert not blocker.done()  # at their deadlines, not when the blocker ends
             assert (await blocker).ok
             assert (await p.acall("AID.ECHO.v1", 2)).output == 2
     asyncio.run(main())
