@@ -62,7 +62,8 @@ FIGURE = [
 # A behaviour named after the document it came from rather than what it does.
 SOURCE_NAME = [
     r"(?<![\w-])seed(?![\w-]*(random|hash|rng|corpus))(?!ed)",
-    r"\bthe original('s\b| (host|client|toolhost|implementation|dispatch|server|protocol|project|service|system|runner|one)s?\b)",
+    r"\bthe original('s\b| (host|client|toolhost|implementation|dispatch|server|protocol|project|service|system"
+    r"|runner|one)s?\b)",
     r"\bADR-?32\b",
 ]
 # "seed" of a random or hash generator is that, not a name of a behaviour.

@@ -1,5 +1,6 @@
 """Transports to a hosted server, a JSON-RPC child process: an MCP server over stdio
-(:class:`Mcp`) or a skill (:class:`Skill`, the skill protocol: docs/specifications.md), hosted by a :class:`~machina_dispatch.Host` in this process.
+(:class:`Mcp`) or a skill (:class:`Skill`, the skill protocol: docs/specifications.md),
+hosted by a :class:`~machina_dispatch.Host` in this process.
 
 Each call goes through the host's rules like any other transport's — the deadline (the
 child is told ``notifications/cancelled`` and answered ``timeout`` on time), the input
