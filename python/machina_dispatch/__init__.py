@@ -4,8 +4,7 @@ Four transports, one API (``call``, ``acall``, ``call_many``, ``acall_many``), o
 result type (:class:`ToolResult`) and one exception hierarchy (:class:`ToolhostError`):
 
 - :class:`InProcess` — the C++ host in this process (fastest);
-- :class:`Pool` — a pool of ``machina-toolhost --serve`` processes, pipelined (``Toolhost``
-  is its earlier name);
+- :class:`Pool` — a pool of ``machina-toolhost --serve`` processes, pipelined;
 - :class:`Nats` — the hosts of a ``machina-toolhost --nats`` group, over NATS (docs/nats.md);
 - :class:`Spawn` — one ``machina-toolhost --run`` process per call
   (and :func:`run_machina_toolhost`, the seed's dispatch function, which returns dicts).
@@ -54,11 +53,11 @@ from ._locate import find_executable
 from ._result import ToolResult
 from ._transport import Call, Transport
 from .ds_state import Artifact, DsDelta, DsState
-from .inprocess import InProcess, builtin_plugin_path
 from .hosted_servers import Mcp, Skill
+from .inprocess import InProcess, builtin_plugin_path
 from .llm import ToolCall, ToolCatalog, arun_tool_calls, parse_tool_calls, run_tool_calls, tool_name
 from .nats_client import Nats
-from .pool import Pool, Toolhost
+from .pool import Pool
 from .spawn import Spawn, run_machina_toolhost
 
 __all__ = [
@@ -107,7 +106,6 @@ __all__ = [
     "ToolNotFound",
     "ToolResult",
     "ToolTimeout",
-    "Toolhost",
     "ToolhostError",
     "Transport",
     "__version__",

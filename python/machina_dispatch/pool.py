@@ -40,15 +40,14 @@ from ._transport import (
     timeout_ms,
 )
 
-__all__ = ["Pool", "Toolhost"]
+__all__ = ["Pool"]
 
 DEFAULT_SPIN_US = 50  # about what a sleep and a cross-CPU wake-up cost here, several times over
 MAX_SPIN_US = 10_000  # the host's --spin-us range
 
 
 class Pool(Transport):
-    """A pool of ``machina-toolhost --serve`` processes (once called ``Toolhost``, a name that
-    still works).
+    """A pool of ``machina-toolhost --serve`` processes.
 
     Args:
         processes: how many host processes (sync calls use up to this many; asyncio calls
@@ -363,9 +362,6 @@ class Pool(Transport):
             for ps in self._async.values():
                 procs.extend(ps)
         return [p.host.pid for p in procs if p is not None and p.dead is None]
-
-
-Toolhost = Pool  # the earlier name
 
 _LIVE: weakref.WeakSet[Pool] = weakref.WeakSet()
 
