@@ -74,11 +74,6 @@ def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def toolhost() -> str:
-    return TOOLHOST
-
-
-@pytest.fixture(scope="session")
 def test_plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Builds tests/plugins once per session; maps plugin name -> .so path."""
     build = tmp_path_factory.mktemp("test-plugins")

@@ -384,11 +384,6 @@ def test_sigterm_drains_and_exits_within_two_seconds(url: str, tmp_path: Path) -
     assert runs(marks / "m") == 1
 
 
-def has_shared_store() -> bool:
-    return "--nats-idempotency" in subprocess.run([TOOLHOST, "--help"], capture_output=True, text=True).stdout
-
-
-@pytest.mark.skipif(not has_shared_store(), reason="needs machina-toolhost --nats-idempotency kv")
 def test_host_killed_after_its_run_before_its_ack(tmp_path: Path) -> None:
     """The first host runs the tool and stores its answer in the shared store, but the server
     lets it neither answer nor acknowledge (its user may not publish to _INBOX.> or
@@ -435,7 +430,6 @@ authorization {
     assert runs(marks / "m") == 1
 
 
-@pytest.mark.skipif(not has_shared_store(), reason="needs machina-toolhost --nats-idempotency kv")
 def test_host_killed_inside_its_run(url: str, tmp_path: Path) -> None:
     """The first host dies (SIGKILL, sent by the tool it runs) after the tool did its work and
     before any answer was stored: the second host that gets the call again does not run it;

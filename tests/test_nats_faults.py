@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,19 +14,11 @@ from typing import Any
 import machina_dispatch as md
 import nats
 import pytest
-from conftest import TOOLHOST
 from machina_dispatch.nats_client import Nats
 from nats_support import Front, nats_server, write_kv_key
 from python_support import python_tool, write_pack
 
 WORKERS = 16
-
-
-def has_shared_store() -> bool:
-    return "--nats-idempotency" in subprocess.run([TOOLHOST, "--help"], capture_output=True, text=True).stdout
-
-
-pytestmark = pytest.mark.skipif(not has_shared_store(), reason="needs machina-toolhost --nats-idempotency kv")
 
 
 @pytest.fixture(scope="module")
