@@ -240,7 +240,7 @@ def status_error(status: str, code: str, error: str, ds_state: Any = None, **ext
     return r
 
 
-# The seed's status each refusal carries (a refusal: no output_json, no ds_state).
+# The dispatch contract's status each refusal carries (a refusal: no output_json, no ds_state).
 # The hints beside a refusal's error (what the caller can do about it).
 LIST_HINT = "the tool list (--list) names every tool"
 

@@ -1,5 +1,6 @@
-"""A seed-001 skill with one tool, `sleep`, that sleeps `ms` milliseconds on a thread of its
-own per request: the skill of the benchmark of many calls in flight on one skill process.
+"""A skill (the skill protocol, docs/specifications.md) with one tool, `sleep`, that sleeps
+`ms` milliseconds on a thread of its own per request: the skill of the benchmark of many
+calls in flight on one skill process.
 
     python -m bench.baselines.sleep_skill
 """

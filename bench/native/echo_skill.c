@@ -1,5 +1,6 @@
-/* A seed-001 skill in C with one tool, `echo`, that answers its arguments at once: the
- * skill whose own work is next to nothing, so that a benchmark sees what a host adds to a
+/* A skill (the skill protocol, docs/specifications.md) in C with one tool, `echo`, that
+ * answers its arguments at once: the skill whose own work is next to nothing, so that a
+ * benchmark sees what a host adds to a
  * JSON-RPC round trip. One message a line on stdin and stdout; `initialize` lists the tool,
  * `tools/call` answers {"content": "ok", "structuredContent": <arguments>}, lifecycle
  * methods and `ping` answer, `shutdown` answers and exits. Ids are echoed as written. It

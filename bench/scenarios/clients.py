@@ -46,8 +46,8 @@ def python_client(ctx: Ctx) -> Section:
                 "processes and pipelines requests over them (`call_many`); lock-step is one `call` at "
                 "a time. Baselines in the same run: the official MCP Python SDK (its own client, "
                 "`ClientSession.call_tool`, over its stdio server with one echo tool) and a new "
-                "`machina-toolhost --run` process per call (`run_machina_toolhost`, the seed's "
-                "dispatch function).")
+                "`machina-toolhost --run` process per call (`run_machina_toolhost`, the dispatch "
+                "client).")
     n_lock = ctx.n(10_000, 100_000)
     n_pipe = ctx.n(20_000, 200_000)
     inp = {"msg": "hello", "n": 1}

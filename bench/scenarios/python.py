@@ -16,7 +16,7 @@ from ._context import Ctx, Section, Table
 PY_ECHO_TOOL = 'def echo(payload):\n    return payload\n'
 
 
-# The original system's runner, one interpreter per call, as its documents describe it.
+# A tool protocol v1 runner that starts one interpreter per call (docs/specifications.md).
 FRESH_RUNNER = (
     "import importlib, io, json, sys, contextlib\n"
     "req = json.loads(sys.stdin.read())\n"
@@ -46,7 +46,7 @@ def python_tools(ctx: Ctx) -> Section:
     s = Section("python_tools", "Python tools and HTTP tool services",
                 "A trivial Python tool (it returns its payload) declared in a tool manifest and run by the "
                 "Python runner: warm worker interpreters of the package's tool worker, tool protocol v1 on "
-                "their pipes. Baseline in the same run: the original system's way, a fresh interpreter per "
+                "their pipes. Baseline in the same run: a runner that starts a fresh interpreter per "
                 "call (`python -c <runner>` with the request on stdin). Lock-step: the native driver "
                 "(bench/native/lockstep.c) against `--serve`, one request at a time, unpinned. Pipelined: "
                 "`Pool.call_many` from one Python thread, host `--workers 8`, two Python workers. Services: "
@@ -61,7 +61,7 @@ def python_tools(ctx: Ctx) -> Section:
     rows = [["Python tool via --serve (warm worker)", us(direct.p(50)), us(direct.p(99)), "1.00×"]]
     s.headline["python_lockstep_p50_us"] = direct.p(50) / 1e3
 
-    # The original's fresh interpreter per call.
+    # A fresh interpreter per call (FRESH_RUNNER).
     ctx.status("fresh interpreter per call")
     call_json = json.dumps({"protocol_version": 1, "tool": "echo", "entry": "benchtools.echo:echo",
                             "payload": {"msg": "hello", "n": 1}}).encode()
@@ -73,7 +73,7 @@ def python_tools(ctx: Ctx) -> Section:
         fresh.append(float(time.perf_counter_ns() - t0))
         assert json.loads(out)["ok"]
     fresh_lat = Latency(fresh)
-    rows.append(["a fresh interpreter per call (the original's runner)", us(fresh_lat.p(50)), us(fresh_lat.p(99)),
+    rows.append(["a fresh interpreter per call (FRESH_RUNNER)", us(fresh_lat.p(50)), us(fresh_lat.p(99)),
                  ratio(fresh_lat.p(50), direct.p(50))])
     s.headline["python_fresh_ratio"] = fresh_lat.p(50) / direct.p(50)
 
@@ -144,7 +144,7 @@ def python_exec(ctx: Ctx) -> Section:
                 "retired) and in one session (its reserved, warm interpreter); against "
                 "starting the interpreter the workspace's environment is made from for each call "
                 "(`python3 -c '...'`, no sandbox at all). Every execute_python call runs in the full walls "
-                "(namespaces, seccomp, Landlock, limits) and answers the seed's fields.")
+                "(namespaces, seccomp, Landlock, limits) and answers execute_python's fields.")
     code = "sum(range(100))"
     work = ctx.work / "python-exec"
     (work / "ws").mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ from ._transport import (
 
 __all__ = ["Pool"]
 
-DEFAULT_SPIN_US = 50  # about what a sleep and a cross-CPU wake-up cost here, several times over
+DEFAULT_SPIN_US = 50  # several times what a sleep and a cross-CPU wake-up cost
 MAX_SPIN_US = 10_000  # the host's --spin-us range
 
 
