@@ -5,6 +5,7 @@
     python -m bench --quick          # every scenario, small (under 2 minutes)
     python -m bench --only serve lockstep --out results/
     python -m bench --only audit --reps 15   # more repetitions where a ratio is near the noise
+    python -m bench --list           # the scenarios, in the order a full run takes them
 
 Scenarios: the ones --only lists below (bench/scenarios/, a module per family). The report goes to
 OUT/report.md with PNG plots and results.json beside it.
@@ -34,11 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", choices=list(SCENARIOS), metavar="SCENARIO",
                     help=f"run only these: {', '.join(SCENARIOS)}")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
+    ap.add_argument("--list", action="store_true", help="print the scenarios' names and modules, and exit")
     ap.add_argument("--reps", type=int, metavar="N",
                     help="repetitions of each measured run (default: 5, --quick 3); more for a ratio near noise")
     args = ap.parse_args(argv)
     if args.reps is not None and args.reps < 1:
         ap.error("--reps must be at least 1")
+    if args.list:
+        for name, scenario in SCENARIOS.items():
+            print(f"{name}\t{scenario.__module__}")
+        return 0
 
     import machina_dispatch
     from tqdm import tqdm

@@ -54,6 +54,16 @@ def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
     assert "## Goals" in report and "| --serve echo, file-fed | ≥ 1 M req/s |" in report
 
 
+def test_list_names_every_scenario_and_its_module() -> None:
+    proc = subprocess.run([sys.executable, "-m", "bench", "--list"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    listed = [line.split("\t") for line in proc.stdout.splitlines()]
+    assert [name for name, _ in listed] == SCENARIOS
+    assert {module for _, module in listed} == {f"bench.scenarios.{family}" for family in (
+        "serve", "clients", "rules", "isolation", "python", "jsonrpc", "packs", "nats")}
+
+
 @pytest.mark.timeout(300)
 def test_micro_benchmarks_pass_once() -> None:
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "bench/micro",
