@@ -7,6 +7,8 @@
 # as they go; the whole log is kept in build/install.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# In a git checkout, the commit-msg hook: a subject of at most 72 characters, then a blank line.
+if hooks=$(git rev-parse --git-path hooks 2>/dev/null); then mkdir -p "$hooks" && cp scripts/commit-msg "$hooks/commit-msg"; fi
 bash scripts/install-system-deps.sh
 [ -x .venv/bin/python ] || python3 -m venv .venv
 . .venv/bin/activate

@@ -69,6 +69,29 @@ def test_git_refuses_the_commit(tmp_path: Path) -> None:
     assert git_run("log", "--format=%s").stdout.splitlines() == ["a short subject"]
 
 
+def test_install_sh_puts_the_hook_into_a_checkout(tmp_path: Path) -> None:
+    """install.sh's own line, run in a fresh checkout and outside any: the hook lands in the
+    first (as it is, executable) and the second is left alone."""
+    line = next(text for text in (REPO / "scripts" / "install.sh").read_text().splitlines()
+                if "commit-msg" in text and not text.lstrip().startswith("#"))
+    git = shutil.which("git")
+    assert git is not None, "git is needed to build from a checkout"
+    for place, is_checkout in ((tmp_path / "checkout", True), (tmp_path / "plain", False)):
+        (place / "scripts").mkdir(parents=True)
+        shutil.copy(HOOK, place / "scripts" / "commit-msg")
+        if is_checkout:
+            subprocess.run([git, "init", "-q", str(place)], check=True, timeout=30)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", line], cwd=place, capture_output=True, text=True,
+                              env=env, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        installed = place / ".git" / "hooks" / "commit-msg"
+        if is_checkout:
+            assert installed.read_bytes() == HOOK.read_bytes() and installed.stat().st_mode & 0o111
+        else:
+            assert not (place / ".git").exists()
+
+
 def test_every_subject_since_the_last_long_one_fits(tmp_path: Path) -> None:
     git = shutil.which("git")
     if git is None or not (REPO / ".git").exists():
