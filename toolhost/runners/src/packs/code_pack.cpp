@@ -233,7 +233,7 @@ Result code_grep(const Call& c) {
       return invalid("pattern is not a regular expression: " + cut(tail, 500));
     }
   }
-  if (c.shape == Shape::seed) return Result::ok(std::move(matches));
+  if (c.shape == Shape::service) return Result::ok(std::move(matches));
   return Result::ok({{"matches", std::move(matches)}, {"truncated", truncated}});
 }
 

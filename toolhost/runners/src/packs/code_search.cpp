@@ -124,14 +124,14 @@ Result code_search(const Call& c) {
     std::string path = by_codebase || h.index == 0 ? h.path : roots[h.index] + "/" + h.path;
     json one = {{"path", std::move(path)}, {"line", h.line}, {"snippet", h.snippet},
                 {"similarity", code_search::similarity(h.bm25)}};
-    if (c.shape == Shape::ours) {
+    if (c.shape == Shape::detailed) {
       one["score"] = -h.bm25;
       one["first_line"] = h.first_line;
       one["last_line"] = h.last_line;
     }
     results.push_back(std::move(one));
   }
-  if (c.shape == Shape::seed) return Result::ok(std::move(results));
+  if (c.shape == Shape::service) return Result::ok(std::move(results));
   return Result::ok({{"results", std::move(results)},
                      {"truncated", counts.truncated()},
                      {"codebase_id", by_codebase ? json(codebase) : json(nullptr)},

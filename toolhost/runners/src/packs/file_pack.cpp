@@ -147,7 +147,7 @@ Result file_read(const Call& c) {
       return invalid("max_bytes " + std::to_string(want) + " is over the read limit of " + std::to_string(limit) +
                      " bytes");
     }
-  } else if (c.shape == Shape::ours) {
+  } else if (c.shape == Shape::detailed) {
     want = std::min<std::uint64_t>(65536, limit);
   }
   workspace::Workspace ws;
@@ -158,7 +158,7 @@ Result file_read(const Call& c) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return system_error(excerpt(path) + ": " + std::strerror(errno));
   if (c.policy.is_protected(st.st_dev, st.st_ino)) return denied(excerpt(path) + " is protected (the lease key)");
-  if (c.shape == Shape::seed && static_cast<std::uint64_t>(st.st_size) > limit) {
+  if (c.shape == Shape::service && static_cast<std::uint64_t>(st.st_size) > limit) {
     return invalid(excerpt(path) + " is " + std::to_string(st.st_size) + " bytes, over the read limit of " +
                    std::to_string(limit) + " bytes");
   }
@@ -173,10 +173,10 @@ Result file_read(const Call& c) {
   }
   const bool truncated = got > want;
   content.resize(std::min<std::size_t>(got, want));
-  if (c.shape == Shape::seed && truncated) {
+  if (c.shape == Shape::service && truncated) {
     return invalid(excerpt(path) + " grew past the read limit of " + std::to_string(limit) + " bytes while read");
   }
-  json out = c.shape == Shape::seed ? json(content)
+  json out = c.shape == Shape::service ? json(content)
                                     : json{{"path", path}, {"content", content}, {"truncated", truncated},
                                            {"size", static_cast<std::uint64_t>(st.st_size)}};
   try {
@@ -211,7 +211,7 @@ Result file_write(const Call& c) {
     }
   }
   if (!ws.write(t.parts, content, append, why)) return open_failed(path, why);
-  if (c.shape == Shape::seed) return Result::ok({{"bytes_written", content.size()}});
+  if (c.shape == Shape::service) return Result::ok({{"bytes_written", content.size()}});
   return Result::ok({{"path", path}, {"bytes_written", content.size()}, {"append", append}});
 }
 
@@ -232,7 +232,7 @@ Result file_delete(const Call& c) {
     }
   }
   if (!ws.remove(t.parts, why)) return open_failed(path, why);
-  if (c.shape == Shape::seed) return Result::ok({{"deleted", true}});
+  if (c.shape == Shape::service) return Result::ok({{"deleted", true}});
   return Result::ok({{"path", path}, {"deleted", true}});
 }
 
@@ -388,7 +388,7 @@ Result file_list(const Call& c) {
     // A name that is not UTF-8: shown with replacement characters.
     lister.entries = json::parse(lister.entries.dump(-1, ' ', false, json::error_handler_t::replace));
   }
-  if (c.shape == Shape::seed) return Result::ok(std::move(lister.entries));
+  if (c.shape == Shape::service) return Result::ok(std::move(lister.entries));
   return Result::ok({{"path", path}, {"entries", std::move(lister.entries)}, {"truncated", lister.truncated}});
 }
 

@@ -22,7 +22,7 @@ const std::vector<Entry>& entries() {
   static const std::vector<Entry> list = {
       {"files", "AID.FILE.READ.v1", "tools.file.read", "readFile", "file_read", file_read,
        "Reads a UTF-8 text file beneath the policy's roots (ours: up to max_bytes, default 65536, with "
-       "`truncated`; the seed's names: the whole file, refused past the read limit). Never follows a symbolic "
+       "`truncated`; its service names: the whole file, refused past the read limit). Never follows a symbolic "
        "link; reads only regular files with a single link; refuses denied names (.env, *.pem, id_* ...).",
        R"({"type":"object","properties":{"path":{"type":"string","minLength":1},)"
        R"("max_bytes":{"type":"integer","minimum":0,"maximum":1000000}},)"
@@ -125,11 +125,11 @@ namespace {
 const packs::Entry* entry_of(std::string_view aid, packs::Shape& shape) {
   for (const auto& e : packs::entries()) {
     if (aid == e.aid) {
-      shape = packs::Shape::ours;
+      shape = packs::Shape::detailed;
       return &e;
     }
     if (aid == e.subject || aid == e.function) {
-      shape = packs::Shape::seed;
+      shape = packs::Shape::service;
       return &e;
     }
   }
@@ -164,7 +164,7 @@ std::vector<ToolInfo> PackRunner::tools(const std::vector<std::string>& wanted) 
       info.aid = name;
       info.name = name == e.aid ? e.name : name;
       info.description = e.description;
-      info.input_schema = name == e.aid ? e.schema : e.seed_schema;
+      info.input_schema = name == e.aid ? e.schema : e.service_schema;
       info.tier = e.tier;
       info.side_effects = e.side_effects;
       info.tags = {"pack", e.pack};
@@ -225,7 +225,7 @@ bool PackRunner::admit(const std::string& tool, const std::string& primary, std:
 
 RunOutcome PackRunner::run(const RunSpec& spec) {
   RunOutcome out;
-  packs::Shape shape = packs::Shape::ours;
+  packs::Shape shape = packs::Shape::detailed;
   const packs::Entry* entry = entry_of(spec.tool.info.aid, shape);
   auto refuse = [&](ErrorKind kind, std::string why) {
     out.ending = RunOutcome::Ending::failed;
@@ -247,7 +247,7 @@ RunOutcome PackRunner::run(const RunSpec& spec) {
   try {
     r = entry->handler(packs::Call{input, policy_, spec.user, spec, shape, executable_, spawner_.get(), python_.get()});
   } catch (const nlohmann::json::exception& e) {
-    // A field of the wrong type the schema let through (the seed's names have loose schemas).
+    // A field of the wrong type the schema let through (the service names have loose schemas).
     return refuse(ErrorKind::invalid_input, std::string("InvalidInput: ") + e.what());
   }
   if (r.ending != RunOutcome::Ending::ran) {

@@ -23,9 +23,10 @@ namespace machina::packs {
 
 class PythonPack;
 
-/// Which answer a name of a tool gives: ours (an object with every detail) or the seed's
-/// (`data` exactly as seed 002 shows it).
-enum class Shape { ours, seed };
+/// Which answer a name of a tool gives: detailed (its aid: an object with every detail) or
+/// service (its service names, tools.file.read and readFile: `data` in the file/shell
+/// service's own shapes, docs/tool-packs.md).
+enum class Shape { detailed, service };
 
 struct Call {
   const nlohmann::json& input;  // an object (the schema said so)
@@ -38,7 +39,7 @@ struct Call {
   PythonPack* python;  // execute_python's workspaces and sessions (python_pack.hpp)
 };
 
-/// A handler's answer: output, or a refusal whose text starts with the seed's error type.
+/// A handler's answer: output, or a refusal whose text starts with the service's error type.
 struct Result {
   ErrorKind kind = ErrorKind::none;
   std::string error;
@@ -80,13 +81,13 @@ using Handler = Result (*)(const Call&);
 struct Entry {
   const char* pack;       // "files", "shell", "code", "python"
   const char* aid;        // AID.FILE.READ.v1
-  const char* subject;    // tools.file.read (seed 002's NATS subject)
+  const char* subject;    // tools.file.read (the file/shell service's NATS subject)
   const char* function;   // readFile (the function name an LLM calls)
-  const char* name;       // file_read (ours, for listings)
+  const char* name;       // file_read (for listings)
   Handler handler;
   const char* description;
-  const char* schema;       // ours (aid)
-  const char* seed_schema;  // the seed names'
+  const char* schema;       // the aid's (detailed answers)
+  const char* service_schema;  // the service names'
   int tier;
   std::vector<std::string> side_effects;
   bool read_only;

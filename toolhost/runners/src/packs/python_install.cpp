@@ -418,7 +418,7 @@ Result PythonPack::install(const Call& c) {
   std::string failure;
   Result r = install_all(c, *ws, {spec}, report, failure);
   if (r.kind != ErrorKind::none || r.ending != RunOutcome::Ending::ran) return r;
-  if (c.shape == Shape::seed) {
+  if (c.shape == Shape::service) {
     if (!failure.empty()) return Result::ok({{"success", false}, {"error", failure}});
     return Result::ok({{"success", true}, {"package", spec}});
   }

@@ -331,7 +331,7 @@ Result shell_exec(const Call& c) {
   o["stdout"] = json::parse(o["stdout"].get<std::string>());
   o["stderr"] = json::parse(o["stderr"].get<std::string>());
   o["exit_code"] = code;
-  if (c.shape == Shape::ours) {
+  if (c.shape == Shape::detailed) {
     o["truncated"] = out_cut || err_cut;
     o["stdout_truncated"] = out_cut;
     o["stderr_truncated"] = err_cut;

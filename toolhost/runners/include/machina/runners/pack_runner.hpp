@@ -1,11 +1,11 @@
 // The built-in tool packs (docs/tool-packs.md): file tools, shell.exec, code.grep and
 // code.search, execute_python with its installs, run in the host by the pack runner, each
 // call checked against the security policy (policy.hpp) first. Every tool is reachable
-// under our aid (AID.FILE.READ.v1 ...) and under the seed's names (the NATS subject
-// `tools.file.read` and the function name `readFile`), which answer in the seed's shapes.
-// A refusal is a structured error whose text starts
-// with the seed's error type ("AccessDenied: ...", "NotFound: ...", "InvalidInput: ...",
-// "SystemError: ...") and whose `code` is ours (access_denied, not_found, invalid_input,
+// under its aid (AID.FILE.READ.v1 ...), which answers in detail, and under the file/shell
+// service's names (the NATS subject `tools.file.read` and the function name `readFile`),
+// which answer in that service's shapes. A refusal is a structured error whose text starts
+// with the service's error type ("AccessDenied: ...", "NotFound: ...", "InvalidInput: ...",
+// "SystemError: ...") and whose `code` is the host's (access_denied, not_found, invalid_input,
 // system_error, rate_limited; a command or a search past its time: timeout).
 #pragma once
 
