@@ -1,5 +1,5 @@
-// Tools served by a child process over JSON-RPC 2.0: a seed-001 skill (initialize ->
-// tools, tools/call, lifecycle/*, shutdown; or the later runtime's skill/* names) or an MCP
+// Tools served by a child process over JSON-RPC 2.0 (a hosted server): a skill (initialize ->
+// tools, tools/call, lifecycle/* and shutdown; or the skill/* names) or an MCP
 // server over stdio (initialize, notifications/initialized, tools/list pages, tools/call).
 // One toolset per child, one runner per tool it offers; many calls in flight on the child,
 // matched by id. The child's requests are answered: a skill's state/get and state/set from
@@ -29,14 +29,15 @@
 namespace machina {
 
 struct JsonRpcToolsetOptions {
-  enum class Dialect { skill, skill_runtime, mcp };
-  Dialect dialect = Dialect::skill;
-  std::string name;                 // the skill's or server's (for messages)
+  /// A skill that answers lifecycle/* and shutdown, one that answers skill/*, or an MCP server.
+  enum class Dialect { lifecycle_skill, runtime_skill, mcp };
+  Dialect dialect = Dialect::lifecycle_skill;
+  std::string name;  // the skill's or server's (for messages)
   JsonRpcChildOptions child;
   std::int64_t start_timeout_ms = 30'000;  // to start and say what tools it has
   std::int64_t tick_interval_ms = 0;       // skills: a tick this often (0: none)
   std::string data_dir;                    // skills: data/read and data/write beneath it ("": refused)
-  std::string skill_manifest_json;         // skill/load's `manifest` (the later runtime)
+  std::string skill_manifest_json;         // skill/load's `manifest` (runtime skills)
   std::int64_t shutdown_grace_ms = 2'000;  // at close: how long it may take to leave
   std::int64_t probe_timeout_ms = 2'000;   // after a timeout: how long a ping may take
   std::size_t max_data_bytes = 1u << 20;   // data/read and data/write, at most
@@ -86,8 +87,8 @@ class JsonRpcToolset {
   void on_notification(const jsonrpc::Message& notification);
   void answer_state(const jsonrpc::Message& request, std::string& reply);
   void answer_data(const jsonrpc::Message& request, std::string& reply);
-  void lifecycle(const char* seed_method, const char* runtime_method, const std::string& params);
-  void lifecycle_on(const std::shared_ptr<JsonRpcChild>& child, const char* seed_method, const char* runtime_method,
+  void lifecycle(const char* lifecycle_method, const char* skill_method, const std::string& params);
+  void lifecycle_on(const std::shared_ptr<JsonRpcChild>& child, const char* lifecycle_method, const char* skill_method,
                     const std::string& params);
   void background_loop();
 
@@ -95,15 +96,15 @@ class JsonRpcToolset {
   Spawner spawner_;  // children die with the host (PR_SET_PDEATHSIG on this thread)
   mutable std::mutex mu_;
   std::shared_ptr<JsonRpcChild> child_;
-  bool child_modern_ = false;     // child_ speaks MCP 2026-07-28: every request carries the envelope
-  int failures_ = 0;              // starts that failed or children that ended, in a row
+  bool child_modern_ = false;  // child_ speaks MCP 2026-07-28: every request carries the envelope
+  int failures_ = 0;           // starts that failed or children that ended, in a row
   std::int64_t next_start_ms_ = 0;
-  std::string last_end_;          // how the last child ended
+  std::string last_end_;  // how the last child ended
   bool closed_ = false;
-  std::set<std::string> sessions_;  // under way (told again to a skill started again)
-  std::mutex start_mu_;           // one start at a time
-  std::map<std::int64_t, InFlight*> in_flight_;     // by the call's request id
-  std::map<std::string, InFlight*> by_token_;       // by its progress token
+  std::set<std::string> sessions_;               // under way (told again to a skill started again)
+  std::mutex start_mu_;                          // one start at a time
+  std::map<std::int64_t, InFlight*> in_flight_;  // by the call's request id
+  std::map<std::string, InFlight*> by_token_;    // by its progress token
   std::int64_t next_token_ = 1;
   // The background thread: ticks, and pings after a timeout.
   std::condition_variable wake_;
