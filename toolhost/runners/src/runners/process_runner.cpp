@@ -3,10 +3,12 @@
 // on what the worker writes to stderr and keeping its tail for crash reports. The worker's
 // control socket brings its greeting (the tools it registered), call processes (their
 // pipes as SCM_RIGHTS) and news of their end.
-#include <machina/errors.hpp>
+#include "process_worker_link.hpp"
+
 #include <machina/clock.hpp>
-#include <machina/json_text.hpp>
+#include <machina/errors.hpp>
 #include <machina/isolation/worker_protocol.hpp>
+#include <machina/json_text.hpp>
 #include <machina/runners/process_runner.hpp>
 #include <machina/tool.hpp>
 
@@ -27,196 +29,12 @@
 
 namespace machina {
 
+using namespace worker_link;
+
 namespace {
 
 constexpr std::size_t kMaxSlotLabelBytes = 64 * 1024;  // an artifact's type or provenance
-constexpr std::size_t kMaxHelloBytes = 64u << 20;
-constexpr std::int64_t kEndWaitMs = 2'000;  // for a killed call process to be gone, or its end reported
-
-void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
-
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
-int poll_timeout(std::int64_t deadline_ms) {
-  const std::int64_t left = deadline_ms - steady_now_ms();
-  if (left <= 0) return 0;
-  return static_cast<int>(std::min<std::int64_t>(left, 1'000'000));
-}
-
-/// One call process, ready or running: its pipes and its pidfd.
-struct CallProcess {
-  std::int32_t pid = 0;  // in the worker's PID namespace (names it in `ended` frames)
-  int call = -1;         // write end of its call pipe
-  int call_keep = -1;    // read end, held so that a dead process never raises SIGPIPE here
-  int result = -1;       // read end of its result pipe
-  int pidfd = -1;
-
-  void close_pipes() {
-    close_fd(call);
-    close_fd(call_keep);
-    close_fd(result);
-  }
-  void close_all() {
-    close_pipes();
-    close_fd(pidfd);
-  }
-  // (sys/pidfd.h of glibc 2.36 declares pidfd_send_signal without C linkage)
-  void kill() const { ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0); }
-};
-
-/// A wait status from what waitid(2) reported.
-int wait_status(const worker::Ended& e) {
-  if (e.code == CLD_EXITED) return (e.status & 0xff) << 8;
-  return (e.status & 0x7f) | (e.code == CLD_DUMPED ? 0x80 : 0);
-}
-
-}  // namespace
-
-struct ProcessRunner::Worker {
-  std::unique_ptr<ChildProcess> process;  // the launcher (its process group: the sandbox)
-  int control = -1;
-  std::string cbuf;                 // control bytes not yet handled
-  std::deque<int> fds;              // descriptors that came with them
-  std::deque<CallProcess> ready;
-  bool greeted = false;
-  std::vector<ToolInfo> tools;      // from its greeting
-  CallProcess last;                 // the previous call's process (its pidfd): gone before the next call
-  std::int32_t watching = 0;        // a call process whose end is awaited (a crash to describe)
-  std::optional<worker::Ended> end_seen;
-  std::string rbuf;                 // kept between calls, at its size: reading into it costs no clearing
-  std::string wbuf;
-
-  ~Worker() {
-    close_fd(control);
-    for (auto& r : ready) r.close_all();
-    last.close_all();
-    for (int fd : fds) ::close(fd);
-  }
-  pid_t pid() const { return process ? process->pid() : -1; }
-};
-
-namespace {
-
-enum class Pump { more, lost, timed_out };
-
-/// Handles the complete control frames in w.cbuf. False (with why) if the worker broke
-/// the protocol.
-/// `expected`: the aids the worker must register (sorted); null: any (a plugin described).
-bool handle_control(ProcessRunner::Worker& w, const std::vector<std::string>* expected, std::string& why) {
-  std::size_t at = 0;
-  while (w.cbuf.size() - at >= worker::kFrameHeader) {
-    std::uint32_t size = 0;
-    worker::FrameType type{};
-    worker::read_header(std::string_view(w.cbuf).substr(at), size, type);
-    if (size > kMaxHelloBytes) {
-      why = "sent an oversized control frame";
-      return false;
-    }
-    if (w.cbuf.size() - at < worker::kFrameHeader + size) break;
-    const std::string_view payload = std::string_view(w.cbuf).substr(at + worker::kFrameHeader, size);
-    at += worker::kFrameHeader + size;
-    if (type == worker::FrameType::hello && !w.greeted) {
-      worker::Hello hello;
-      if (!worker::decode_hello(payload, hello)) {
-        why = "sent a malformed greeting";
-        return false;
-      }
-      std::vector<std::string> aids;
-      for (const auto& t : hello.tools) aids.push_back(t.aid);
-      std::sort(aids.begin(), aids.end());
-      if (expected != nullptr && aids != *expected) {
-        why = "registered other tools than the host (plugins changed on disk?)";
-        return false;
-      }
-      w.tools = std::move(hello.tools);
-      w.greeted = true;
-    } else if (type == worker::FrameType::ready && w.greeted) {
-      worker::Ready ready;
-      if (!worker::decode_ready(payload, ready) || w.fds.size() < worker::kReadyFds) {
-        why = "sent a malformed control frame";
-        return false;
-      }
-      CallProcess p;
-      p.pid = ready.pid;
-      for (int* fd : {&p.call, &p.call_keep, &p.result, &p.pidfd}) {
-        *fd = w.fds.front();
-        w.fds.pop_front();
-      }
-      set_nonblocking(p.call);
-      set_nonblocking(p.result);
-      w.ready.push_back(p);
-    } else if (type == worker::FrameType::ended && w.greeted) {
-      worker::Ended ended;
-      if (!worker::decode_ended(payload, ended)) {
-        why = "sent a malformed control frame";
-        return false;
-      }
-      if (ended.pid == w.watching) w.end_seen = ended;
-    } else {
-      why = w.greeted ? "sent an unexpected control frame" : "sent something other than its greeting";
-      return false;
-    }
-  }
-  w.cbuf.erase(0, at);
-  return true;
-}
-
-/// Waits until `deadline_ms` for the worker's control socket or output, and takes in what
-/// came. `lost` (with why) when the worker is gone or broke the protocol.
-Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, std::int64_t deadline_ms,
-          std::string& why) {
-  pollfd fds[2] = {{w.control, POLLIN, 0}, {w.process->output_fd(), POLLIN, 0}};
-  const int n = ::poll(fds, 2, poll_timeout(deadline_ms));
-  if (n < 0) {
-    if (errno == EINTR) return Pump::more;
-    why = std::string("poll failed: ") + std::strerror(errno);
-    return Pump::lost;
-  }
-  if (n == 0) return Pump::timed_out;
-  if (fds[1].revents) w.process->read_output();
-  if (!fds[0].revents) return Pump::more;
-  char data[4096];
-  alignas(cmsghdr) char control[CMSG_SPACE(64 * sizeof(int))];
-  iovec iov{data, sizeof data};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  const ssize_t got = ::recvmsg(w.control, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  if (got < 0 && (errno == EAGAIN || errno == EINTR)) return Pump::more;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (std::size_t i = 0; i < count; ++i) {
-      int fd = -1;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      w.fds.push_back(fd);
-    }
-  }
-  if (got <= 0) {
-    why = "ended";
-    return Pump::lost;
-  }
-  if (msg.msg_flags & MSG_CTRUNC) {
-    why = "sent more descriptors than expected";
-    return Pump::lost;
-  }
-  w.cbuf.append(data, static_cast<std::size_t>(got));
-  return handle_control(w, expected, why) ? Pump::more : Pump::lost;
-}
-
-/// Whether the worker has ended: its process exited (its sandbox follows it), or the
-/// sandbox's end of the control socket is closed. Data still queued on the socket
-/// (descriptors of ready call processes) is no sign of life.
-bool ended_while_idle(const ProcessRunner::Worker& w) {
-  if (w.process->exited()) return true;
-  pollfd fd{w.control, POLLIN | POLLRDHUP, 0};
-  return ::poll(&fd, 1, 0) == 1 && (fd.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
-}
+constexpr std::int64_t kEndWaitMs = 2'000;             // for a killed call process to be gone, or its end reported
 
 }  // namespace
 
@@ -242,32 +60,6 @@ ProcessRunner::ProcessRunner(ProcessRunnerOptions options) : options_(std::move(
 ProcessRunner::~ProcessRunner() {
   std::lock_guard lock(mu_);
   idle_.clear();  // each ends its worker
-}
-
-std::vector<ToolInfo> ProcessRunner::describe(const std::string& plugin) {
-  {
-    std::lock_guard lock(mu_);
-    if (started_) throw HostError("plugin " + plugin + ": cannot load a plugin after the isolated workers have started");
-  }
-  std::string why;
-  auto w = start_worker({plugin}, steady_now_ms() + options_.start_timeout_ms, why);
-  if (!w) {
-    // The worker's own words when it said why (e.g. "plugin P: cannot load: ..."), as an
-    // inline host would have said them: its line, whatever the process printed after it
-    // on its way out (a sanitizer's report, say).
-    constexpr std::string_view kSaid = "machina-toolhost worker: ";
-    if (const auto at = why.rfind(kSaid); at != std::string::npos) {
-      std::string said = why.substr(at + kSaid.size());
-      said.resize(std::min(said.size(), said.find('\n')));
-      if (!said.empty()) throw HostError(said.starts_with("plugin ") ? said : "plugin " + plugin + ": " + said);
-    }
-    throw HostError("plugin " + plugin + ": " + why);
-  }
-  std::vector<ToolInfo> tools = std::move(w->tools);
-  std::lock_guard lock(mu_);
-  plugins_.push_back(plugin);
-  for (const auto& t : tools) aids_.push_back(t.aid);
-  return tools;
 }
 
 void ProcessRunner::add_linked(const std::vector<ToolInfo>& tools) {
@@ -300,64 +92,8 @@ ProcessRunner::Stats ProcessRunner::stats() const {
   return s;
 }
 
-std::unique_ptr<ProcessRunner::Worker> ProcessRunner::start_worker(const std::vector<std::string>& plugins,
-                                                                  std::int64_t deadline_ms, std::string& why) {
-  int sv[2] = {-1, -1};
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    why = std::string("cannot create a socket pair: ") + std::strerror(errno);
-    return nullptr;
-  }
-  auto w = std::make_unique<Worker>();
-  w->control = sv[0];
-  ChildSpec spec;
-  spec.executable = options_.executable;
-  spec.argv = {options_.executable, "--isolation-worker", "--parent-pid", std::to_string(getpid()),
-               "--max-output-bytes", std::to_string(options_.max_output_bytes), "--max-request-bytes",
-               std::to_string(options_.max_request_bytes), "--isolation-spares", std::to_string(options_.spares)};
-  for (const auto& p : plugins) {
-    if (p.empty()) {
-      spec.argv.push_back("--linked-tools");  // the host's own linked tools (it is this program too)
-    } else {
-      spec.argv.push_back("--plugin");
-      spec.argv.push_back(p);
-    }
-  }
-  const WorkerLimits& l = options_.limits;
-  if (l.cpu_seconds) spec.argv.insert(spec.argv.end(), {"--limit-cpu-s", std::to_string(l.cpu_seconds)});
-  if (l.address_space_mb) spec.argv.insert(spec.argv.end(), {"--limit-memory-mb", std::to_string(l.address_space_mb)});
-  if (l.open_files) spec.argv.insert(spec.argv.end(), {"--limit-open-files", std::to_string(l.open_files)});
-  if (l.file_size_mb) spec.argv.insert(spec.argv.end(), {"--limit-file-size-mb", std::to_string(l.file_size_mb)});
-  if (l.no_network) spec.argv.push_back("--no-network");
-  for (const auto& f : options_.hidden_files) spec.argv.insert(spec.argv.end(), {"--isolation-hide", f});
-  spec.env = env_;
-  spec.fds = {{sv[1], 3}};
-  spec.tail_bytes = options_.stderr_tail_bytes;
-  try {
-    w->process = std::make_unique<ChildProcess>(spec, &spawner_);
-  } catch (const HostError& e) {
-    ::close(sv[1]);
-    why = e.what();
-    return nullptr;
-  }
-  ::close(sv[1]);
-
-  // The worker's greeting: the tools it registered (for the pool's workers: the host's).
-  const std::int64_t start_deadline = std::min(deadline_ms, steady_now_ms() + options_.start_timeout_ms);
-  std::string fail;
-  const std::vector<std::string>* expected = &plugins == &plugins_ ? &aids_ : nullptr;
-  while (!w->greeted) {
-    const Pump p = pump(*w, expected, start_deadline, fail);
-    if (p == Pump::timed_out) fail = "did not start within " + std::to_string(options_.start_timeout_ms) + " ms";
-    if (p == Pump::lost && fail == "ended") fail = "ended before it was ready";
-    if (p != Pump::more) break;
-  }
-  if (w->greeted) return w;
-  why = "worker process " + fail + "; it " + w->process->end();
-  if (const std::string tail = w->process->tail(); !tail.empty()) why += "; its last stderr: " + tail;
-  return nullptr;
-}
-
-std::unique_ptr<ProcessRunner::Worker> ProcessRunner::acquire(std::int64_t deadline_ms, std::string& why, bool& timed_out) {
+std::unique_ptr<ProcessRunner::Worker> ProcessRunner::acquire(std::int64_t deadline_ms, std::string& why,
+                                                              bool& timed_out) {
   timed_out = false;
   {
     std::unique_lock lock(mu_);
@@ -555,13 +291,15 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
     if (fds[1].revents) w->process->read_output();
     if ((fds[2].revents & (POLLOUT | POLLERR)) && sent < frame.size()) {
       const ssize_t put = ::write(p.call, frame.data() + sent, frame.size() - sent);
-      if (put > 0) sent += static_cast<std::size_t>(put);
-      else if (put < 0 && errno != EAGAIN && errno != EINTR) sent = frame.size();  // it stopped reading: see below
+      if (put > 0)
+        sent += static_cast<std::size_t>(put);
+      else if (put < 0 && errno != EAGAIN && errno != EINTR)
+        sent = frame.size();  // it stopped reading: see below
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       // Up to the end of the frame once its size is known (at most 1 MiB more at a time).
-      const std::size_t end = std::min<std::size_t>(have_header ? worker::kFrameHeader + want : have + 64 * 1024,
-                                                    have + (1u << 20));
+      const std::size_t end =
+          std::min<std::size_t>(have_header ? worker::kFrameHeader + want : have + 64 * 1024, have + (1u << 20));
       if (buf.size() < end) buf.resize(end);
       const ssize_t got = ::read(p.result, buf.data() + have, end - have);
       if (got > 0) have += static_cast<std::size_t>(got);
