@@ -1,0 +1,41 @@
+// One call of a pack tool through PackRunner, as the host makes it: the tool's registered
+// name, its input, a deadline; what the runner answered and the output it set.
+#pragma once
+
+#include <machina/call_context.hpp>
+#include <machina/clock.hpp>
+#include <machina/runners/pack_runner.hpp>
+#include <machina/tool.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+
+namespace machina::test {
+
+struct PackAnswer {
+  RunOutcome outcome;
+  nlohmann::json output;  // null unless the tool ran
+  bool ok() const { return outcome.ending == RunOutcome::Ending::ran; }
+};
+
+/// Calls the tool registered as `name` (an aid, a NATS subject or a function name).
+inline PackAnswer call_pack(PackRunner& runner, const std::string& name, const nlohmann::json& input,
+                            const std::string& user = "", std::int64_t timeout_ms = 30'000) {
+  struct NoOverrun final : Overrun {
+    void overrun() noexcept override {}
+  } no_overrun;
+  Tool tool{CircuitBreaker::Options{}};
+  tool.info.aid = name;
+  const std::string input_json = input.dump();
+  CallContext ctx(8 << 20, std::make_shared<const Slots>());
+  const RunSpec spec{tool,    input_json, steady_now_ms() + timeout_ms, timeout_ms, ctx, &no_overrun, {}, nullptr,
+                     nullptr, user};
+  PackAnswer answer;
+  answer.outcome = runner.run(spec);
+  if (answer.ok() && ctx.output_set) answer.output = nlohmann::json::parse(ctx.output);
+  return answer;
+}
+
+}  // namespace machina::test
