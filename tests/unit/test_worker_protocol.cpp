@@ -184,15 +184,17 @@ TEST_CASE("a result round trips rc, flags, output, error and slot changes") {
 
 TEST_CASE("a result that both sets and removes one slot is refused") {
   CallContext ctx(1024, std::make_shared<const Slots>());
-  ctx.writes().set = 0;
-  ctx.writes().removed = 0b0100;
+  ctx.writes().slots[2] = Artifact{"t", "1", "p", 1};
+  ctx.writes().set = 0b0100;
   std::string frame;
   encode_result(0, ctx, frame);
   std::string payload(payload_of(frame, FrameType::result));
   Result r;
   REQUIRE(decode_result(payload, r));
-  // The set mask sits just before the removed mask, at the end of an empty result.
-  payload[payload.size() - 2] = static_cast<char>(0b0100);
+  // rc (4), flags (1), output and error (8 + 0 each), then the set mask and the removed mask.
+  const std::size_t removed_at = 4 + 1 + 8 + 8 + 1;
+  REQUIRE(payload[removed_at - 1] == 0b0100);
+  payload[removed_at] = 0b0100;
   CHECK_FALSE(decode_result(payload, r));
 }
 
