@@ -44,7 +44,8 @@ runner = "service"
 url = "http://127.0.0.1:8080/run"
 input_schema = '{"type": "object"}'
 timeout_ms = 1500
-)", "/apps/demo/tools.toml");
+)",
+                                             "/apps/demo/tools.toml");
   REQUIRE(m.tools.size() == 2);
   const ManifestTool& py = m.tools[0];
   CHECK(py.info.aid == "AID.PY.GREET.v1");
@@ -75,7 +76,8 @@ TEST_CASE("a bad manifest is refused naming file, line and field") {
         "/apps/demo/tools.toml:1: tool 1 (A): field 'entry': is required");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"python\"\nentry = \"nocolon\"\n") ==
         "/apps/demo/tools.toml:4: tool 1 (A): field 'entry': must be 'module:function' (dotted names), not 'nocolon'");
-  CHECK(refusal("[[tool]]\naid = 5\n") == "/apps/demo/tools.toml:2: tool 1: field 'aid': must be a string, not an integer");
+  CHECK(refusal("[[tool]]\naid = 5\n") ==
+        "/apps/demo/tools.toml:2: tool 1: field 'aid': must be a string, not an integer");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"python\"\nentry = \"m:f\"\nentyr = 1\n") ==
         "/apps/demo/tools.toml:5: tool 1 (A): unknown field 'entyr' (did you mean 'entry'?)");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"ruby\"\n") ==
@@ -91,10 +93,12 @@ TEST_CASE("a bad manifest is refused naming file, line and field") {
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"python\"\nentry = \"m:f\"\n\n[[tool]]\naid = \"A\"\n"
                 "runner = \"python\"\nentry = \"m:g\"\n") ==
         "/apps/demo/tools.toml:7: tool 2 (A): field 'aid': 'A' is declared twice in this file");
-  CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"mcp\"\n").find("field 'runner': a skill or an MCP server is "
-                                                                   "declared with its own table") != std::string::npos);
+  CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"mcp\"\n")
+            .find("field 'runner': a skill or an MCP server is "
+                  "declared with its own table") != std::string::npos);
   CHECK(refusal("title = \"x\"\n") ==
-        "/apps/demo/tools.toml:1: unknown top-level key 'title' (tables are [defaults], [[tool]], [[skill]], [[mcp_server]])");
+        "/apps/demo/tools.toml:1: unknown top-level key 'title' (tables are [defaults], [[tool]], [[skill]], "
+        "[[mcp_server]])");
   CHECK(refusal("") == "/apps/demo/tools.toml:1: declares no tools (no [[tool]], [[skill]] or [[mcp_server]] table)");
   CHECK(refusal("[[skill]]\nname = \"s\"\n") ==
         "/apps/demo/tools.toml:1: skill 1 (s): field 'command': is required (the program and its arguments)");
@@ -112,6 +116,22 @@ TEST_CASE("a bad manifest is refused naming file, line and field") {
   CHECK(syntax.rfind("/apps/demo/tools.toml:2: ", 0) == 0);
 }
 
+TEST_CASE("a skill's methods are lifecycle by default, skill on request, and no other") {
+  const auto methods_of = [](const std::string& extra) {
+    return parse_tool_manifest("[[skill]]\nname = \"s\"\ncommand = [\"x\"]\n" + extra, "/apps/demo/tools.toml")
+        .children.at(0)
+        .methods;
+  };
+  CHECK(methods_of("") == "lifecycle");
+  CHECK(methods_of("methods = \"lifecycle\"\n") == "lifecycle");
+  CHECK(methods_of("methods = \"skill\"\n") == "skill");
+  CHECK(refusal("[[skill]]\nname = \"s\"\ncommand = [\"x\"]\nmethods = \"seed\"\n") ==
+        "/apps/demo/tools.toml:4: skill 1 (s): field 'methods': must be \"lifecycle\" (lifecycle/*) or \"skill\" "
+        "(skill/*), not 'seed'; \"seed\" is spelled \"lifecycle\"");
+  CHECK(refusal("[[skill]]\nname = \"s\"\ncommand = [\"x\"]\nmethods = \"other\"\n") ==
+        "/apps/demo/tools.toml:4: skill 1 (s): field 'methods': must be \"lifecycle\" (lifecycle/*) or \"skill\" "
+        "(skill/*), not 'other'");
+}
 TEST_CASE("a manifest that cannot be read is refused naming the file") {
   CHECK_THROWS_WITH_AS(load_tool_manifest("/nonexistent/tools.toml"),
                        "/nonexistent/tools.toml: cannot open the tool manifest", HostError);

@@ -6,8 +6,8 @@
 
 #include "toml_reader.hpp"
 
-#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -114,7 +114,8 @@ void read_guarantees(ToolReader& r, std::map<std::string, bool>& guarantees) {
     for (const auto& [k, v] : *table) {
       const std::string name(k.str());
       const auto& known = known_guarantees();
-      if (std::find(known.begin(), known.end(), name) == known.end()) r.fail("guarantees", "unknown guarantee '" + name + "'");
+      if (std::find(known.begin(), known.end(), name) == known.end())
+        r.fail("guarantees", "unknown guarantee '" + name + "'");
       if (!v.is_boolean()) r.fail("guarantees", "'" + name + "' must be a boolean, not " + type_name(v));
       guarantees[name] = *v.value<bool>();
     }
@@ -200,8 +201,9 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     tool.entry = r.string("entry", false);
     read_guarantees(r, tool.guarantees);
   } else if (tool.runner == "skill" || tool.runner == "mcp") {
-    r.fail("runner", "a skill or an MCP server is declared with its own table, [[skill]] or [[mcp_server]], "
-                     "not as a [[tool]]");
+    r.fail("runner",
+           "a skill or an MCP server is declared with its own table, [[skill]] or [[mcp_server]], "
+           "not as a [[tool]]");
   } else {
     r.fail("runner", "must be \"python\" or \"service\", not '" + tool.runner + "'");
   }
@@ -209,8 +211,8 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
   return tool;
 }
 
-/// What a skill directory's manifest.json says of how to start it (the seed's
-/// {"runtime": {"type": "subprocess", "command", "args"}}, or the later runtime's
+/// What a skill directory's manifest.json says of how to start it (a lifecycle skill's
+/// {"runtime": {"type": "subprocess", "command", "args"}}, or a runtime skill's
 /// {"runtime": "python", "entry", "tick_interval", "env"}), and SKILL.md's name and
 /// description. Its `env` is only a request (ManifestChild::skill_env).
 void read_skill_dir(ManifestChild& c, const std::string& dir, const std::function<void(const std::string&)>& fail) {
@@ -293,8 +295,10 @@ ManifestChild read_child(ToolReader& r, const std::string& kind, const std::stri
     c.dir = absolute_path(r, "dir", *d->value<std::string>(), root);
   }
   if (kind == "skill") {
-    c.methods = r.string("methods", false, "seed");
-    if (c.methods != "seed" && c.methods != "skill") r.fail("methods", "must be \"seed\" (lifecycle/*) or \"skill\" (skill/*)");
+    c.methods = r.string("methods", false, "lifecycle");
+    if (c.methods != "lifecycle" && c.methods != "skill")
+      r.fail("methods", "must be \"lifecycle\" (lifecycle/*) or \"skill\" (skill/*), not '" + c.methods + "'" +
+                            (c.methods == "seed" ? "; \"seed\" is spelled \"lifecycle\"" : ""));
     if (const auto* n = r.typed<std::int64_t>("tick_interval_ms", "an integer")) {
       if (n->get() < 0 || n->get() > kMaxTimeoutMs) r.fail("tick_interval_ms", "must be from 0 (no ticks) to 24 hours");
       c.tick_interval_ms = n->get();
@@ -312,7 +316,8 @@ ManifestChild read_child(ToolReader& r, const std::string& kind, const std::stri
   read_metadata(r, c.defaults);
   std::vector<std::string> read_roots;
   read_confinement(r, c.guarantees, c.sandbox, c.memory_mb, c.env, read_roots, c.write_root, root);
-  if (!read_roots.empty()) r.fail("filesystem_read_roots", "is for Python tools (no_filesystem_read is not offered here)");
+  if (!read_roots.empty())
+    r.fail("filesystem_read_roots", "is for Python tools (no_filesystem_read is not offered here)");
   r.no_other_keys();
   if (kind == "skill" && !c.dir.empty() && std::filesystem::exists(std::filesystem::path(c.dir) / "manifest.json")) {
     read_skill_dir(c, c.dir, [&](const std::string& why) { r.fail("dir", why); });
@@ -329,8 +334,8 @@ ManifestChild read_child(ToolReader& r, const std::string& kind, const std::stri
 }  // namespace
 
 const std::vector<std::string>& known_guarantees() {
-  static const std::vector<std::string> names = {"no_network",      "no_filesystem_write", "no_filesystem_read",
-                                                 "no_subprocess",   "no_env_read",         "no_env_write"};
+  static const std::vector<std::string> names = {"no_network",    "no_filesystem_write", "no_filesystem_read",
+                                                 "no_subprocess", "no_env_read",         "no_env_write"};
   return names;
 }
 
@@ -374,7 +379,8 @@ ToolManifest parse_tool_manifest(std::string_view text, const std::string& path)
                                        : tool.runner == "python" ? kPythonToolTimeoutMs
                                                                  : 0;
       }
-      if (!aids.insert(tool.info.aid).second) reader.fail("aid", "'" + tool.info.aid + "' is declared twice in this file");
+      if (!aids.insert(tool.info.aid).second)
+        reader.fail("aid", "'" + tool.info.aid + "' is declared twice in this file");
       manifest.tools.push_back(std::move(tool));
     }
   }
@@ -385,7 +391,8 @@ ToolManifest parse_tool_manifest(std::string_view text, const std::string& path)
       for (const auto& node : *list) {
         ToolReader reader(*node.as_table(), refuse, ++index, kind);
         ManifestChild child = read_child(reader, kind, root);
-        if (!names.insert(child.name).second) reader.fail("name", "'" + child.name + "' is declared twice in this file");
+        if (!names.insert(child.name).second)
+          reader.fail("name", "'" + child.name + "' is declared twice in this file");
         manifest.children.push_back(std::move(child));
       }
     }

@@ -19,25 +19,25 @@ struct ManifestTool {
   std::string runner;    // "python" or "service"
   std::size_t line = 0;  // where its [[tool]] table starts
   // runner = "python"
-  std::string entry;     // "module:function"
-  std::string python;    // the interpreter to run it with (default "python3")
-  std::string root;      // the manifest's directory: Python modules resolve from it; a service's app_root
+  std::string entry;   // "module:function"
+  std::string python;  // the interpreter to run it with (default "python3")
+  std::string root;    // the manifest's directory: Python modules resolve from it; a service's app_root
   bool sandbox = false;
-  std::size_t workers = 0;           // its interpreter's workers (0: the host's default)
-  std::uint64_t memory_mb = 0;       // a worker resident past this is replaced (0: the host's default)
-  std::vector<std::string> env;      // variables of the host's environment its workers also get
+  std::size_t workers = 0;              // its interpreter's workers (0: the host's default)
+  std::uint64_t memory_mb = 0;          // a worker resident past this is replaced (0: the host's default)
+  std::vector<std::string> env;         // variables of the host's environment its workers also get
   std::vector<std::string> read_roots;  // filesystem_read_roots: readable under no_filesystem_read (absolute)
-  std::string write_root;            // filesystem_root: writable under no_filesystem_write ("" for none)
+  std::string write_root;               // filesystem_root: writable under no_filesystem_write ("" for none)
   // runner = "service"
-  std::string url;       // http:// or https://
-  bool unsafe_override = false;      // call even when the service does not cover the guarantees
-  std::string token_env;             // the variable holding its bearer token ("" for none)
-  std::string ca_file;               // https: the CAs its certificate is verified against ("": the system's)
+  std::string url;               // http:// or https://
+  bool unsafe_override = false;  // call even when the service does not cover the guarantees
+  std::string token_env;         // the variable holding its bearer token ("" for none)
+  std::string ca_file;           // https: the CAs its certificate is verified against ("": the system's)
   // Both: the capability guarantees the tool requires (name -> required).
   std::map<std::string, bool> guarantees;
   // A tool of a namel3ss pack (pack_manifest.hpp): the pack, for its trace.
   struct Pack {
-    std::string source;         // "installed_pack" ("": not a pack's tool)
+    std::string source;  // "installed_pack" ("": not a pack's tool)
     std::string id, name, version;
     std::string deps_source;    // what declares its dependencies: "pyproject", "requirements" or "none"
     std::string bindings_path;  // its tools.yaml (`line` is its binding's line there)
@@ -47,25 +47,26 @@ struct ManifestTool {
 /// A skill ([[skill]], or a skill directory) or an MCP server ([[mcp_server]]): a child
 /// process spoken to in JSON-RPC whose tools are asked of it when it starts.
 struct ManifestChild {
-  std::string kind;                  // "skill" or "mcp_server"
-  std::string name;                  // names its tools' aids (AID.SKILL.<NAME>.<TOOL>.v1)
+  std::string kind;  // "skill" or "mcp_server"
+  std::string name;  // names its tools' aids (AID.SKILL.<NAME>.<TOOL>.v1)
   std::size_t line = 0;
   std::vector<std::string> command;  // the program and its arguments
   std::string dir;                   // its working directory (absolute): the manifest's, or `dir`
   std::string description;
-  std::string methods = "seed";      // skills: "seed" (lifecycle/*) or "skill" (the later runtime's skill/*)
-  std::int64_t tick_interval_ms = -1; // skills: lifecycle/onTick this often (0: never; -1: not said: the host's default)
-  std::string data_dir;              // skills: where data/read and data/write go ("": a default)
-  std::string aid_prefix;            // "": AID.SKILL.<NAME>. or AID.MCP.<NAME>.
+  std::string methods = "lifecycle";  // skills: "lifecycle" (lifecycle/* and shutdown) or "skill" (skill/*)
+  std::int64_t tick_interval_ms =
+      -1;                  // skills: lifecycle/onTick this often (0: never; -1: not said: the host's default)
+  std::string data_dir;    // skills: where data/read and data/write go ("": a default)
+  std::string aid_prefix;  // "": AID.SKILL.<NAME>. or AID.MCP.<NAME>.
   std::int64_t start_timeout_ms = 30'000;
-  ToolInfo defaults;                 // tier, deterministic, side effects, tags, deadline of each of its tools
+  ToolInfo defaults;  // tier, deterministic, side effects, tags, deadline of each of its tools
   std::map<std::string, bool> guarantees;
   bool sandbox = false;
   std::uint64_t memory_mb = 0;
-  std::vector<std::string> env;      // variables of the host's environment it also gets (the operator's list)
-  std::vector<std::string> skill_env; // what a skill directory's manifest.json asks for: passed only if in `env`
+  std::vector<std::string> env;        // variables of the host's environment it also gets (the operator's list)
+  std::vector<std::string> skill_env;  // what a skill directory's manifest.json asks for: passed only if in `env`
   std::string write_root;
-  std::string skill_manifest_json;   // a skill directory's manifest.json (skill/load's `manifest`)
+  std::string skill_manifest_json;  // a skill directory's manifest.json (skill/load's `manifest`)
 };
 
 struct ToolManifest {
@@ -77,8 +78,8 @@ struct ToolManifest {
 /// The guarantees a manifest may name.
 const std::vector<std::string>& known_guarantees();
 
-/// Loads and checks a manifest, a skill directory (manifest.json and SKILL.md, as seed
-/// 001 lays it out) or a namel3ss pack (a directory with pack.yaml: pack_manifest.hpp).
+/// Loads and checks a manifest, a skill directory (manifest.json and SKILL.md: docs/jsonrpc.md
+/// lays it out) or a namel3ss pack (a directory with pack.yaml: pack_manifest.hpp).
 /// Throws HostError "FILE:LINE: …" naming the field at fault (a TOML
 /// syntax error, an unknown key, a missing or mistyped field, a runner this build does not
 /// have, an aid or a name declared twice in the file).
