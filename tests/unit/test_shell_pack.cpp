@@ -106,7 +106,7 @@ TEST_CASE("a command runs in its walls: output, exit code, output cap, timeout")
   Shell s;
   s.policy.shell.allow = {"echo", "sh", "sleep", "head"};
   s.policy.shell.max_output_bytes = 8;
-  s.policy.shell.timeout_ms = 500;
+  s.policy.shell.timeout_ms = 30'000;  // a loaded machine may start the walls slowly
   PackRunner runner(s.policy, exe);
   auto a = call_pack(runner, "AID.SHELL.EXEC.v1", {{"command", "echo"}, {"args", {"hi"}}});
   if (!a.ok() && a.outcome.detail.find("cannot be confined here") != std::string::npos) {
@@ -132,7 +132,10 @@ TEST_CASE("a command runs in its walls: output, exit code, output cap, timeout")
   CHECK(a.output["stderr"] == "err\n");
   CHECK_FALSE(a.output.contains("duration_ms"));  // the subject's shape
 
-  a = call_pack(runner, "AID.SHELL.EXEC.v1", {{"command", "sleep"}, {"args", {"5"}}});
+  // The policy's timeout ends the command with its process group.
+  s.policy.shell.timeout_ms = 300;
+  PackRunner short_runner(s.policy, exe);
+  a = call_pack(short_runner, "AID.SHELL.EXEC.v1", {{"command", "sleep"}, {"args", {"30"}}});
   CHECK(a.outcome.ending == RunOutcome::Ending::timed_out);
   CHECK(a.outcome.detail.find("its process group was killed") != std::string::npos);
 }
