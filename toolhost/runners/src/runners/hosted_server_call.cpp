@@ -97,7 +97,7 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
       if (!token.empty()) set.by_token_.erase(token);
     }
   };
-  JsonRpcChild::Reply reply;
+  RpcChild::Reply reply;
   {
     Forget forget{*this, sent_id, token};
     reply = child->call("tools/call", params, spec.deadline_ms, spec.cancel, [&](std::int64_t id) {
@@ -107,7 +107,7 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
     });
   }
   std::lock_guard call_lock(flight.mu);  // (a state request answered just now is done with it)
-  using Ending = JsonRpcChild::Reply::Ending;
+  using Ending = RpcChild::Reply::Ending;
   switch (reply.ending) {
     case Ending::result: {
       {

@@ -27,22 +27,22 @@ std::int64_t backoff_ms(int failures) {
 
 }  // namespace
 
-std::shared_ptr<JsonRpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, std::vector<RemoteTool>* tools,
-                                                     std::string& why, bool& modern) {
+std::shared_ptr<RpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, std::vector<RemoteTool>* tools,
+                                                 std::string& why, bool& modern) {
   modern = false;
-  std::shared_ptr<JsonRpcChild> child;
+  std::shared_ptr<RpcChild> child;
   try {
-    child = std::make_shared<JsonRpcChild>(
+    child = std::make_shared<RpcChild>(
         options_.child, [this](const jsonrpc::Message& m, std::string& reply) { on_request(m, reply); },
         [this](const jsonrpc::Message& m) { on_notification(m); }, &spawner_);
   } catch (const HostError& e) {
     why = std::string("cannot start it: ") + e.what();
     return nullptr;
   }
-  auto failed = [&](const std::string& step, const JsonRpcChild::Reply& r) {
+  auto failed = [&](const std::string& step, const RpcChild::Reply& r) {
     std::string what = r.message;
-    if (r.ending == JsonRpcChild::Reply::Ending::error) what = "error " + std::to_string(r.code) + ": " + r.message;
-    if (r.ending == JsonRpcChild::Reply::Ending::timed_out)
+    if (r.ending == RpcChild::Reply::Ending::error) what = "error " + std::to_string(r.code) + ": " + r.message;
+    if (r.ending == RpcChild::Reply::Ending::timed_out)
       what = "no answer within " + std::to_string(options_.start_timeout_ms) + " ms";
     why = step + " failed: " + what;
     std::string tail = child->tail();
@@ -78,7 +78,7 @@ std::shared_ptr<JsonRpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, s
   // One page of tools/list (its params text): false, the child killed, when it fails.
   auto list_tools = [&](const std::string& params, json& list) -> bool {
     const auto r = child->call("tools/list", params, deadline_ms);
-    if (r.ending != JsonRpcChild::Reply::Ending::result) {
+    if (r.ending != RpcChild::Reply::Ending::result) {
       failed("tools/list", r);
       return false;
     }
@@ -92,7 +92,7 @@ std::shared_ptr<JsonRpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, s
   };
   using Dialect = JsonRpcToolsetOptions::Dialect;
   if (options_.dialect == Dialect::mcp) {
-    using Ending = JsonRpcChild::Reply::Ending;
+    using Ending = RpcChild::Reply::Ending;
     // Any answer but a result listing 2026-07-28 (an error, a time-out) means the handshake.
     const std::int64_t now = steady_now_ms();
     auto r = child->call("server/discover", "{\"_meta\":{" + kEnvelope + "}}",
@@ -141,7 +141,7 @@ std::shared_ptr<JsonRpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, s
   }
   // Skills: initialize says what it has; then it is loaded.
   auto r = child->call("initialize", "{}", deadline_ms);
-  if (r.ending != JsonRpcChild::Reply::Ending::result) return failed("initialize", r);
+  if (r.ending != RpcChild::Reply::Ending::result) return failed("initialize", r);
   const auto result = json::parse(r.result, nullptr, false);
   if (!result.is_object()) {
     why = "initialize failed: its answer is not an object";
@@ -162,12 +162,12 @@ std::shared_ptr<JsonRpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, s
     json manifest =
         json::parse(options_.skill_manifest_json.empty() ? "{}" : options_.skill_manifest_json, nullptr, false);
     r = child->call("skill/load", json{{"manifest", manifest}, {"dataDir", options_.data_dir}}.dump(), deadline_ms);
-    if (r.ending != JsonRpcChild::Reply::Ending::result) return failed("skill/load", r);
+    if (r.ending != RpcChild::Reply::Ending::result) return failed("skill/load", r);
     r = child->call("skill/activate", "{}", deadline_ms);
-    if (r.ending != JsonRpcChild::Reply::Ending::result) return failed("skill/activate", r);
+    if (r.ending != RpcChild::Reply::Ending::result) return failed("skill/activate", r);
   } else {
     r = child->call("lifecycle/onLoad", "{}", deadline_ms);
-    if (r.ending != JsonRpcChild::Reply::Ending::result && r.ending != JsonRpcChild::Reply::Ending::error)
+    if (r.ending != RpcChild::Reply::Ending::result && r.ending != RpcChild::Reply::Ending::error)
       return failed("lifecycle/onLoad", r);
   }
   return child;
@@ -186,7 +186,7 @@ std::vector<RemoteTool> JsonRpcToolset::start() {
   return tools;
 }
 
-std::shared_ptr<JsonRpcChild> JsonRpcToolset::live_child(std::int64_t deadline_ms, std::string& why) {
+std::shared_ptr<RpcChild> JsonRpcToolset::live_child(std::int64_t deadline_ms, std::string& why) {
   {
     std::lock_guard lock(mu_);
     if (closed_) {

@@ -59,7 +59,7 @@ pid_t JsonRpcToolset::pid() const {
 }
 
 void JsonRpcToolset::lifecycle(const char* lifecycle_method, const char* skill_method, const std::string& params) {
-  std::shared_ptr<JsonRpcChild> child;
+  std::shared_ptr<RpcChild> child;
   {
     std::lock_guard lock(mu_);
     child = child_;
@@ -67,15 +67,14 @@ void JsonRpcToolset::lifecycle(const char* lifecycle_method, const char* skill_m
   lifecycle_on(child, lifecycle_method, skill_method, params);
 }
 
-void JsonRpcToolset::lifecycle_on(const std::shared_ptr<JsonRpcChild>& child, const char* lifecycle_method,
+void JsonRpcToolset::lifecycle_on(const std::shared_ptr<RpcChild>& child, const char* lifecycle_method,
                                   const char* skill_method, const std::string& params) {
   if (options_.dialect == JsonRpcToolsetOptions::Dialect::mcp) return;
   if (!child || !child->alive()) return;
   const char* method =
       options_.dialect == JsonRpcToolsetOptions::Dialect::runtime_skill ? skill_method : lifecycle_method;
   const auto r = child->call(method, params, steady_now_ms() + 5'000);
-  if (r.ending != JsonRpcChild::Reply::Ending::result && r.ending != JsonRpcChild::Reply::Ending::error &&
-      options_.on_event) {
+  if (r.ending != RpcChild::Reply::Ending::result && r.ending != RpcChild::Reply::Ending::error && options_.on_event) {
     options_.on_event("skill " + options_.name + ": " + method + " got no answer (" + r.message + ")");
   }
 }
@@ -110,7 +109,7 @@ void JsonRpcToolset::background_loop() {
         if (!child->alive()) continue;
         const auto r = child->call("ping", "{}", steady_now_ms() + options_.probe_timeout_ms);
         // Any answer, an error included, says it still reads and writes.
-        if (r.ending == JsonRpcChild::Reply::Ending::timed_out) {
+        if (r.ending == RpcChild::Reply::Ending::timed_out) {
           child->kill("hung: it did not answer a ping within " + std::to_string(options_.probe_timeout_ms) +
                       " ms after a call timed out, and was killed");
           if (options_.on_event) options_.on_event(std::string(kind()) + " " + options_.name + " hung and was killed");
@@ -135,7 +134,7 @@ void JsonRpcToolset::background_loop() {
 }
 
 void JsonRpcToolset::close() {
-  std::shared_ptr<JsonRpcChild> child;
+  std::shared_ptr<RpcChild> child;
   {
     std::lock_guard lock(mu_);
     if (closed_) return;

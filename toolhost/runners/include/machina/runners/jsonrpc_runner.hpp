@@ -14,7 +14,7 @@
 // start (from 100 ms to 30 s).
 #pragma once
 
-#include <machina/jsonrpc_child.hpp>
+#include <machina/rpc_child.hpp>
 #include <machina/runner.hpp>
 
 #include <condition_variable>
@@ -33,7 +33,7 @@ struct JsonRpcToolsetOptions {
   enum class Dialect { lifecycle_skill, runtime_skill, mcp };
   Dialect dialect = Dialect::lifecycle_skill;
   std::string name;  // the skill's or server's (for messages)
-  JsonRpcChildOptions child;
+  RpcChildOptions child;
   std::int64_t start_timeout_ms = 30'000;  // to start and say what tools it has
   std::int64_t tick_interval_ms = 0;       // skills: a tick this often (0: none)
   std::string data_dir;                    // skills: data/read and data/write beneath it ("": refused)
@@ -79,23 +79,23 @@ class JsonRpcToolset {
 
  private:
   struct InFlight;
-  std::shared_ptr<JsonRpcChild> live_child(std::int64_t deadline_ms, std::string& why);
+  std::shared_ptr<RpcChild> live_child(std::int64_t deadline_ms, std::string& why);
   /// `modern`: whether the child (an MCP server) speaks the 2026-07-28 revision.
-  std::shared_ptr<JsonRpcChild> launch(std::int64_t deadline_ms, std::vector<RemoteTool>* tools, std::string& why,
-                                       bool& modern);
+  std::shared_ptr<RpcChild> launch(std::int64_t deadline_ms, std::vector<RemoteTool>* tools, std::string& why,
+                                   bool& modern);
   void on_request(const jsonrpc::Message& request, std::string& reply);
   void on_notification(const jsonrpc::Message& notification);
   void answer_state(const jsonrpc::Message& request, std::string& reply);
   void answer_data(const jsonrpc::Message& request, std::string& reply);
   void lifecycle(const char* lifecycle_method, const char* skill_method, const std::string& params);
-  void lifecycle_on(const std::shared_ptr<JsonRpcChild>& child, const char* lifecycle_method, const char* skill_method,
+  void lifecycle_on(const std::shared_ptr<RpcChild>& child, const char* lifecycle_method, const char* skill_method,
                     const std::string& params);
   void background_loop();
 
   JsonRpcToolsetOptions options_;
   Spawner spawner_;  // children die with the host (PR_SET_PDEATHSIG on this thread)
   mutable std::mutex mu_;
-  std::shared_ptr<JsonRpcChild> child_;
+  std::shared_ptr<RpcChild> child_;
   bool child_modern_ = false;  // child_ speaks MCP 2026-07-28: every request carries the envelope
   int failures_ = 0;           // starts that failed or children that ended, in a row
   std::int64_t next_start_ms_ = 0;
@@ -108,7 +108,7 @@ class JsonRpcToolset {
   std::int64_t next_token_ = 1;
   // The background thread: ticks, and pings after a timeout.
   std::condition_variable wake_;
-  std::vector<std::shared_ptr<JsonRpcChild>> to_probe_;
+  std::vector<std::shared_ptr<RpcChild>> to_probe_;
   std::thread background_;
 };
 

@@ -1,5 +1,5 @@
 // A child process spoken to in JSON-RPC 2.0, one message per line on its stdin and stdout
-// (a seed-001 skill, an MCP server over stdio): many requests in flight, matched by id; the
+// (a skill, an MCP server over stdio): many requests in flight, matched by id; the
 // child's own requests answered by a handler and its notifications handed to another; the
 // child's stderr kept as a bounded tail. A child that writes something that is not a
 // message, a line over the cap, or ends, fails every call in flight on it (`crashed`);
@@ -35,10 +35,10 @@
 
 namespace machina {
 
-struct JsonRpcChildOptions {
-  std::vector<std::string> argv;  // the whole command: a sandbox's launcher first, if any
-  std::vector<std::string> env;   // its whole environment
-  std::string cwd;                // "" for ours
+struct RpcChildOptions {
+  std::vector<std::string> argv;           // the whole command: a sandbox's launcher first, if any
+  std::vector<std::string> env;            // its whole environment
+  std::string cwd;                         // "" for ours
   std::size_t max_line_bytes = 16u << 20;  // longest message read
   std::size_t stderr_tail_bytes = 4096;
   std::string name;  // names it in events ("skill weather")
@@ -46,7 +46,7 @@ struct JsonRpcChildOptions {
   std::function<void(std::string_view)> on_event;
 };
 
-class JsonRpcChild {
+class RpcChild {
  public:
   /// A request of the child's: append exactly one response line (jsonrpc::append_result /
   /// append_error) to `reply`. Called by the thread reading (see above), one call at a time.
@@ -57,20 +57,20 @@ class JsonRpcChild {
   struct Reply {
     enum class Ending { result, error, timed_out, cancelled, crashed, closed };
     Ending ending = Ending::result;
-    std::string result;  // raw JSON (result)
-    int code = 0;        // (error)
-    std::string message; // (error), or what happened (timed_out, crashed, closed)
-    std::string data;    // raw JSON of error.data, if any
+    std::string result;   // raw JSON (result)
+    int code = 0;         // (error)
+    std::string message;  // (error), or what happened (timed_out, crashed, closed)
+    std::string data;     // raw JSON of error.data, if any
   };
 
   /// Starts the child (on `spawner`'s thread, for PR_SET_PDEATHSIG) and its watch thread.
   /// Throws as ChildProcess does.
-  JsonRpcChild(JsonRpcChildOptions options, RequestHandler on_request, NotificationHandler on_notification,
-               Spawner* spawner = nullptr);
+  RpcChild(RpcChildOptions options, RequestHandler on_request, NotificationHandler on_notification,
+           Spawner* spawner = nullptr);
   /// Kills the child if it still runs; every call in flight ends `closed`.
-  ~JsonRpcChild();
-  JsonRpcChild(const JsonRpcChild&) = delete;
-  JsonRpcChild& operator=(const JsonRpcChild&) = delete;
+  ~RpcChild();
+  RpcChild(const RpcChild&) = delete;
+  RpcChild& operator=(const RpcChild&) = delete;
 
   /// Sends a request and waits for its answer until `deadline_ms` (steady_now_ms). `sent`
   /// (if given) gets the request's id just before it is written. With a `cancel` token the call
@@ -140,7 +140,7 @@ class JsonRpcChild {
   void fail_all(Reply::Ending ending, const std::string& why);
   bool write_line(std::string_view line, std::int64_t deadline_ms);
 
-  JsonRpcChildOptions options_;
+  RpcChildOptions options_;
   RequestHandler on_request_;
   NotificationHandler on_notification_;
   std::unique_ptr<ChildProcess> child_;
@@ -156,11 +156,11 @@ class JsonRpcChild {
   bool gone_ = false;   // no call goes to it any more
   bool ended_ = false;  // its output has ended (it is reaped)
   std::string how_;
-  bool reading_ = false;          // a thread holds the reading turn
-  bool watch_reading_ = false;    // ... the watch thread
-  bool watch_woken_ = false;      // ... and it was asked to give it up
-  bool stopping_ = false;         // the watch thread leaves
-  bool watch_wanted_ = false;     // what was read next is the watch thread's to handle
+  bool reading_ = false;        // a thread holds the reading turn
+  bool watch_reading_ = false;  // ... the watch thread
+  bool watch_woken_ = false;    // ... and it was asked to give it up
+  bool stopping_ = false;       // the watch thread leaves
+  bool watch_wanted_ = false;   // what was read next is the watch thread's to handle
   std::chrono::steady_clock::time_point turn_free_since_{};
   std::condition_variable watch_cv_;
   // The reader's (whoever holds the turn): a line begun (no newline before clean_), and

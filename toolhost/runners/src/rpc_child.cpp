@@ -1,7 +1,7 @@
-// See jsonrpc_child.hpp.
+// See rpc_child.hpp.
 #include <machina/clock.hpp>
 #include <machina/json_text.hpp>
-#include <machina/jsonrpc_child.hpp>
+#include <machina/rpc_child.hpp>
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -37,9 +37,11 @@ bool id_of(std::string_view raw, std::int64_t& id) {
 
 }  // namespace
 
-JsonRpcChild::JsonRpcChild(JsonRpcChildOptions options, RequestHandler on_request, NotificationHandler on_notification,
-                           Spawner* spawner)
-    : options_(std::move(options)), on_request_(std::move(on_request)), on_notification_(std::move(on_notification)),
+RpcChild::RpcChild(RpcChildOptions options, RequestHandler on_request, NotificationHandler on_notification,
+                   Spawner* spawner)
+    : options_(std::move(options)),
+      on_request_(std::move(on_request)),
+      on_notification_(std::move(on_notification)),
       chunk_(new char[kChunkBytes]) {
   if (options_.argv.empty()) throw HostError("a JSON-RPC child needs a command");
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -67,7 +69,7 @@ JsonRpcChild::JsonRpcChild(JsonRpcChildOptions options, RequestHandler on_reques
   }
 }
 
-JsonRpcChild::~JsonRpcChild() {
+RpcChild::~RpcChild() {
   child_->kill();
   {
     std::lock_guard lock(mu_);
@@ -83,7 +85,7 @@ JsonRpcChild::~JsonRpcChild() {
   ::close(wake_fd_);
 }
 
-void JsonRpcChild::fail_all(Reply::Ending ending, const std::string& why) {
+void RpcChild::fail_all(Reply::Ending ending, const std::string& why) {
   gone_ = true;
   for (auto& [id, p] : pending_) {
     p->done = true;
@@ -96,12 +98,12 @@ void JsonRpcChild::fail_all(Reply::Ending ending, const std::string& why) {
   wake_reader();  // a caller reading returns at once (its child's end may come late, or never)
 }
 
-void JsonRpcChild::wake_reader() const {
+void RpcChild::wake_reader() const {
   const std::uint64_t one = 1;
   [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
 }
 
-bool JsonRpcChild::write_line(std::string_view line, std::int64_t deadline_ms) {
+bool RpcChild::write_line(std::string_view line, std::int64_t deadline_ms) {
   std::lock_guard lock(write_mu_);
   std::size_t sent = 0;
   while (sent < line.size()) {
@@ -124,7 +126,7 @@ bool JsonRpcChild::write_line(std::string_view line, std::int64_t deadline_ms) {
   return true;
 }
 
-bool JsonRpcChild::notify(std::string_view method, std::string_view params) {
+bool RpcChild::notify(std::string_view method, std::string_view params) {
   {
     std::lock_guard lock(mu_);
     if (gone_) return false;
@@ -134,15 +136,15 @@ bool JsonRpcChild::notify(std::string_view method, std::string_view params) {
   return write_line(line, steady_now_ms() + 5000);
 }
 
-std::shared_ptr<JsonRpcChild::Pending> JsonRpcChild::next_reader() const {
+std::shared_ptr<RpcChild::Pending> RpcChild::next_reader() const {
   for (const auto& [id, p] : pending_) {
     if (!p->done && p->waiting) return p;
   }
   return nullptr;
 }
 
-JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view params, std::int64_t deadline_ms,
-                                       CancelToken* cancel, const std::function<void(std::int64_t)>& sent) {
+RpcChild::Reply RpcChild::call(std::string_view method, std::string_view params, std::int64_t deadline_ms,
+                               CancelToken* cancel, const std::function<void(std::int64_t)>& sent) {
   auto p = std::make_shared<Pending>();
   std::int64_t id = 0;
   {
@@ -233,14 +235,14 @@ JsonRpcChild::Reply JsonRpcChild::call(std::string_view method, std::string_view
   return reply;
 }
 
-void JsonRpcChild::kill(const std::string& why) {
+void RpcChild::kill(const std::string& why) {
   child_->kill();
   std::lock_guard lock(mu_);
   if (how_.empty()) how_ = why;
   fail_all(Reply::Ending::crashed, why);
 }
 
-void JsonRpcChild::finish(std::int64_t grace_ms) {
+void RpcChild::finish(std::int64_t grace_ms) {
   {
     // Said first: the reader may see the child leave before this thread is back.
     std::lock_guard lock(mu_);
@@ -254,39 +256,39 @@ void JsonRpcChild::finish(std::int64_t grace_ms) {
   kill("it was closed");
 }
 
-bool JsonRpcChild::alive() const {
+bool RpcChild::alive() const {
   std::lock_guard lock(mu_);
   return !gone_;
 }
 
-std::size_t JsonRpcChild::in_flight() const {
+std::size_t RpcChild::in_flight() const {
   std::lock_guard lock(mu_);
   return pending_.size();
 }
 
-std::uint64_t JsonRpcChild::answers_read_by_callers() const {
+std::uint64_t RpcChild::answers_read_by_callers() const {
   std::lock_guard lock(mu_);
   return answers_read_by_callers_;
 }
 
-std::uint64_t JsonRpcChild::stray_answers() const {
+std::uint64_t RpcChild::stray_answers() const {
   std::lock_guard lock(mu_);
   return stray_answers_;
 }
 
-void JsonRpcChild::stray_answer(std::int64_t id, std::uint64_t count) const {
+void RpcChild::stray_answer(std::int64_t id, std::uint64_t count) const {
   if (!options_.on_event || (count > kStrayAnswersTold && count % 1000 != 0)) return;
   options_.on_event(options_.name + ": dropped an answer for id " + std::to_string(id) +
                     ", which is not a request in flight (" + std::to_string(count) + " dropped" +
                     (count == kStrayAnswersTold ? "; from here on one in a thousand is told)" : ")"));
 }
 
-std::string JsonRpcChild::ended_how() const {
+std::string RpcChild::ended_how() const {
   std::lock_guard lock(mu_);
   return how_;
 }
 
-void JsonRpcChild::watch() {
+void RpcChild::watch() {
   std::unique_lock lock(mu_);
   // (After the child is gone it still reads, up to the end of the output: then the child
   // is reaped at once and its end described.)
@@ -314,7 +316,7 @@ void JsonRpcChild::watch() {
   }
 }
 
-JsonRpcChild::Read JsonRpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t deadline_ms) noexcept {
+RpcChild::Read RpcChild::read_some(int timeout_ms, const Pending* mine, std::int64_t deadline_ms) noexcept {
   try {
     // Whole lines a reader before left (it stopped once its own answer was in) come first.
     if (buffer_.find('\n', clean_) == std::string::npos) {
@@ -396,7 +398,7 @@ JsonRpcChild::Read JsonRpcChild::read_some(int timeout_ms, const Pending* mine, 
   return Read::more;
 }
 
-JsonRpcChild::Handled JsonRpcChild::handle_line(std::string_view line, bool by_caller, std::uint64_t at) {
+RpcChild::Handled RpcChild::handle_line(std::string_view line, bool by_caller, std::uint64_t at) {
   jsonrpc::Message m;
   std::string why;
   if (!jsonrpc::parse(line, m, why) || m.kind == jsonrpc::Message::Kind::invalid) {
@@ -467,7 +469,7 @@ JsonRpcChild::Handled JsonRpcChild::handle_line(std::string_view line, bool by_c
   return Handled::done;
 }
 
-void JsonRpcChild::ended() {
+void RpcChild::ended() {
   // How it ended, and the last of what it wrote to stderr.
   const std::string how = child_->end(200);
   std::string tail = child_->tail();
