@@ -54,7 +54,7 @@ TEST_CASE("headers and schemes") {
   CHECK(masked("X-Auth-Token: t") == "X-Auth-Token: ***");
   CHECK(masked("Content-Type: json") == "Content-Type: json");
   CHECK(masked("echo bearer abc") == "echo bearer ***");
-  // A flag where a value was expected is not a value.
+  // A flag where a value is expected is not taken as one.
   CHECK(masked("Authorization: -v") == "Authorization: -v");
 }
 

@@ -104,7 +104,7 @@ TEST_CASE("slot_set refuses what a slot must not hold") {
   const machina_artifact ok = artifact("t", "1", "p");
   CHECK(api.slot_set(c.as_call(), kDsSlots, &ok) == -1);
   CHECK(api.slot_set(c.as_call(), 0, nullptr) == -1);
-  // Nothing refused was written.
+  // What is refused is not written.
   CHECK_FALSE(c.changes);
   CHECK(api.slot_set(c.as_call(), 7, &ok) == 0);
   CHECK(c.changes->set == 0x80);

@@ -110,7 +110,7 @@ TEST_CASE("the open files limit is set, and a limit above the hard one is refuse
           return 1;
         }) == 0);
   CHECK(in_child([] {
-          apply_open_files_limit(0);  // none: the limit stays as it was
+          apply_open_files_limit(0);  // none: the limit is left alone
           return 0;
         }) == 0);
 }

@@ -114,7 +114,7 @@ TEST_CASE("inside the walls: PID 1, a /proc of its own, hidden files empty, no n
     return;
   }
   CHECK(rc == 0);
-  CHECK(read_all(secret) == "the key");  // outside, the file is as it was
+  CHECK(read_all(secret) == "the key");  // outside, the file keeps its content
 }
 
 TEST_CASE("read_only walls: writes only beneath the writable paths") {
