@@ -23,6 +23,25 @@ std::string real(const std::string& path) {
   return ec ? path : r.string();
 }
 
+/// The lease key file (MACHINA_LEASE_KEY_FILE) is hidden from the confined process.
+void hide_lease_key(sandbox::ExecSpec& spec) {
+  if (const char* key_file = std::getenv("MACHINA_LEASE_KEY_FILE"); key_file != nullptr && *key_file != '\0') {
+    spec.hidden_files.emplace_back(key_file);
+  }
+}
+
+/// no_network: a network namespace of its own and no socket(2).
+void deny_network(sandbox::ExecSpec& spec, nlohmann::ordered_json& how) {
+  spec.own_network = spec.no_sockets = true;
+  how["no_network"] = "a network namespace of its own (no interface up); socket(2) refused by seccomp";
+}
+
+/// With exec restricted: `program` (a resolved path) and its ELF loader alone may be executed.
+void allow_exec_of_only(sandbox::ExecSpec& spec, const std::string& program) {
+  spec.exec_paths = {program};
+  if (auto loader = sandbox::elf_interpreter(program); !loader.empty()) spec.exec_paths.push_back(loader);
+}
+
 }  // namespace
 
 // A sandboxed worker runs the real interpreter (a version manager's shim is a shell script
@@ -77,35 +96,31 @@ SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& int
   nlohmann::ordered_json how = nlohmann::ordered_json::object();
   std::vector<std::string> refused;
   if (wants("no_env_write")) {
-    refused.push_back("no_env_write cannot be enforced by the operating system (a process's environment is its own "
-                      "memory); no_env_read is");
+    refused.push_back(
+        "no_env_write cannot be enforced by the operating system (a process's environment is its own "
+        "memory); no_env_read is");
   }
   if (!support.namespaces) refused.push_back("the sandbox needs " + support.namespaces_why);
   if (executable.empty()) refused.push_back("the sandbox needs the machina-toolhost executable, which was not given");
   if ((read || write) && support.landlock_abi < 1) {
-    refused.push_back(std::string(read ? "no_filesystem_read" : "no_filesystem_write") +
-                      " needs Landlock, which this kernel does not offer (or MACHINA_TOOLHOST_NO_LANDLOCK=1 turned it off)");
+    refused.push_back(
+        std::string(read ? "no_filesystem_read" : "no_filesystem_write") +
+        " needs Landlock, which this kernel does not offer (or MACHINA_TOOLHOST_NO_LANDLOCK=1 turned it off)");
   }
 
   sandbox::ExecSpec spec;
   spec.memory_mb = memory_mb;
-  if (const char* key_file = std::getenv("MACHINA_LEASE_KEY_FILE"); key_file != nullptr && *key_file != '\0') {
-    spec.hidden_files.emplace_back(key_file);
-  }
+  hide_lease_key(spec);
   if (tool.sandbox) {
-    how["sandbox"] = "user, PID, mount and IPC namespaces of its own with a /proc of its own (no other process is "
-                     "visible), no capability";
+    how["sandbox"] =
+        "user, PID, mount and IPC namespaces of its own with a /proc of its own (no other process is "
+        "visible), no capability";
   }
-  if (net) {
-    spec.own_network = spec.no_sockets = true;
-    how["no_network"] = "a network namespace of its own (no interface up); socket(2) refused by seccomp";
-  }
+  if (net) deny_network(spec, how);
   if (procs) {
     spec.no_processes = true;
     spec.restrict_exec = support.landlock_abi >= 1;
-    const std::string python = real(files.executable);
-    spec.exec_paths = {python};
-    if (auto loader = sandbox::elf_interpreter(python); !loader.empty()) spec.exec_paths.push_back(loader);
+    allow_exec_of_only(spec, real(files.executable));
     how["no_subprocess"] = std::string("fork, vfork, clone without CLONE_THREAD and clone3 refused by seccomp") +
                            (spec.restrict_exec ? "; executing anything but the interpreter refused by Landlock"
                                                : " (no Landlock here: the worker could still exec another program in "
@@ -117,20 +132,23 @@ SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& int
     const std::string where = tool.write_root.empty()
                                   ? std::string("to /dev/null")
                                   : "beneath " + tool.write_root + " (filesystem_root) and to /dev/null";
-    how["no_filesystem_write"] = "Landlock: writing only " + where +
-                                 "; every other mount read-only (no mode, time, owner or attribute changes); no set-ID bit "
-                                 "(seccomp)";
+    how["no_filesystem_write"] =
+        "Landlock: writing only " + where +
+        "; every other mount read-only (no mode, time, owner or attribute changes); no set-ID bit "
+        "(seccomp)";
   }
   if (read && support.landlock_abi >= 1 && refused.empty()) {
     spec.restrict_read = true;
     spec.read_paths = files.paths;
-    for (const char* p : {"/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache",
-                          "/etc/localtime"})
+    for (const char* p :
+         {"/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/etc/localtime"})
       spec.read_paths.emplace_back(p);
     spec.read_paths.push_back(tool.root);
     spec.read_paths.insert(spec.read_paths.end(), tool.read_roots.begin(), tool.read_roots.end());
-    how["no_filesystem_read"] = "Landlock: reading only the interpreter's own files, the system libraries, the tool's "
-                                "directory" + std::string(tool.read_roots.empty() ? "" : " and filesystem_read_roots");
+    how["no_filesystem_read"] =
+        "Landlock: reading only the interpreter's own files, the system libraries, the tool's "
+        "directory" +
+        std::string(tool.read_roots.empty() ? "" : " and filesystem_read_roots");
   }
   if (env) {
     plan.empty_environment = true;
@@ -161,8 +179,9 @@ SandboxPlan plan_child_sandbox(const ManifestChild& child, const std::string& pr
   const bool rlimits = limits.address_space_mb != 0 || limits.open_files != 0 || limits.file_size_mb != 0;
   std::vector<std::string> refused;
   if (wants("no_filesystem_read")) {
-    refused.push_back("no_filesystem_read is not offered for a skill or an MCP server (what it may read depends on "
-                      "the program it runs; confine a Python tool instead)");
+    refused.push_back(
+        "no_filesystem_read is not offered for a skill or an MCP server (what it may read depends on "
+        "the program it runs; confine a Python tool instead)");
   }
   if (wants("no_env_write")) refused.push_back("no_env_write cannot be enforced by the operating system");
   if (!child.sandbox && !net && !procs && !write && !env && !rlimits && child.memory_mb == 0 && refused.empty()) {
@@ -172,8 +191,9 @@ SandboxPlan plan_child_sandbox(const ManifestChild& child, const std::string& pr
   if (!support.namespaces) refused.push_back("its walls need " + support.namespaces_why);
   if (executable.empty()) refused.push_back("its walls need the machina-toolhost executable, which was not given");
   if (write && support.landlock_abi < 1) {
-    refused.push_back("no_filesystem_write needs Landlock, which this kernel does not offer (or "
-                      "MACHINA_TOOLHOST_NO_LANDLOCK=1 turned it off)");
+    refused.push_back(
+        "no_filesystem_write needs Landlock, which this kernel does not offer (or "
+        "MACHINA_TOOLHOST_NO_LANDLOCK=1 turned it off)");
   }
   if (!refused.empty()) {
     std::string why;
@@ -185,19 +205,13 @@ SandboxPlan plan_child_sandbox(const ManifestChild& child, const std::string& pr
   spec.address_space_mb = limits.address_space_mb;
   spec.open_files = limits.open_files;
   spec.file_size_mb = limits.file_size_mb;
-  if (const char* key_file = std::getenv("MACHINA_LEASE_KEY_FILE"); key_file != nullptr && *key_file != '\0') {
-    spec.hidden_files.emplace_back(key_file);
-  }
+  hide_lease_key(spec);
   nlohmann::ordered_json how = nlohmann::ordered_json::object();
-  if (net) {
-    spec.own_network = spec.no_sockets = true;
-    how["no_network"] = "a network namespace of its own (no interface up); socket(2) refused by seccomp";
-  }
+  if (net) deny_network(spec, how);
   if (procs) {
     spec.no_processes = true;
     spec.restrict_exec = support.landlock_abi >= 1;
-    spec.exec_paths = {real(program)};
-    if (auto loader = sandbox::elf_interpreter(real(program)); !loader.empty()) spec.exec_paths.push_back(loader);
+    allow_exec_of_only(spec, real(program));
     how["no_subprocess"] = "fork, vfork, clone without CLONE_THREAD and clone3 refused by seccomp";
   }
   if (write) {

@@ -13,9 +13,11 @@
 // commits in batches, so a refresh cut by its deadline keeps what it did.
 #include "code_index.hpp"
 
+#include "child_records.hpp"
+
 #include <machina/child_process.hpp>
-#include <machina/code_search_text.hpp>
 #include <machina/clock.hpp>
+#include <machina/code_search_text.hpp>
 #include <machina/json_text.hpp>
 #include <machina/workspace.hpp>
 
@@ -39,11 +41,11 @@
 namespace machina::packs {
 namespace {
 
-constexpr int kListFd = 3;                        // the listed directory, in rg
-constexpr int kChunkBits = 20;                    // chunks of a file: rowids id << 20 | 0 .. 2^20 - 1
-constexpr std::uint64_t kBatchFiles = 256;        // files written per transaction
-constexpr std::uint64_t kBatchBytes = 8u << 20;   // bytes written per transaction
-constexpr std::size_t kMaxListingLine = 1u << 16; // a name rg lists, at most (longer: dropped)
+constexpr int kListFd = 3;                         // the listed directory, in rg
+constexpr int kChunkBits = 20;                     // chunks of a file: rowids id << 20 | 0 .. 2^20 - 1
+constexpr std::uint64_t kBatchFiles = 256;         // files written per transaction
+constexpr std::uint64_t kBatchBytes = 8u << 20;    // bytes written per transaction
+constexpr std::size_t kMaxListingLine = 1u << 16;  // a name rg lists, at most (longer: dropped)
 
 std::string hex(const std::uint8_t* p, std::size_t n) {
   static const char digits[] = "0123456789abcdef";
@@ -82,7 +84,7 @@ bool index_dir_ready(const std::string& dir, std::string& why) {
     why = "cannot make the index folder " + dir + ": " + std::strerror(errno);
     return false;
   }
-  struct stat st {};
+  struct stat st{};
   if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     why = "the index folder " + dir + " is not a directory";
     return false;
@@ -94,7 +96,9 @@ bool index_dir_ready(const std::string& dir, std::string& why) {
   return true;
 }
 
-std::int64_t now_ms() { return steady_now_ms(); }
+std::int64_t now_ms() {
+  return steady_now_ms();
+}
 
 /// The bytes of a name rg listed, beneath the listed directory.
 bool relative(std::string_view listed, std::string_view prefix, std::string& rel) {
@@ -136,7 +140,9 @@ CodeIndex::~CodeIndex() = default;
 CodeIndex::CodeIndex(CodeIndex&&) noexcept = default;
 CodeIndex& CodeIndex::operator=(CodeIndex&&) noexcept = default;
 
-bool CodeIndex::stopped() const { return stop_->hit; }
+bool CodeIndex::stopped() const {
+  return stop_->hit;
+}
 
 Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::string& rg, IndexCounts& counts) {
   Stop& stop = *stop_;
@@ -153,7 +159,8 @@ Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::
   workspace::Fd lock(::open((base + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!lock) return system_error("cannot open " + base + ".lock: " + std::strerror(errno));
   while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK && errno != EINTR) return system_error("cannot lock " + base + ".lock: " + std::strerror(errno));
+    if (errno != EWOULDBLOCK && errno != EINTR)
+      return system_error("cannot lock " + base + ".lock: " + std::strerror(errno));
     if (stop.now()) return stop.result("waiting for another search's refresh of the index");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -191,13 +198,22 @@ Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::
   workspace::Workspace ws;
   if (!ws.open(root, why)) return missing(why);
   workspace::Fd listed;
-  if (workspace::Fd d = ws.open_dir({}, why)) listed = workspace::Fd(::openat(d.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (workspace::Fd d = ws.open_dir({}, why))
+    listed = workspace::Fd(::openat(d.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!listed) return system_error(root + ": " + (why.empty() ? std::strerror(errno) : why));
   ChildSpec child;
   child.executable = rg;
   const std::string listed_path = "/proc/self/fd/" + std::to_string(kListFd);
-  child.argv = {rg, "--files", "--null", "--no-config", "--no-follow", "--no-require-git", "--sort", "path",
-                "--max-filesize", std::to_string(policy.code.max_file_bytes)};
+  child.argv = {rg,
+                "--files",
+                "--null",
+                "--no-config",
+                "--no-follow",
+                "--no-require-git",
+                "--sort",
+                "path",
+                "--max-filesize",
+                std::to_string(policy.code.max_file_bytes)};
   for (const auto& glob : policy.files.deny) {
     child.argv.push_back("--glob");
     child.argv.push_back("!" + glob);
@@ -214,41 +230,22 @@ Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::
   const std::uint64_t cap = policy.code.max_index_files;
   {
     const std::string prefix = listed_path + "/";
-    std::string buffer, rel;
-    char chunk[65536];
-    bool open = true;
-    while (open && !counts.more_files) {
-      if (stop.now()) {
-        proc->kill();
-        proc->end(100);
-        return stop.result("listing the files");
-      }
-      pollfd p{proc->stdout_fd(), POLLIN, 0};
-      const int n = ::poll(&p, 1, static_cast<int>(std::clamp<std::int64_t>(stop.deadline - now_ms(), 1, 100)));
-      if (n < 0 && errno != EINTR) break;
-      if (n <= 0) continue;
-      for (;;) {
-        const ssize_t got = ::read(proc->stdout_fd(), chunk, sizeof chunk);
-        if (got > 0) {
-          buffer.append(chunk, static_cast<std::size_t>(got));
-          std::size_t at = 0;
-          for (std::size_t end; (end = buffer.find('\0', at)) != std::string::npos; at = end + 1) {
-            if (!relative(std::string_view(buffer).substr(at, end - at), prefix, rel)) continue;
-            if (names.size() >= cap) {
-              counts.more_files = true;
-              break;
-            }
-            names.push_back(rel);
+    std::string rel;
+    const RecordsEnd end = read_records(
+        *proc, '\0', kMaxListingLine, stop.deadline, 100, [&] { return stop.now(); },
+        [&](std::string_view name) {
+          if (!relative(name, prefix, rel)) return true;
+          if (names.size() >= cap) {
+            counts.more_files = true;
+            return false;
           }
-          buffer.erase(0, std::min(at, buffer.size()));
-          if (buffer.size() > kMaxListingLine) buffer.clear();
-          if (counts.more_files) break;
-          continue;
-        }
-        if (got == 0) open = false;
-        else if (errno == EINTR) continue;
-        break;
-      }
+          names.push_back(rel);
+          return true;
+        });
+    if (end == RecordsEnd::timed_out || (end == RecordsEnd::stopped && !counts.more_files)) {
+      proc->kill();
+      proc->end(100);
+      return stop.result("listing the files");
     }
     if (counts.more_files) proc->kill();
     proc->end(100);
@@ -284,7 +281,8 @@ Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::
     auto put_file = db_.prepare("INSERT INTO files(path, size, mtime_ns, ino, binary) VALUES(?1, ?2, ?3, ?4, ?5)");
     auto set_file = db_.prepare("UPDATE files SET size = ?2, mtime_ns = ?3, ino = ?4, binary = ?5 WHERE id = ?1");
     auto drop_chunks = db_.prepare("DELETE FROM chunks WHERE rowid BETWEEN ?1 AND ?2");
-    auto put_chunk = db_.prepare("INSERT INTO chunks(rowid, text, idents, first_line, lines) VALUES(?1, ?2, ?3, ?4, ?5)");
+    auto put_chunk =
+        db_.prepare("INSERT INTO chunks(rowid, text, idents, first_line, lines) VALUES(?1, ?2, ?3, ?4, ?5)");
     auto drop_file = db_.prepare("DELETE FROM files WHERE id = ?1");
     auto commit = [&] {
       if (tx) tx->commit();
@@ -308,7 +306,7 @@ Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::
         continue;
       }
       workspace::Fd fd = ws.open_for_reading(parts, refused);
-      struct stat st {};
+      struct stat st{};
       if (!fd || ::fstat(fd.get(), &st) != 0 || policy.is_protected(st.st_dev, st.st_ino) ||
           static_cast<std::uint64_t>(st.st_size) > policy.code.max_file_bytes) {
         ++counts.skipped;

@@ -5,9 +5,11 @@
 // at most 500 characters each, killed at its deadline. rg searches the directory opened
 // beneath the root (through /proc/self/fd), so a link swapped in after the check leads
 // nowhere.
+#include "child_records.hpp"
 #include "packs.hpp"
 
 #include <machina/child_process.hpp>
+#include <machina/clock.hpp>
 #include <machina/workspace.hpp>
 
 #include <fcntl.h>
@@ -30,13 +32,8 @@ using json = nlohmann::json;
 constexpr std::size_t kMaxLine = 500;  // characters of a matching line kept
 constexpr int kSearchFd = 3;           // the searched directory, in rg
 
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool runnable(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
@@ -131,8 +128,19 @@ Result code_grep(const Call& c) {
   child.executable = rg;
   const std::string searched_path = "/proc/self/fd/" + std::to_string(kSearchFd);
   // --sort path: the same matches in the same order every time (rg then searches on one thread).
-  child.argv = {rg, "--json", "--no-config", "--no-follow", "--no-require-git", "--sort", "path", "--max-columns", "2000", "--max-filesize",
-                std::to_string(c.policy.code.max_file_bytes), "--max-count", std::to_string(limit)};
+  child.argv = {rg,
+                "--json",
+                "--no-config",
+                "--no-follow",
+                "--no-require-git",
+                "--sort",
+                "path",
+                "--max-columns",
+                "2000",
+                "--max-filesize",
+                std::to_string(c.policy.code.max_file_bytes),
+                "--max-count",
+                std::to_string(limit)};
   if (ignore_case) child.argv.push_back("--ignore-case");
   for (const auto& glob : c.policy.files.deny) {
     child.argv.push_back("--glob");
@@ -147,7 +155,7 @@ Result code_grep(const Call& c) {
   child.stdio = ChildSpec::Stdio::pipes;
   child.tail_bytes = 2048;
 
-  const std::int64_t started = now_ms();
+  const std::int64_t started = steady_now_ms();
   const std::int64_t deadline = c.spec.deadline_ms;
   Result not_started;
   const std::unique_ptr<ChildProcess> proc = start_rg(child, c.spawner, not_started);
@@ -158,9 +166,7 @@ Result code_grep(const Call& c) {
   const std::string& shown = path;
   const std::string prefix = searched_path + "/";
   json matches = json::array();
-  bool truncated = false, timed_out = false, open = true;
-  std::string buffer;
-  char chunk[65536];
+  bool truncated = false;
   auto take = [&](const std::string& line) {
     json m = json::parse(line, nullptr, false);
     if (!m.is_object() || m.value("type", "") != "match") return;
@@ -168,8 +174,10 @@ Result code_grep(const Call& c) {
     const std::string file = d["path"].value("text", "");
     if (file.empty() || !d["lines"].contains("text")) return;  // (a name or line that is not UTF-8)
     std::string rel;
-    if (file.rfind(prefix, 0) == 0) rel = file.substr(prefix.size());
-    else if (file != searched_path) return;
+    if (file.rfind(prefix, 0) == 0)
+      rel = file.substr(prefix.size());
+    else if (file != searched_path)
+      return;
     // Checked again as the file tools check names (rg's globs are gitignore's).
     std::vector<std::string> parts = t.parts;
     for (std::size_t at = 0; at < rel.size();) {
@@ -187,34 +195,14 @@ Result code_grep(const Call& c) {
     std::string p = rel.empty() ? shown : (shown == "." ? rel : shown + (shown.back() == '/' ? "" : "/") + rel);
     matches.push_back({{"path", std::move(p)}, {"line", d.value("line_number", 0)}, {"content", cut(text, kMaxLine)}});
   };
-  while (open && !truncated) {
-    const std::int64_t left = deadline - now_ms();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{proc->stdout_fd(), POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 1000)));
-    if (n < 0 && errno != EINTR) break;
-    if (n <= 0) continue;
-    for (;;) {
-      const ssize_t got = ::read(proc->stdout_fd(), chunk, sizeof chunk);
-      if (got > 0) {
-        buffer.append(chunk, static_cast<std::size_t>(got));
-        std::size_t at = 0;
-        for (std::size_t nl; (nl = buffer.find('\n', at)) != std::string::npos; at = nl + 1) {
-          take(buffer.substr(at, nl - at));
-        }
-        buffer.erase(0, at);
-        if (buffer.size() > (4u << 20)) buffer.clear();  // one message past 4 MiB: not kept
-        if (truncated) break;
-        continue;
-      }
-      if (got == 0) open = false;
-      else if (errno == EINTR) continue;
-      break;
-    }
-  }
+  // (A cancelled call's rg is killed: its stdout closes.)
+  const RecordsEnd end = read_records(
+      *proc, '\n', 4u << 20, deadline, 1000, [] { return false; },  // one message past 4 MiB: not kept
+      [&](std::string_view line) {
+        take(std::string(line));
+        return !truncated;
+      });
+  const bool timed_out = end == RecordsEnd::timed_out;
   if (c.spec.cancel != nullptr) c.spec.cancel->on_cancel(nullptr);
   const bool cancelled = c.spec.cancel != nullptr && c.spec.cancel->cancelled();
   if (truncated || timed_out || cancelled) proc->kill();
