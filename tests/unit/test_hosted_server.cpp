@@ -1,9 +1,9 @@
-// A hosted server (runners/jsonrpc_runner.hpp): a skill run as a real child (python3 on
+// A hosted server (runners/hosted_server.hpp): a skill run as a real child (python3 on
 // PATH) is started, says what tools it has, runs calls through its runner, reads and writes
 // the ds_state of the call in flight, is told of sessions, and leaves when closed.
 #include <machina/call_context.hpp>
 #include <machina/clock.hpp>
-#include <machina/runners/jsonrpc_runner.hpp>
+#include <machina/runners/hosted_server.hpp>
 #include <machina/tool.hpp>
 
 #include <doctest/doctest.h>
@@ -65,7 +65,7 @@ struct Ran {
   std::unique_ptr<SlotChanges> writes;
 };
 
-Ran run(JsonRpcToolRunner& runner, const std::string& input) {
+Ran run(HostedServerToolRunner& runner, const std::string& input) {
   NoOverrun no_overrun;
   Tool tool{CircuitBreaker::Options{}};
   tool.info.aid = runner.tool();
@@ -86,9 +86,9 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-JsonRpcToolsetOptions skill_options(const TempDir& dir, const std::string& log) {
-  JsonRpcToolsetOptions o;
-  o.dialect = JsonRpcToolsetOptions::Dialect::lifecycle_skill;
+HostedServerOptions skill_options(const TempDir& dir, const std::string& log) {
+  HostedServerOptions o;
+  o.dialect = HostedServerOptions::Dialect::lifecycle_skill;
   o.name = "probe";
   o.data_dir = (dir.path / "data").string();
   o.child.argv = {"/usr/bin/env", "python3", "-u", "-c", kSkill, log};
@@ -103,7 +103,7 @@ JsonRpcToolsetOptions skill_options(const TempDir& dir, const std::string& log) 
 TEST_CASE("a lifecycle skill starts, lists its tools, runs calls and is told of its life") {
   TempDir dir;
   const std::string log = (dir.path / "lifecycle.log").string();
-  auto server = std::make_shared<JsonRpcToolset>(skill_options(dir, log));
+  auto server = std::make_shared<HostedServer>(skill_options(dir, log));
   const std::vector<RemoteTool> tools = server->start();
   REQUIRE(tools.size() == 2);
   CHECK(tools[0].name == "echo");
@@ -113,7 +113,7 @@ TEST_CASE("a lifecycle skill starts, lists its tools, runs calls and is told of 
   CHECK(server->kind() == "skill");
   CHECK(server->pid() > 0);
 
-  JsonRpcToolRunner echo(server, "echo");
+  HostedServerToolRunner echo(server, "echo");
   const Ran said = run(echo, R"({"word":"hi"})");
   CHECK(said.outcome.ending == RunOutcome::Ending::ran);
   CHECK(said.outcome.rc == MACHINA_TOOL_OK);
@@ -123,7 +123,7 @@ TEST_CASE("a lifecycle skill starts, lists its tools, runs calls and is told of 
   CHECK(refused.outcome.ending == RunOutcome::Ending::failed);
   CHECK(refused.outcome.failure == ErrorKind::invalid_input);
 
-  JsonRpcToolRunner remember(server, "remember");
+  HostedServerToolRunner remember(server, "remember");
   const Ran kept = run(remember, R"({"n":7})");
   REQUIRE(kept.outcome.ending == RunOutcome::Ending::ran);
   const auto got = nlohmann::json::parse(kept.output);
@@ -157,9 +157,9 @@ TEST_CASE("a lifecycle skill starts, lists its tools, runs calls and is told of 
 
 TEST_CASE("a skill that does not start says why, naming the step and its stderr") {
   TempDir dir;
-  JsonRpcToolsetOptions o = skill_options(dir, (dir.path / "log").string());
+  HostedServerOptions o = skill_options(dir, (dir.path / "log").string());
   o.child.argv = {"/usr/bin/env", "python3", "-c", "import sys; sys.stderr.write('no tools here\\n'); sys.exit(2)"};
-  JsonRpcToolset server(std::move(o));
+  HostedServer server(std::move(o));
   try {
     server.start();
     FAIL("started");

@@ -1,11 +1,11 @@
-// See jsonrpc_runner.hpp: one call of a hosted server's tool (tools/call), its progress
+// See hosted_server.hpp: one call of a hosted server's tool (tools/call), its progress
 // token and the MCP envelope, what its answer becomes, and the trace of the call.
 #include "hosted_server_protocol.hpp"
 #include "remote_tool_output.hpp"
 
 #include <machina/clock.hpp>
 #include <machina/json_text.hpp>
-#include <machina/runners/jsonrpc_runner.hpp>
+#include <machina/runners/hosted_server.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -15,7 +15,7 @@ namespace machina {
 using json = nlohmann::json;
 using namespace remote_output;
 
-RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
+RunOutcome HostedServer::call(const RunSpec& spec, const std::string& tool) {
   const auto t0 = std::chrono::steady_clock::now();
   RunOutcome out;
   const std::string what = std::string(kind() == "mcp" ? "MCP server " : "skill ") + options_.name;
@@ -88,7 +88,7 @@ RunOutcome JsonRpcToolset::call(const RunSpec& spec, const std::string& tool) {
   // Whatever happens in the call (it may throw), the flight, which lives on this stack, is
   // forgotten before it goes.
   struct Forget {
-    JsonRpcToolset& set;
+    HostedServer& set;
     const std::int64_t& id;
     const std::string& token;
     ~Forget() {

@@ -1,11 +1,11 @@
-// See jsonrpc_runner.hpp: a hosted server's start, with its handshake (MCP: server/discover
+// See hosted_server.hpp: a hosted server's start, with its handshake (MCP: server/discover
 // or initialize, then tools/list page by page; a skill: initialize, then skill/load and
 // skill/activate or lifecycle/onLoad), and its start again after it ended, with back-off.
 #include "hosted_server_protocol.hpp"
 
 #include <machina/clock.hpp>
 #include <machina/errors.hpp>
-#include <machina/runners/jsonrpc_runner.hpp>
+#include <machina/runners/hosted_server.hpp>
 
 #include <algorithm>
 
@@ -27,8 +27,8 @@ std::int64_t backoff_ms(int failures) {
 
 }  // namespace
 
-std::shared_ptr<RpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, std::vector<RemoteTool>* tools,
-                                                 std::string& why, bool& modern) {
+std::shared_ptr<RpcChild> HostedServer::launch(std::int64_t deadline_ms, std::vector<RemoteTool>* tools,
+                                               std::string& why, bool& modern) {
   modern = false;
   std::shared_ptr<RpcChild> child;
   try {
@@ -90,7 +90,7 @@ std::shared_ptr<RpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, std::
     }
     return true;
   };
-  using Dialect = JsonRpcToolsetOptions::Dialect;
+  using Dialect = HostedServerOptions::Dialect;
   if (options_.dialect == Dialect::mcp) {
     using Ending = RpcChild::Reply::Ending;
     // Any answer but a result listing 2026-07-28 (an error, a time-out) means the handshake.
@@ -173,7 +173,7 @@ std::shared_ptr<RpcChild> JsonRpcToolset::launch(std::int64_t deadline_ms, std::
   return child;
 }
 
-std::vector<RemoteTool> JsonRpcToolset::start() {
+std::vector<RemoteTool> HostedServer::start() {
   std::lock_guard start_lock(start_mu_);
   std::vector<RemoteTool> tools;
   std::string why;
@@ -186,7 +186,7 @@ std::vector<RemoteTool> JsonRpcToolset::start() {
   return tools;
 }
 
-std::shared_ptr<RpcChild> JsonRpcToolset::live_child(std::int64_t deadline_ms, std::string& why) {
+std::shared_ptr<RpcChild> HostedServer::live_child(std::int64_t deadline_ms, std::string& why) {
   {
     std::lock_guard lock(mu_);
     if (closed_) {

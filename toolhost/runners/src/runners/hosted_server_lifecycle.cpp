@@ -1,11 +1,11 @@
-// See jsonrpc_runner.hpp: a hosted server's life: its data directory, the lifecycle and
+// See hosted_server.hpp: a hosted server's life: its data directory, the lifecycle and
 // session notices of a skill, ticks and the pings that find a hung child (on a background
 // thread), and its close (shutdown, a grace period, a kill).
 #include "hosted_server_protocol.hpp"
 
 #include <machina/clock.hpp>
 #include <machina/errors.hpp>
-#include <machina/runners/jsonrpc_runner.hpp>
+#include <machina/runners/hosted_server.hpp>
 
 #include <unistd.h>
 
@@ -36,8 +36,8 @@ std::string default_data_dir(const std::string& name) {
 
 }  // namespace
 
-JsonRpcToolset::JsonRpcToolset(JsonRpcToolsetOptions options) : options_(std::move(options)) {
-  if (options_.dialect != JsonRpcToolsetOptions::Dialect::mcp) {
+HostedServer::HostedServer(HostedServerOptions options) : options_(std::move(options)) {
+  if (options_.dialect != HostedServerOptions::Dialect::mcp) {
     if (options_.data_dir.empty()) options_.data_dir = default_data_dir(options_.name);
     std::error_code ec;
     std::filesystem::create_directories(options_.data_dir, ec);
@@ -48,17 +48,17 @@ JsonRpcToolset::JsonRpcToolset(JsonRpcToolsetOptions options) : options_(std::mo
   background_ = std::thread([this] { background_loop(); });
 }
 
-JsonRpcToolset::~JsonRpcToolset() {
+HostedServer::~HostedServer() {
   close();
   background_.join();
 }
 
-pid_t JsonRpcToolset::pid() const {
+pid_t HostedServer::pid() const {
   std::lock_guard lock(mu_);
   return child_ && child_->alive() ? child_->pid() : 0;
 }
 
-void JsonRpcToolset::lifecycle(const char* lifecycle_method, const char* skill_method, const std::string& params) {
+void HostedServer::lifecycle(const char* lifecycle_method, const char* skill_method, const std::string& params) {
   std::shared_ptr<RpcChild> child;
   {
     std::lock_guard lock(mu_);
@@ -67,19 +67,19 @@ void JsonRpcToolset::lifecycle(const char* lifecycle_method, const char* skill_m
   lifecycle_on(child, lifecycle_method, skill_method, params);
 }
 
-void JsonRpcToolset::lifecycle_on(const std::shared_ptr<RpcChild>& child, const char* lifecycle_method,
-                                  const char* skill_method, const std::string& params) {
-  if (options_.dialect == JsonRpcToolsetOptions::Dialect::mcp) return;
+void HostedServer::lifecycle_on(const std::shared_ptr<RpcChild>& child, const char* lifecycle_method,
+                                const char* skill_method, const std::string& params) {
+  if (options_.dialect == HostedServerOptions::Dialect::mcp) return;
   if (!child || !child->alive()) return;
   const char* method =
-      options_.dialect == JsonRpcToolsetOptions::Dialect::runtime_skill ? skill_method : lifecycle_method;
+      options_.dialect == HostedServerOptions::Dialect::runtime_skill ? skill_method : lifecycle_method;
   const auto r = child->call(method, params, steady_now_ms() + 5'000);
   if (r.ending != RpcChild::Reply::Ending::result && r.ending != RpcChild::Reply::Ending::error && options_.on_event) {
     options_.on_event("skill " + options_.name + ": " + method + " got no answer (" + r.message + ")");
   }
 }
 
-void JsonRpcToolset::session_started(const std::string& id) {
+void HostedServer::session_started(const std::string& id) {
   {
     std::lock_guard lock(mu_);
     if (sessions_.size() >= kMaxSessions) sessions_.erase(sessions_.begin());  // (bounded: one is forgotten)
@@ -88,7 +88,7 @@ void JsonRpcToolset::session_started(const std::string& id) {
   lifecycle("lifecycle/onSessionStart", "skill/sessionStart", session_params(id));
 }
 
-void JsonRpcToolset::session_ended(const std::string& id) {
+void HostedServer::session_ended(const std::string& id) {
   {
     std::lock_guard lock(mu_);
     sessions_.erase(id);
@@ -96,7 +96,7 @@ void JsonRpcToolset::session_ended(const std::string& id) {
   lifecycle("lifecycle/onSessionEnd", "skill/sessionEnd", session_params(id));
 }
 
-void JsonRpcToolset::background_loop() {
+void HostedServer::background_loop() {
   std::unique_lock lock(mu_);
   auto next_tick = steady_now_ms() + options_.tick_interval_ms;
   for (;;) {
@@ -118,7 +118,7 @@ void JsonRpcToolset::background_loop() {
       lock.lock();
       continue;
     }
-    const bool ticking = options_.tick_interval_ms > 0 && options_.dialect != JsonRpcToolsetOptions::Dialect::mcp;
+    const bool ticking = options_.tick_interval_ms > 0 && options_.dialect != HostedServerOptions::Dialect::mcp;
     if (ticking && steady_now_ms() >= next_tick) {
       next_tick = steady_now_ms() + options_.tick_interval_ms;
       lock.unlock();
@@ -133,7 +133,7 @@ void JsonRpcToolset::background_loop() {
   }
 }
 
-void JsonRpcToolset::close() {
+void HostedServer::close() {
   std::shared_ptr<RpcChild> child;
   {
     std::lock_guard lock(mu_);
@@ -143,9 +143,9 @@ void JsonRpcToolset::close() {
     wake_.notify_all();
   }
   if (!child || !child->alive()) return;
-  if (options_.dialect != JsonRpcToolsetOptions::Dialect::mcp) {
+  if (options_.dialect != HostedServerOptions::Dialect::mcp) {
     const char* method =
-        options_.dialect == JsonRpcToolsetOptions::Dialect::runtime_skill ? "skill/shutdown" : "shutdown";
+        options_.dialect == HostedServerOptions::Dialect::runtime_skill ? "skill/shutdown" : "shutdown";
     child->call(method, "{}", steady_now_ms() + options_.shutdown_grace_ms);
   }
   child->finish(options_.shutdown_grace_ms);

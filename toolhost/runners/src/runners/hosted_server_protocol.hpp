@@ -3,7 +3,7 @@
 // a call in flight on the child.
 #pragma once
 
-#include <machina/runners/jsonrpc_runner.hpp>
+#include <machina/runners/hosted_server.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -43,7 +43,7 @@ inline std::string session_params(const std::string& id) {
 }
 
 /// A call in flight on the child: what its state/* requests and progress reach.
-struct JsonRpcToolset::InFlight {
+struct HostedServer::InFlight {
   CallContext* call = nullptr;
   ProgressSink* progress = nullptr;
   std::mutex mu;  // the call's context, between the thread reading the child and the caller

@@ -1,6 +1,6 @@
-// See jsonrpc_runner.hpp: the aids a hosted server's tools are registered under, and the
+// See hosted_server.hpp: the aids a hosted server's tools are registered under, and the
 // runner of one of its tools.
-#include <machina/runners/jsonrpc_runner.hpp>
+#include <machina/runners/hosted_server.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -28,9 +28,9 @@ std::string default_aid_prefix(const std::string& kind, const std::string& name)
   return out + ".";
 }
 
-JsonRpcToolRunner::JsonRpcToolRunner(std::shared_ptr<JsonRpcToolset> toolset, std::string tool,
-                                     std::string enforcement_json)
-    : toolset_(std::move(toolset)), tool_(std::move(tool)) {
+HostedServerToolRunner::HostedServerToolRunner(std::shared_ptr<HostedServer> server, std::string tool,
+                                               std::string enforcement_json)
+    : server_(std::move(server)), tool_(std::move(tool)) {
   const auto how = nlohmann::json::parse(enforcement_json.empty() ? "{}" : enforcement_json, nullptr, false);
   if (how.is_object()) {
     for (const auto& [name, _] : how.items()) {

@@ -49,8 +49,9 @@ ServiceRunner::Handshake ServiceRunner::handshake(std::int64_t deadline_ms) {
       client_->post("/capabilities/handshake", request.dump(), headers, deadline_ms, kMaxHandshakeBytes);
   if (reply.failure != http::Reply::Failure::none || reply.status / 100 != 2) {
     h.state = "failed";
-    h.detail = reply.failure != http::Reply::Failure::none ? reply.detail
-                                                           : "the handshake was answered HTTP " + std::to_string(reply.status);
+    h.detail = reply.failure != http::Reply::Failure::none
+                   ? reply.detail
+                   : "the handshake was answered HTTP " + std::to_string(reply.status);
     h.covered = required.empty();
     return h;
   }
@@ -72,10 +73,9 @@ ServiceRunner::Handshake ServiceRunner::handshake(std::int64_t deadline_ms) {
   const bool ok = answer.value("ok", false) == true;
   if (!required.empty() && (!ok || h.enforcement != "enforced" || !missing.empty())) {
     h.state = "not_covered";
-    h.detail = !ok ? "the service refused the handshake"
-                   : h.enforcement != "enforced"
-                         ? "the service's enforcement is '" + h.enforcement + "', not 'enforced'"
-                         : "the service does not enforce " + missing;
+    h.detail = !ok                           ? "the service refused the handshake"
+               : h.enforcement != "enforced" ? "the service's enforcement is '" + h.enforcement + "', not 'enforced'"
+                                             : "the service does not enforce " + missing;
     return h;
   }
   h.state = "ok";
@@ -87,15 +87,10 @@ RunOutcome ServiceRunner::run(const RunSpec& spec) {
   const auto t0 = Clock::now();
   const std::string trace_id = spec.trace_id.empty() ? tool_protocol::new_trace_id() : std::string(spec.trace_id);
   RunOutcome out;
-  nlohmann::ordered_json trace = {{"runner", "service"},
-                                  {"kind", "python"},
-                                  {"resolved_source", "binding"},
-                                  {"tool", fields_.name},
-                                  {"entry", fields_.entry},
-                                  {"protocol_version", tool_protocol::kVersion},
-                                  {"timeout_ms", spec.timeout_ms},
-                                  {"service_url", fields_.url},
-                                  {"trace_id", trace_id}};
+  nlohmann::ordered_json trace = {
+      {"runner", "service"},           {"kind", "python"},           {"resolved_source", "binding"},
+      {"tool", fields_.name},          {"entry", fields_.entry},     {"protocol_version", tool_protocol::kVersion},
+      {"timeout_ms", spec.timeout_ms}, {"service_url", fields_.url}, {"trace_id", trace_id}};
   auto finish = [&] {
     trace["duration_ms"] = millis_since(t0);
     spec.call.trace_json = trace.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -147,19 +142,22 @@ RunOutcome ServiceRunner::run(const RunSpec& spec) {
   const http::Reply reply = client_->post(target_, body, headers, spec.deadline_ms, fields_.max_answer_bytes);
   switch (reply.failure) {
     case http::Reply::Failure::none: break;
-    case http::Reply::Failure::unreachable: return fail(ErrorKind::service_unavailable, "service unavailable: " + reply.detail);
+    case http::Reply::Failure::unreachable:
+      return fail(ErrorKind::service_unavailable, "service unavailable: " + reply.detail);
     case http::Reply::Failure::timed_out:
       out.ending = RunOutcome::Ending::timed_out;
       out.detail = reply.detail;
       return finish();
     case http::Reply::Failure::too_large:
       return fail(ErrorKind::output_too_large, "service answer too large: " + reply.detail);
-    case http::Reply::Failure::bad_reply: return fail(ErrorKind::service_bad_response, "bad service answer: " + reply.detail);
+    case http::Reply::Failure::bad_reply:
+      return fail(ErrorKind::service_bad_response, "bad service answer: " + reply.detail);
   }
   trace["http_status"] = reply.status;
   if (reply.status / 100 != 2) {
     return fail(ErrorKind::service_http_error, "service answered HTTP " + std::to_string(reply.status) + " (" +
-                                                   fields_.url + ")" + (reply.body.empty() ? "" : ": " + body_excerpt(reply.body)));
+                                                   fields_.url + ")" +
+                                                   (reply.body.empty() ? "" : ": " + body_excerpt(reply.body)));
   }
   tool_protocol::Answer answer;
   std::string why;

@@ -1,4 +1,4 @@
-// See jsonrpc_runner.hpp: what a hosted server may ask of the host and be told. A skill's
+// See hosted_server.hpp: what a hosted server may ask of the host and be told. A skill's
 // state/get and state/set reach the ds_state of its call in flight, data/read and
 // data/write its data directory; ping is answered; anything else is refused (-32601).
 // Progress notifications reach the caller of the call they name.
@@ -6,7 +6,7 @@
 #include "remote_tool_output.hpp"
 
 #include <machina/json_text.hpp>
-#include <machina/runners/jsonrpc_runner.hpp>
+#include <machina/runners/hosted_server.hpp>
 #include <machina/workspace.hpp>
 
 #include <unistd.h>
@@ -38,10 +38,10 @@ json artifact_json(const Artifact& a) {
 
 }  // namespace
 
-void JsonRpcToolset::on_request(const jsonrpc::Message& request, std::string& reply) {
+void HostedServer::on_request(const jsonrpc::Message& request, std::string& reply) {
   const std::string& m = request.method;
   if (m == "ping") return jsonrpc::append_result(reply, request.id, "{}");
-  if (options_.dialect != JsonRpcToolsetOptions::Dialect::mcp) {
+  if (options_.dialect != HostedServerOptions::Dialect::mcp) {
     if (m == "state/get" || m == "state/set") return answer_state(request, reply);
     if (m == "data/read" || m == "data/write") return answer_data(request, reply);
   }
@@ -50,7 +50,7 @@ void JsonRpcToolset::on_request(const jsonrpc::Message& request, std::string& re
                         json(m).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-void JsonRpcToolset::answer_state(const jsonrpc::Message& request, std::string& reply) {
+void HostedServer::answer_state(const jsonrpc::Message& request, std::string& reply) {
   const auto params = json::parse(request.params.empty() ? std::string_view("{}") : request.params, nullptr, false);
   if (!params.is_object())
     return jsonrpc::append_error(reply, request.id, jsonrpc::kInvalidParams, "params must be an object");
@@ -129,7 +129,7 @@ void JsonRpcToolset::answer_state(const jsonrpc::Message& request, std::string& 
   jsonrpc::append_result(reply, request.id, R"({"ok":true})");
 }
 
-void JsonRpcToolset::answer_data(const jsonrpc::Message& request, std::string& reply) {
+void HostedServer::answer_data(const jsonrpc::Message& request, std::string& reply) {
   const auto params = json::parse(request.params.empty() ? std::string_view("{}") : request.params, nullptr, false);
   if (!params.is_object() || !params.contains("path") || !params["path"].is_string())
     return jsonrpc::append_error(reply, request.id, jsonrpc::kInvalidParams, "params must name a path");
@@ -169,7 +169,7 @@ void JsonRpcToolset::answer_data(const jsonrpc::Message& request, std::string& r
   jsonrpc::append_result(reply, request.id, json{{"ok", true}, {"bytes", content.size()}}.dump());
 }
 
-void JsonRpcToolset::on_notification(const jsonrpc::Message& notification) {
+void HostedServer::on_notification(const jsonrpc::Message& notification) {
   if (notification.method != "notifications/progress") return;  // (log messages and list changes: not kept)
   const auto params =
       json::parse(notification.params.empty() ? std::string_view("{}") : notification.params, nullptr, false);

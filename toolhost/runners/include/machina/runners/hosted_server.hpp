@@ -1,7 +1,7 @@
 // Tools served by a child process over JSON-RPC 2.0 (a hosted server): a skill (initialize ->
 // tools, tools/call, lifecycle/* and shutdown; or the skill/* names) or an MCP
 // server over stdio (initialize, notifications/initialized, tools/list pages, tools/call).
-// One toolset per child, one runner per tool it offers; many calls in flight on the child,
+// One hosted server per child, one runner per tool it offers; many calls in flight on the child,
 // matched by id. The child's requests are answered: a skill's state/get and state/set from
 // the ds_state of its call in flight, data/read and data/write beneath its data directory,
 // ping; anything else is refused (-32601), never left hanging.
@@ -28,7 +28,7 @@
 
 namespace machina {
 
-struct JsonRpcToolsetOptions {
+struct HostedServerOptions {
   /// A skill that answers lifecycle/* and shutdown, one that answers skill/*, or an MCP server.
   enum class Dialect { lifecycle_skill, runtime_skill, mcp };
   Dialect dialect = Dialect::lifecycle_skill;
@@ -54,12 +54,12 @@ struct RemoteTool {
   std::string annotations;    // JSON object text ("" for none)
 };
 
-class JsonRpcToolset {
+class HostedServer {
  public:
-  explicit JsonRpcToolset(JsonRpcToolsetOptions options);
-  ~JsonRpcToolset();
-  JsonRpcToolset(const JsonRpcToolset&) = delete;
-  JsonRpcToolset& operator=(const JsonRpcToolset&) = delete;
+  explicit HostedServer(HostedServerOptions options);
+  ~HostedServer();
+  HostedServer(const HostedServer&) = delete;
+  HostedServer& operator=(const HostedServer&) = delete;
 
   /// Starts the child and asks it for its tools. Throws HostError saying why if it cannot be
   /// started or does not answer as its protocol says within start_timeout_ms.
@@ -72,8 +72,8 @@ class JsonRpcToolset {
   void session_ended(const std::string& id);
   /// Asks the child to leave (shutdown, then a grace period, then a kill). Idempotent.
   void close();
-  std::string_view kind() const { return options_.dialect == JsonRpcToolsetOptions::Dialect::mcp ? "mcp" : "skill"; }
-  const JsonRpcToolsetOptions& options() const { return options_; }
+  std::string_view kind() const { return options_.dialect == HostedServerOptions::Dialect::mcp ? "mcp" : "skill"; }
+  const HostedServerOptions& options() const { return options_; }
   /// The child now serving (null when none runs): for tests and stats.
   pid_t pid() const;
 
@@ -92,7 +92,7 @@ class JsonRpcToolset {
                     const std::string& params);
   void background_loop();
 
-  JsonRpcToolsetOptions options_;
+  HostedServerOptions options_;
   Spawner spawner_;  // children die with the host (PR_SET_PDEATHSIG on this thread)
   mutable std::mutex mu_;
   std::shared_ptr<RpcChild> child_;
@@ -112,20 +112,20 @@ class JsonRpcToolset {
   std::thread background_;
 };
 
-/// One tool of a toolset.
-class JsonRpcToolRunner final : public Runner {
+/// One tool of a hosted server.
+class HostedServerToolRunner final : public Runner {
  public:
   /// `enforcement_json`: {guarantee: what enforces it} of the child's walls ("" for none).
-  JsonRpcToolRunner(std::shared_ptr<JsonRpcToolset> toolset, std::string tool, std::string enforcement_json = {});
-  RunOutcome run(const RunSpec& spec) override { return toolset_->call(spec, tool_); }
-  void close() override { toolset_->close(); }
-  std::string_view kind() const override { return toolset_->kind(); }
+  HostedServerToolRunner(std::shared_ptr<HostedServer> server, std::string tool, std::string enforcement_json = {});
+  RunOutcome run(const RunSpec& spec) override { return server_->call(spec, tool_); }
+  void close() override { server_->close(); }
+  std::string_view kind() const override { return server_->kind(); }
   std::vector<std::string> enforced_guarantees() const override { return enforced_; }
-  const std::shared_ptr<JsonRpcToolset>& toolset() const { return toolset_; }
+  const std::shared_ptr<HostedServer>& server() const { return server_; }
   const std::string& tool() const { return tool_; }
 
  private:
-  std::shared_ptr<JsonRpcToolset> toolset_;
+  std::shared_ptr<HostedServer> server_;
   std::string tool_;
   std::vector<std::string> enforced_;
 };
