@@ -96,10 +96,6 @@ bool index_dir_ready(const std::string& dir, std::string& why) {
   return true;
 }
 
-std::int64_t now_ms() {
-  return steady_now_ms();
-}
-
 /// The bytes of a name rg listed, beneath the listed directory.
 bool relative(std::string_view listed, std::string_view prefix, std::string& rel) {
   if (listed.size() <= prefix.size() || listed.compare(0, prefix.size(), prefix) != 0) return false;
@@ -123,7 +119,7 @@ struct CodeIndex::Stop {
   CancelToken* cancel = nullptr;
   bool armed = false;  // SQLite may be interrupted (not while committing)
   bool hit = false;
-  bool now() const { return now_ms() >= deadline || (cancel != nullptr && cancel->cancelled()); }
+  bool now() const { return steady_now_ms() >= deadline || (cancel != nullptr && cancel->cancelled()); }
   Result result(const char* doing) const {
     if (cancel != nullptr && cancel->cancelled()) return Result::stopped(RunOutcome::Ending::cancelled);
     return timed_out(started, deadline, doing);
@@ -146,7 +142,7 @@ bool CodeIndex::stopped() const {
 
 Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::string& rg, IndexCounts& counts) {
   Stop& stop = *stop_;
-  stop.started = now_ms();
+  stop.started = steady_now_ms();
   stop.deadline = c.spec.deadline_ms;
   stop.cancel = c.spec.cancel;
   const Policy& policy = c.policy;

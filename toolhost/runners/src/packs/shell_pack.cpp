@@ -8,6 +8,7 @@
 #include "packs.hpp"
 
 #include <machina/child_process.hpp>
+#include <machina/clock.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
 #include <machina/workspace.hpp>
 
@@ -34,11 +35,6 @@ constexpr std::size_t kMaxArgBytes = 256 * 1024;
 // Where a system keeps its programs, besides the policy's path.
 constexpr const char* kProgramDirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"};
 
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool is_name(const std::string& s) {
   if (s.empty() || s.size() > 255 || s == "." || s == "..") return false;
   return std::all_of(s.begin(), s.end(), [](char ch) {
@@ -60,7 +56,7 @@ bool listed(const std::vector<std::string>& list, const std::string& name, const
 }
 
 bool executable_file(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
@@ -97,12 +93,12 @@ std::vector<std::string> allowed_programs(const ShellPolicy& policy) {
     denied_files.push_back(real);
   });
   std::vector<std::string> out;
-  each_listed_file(policy.allow, policy.path, [&](const std::string& path, const std::string& name,
-                                                  const std::string& real) {
-    const bool denied = listed(policy.deny, name, path) || listed(policy.deny, base_name(real), real) ||
-                        std::find(denied_files.begin(), denied_files.end(), real) != denied_files.end();
-    if (!denied && std::find(out.begin(), out.end(), real) == out.end()) out.push_back(real);
-  });
+  each_listed_file(
+      policy.allow, policy.path, [&](const std::string& path, const std::string& name, const std::string& real) {
+        const bool denied = listed(policy.deny, name, path) || listed(policy.deny, base_name(real), real) ||
+                            std::find(denied_files.begin(), denied_files.end(), real) != denied_files.end();
+        if (!denied && std::find(out.begin(), out.end(), real) == out.end()) out.push_back(real);
+      });
   const std::size_t programs = out.size();
   for (std::size_t i = 0; i < programs; ++i) {
     const std::string loader = sandbox::elf_interpreter(out[i]);
@@ -230,7 +226,8 @@ Result shell_exec(const Call& c) {
   // The walls.
   const sandbox::Support& support = sandbox::support();
   if (!support.namespaces) return system_error("commands cannot be confined here: " + support.namespaces_why);
-  if (c.executable.empty()) return system_error("commands cannot be confined: the machina-toolhost launcher is unknown");
+  if (c.executable.empty())
+    return system_error("commands cannot be confined: the machina-toolhost launcher is unknown");
   sandbox::ExecSpec walls;
   walls.own_network = walls.no_sockets = !policy.network;
   walls.no_processes = !policy.subprocesses;
@@ -239,8 +236,9 @@ Result shell_exec(const Call& c) {
   walls.file_size_mb = policy.file_size_mb;
   walls.open_files = policy.open_files;
   if (support.landlock_abi < 1) {
-    return system_error("commands cannot be confined here: writing only beneath the roots needs Landlock, which "
-                        "this kernel does not offer (or MACHINA_TOOLHOST_NO_LANDLOCK=1 turned it off)");
+    return system_error(
+        "commands cannot be confined here: writing only beneath the roots needs Landlock, which "
+        "this kernel does not offer (or MACHINA_TOOLHOST_NO_LANDLOCK=1 turned it off)");
   }
   {
     walls.restrict_write = true;
@@ -256,8 +254,8 @@ Result shell_exec(const Call& c) {
     for (const auto& dir : program_dirs) {
       std::error_code dir_ec;
       const std::string real_dir = std::filesystem::canonical(dir, dir_ec).string();
-      if (!dir_ec && std::find(walls.no_exec_paths.begin(), walls.no_exec_paths.end(), real_dir) ==
-                         walls.no_exec_paths.end())
+      if (!dir_ec &&
+          std::find(walls.no_exec_paths.begin(), walls.no_exec_paths.end(), real_dir) == walls.no_exec_paths.end())
         walls.no_exec_paths.push_back(real_dir);
     }
   }
@@ -283,7 +281,7 @@ Result shell_exec(const Call& c) {
   child.cwd = cwd;
   child.tail_bytes = 1;
 
-  const std::int64_t started = now_ms();
+  const std::int64_t started = steady_now_ms();
   const std::int64_t deadline = std::min(c.spec.deadline_ms, started + policy.timeout_ms);
   std::unique_ptr<ChildProcess> proc;
   try {
@@ -297,7 +295,7 @@ Result shell_exec(const Call& c) {
   bool out_cut = false, err_cut = false, out_open = true, err_open = true, timed_out = false;
   const std::size_t cap = policy.max_output_bytes;
   while (out_open || err_open) {
-    const std::int64_t left = deadline - now_ms();
+    const std::int64_t left = deadline - steady_now_ms();
     if (left <= 0) {
       timed_out = true;
       break;
@@ -309,8 +307,9 @@ Result shell_exec(const Call& c) {
     if (err_open && fds[1].revents != 0) err_open = drain(proc->output_fd(), err, cap, err_cut);
   }
   // Its streams are closed; the program itself may still be running (it closed them).
-  while (!timed_out && !proc->wait_exit(std::chrono::milliseconds(std::clamp<std::int64_t>(deadline - now_ms(), 0, 100)))) {
-    if (now_ms() >= deadline) timed_out = true;
+  while (!timed_out &&
+         !proc->wait_exit(std::chrono::milliseconds(std::clamp<std::int64_t>(deadline - steady_now_ms(), 0, 100)))) {
+    if (steady_now_ms() >= deadline) timed_out = true;
   }
   if (c.spec.cancel != nullptr) c.spec.cancel->on_cancel(nullptr);
   const bool cancelled = c.spec.cancel != nullptr && c.spec.cancel->cancelled();
@@ -335,7 +334,7 @@ Result shell_exec(const Call& c) {
     o["truncated"] = out_cut || err_cut;
     o["stdout_truncated"] = out_cut;
     o["stderr_truncated"] = err_cut;
-    o["duration_ms"] = now_ms() - started;
+    o["duration_ms"] = steady_now_ms() - started;
     if (code == sandbox::kMemoryCapStatus) o["killed"] = "memory limit of " + std::to_string(policy.memory_mb) + " MB";
   } else {
     o["truncated"] = out_cut || err_cut;
