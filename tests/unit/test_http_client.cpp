@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tiny_http_server.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -15,6 +17,8 @@
 #include <thread>
 
 using namespace machina::http;
+using machina::test::ok_reply;
+using machina::test::TinyServer;
 
 TEST_CASE("URLs: http or https with a host, an optional port and a target") {
   Url u;
@@ -27,72 +31,12 @@ TEST_CASE("URLs: http or https with a host, an optional port and a target") {
   CHECK((u.host == "::1" && u.port == "9" && u.target == "/a"));
   REQUIRE(Url::parse("https://example.com/", u, why));
   CHECK((u.tls && u.host == "example.com" && u.port == "443" && u.origin() == "https://example.com:443"));
-  for (const char* bad : {"ftp://x/", "http:///run", "http://h:0/", "http://h:99999/", "http://user:pw@h/", "http://h:x/"}) {
+  for (const char* bad :
+       {"ftp://x/", "http:///run", "http://h:0/", "http://h:99999/", "http://user:pw@h/", "http://h:x/"}) {
     CAPTURE(bad);
     CHECK_FALSE(Url::parse(bad, u, why));
   }
 }
-
-namespace {
-
-/// A server on a free port answering each request with `reply` (keeping the connection);
-/// counts connections.
-struct TinyServer {
-  int listener = -1;
-  int port = 0;
-  std::atomic<int> connections{0};
-  std::string reply;
-  std::thread thread;
-
-  explicit TinyServer(std::string r) : reply(std::move(r)) {
-    listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-    ::listen(listener, 8);
-    thread = std::thread([this] {
-      for (;;) {
-        const int fd = ::accept(listener, nullptr, nullptr);
-        if (fd < 0) return;
-        ++connections;
-        std::string in;
-        char buf[4096];
-        for (;;) {
-          const ssize_t n = ::read(fd, buf, sizeof buf);
-          if (n <= 0) break;
-          in.append(buf, static_cast<std::size_t>(n));
-          // One answer per complete request (headers and a Content-Length body).
-          for (;;) {
-            const auto end = in.find("\r\n\r\n");
-            if (end == std::string::npos) break;
-            const auto cl = in.find("Content-Length: ");
-            const std::size_t body = cl != std::string::npos ? std::stoul(in.substr(cl + 16)) : 0;
-            if (in.size() < end + 4 + body) break;
-            in.erase(0, end + 4 + body);
-            (void)!::write(fd, reply.data(), reply.size());
-          }
-        }
-        ::close(fd);
-      }
-    });
-  }
-  ~TinyServer() {
-    ::shutdown(listener, SHUT_RDWR);
-    ::close(listener);
-    thread.join();
-  }
-};
-
-std::string ok_reply(const std::string& body) {
-  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\n\r\n" + body;
-}
-
-}  // namespace
 
 TEST_CASE("requests reuse one kept-alive connection") {
   TinyServer server(ok_reply(R"({"ok":true,"result":1})"));
