@@ -141,7 +141,7 @@ def test_a_serve_stream_is_a_session(skill_dir: Path, tmp_path: Path) -> None:
     assert events(skill_dir, "lifecycle/onSessionStart")[0]["params"]["sessionId"].startswith("serve-")
 
 
-def test_the_later_runtimes_method_names(skill_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_skill_runtimes_method_names(skill_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     data = tmp_path / "data"
     t = md.Skill([PYTHON, "skill.py"], cwd=skill_dir, name="probe", methods="skill", tick_interval_ms=50,
@@ -155,6 +155,16 @@ def test_the_later_runtimes_method_names(skill_dir: Path, tmp_path: Path, monkey
     assert names[-3:] == ["skill/sessionEnd", "skill/shutdown", "exiting"]
     assert events(skill_dir, "skill/load")[0]["params"]["dataDir"] == str(data)
     assert "lifecycle/onLoad" not in names
+
+
+def test_lifecycle_methods_may_be_named(skill_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`methods = "lifecycle"`, the default, named: lifecycle/* and shutdown, no skill/*."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    with md.Skill([PYTHON, "skill.py"], cwd=skill_dir, name="probe", methods="lifecycle", tick_interval_ms=0) as t:
+        assert t.call("echo", {"text": "x"}).ok
+    names = [e["event"] for e in probe_log(skill_dir)]
+    assert "lifecycle/onLoad" in names and names[-2:] == ["shutdown", "exiting"], names
+    assert not [n for n in names if n.startswith("skill/")], names
 
 
 # --- requests from the skill ------------------------------------------------------------------------
@@ -359,6 +369,7 @@ def test_host_os_limits_apply_to_the_skills_process(skill_dir: Path, tmp_path: P
     ({"name": "x", "command": [sys.executable], "guarantees": {"no_filesystem_read": True}},
      "no_filesystem_read is not offered"),
     ({"name": "x", "command": [sys.executable], "methods": "other"}, "'methods'"),
+    ({"name": "x", "command": [sys.executable], "methods": "seed"}, '"seed" is spelled "lifecycle"'),
 ])
 def test_bad_skill_entries_are_refused_by_name(fields: dict[str, Any], message: str, tmp_path: Path) -> None:
     m = manifest(tmp_path, [("skill", fields)])
