@@ -29,9 +29,9 @@ while name:
     name = presets[name].get("inherits")
 for key, value in variables.items():
     if key == "CMAKE_BUILD_TYPE":
-        print(f"-Ccmake.build-type={value}")
+        print("-C", f"cmake.build-type={value}", sep="\n")
     elif key not in ("MACHINA_BUILD_TESTS", "CMAKE_EXPORT_COMPILE_COMMANDS", "CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER"):
-        print(f"-Ccmake.define.{key}={value}")
+        print("-C", f"cmake.define.{key}={value}", sep="\n")
 PY
 )
 "$venv/bin/pip" install -q --upgrade pip
