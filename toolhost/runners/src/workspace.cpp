@@ -1,6 +1,8 @@
 // See workspace.hpp.
 #include <machina/workspace.hpp>
 
+#include <machina/fd_io.hpp>
+
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -232,13 +234,7 @@ bool Workspace::write(const std::vector<std::string>& parts, std::string_view co
   std::string bad;
   if (!acceptable(file.get(), bad)) return fail_file(bad);  // before anything is truncated
   if (!append && !created && ::ftruncate(file.get(), 0) != 0) return fail_file("cannot truncate: " + errno_text(errno));
-  std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(file.get(), content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_file("write failed: " + errno_text(errno));
-    done += static_cast<std::size_t>(n);
-  }
+  if (!write_all(file.get(), content)) return fail_file("write failed: " + errno_text(errno));
   if (::close(file.release()) != 0) return fail_file("write failed: " + errno_text(errno));
   return true;
 }

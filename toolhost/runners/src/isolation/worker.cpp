@@ -7,6 +7,7 @@
 //    PID namespace's init ending means.
 #include <machina/call_context.hpp>
 #include <machina/errors.hpp>
+#include <machina/fd_io.hpp>
 #include <machina/tool_registry.hpp>
 #include <machina/isolation/worker.hpp>
 #include <machina/isolation/worker_protocol.hpp>
@@ -52,18 +53,6 @@ bool read_exact(int fd, char* data, std::size_t n) {
     } else {
       return false;
     }
-  }
-  return true;
-}
-
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data.remove_prefix(static_cast<std::size_t>(n));
   }
   return true;
 }

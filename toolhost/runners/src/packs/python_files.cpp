@@ -3,6 +3,7 @@
 
 #include "packs.hpp"
 
+#include <machina/fd_io.hpp>
 #include <machina/workspace.hpp>
 
 #include <dirent.h>
@@ -160,14 +161,9 @@ bool copy_file(int in, int dst, const std::string& name, mode_t mode, std::uint6
       why = error_text("cannot read " + name);
       return false;
     }
-    for (ssize_t done = 0; done < n;) {
-      const ssize_t w = ::write(out.get(), buf + done, static_cast<std::size_t>(n - done));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        why = error_text("cannot write " + name);
-        return false;
-      }
-      done += w;
+    if (!write_all(out.get(), std::string_view(buf, static_cast<std::size_t>(n)))) {
+      why = error_text("cannot write " + name);
+      return false;
     }
     budget -= static_cast<std::uint64_t>(n);
     copied += static_cast<std::uint64_t>(n);
