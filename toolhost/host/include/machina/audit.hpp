@@ -14,6 +14,7 @@
 // See docs/tool-packs.md (the audit store) for the schema and `machina-toolhost audit report`.
 #pragma once
 
+#include <machina/clock.hpp>
 #include <machina/errors.hpp>
 #include <machina/request.hpp>
 
@@ -152,8 +153,7 @@ class AuditLog {
 #if defined(__x86_64__)
     if (tsc_) return static_cast<std::int64_t>(__rdtsc());
 #endif
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
+    return steady_now_ns();
   }
   bool ticks_are_tsc() const { return tsc_; }
   /// Blocks until every call recorded before this one is written (and committed).
