@@ -2,8 +2,8 @@
 // parser agree on every input (same verdict, same fields, same error); a decoded request
 // re-encoded by the client encoder decodes to the same fields; the response to it is JSON.
 #include <machina/json_text.hpp>
-#include <machina/wire.hpp>
-#include <machina/wire_client.hpp>
+#include <machina/ndjson_wire.hpp>
+#include <machina/ndjson_client.hpp>
 
 #include <cstdint>
 #include <cstdlib>

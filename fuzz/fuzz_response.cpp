@@ -1,6 +1,6 @@
 // Fuzz target: the client's response decoder (what the Python pool reads from a host).
 // Never crashes; what it accepts has its ds_state slice inside the input.
-#include <machina/wire_client.hpp>
+#include <machina/ndjson_client.hpp>
 
 #include <cstdint>
 #include <cstdlib>

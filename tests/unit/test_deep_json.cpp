@@ -5,7 +5,7 @@
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
 #include <machina/tool_protocol.hpp>
-#include <machina/wire_client.hpp>
+#include <machina/ndjson_client.hpp>
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,7 @@
 #include "../line_reader.hpp"
 
 #include <machina/ndjson_front.hpp>
-#include <machina/wire.hpp>
+#include <machina/ndjson_wire.hpp>
 
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // See ndjson_front.hpp.
 #include <machina/ndjson_front.hpp>
-#include <machina/wire.hpp>
+#include <machina/ndjson_wire.hpp>
 
 namespace machina::ndjson {
 namespace {

@@ -1,4 +1,5 @@
 // See jsonrpc.hpp.
+#include <machina/json_sax.hpp>
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
 #include <machina/rapid_sax.hpp>
@@ -11,11 +12,6 @@
 
 namespace machina::jsonrpc {
 namespace {
-
-template <std::size_t N>
-void put(std::string& out, const char (&literal)[N]) {
-  out.append(literal, N - 1);
-}
 
 /// A NUL-terminated copy of the text, read in place: strings are decoded where they stand
 /// instead of being copied character by character onto the reader's stack (a quarter of
@@ -115,10 +111,9 @@ class Scratch {
 
 /// Reads the members of one message; the raw text of id, params, result and error.data is
 /// cut out of the line by the stream's positions.
-class MessageSax {
+class MessageSax : public JsonSax<MessageSax, LineStream> {
  public:
-  MessageSax(Message& out, const LineStream& stream, std::string_view text)
-      : out_(out), stream_(stream), text_(text) {}
+  MessageSax(Message& out, const LineStream& stream, std::string_view text) : JsonSax(stream, text), out_(out) {}
 
   bool Null() { return param(Member::Type::null, {}) && scalar(Type::null); }
   bool Bool(bool) { return param(Member::Type::boolean, {}) && scalar(Type::other); }
@@ -137,11 +132,6 @@ class MessageSax {
     }
     return scalar(Type::number);
   }
-  bool Int(int) { return scalar(Type::number); }
-  bool Uint(unsigned) { return scalar(Type::number); }
-  bool Int64(std::int64_t) { return scalar(Type::number); }
-  bool Uint64(std::uint64_t) { return scalar(Type::number); }
-  bool Double(double) { return scalar(Type::number); }
   bool String(const char* s, rapidjson::SizeType n, bool) {
     param(Member::Type::string, std::string_view(s, n));
     doubt_unless_plain(std::string_view(s, n));
@@ -158,28 +148,19 @@ class MessageSax {
     const std::string_view k(s, n);
     doubt_unless_plain(k);
     if (depth_ == 1) {
-      start1_ = stream_.Tell();
-      if (k == "jsonrpc") field_ = Field::jsonrpc;
-      else if (k == "id") field_ = Field::id;
-      else if (k == "method") field_ = Field::method;
-      else if (k == "params") field_ = Field::params;
-      else if (k == "result") field_ = Field::result;
-      else if (k == "error") field_ = Field::error;
-      else field_ = Field::other;
+      start1_ = position();
+      field_ = field_of(k, kFields, Field::other);
       if (field_ != Field::other) seen(seen1_, static_cast<unsigned>(field_), k);
     } else if (depth_ == 2 && field_ == Field::params) {
-      start2_ = stream_.Tell();
+      start2_ = position();
       if (params_object_ && out_.params_member_count < Message::kParamsMembers) {
         out_.params_members[out_.params_member_count].key.assign(s, n);
       } else {
         params_overflow_ = true;
       }
     } else if (depth_ == 2 && field_ == Field::error) {
-      start2_ = stream_.Tell();
-      if (k == "code") error_field_ = ErrorField::code;
-      else if (k == "message") error_field_ = ErrorField::message;
-      else if (k == "data") error_field_ = ErrorField::data;
-      else error_field_ = ErrorField::other;
+      start2_ = position();
+      error_field_ = field_of(k, kErrorFields, ErrorField::other);
       if (error_field_ != ErrorField::other) seen(seen2_, static_cast<unsigned>(error_field_), "error." + std::string(k));
     }
     return true;
@@ -189,7 +170,6 @@ class MessageSax {
   bool StartArray() { return start(false); }
   bool EndArray(rapidjson::SizeType) { return end(); }
 
-  bool too_deep() const { return too_deep_; }
   void finish() {
     if (batch_) return invalid("a batch (JSON-RPC arrays are not supported here)");
     if (!object_) return invalid("not a JSON-RPC message (not an object)");
@@ -229,6 +209,11 @@ class MessageSax {
   enum class Field { jsonrpc, id, method, params, result, error, other };
   enum class ErrorField { code, message, data, other };
   enum class Type { none, null, number, string, object, array, other };
+  static constexpr FieldKey<Field> kFields[] = {{"jsonrpc", Field::jsonrpc}, {"id", Field::id},
+                                                {"method", Field::method},   {"params", Field::params},
+                                                {"result", Field::result},   {"error", Field::error}};
+  static constexpr FieldKey<ErrorField> kErrorFields[] = {
+      {"code", ErrorField::code}, {"message", ErrorField::message}, {"data", ErrorField::data}};
 
   void invalid(std::string why) {
     out_.kind = Message::Kind::invalid;
@@ -239,30 +224,23 @@ class MessageSax {
     if ((mask & (1u << bit)) != 0 && twice_.empty()) twice_ = key;
     mask |= 1u << bit;
   }
-  std::string_view raw(std::size_t from) const {
-    std::size_t at = from;
-    while (at < text_.size() &&
-           (text_[at] == ':' || text_[at] == ' ' || text_[at] == '\t' || text_[at] == '\n' || text_[at] == '\r'))
-      ++at;
-    return text_.substr(at, stream_.Tell() - at);
-  }
   /// A value ended here: at depth 1 (a member of the message) or 2 (of its error).
   void ended(Type type) {
     if (depth_ == 1) {
       switch (field_) {
         case Field::id:
-          out_.id = raw(start1_);
+          out_.id = raw_since(start1_);
           id_type_ = type;
           break;
         case Field::params:
-          out_.params = raw(start1_);
+          out_.params = raw_since(start1_);
           out_.params_valid_json = !params_doubt_;
           params_type_ = type;
           out_.params_members_found = type == Type::object && params_object_ && !params_overflow_;
           if (!out_.params_members_found) out_.params_member_count = 0;
           break;
         case Field::result:
-          out_.result = raw(start1_);
+          out_.result = raw_since(start1_);
           saw_result_ = true;
           break;
         case Field::error:
@@ -271,7 +249,7 @@ class MessageSax {
         default: break;
       }
     } else if (depth_ == 2 && field_ == Field::error && error_field_ == ErrorField::data) {
-      out_.error_data = raw(start2_);
+      out_.error_data = raw_since(start2_);
     }
   }
   bool scalar(Type type) {
@@ -280,10 +258,7 @@ class MessageSax {
     return true;
   }
   bool start(bool object) {
-    if (static_cast<std::size_t>(depth_) >= kMaxJsonDepth) {  // (the parse recurses: it stops here)
-      too_deep_ = true;
-      return false;
-    }
+    if (!room_for_one_more()) return false;
     if (depth_ == 0) {
       if (object) object_ = true;
       else batch_ = true;
@@ -313,7 +288,7 @@ class MessageSax {
   void add_param(Member::Type type, std::string_view decoded) {
     if (!params_object_ || params_overflow_) return;
     auto& m = out_.params_members[out_.params_member_count++];
-    m.raw = raw(start2_);
+    m.raw = raw_since(start2_);
     m.type = type;
     if (type == Member::Type::string) m.string.assign(decoded);
   }
@@ -321,11 +296,11 @@ class MessageSax {
     --depth_;
     // The container that just closed was a member's value (depth 1) or error.data (2).
     if (depth_ == 1) {
-      const std::string_view value = raw(start1_);  // an object or an array: its first character says
+      const std::string_view value = raw_since(start1_);  // an object or an array: its first character says
       ended(!value.empty() && value.front() == '{' ? Type::object : Type::array);
     } else if (depth_ == 2) {
       if (field_ == Field::params) {
-        const std::string_view value = raw(start2_);
+        const std::string_view value = raw_since(start2_);
         add_param(!value.empty() && value.front() == '{' ? Member::Type::object : Member::Type::array, {});
       }
       ended(Type::other);
@@ -334,13 +309,9 @@ class MessageSax {
   }
 
   Message& out_;
-  const LineStream& stream_;
-  std::string_view text_;
-  int depth_ = 0;
   Field field_ = Field::other;
   ErrorField error_field_ = ErrorField::other;
   std::size_t start1_ = 0, start2_ = 0;
-  bool too_deep_ = false;
   bool object_ = false, batch_ = false, version_ok_ = false, saw_method_ = false, saw_result_ = false,
        saw_error_ = false, saw_code_ = false, saw_message_ = false;
   Type id_type_ = Type::none, params_type_ = Type::none;
@@ -351,24 +322,19 @@ class MessageSax {
 };
 
 /// The members of one object, each with its raw text (see for_each_member).
-class MemberSax {
+class MemberSax : public JsonSax<MemberSax, LineStream> {
  public:
   MemberSax(const LineStream& stream, std::string_view text, const std::function<bool(const Member&)>& each)
-      : stream_(stream), text_(text), each_(each) {}
+      : JsonSax(stream, text), each_(each) {}
 
   bool Null() { return scalar(Member::Type::null, {}); }
   bool Bool(bool) { return scalar(Member::Type::boolean, {}); }
   bool RawNumber(const char*, rapidjson::SizeType, bool) { return scalar(Member::Type::number, {}); }
-  bool Int(int) { return scalar(Member::Type::number, {}); }
-  bool Uint(unsigned) { return scalar(Member::Type::number, {}); }
-  bool Int64(std::int64_t) { return scalar(Member::Type::number, {}); }
-  bool Uint64(std::uint64_t) { return scalar(Member::Type::number, {}); }
-  bool Double(double) { return scalar(Member::Type::number, {}); }
   bool String(const char* s, rapidjson::SizeType n, bool) { return scalar(Member::Type::string, std::string_view(s, n)); }
   bool Key(const char* s, rapidjson::SizeType n, bool) {
     if (depth_ == 1) {
       key_.assign(s, n);
-      start_ = stream_.Tell();
+      start_ = position();
     }
     return true;
   }
@@ -379,34 +345,23 @@ class MemberSax {
   bool object() const { return object_; }
   bool array() const { return array_; }
   bool stopped() const { return stopped_; }
-  bool too_deep() const { return too_deep_; }
 
  private:
   bool start(bool object) {
-    if (static_cast<std::size_t>(depth_) >= kMaxJsonDepth) {  // (the parse recurses: it stops here)
-      too_deep_ = true;
-      return false;
-    }
+    if (!room_for_one_more()) return false;
     if (depth_ == 0) {
       object_ = object;
       array_ = !object;
     } else if (depth_ == 1 && array_) {
-      start_ = stream_.Tell() - 1;  // (an element: from its opening bracket)
+      start_ = position() - 1;  // (an element: from its opening bracket)
     }
     ++depth_;
     return true;
   }
-  std::string_view raw() const {
-    std::size_t at = start_;
-    while (at < text_.size() &&
-           (text_[at] == ':' || text_[at] == ' ' || text_[at] == '\t' || text_[at] == '\n' || text_[at] == '\r'))
-      ++at;
-    return text_.substr(at, stream_.Tell() - at);
-  }
   bool emit(Member::Type type, std::string_view string) {
     Member m;
     m.key = key_;
-    m.raw = raw();
+    m.raw = raw_since(start_);
     m.type = type;
     m.string = string;
     stopped_ = !each_(m);
@@ -418,14 +373,15 @@ class MemberSax {
       start_ = element_start();
     }
     const bool go_on = emit(type, string);
-    last_end_ = stream_.Tell();
+    last_end_ = position();
     return go_on;
   }
   /// Where the element that just ended began (after the '[' or ',' before it).
   std::size_t element_start() const {
     std::size_t at = last_end_;
-    while (at < text_.size() && (text_[at] == '[' || text_[at] == ',' || text_[at] == ' ' || text_[at] == '\t' ||
-                                 text_[at] == '\n' || text_[at] == '\r'))
+    const std::string_view text = this->text();
+    while (at < text.size() && (text[at] == '[' || text[at] == ',' || text[at] == ' ' || text[at] == '\t' ||
+                                text[at] == '\n' || text[at] == '\r'))
       ++at;
     return at;
   }
@@ -433,21 +389,18 @@ class MemberSax {
     --depth_;
     if (depth_ != 1) return true;
     const bool go_on = emit(type, {});
-    last_end_ = stream_.Tell();
+    last_end_ = position();
     return go_on;
   }
 
-  const LineStream& stream_;
-  std::string_view text_;
   const std::function<bool(const Member&)>& each_;
   std::string key_;
   std::size_t start_ = 0, last_end_ = 0;
-  int depth_ = 0;
-  bool object_ = false, array_ = false, stopped_ = false, too_deep_ = false;
+  bool object_ = false, array_ = false, stopped_ = false;
 };
 
 std::string parse_error_text(const rapidjson::ParseResult& result, bool too_deep) {
-  if (too_deep) return "nesting deeper than " + std::to_string(kMaxJsonDepth);
+  if (too_deep) return nesting_too_deep_text();
   return rapidjson::GetParseError_En(result.Code());
 }
 
@@ -552,19 +505,19 @@ bool parse(std::string_view line, Message& out, std::string& why) {
 }
 
 void append_request(std::string& out, std::string_view id, std::string_view method, std::string_view params) {
-  put(out, "{\"jsonrpc\":\"2.0\",");
+  append_literal(out, "{\"jsonrpc\":\"2.0\",");
   if (!id.empty()) {
-    put(out, "\"id\":");
+    append_literal(out, "\"id\":");
     out.append(id);
     out.push_back(',');
   }
-  put(out, "\"method\":");
+  append_literal(out, "\"method\":");
   append_json_string(out, method);
   if (!params.empty()) {
-    put(out, ",\"params\":");
+    append_literal(out, ",\"params\":");
     out.append(params);
   }
-  put(out, "}\n");
+  append_literal(out, "}\n");
 }
 
 void append_notification(std::string& out, std::string_view method, std::string_view params) {
@@ -572,25 +525,25 @@ void append_notification(std::string& out, std::string_view method, std::string_
 }
 
 void append_result(std::string& out, std::string_view id, std::string_view result) {
-  put(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+  append_literal(out, "{\"jsonrpc\":\"2.0\",\"id\":");
   out.append(id);
-  put(out, ",\"result\":");
+  append_literal(out, ",\"result\":");
   out.append(result);
-  put(out, "}\n");
+  append_literal(out, "}\n");
 }
 
 void append_error(std::string& out, std::string_view id, int code, std::string_view message, std::string_view data) {
-  put(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+  append_literal(out, "{\"jsonrpc\":\"2.0\",\"id\":");
   out.append(id.empty() ? std::string_view("null") : id);
-  put(out, ",\"error\":{\"code\":");
+  append_literal(out, ",\"error\":{\"code\":");
   out.append(std::to_string(code));
-  put(out, ",\"message\":");
+  append_literal(out, ",\"message\":");
   append_json_string(out, message);
   if (!data.empty()) {
-    put(out, ",\"data\":");
+    append_literal(out, ",\"data\":");
     out.append(data);
   }
-  put(out, "}}\n");
+  append_literal(out, "}}\n");
 }
 
 }  // namespace machina::jsonrpc

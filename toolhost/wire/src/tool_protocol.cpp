@@ -1,4 +1,5 @@
 // See tool_protocol.hpp.
+#include <machina/json_sax.hpp>
 #include <machina/json_text.hpp>
 #include <machina/tool_protocol.hpp>
 
@@ -11,17 +12,12 @@
 namespace machina::tool_protocol {
 namespace {
 
-template <std::size_t N>
-void put(std::string& out, const char (&literal)[N]) {
-  out.append(literal, N - 1);
-}
-
 /// Reads an answer's top-level fields and the strings of its `error`; the raw text of
 /// `result` and `trace` is cut out of the input by the stream's positions.
-class AnswerSax {
+class AnswerSax : public JsonSax<AnswerSax> {
  public:
   AnswerSax(Answer& out, const rapidjson::MemoryStream& stream, std::string_view text)
-      : out_(out), stream_(stream), text_(text) {}
+      : JsonSax(stream, text), out_(out) {}
 
   bool Null() { return scalar(); }
   bool Bool(bool b) {
@@ -33,11 +29,6 @@ class AnswerSax {
     return scalar();
   }
   bool RawNumber(const char*, rapidjson::SizeType, bool) { return scalar(); }
-  bool Int(int) { return scalar(); }
-  bool Uint(unsigned) { return scalar(); }
-  bool Int64(std::int64_t) { return scalar(); }
-  bool Uint64(std::uint64_t) { return scalar(); }
-  bool Double(double) { return scalar(); }
   bool String(const char* s, rapidjson::SizeType n, bool) {
     if (depth_ == 1 && field_ == Field::error) {
       out_.error_message.assign(s, n);  // a bare string names no type
@@ -54,22 +45,15 @@ class AnswerSax {
   bool Key(const char* s, rapidjson::SizeType n, bool) {
     const std::string_view k(s, n);
     if (depth_ == 1) {
-      value_start_ = stream_.Tell();
-      if (k == "ok") field_ = Field::ok;
-      else if (k == "result") field_ = Field::result;
-      else if (k == "error") field_ = Field::error;
-      else if (k == "trace") field_ = Field::trace;
-      else field_ = Field::unknown;
+      value_start_ = position();
+      field_ = field_of(k, kFields, Field::unknown);
     } else if (depth_ == 2 && field_ == Field::error) {
-      if (k == "type") error_field_ = ErrorField::type;
-      else if (k == "message") error_field_ = ErrorField::message;
-      else if (k == "reason_code") error_field_ = ErrorField::reason_code;
-      else error_field_ = ErrorField::other;
+      error_field_ = field_of(k, kErrorFields, ErrorField::other);
     }
     return true;
   }
   bool StartObject() {
-    if (!deeper()) return false;
+    if (!room_for_one_more()) return fail(nesting_too_deep_text());
     if (depth_ == 1) trace_object_ = field_ == Field::trace;
     ++depth_;
     return true;
@@ -80,7 +64,7 @@ class AnswerSax {
   }
   bool StartArray() {
     if (depth_ == 0) return false;  // an answer is an object
-    if (!deeper()) return false;
+    if (!room_for_one_more()) return fail(nesting_too_deep_text());
     if (depth_ == 1) trace_object_ = false;
     ++depth_;
     return true;
@@ -91,8 +75,8 @@ class AnswerSax {
   }
 
   bool finish(std::string& why) const {
-    if (!why_.empty()) {
-      why = why_;
+    if (failed()) {
+      why = this->why();
       return false;
     }
     if (!saw_ok_) {
@@ -105,53 +89,36 @@ class AnswerSax {
  private:
   enum class Field { ok, result, error, trace, unknown };
   enum class ErrorField { type, message, reason_code, other };
+  static constexpr FieldKey<Field> kFields[] = {
+      {"ok", Field::ok}, {"result", Field::result}, {"error", Field::error}, {"trace", Field::trace}};
+  static constexpr FieldKey<ErrorField> kErrorFields[] = {
+      {"type", ErrorField::type}, {"message", ErrorField::message}, {"reason_code", ErrorField::reason_code}};
 
-  /// Room for one more level (the parse recurses: a deeper answer is refused, not followed).
-  bool deeper() {
-    if (static_cast<std::size_t>(depth_) < kMaxJsonDepth) return true;
-    why_ = "nesting deeper than " + std::to_string(kMaxJsonDepth);
-    return false;
-  }
-  bool wrong(const char* field) {
-    why_ = std::string("'") + field + "' has the wrong type";
-    return false;
-  }
+  bool wrong(const char* field) { return fail(std::string("'") + field + "' has the wrong type"); }
   /// A scalar value just ended at the current position.
   bool scalar() {
     if (depth_ == 0) return false;  // a bare value is not an answer
     if (depth_ != 1) return true;
     switch (field_) {
       case Field::ok: return wrong("ok");
-      case Field::result: out_.result = raw(); return true;
+      case Field::result: out_.result = raw_since(value_start_); return true;
       default: return true;  // an `error` of null or a number: no message; a `trace` that is no object: none
     }
   }
   bool container_end() {
     if (depth_ != 1) return true;
-    if (field_ == Field::result) out_.result = raw();
-    else if (field_ == Field::trace && trace_object_) out_.trace = raw();
+    if (field_ == Field::result) out_.result = raw_since(value_start_);
+    else if (field_ == Field::trace && trace_object_) out_.trace = raw_since(value_start_);
     else if (field_ == Field::ok) return wrong("ok");
     return true;
   }
-  /// The value's text: from after its key (skipping the colon and blanks) to here.
-  std::string_view raw() const {
-    std::size_t at = value_start_;
-    while (at < text_.size() && (text_[at] == ':' || text_[at] == ' ' || text_[at] == '\t' || text_[at] == '\n' ||
-                                 text_[at] == '\r'))
-      ++at;
-    return text_.substr(at, stream_.Tell() - at);
-  }
 
   Answer& out_;
-  const rapidjson::MemoryStream& stream_;
-  std::string_view text_;
-  int depth_ = 0;
   Field field_ = Field::unknown;
   ErrorField error_field_ = ErrorField::other;
   std::size_t value_start_ = 0;
   bool saw_ok_ = false;
   bool trace_object_ = false;
-  std::string why_;
 };
 
 }  // namespace
@@ -166,56 +133,51 @@ int apply_answer(const Answer& answer, CallContext& call) {
 }
 
 void encode_local_call(const Call& c, std::string& out) {
-  put(out, "{\"protocol_version\":1,\"tool\":");
+  append_literal(out, "{\"protocol_version\":1,\"tool\":");
   append_json_string(out, c.tool);
-  put(out, ",\"entry\":");
+  append_literal(out, ",\"entry\":");
   append_json_string(out, c.entry);
-  put(out, ",\"payload\":");
+  append_literal(out, ",\"payload\":");
   out.append(c.payload_json);
-  put(out, ",\"sandbox\":");
-  if (c.sandbox) put(out, "true");
-  else put(out, "false");
-  put(out, ",\"trace_id\":");
+  append_literal(out, ",\"sandbox\":");
+  if (c.sandbox) append_literal(out, "true");
+  else append_literal(out, "false");
+  append_literal(out, ",\"trace_id\":");
   append_json_string(out, c.trace_id);
   if (!c.capability_context_json.empty()) {
-    put(out, ",\"capability_context\":");
+    append_literal(out, ",\"capability_context\":");
     out.append(c.capability_context_json);
   }
   if (c.deadline_monotonic_ms > 0) {
-    put(out, ",\"deadline_monotonic_ms\":");
+    append_literal(out, ",\"deadline_monotonic_ms\":");
     out.append(std::to_string(c.deadline_monotonic_ms));
   }
   out.push_back('}');
 }
 
 void encode_service_call(const Call& c, std::int64_t timeout_ms, std::string_view app_root, std::string& out) {
-  put(out, "{\"protocol_version\":1,\"tool_name\":");
+  append_literal(out, "{\"protocol_version\":1,\"tool_name\":");
   append_json_string(out, c.tool);
-  put(out, ",\"kind\":\"python\",\"entry\":");
+  append_literal(out, ",\"kind\":\"python\",\"entry\":");
   append_json_string(out, c.entry);
-  put(out, ",\"payload\":");
+  append_literal(out, ",\"payload\":");
   out.append(c.payload_json);
-  put(out, ",\"timeout_ms\":");
+  append_literal(out, ",\"timeout_ms\":");
   out.append(std::to_string(timeout_ms));
-  put(out, ",\"trace_id\":");
+  append_literal(out, ",\"trace_id\":");
   append_json_string(out, c.trace_id);
-  put(out, ",\"project\":{\"app_root\":");
+  append_literal(out, ",\"project\":{\"app_root\":");
   append_json_string(out, app_root);
-  put(out, ",\"flow\":\"\"}}");
+  append_literal(out, ",\"flow\":\"\"}}");
 }
 
 bool decode_answer(std::string_view text, Answer& out, std::string& why) {
   out = Answer{};
   rapidjson::MemoryStream stream(text.data(), text.size());
   AnswerSax sax(out, stream, text);
-  rapidjson::Reader reader;
-  const auto result = reader.Parse<rapidjson::kParseNumbersAsStringsFlag>(stream, sax);
-  if (!result) {
-    if (!sax.finish(why) && why != "an answer without a boolean 'ok'") return false;
-    why = "not a JSON object";
+  if (!parse_fields<rapidjson::kParseNumbersAsStringsFlag>(
+          stream, sax, why, [](const rapidjson::ParseResult&) { return std::string("not a JSON object"); }))
     return false;
-  }
-  if (!sax.finish(why)) return false;
   if (out.ok && out.result.empty()) out.result = "null";
   if (!out.ok && out.error_type.empty()) out.error_type = "ToolError";
   return true;

@@ -59,4 +59,10 @@ std::string excerpt(std::string_view s);
 /// Appends `s` as a JSON string literal (with quotes) to `out`.
 void append_json_string(std::string& out, std::string_view s);
 
+/// Appends a string literal (its length known when compiled, not measured when run).
+template <std::size_t N>
+void append_literal(std::string& out, const char (&literal)[N]) {
+  out.append(literal, N - 1);
+}
+
 }  // namespace machina

@@ -1,7 +1,7 @@
-// wire: request decoding (both parsers), ds_state forms, response encoding, and the
+// The NDJSON wire: request decoding (both parsers), ds_state forms, response encoding, and the
 // error-kind table behind every response's status.
 #include <machina/errors.hpp>
-#include <machina/wire.hpp>
+#include <machina/ndjson_wire.hpp>
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
-// The client side of the NDJSON wire (wire_client.hpp): what the Python pool and spawn
+// The client side of the NDJSON wire (ndjson_client.hpp): what the Python pool and spawn
 // transports use through _core, tested here on its own.
-#include <machina/wire_client.hpp>
+#include <machina/ndjson_client.hpp>
 
 #include <doctest/doctest.h>
 

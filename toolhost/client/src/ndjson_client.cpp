@@ -1,14 +1,13 @@
-// See wire_client.hpp.
+// See ndjson_client.hpp.
 #include <machina/ds_state.hpp>
+#include <machina/json_sax.hpp>
 #include <machina/json_text.hpp>
-#include <machina/rapid_sax.hpp>
-#include <machina/wire.hpp>
-#include <machina/wire_client.hpp>
+#include <machina/ndjson_client.hpp>
+#include <machina/ndjson_wire.hpp>
+#include <machina/spin_wait.hpp>
 
 #include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
-
-#include <machina/spin_wait.hpp>
 
 #include <poll.h>
 #include <unistd.h>
@@ -22,11 +21,6 @@ namespace machina {
 
 namespace {
 
-template <std::size_t N>
-void put(std::string& out, const char (&literal)[N]) {
-  out.append(literal, N - 1);
-}
-
 void put_int(std::string& out, std::int64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
@@ -36,10 +30,11 @@ void put_int(std::string& out, std::int64_t v) {
 
 /// Reads the top-level fields of a response; the ds_state object is kept as raw text
 /// (its start and end are taken from the stream's position), and so is the trace object.
-class ResponseSax {
+/// Numbers arrive typed (an id or a tier must be an integer).
+class ResponseSax : public JsonSax<ResponseSax> {
  public:
   ResponseSax(ResponseFields& out, const rapidjson::MemoryStream& stream, std::string_view text)
-      : out_(out), stream_(stream), text_(text) {}
+      : JsonSax(stream, text), out_(out) {}
 
   bool Null() { return depth_ != 1 || wrong_type(); }
   bool Bool(bool b) {
@@ -83,40 +78,25 @@ class ResponseSax {
     }
   }
   bool Key(const char* s, rapidjson::SizeType n, bool) {
-    if (depth_ != 1) return true;
-    const std::string_view k(s, n);
-    if (k == "id") field_ = Field::id;
-    else if (k == "ok") field_ = Field::ok;
-    else if (k == "status") field_ = Field::status;
-    else if (k == "output_json") field_ = Field::output_json;
-    else if (k == "error") field_ = Field::error;
-    else if (k == "code") field_ = Field::code;
-    else if (k == "tier") field_ = Field::tier;
-    else if (k == "aid") field_ = Field::aid;
-    else if (k == "reason") field_ = Field::reason;
-    else if (k == "hint") field_ = Field::hint;
-    else if (k == "ds_state") field_ = Field::ds_state;
-    else if (k == "trace") field_ = Field::trace;
-    else if (k == "idempotent_hit") field_ = Field::idempotent_hit;
-    else field_ = Field::unknown;
+    if (depth_ == 1) field_ = field_of(std::string_view(s, n), kFields, Field::unknown);
     return true;
   }
   bool StartObject() {
-    if (!deeper()) return false;
-    if (depth_ == 1 && (field_ == Field::ds_state || field_ == Field::trace)) object_start_ = stream_.Tell() - 1;
+    if (!room_for_one_more()) return too_deep_failure();
+    if (depth_ == 1 && (field_ == Field::ds_state || field_ == Field::trace)) object_start_ = position() - 1;
     else if (depth_ == 1 && field_ != Field::unknown) return wrong_type();
     ++depth_;
     return true;
   }
   bool EndObject(rapidjson::SizeType) {
     --depth_;
-    if (depth_ == 1 && field_ == Field::ds_state) out_.ds_state = text_.substr(object_start_, stream_.Tell() - object_start_);
-    if (depth_ == 1 && field_ == Field::trace) out_.trace = text_.substr(object_start_, stream_.Tell() - object_start_);
+    if (depth_ == 1 && field_ == Field::ds_state) out_.ds_state = object_text();
+    if (depth_ == 1 && field_ == Field::trace) out_.trace = object_text();
     return true;
   }
   bool StartArray() {
     if (depth_ == 0) return false;
-    if (!deeper()) return false;
+    if (!room_for_one_more()) return too_deep_failure();
     if (depth_ == 1 && field_ != Field::unknown) return wrong_type();
     ++depth_;
     return true;
@@ -127,8 +107,8 @@ class ResponseSax {
   }
 
   bool finish(std::string& why) const {
-    if (!why_.empty()) {
-      why = why_;
+    if (failed()) {
+      why = this->why();
       return false;
     }
     if (!saw_ok_) {
@@ -140,28 +120,24 @@ class ResponseSax {
 
  private:
   enum class Field { id, ok, status, output_json, error, code, tier, aid, reason, hint, ds_state, trace, idempotent_hit, unknown };
+  static constexpr FieldKey<Field> kFields[] = {
+      {"id", Field::id},       {"ok", Field::ok},         {"status", Field::status},     {"output_json", Field::output_json},
+      {"error", Field::error}, {"code", Field::code},     {"tier", Field::tier},         {"aid", Field::aid},
+      {"reason", Field::reason}, {"hint", Field::hint},   {"ds_state", Field::ds_state}, {"trace", Field::trace},
+      {"idempotent_hit", Field::idempotent_hit}};
 
-  /// Room for one more level (the parse recurses: a deeper response is refused, not followed).
-  bool deeper() {
-    if (static_cast<std::size_t>(depth_) < kMaxJsonDepth) return true;
-    why_ = "nesting deeper than " + std::to_string(kMaxJsonDepth) + " in a response";
-    return false;
-  }
+  bool too_deep_failure() { return fail(nesting_too_deep_text() + " in a response"); }
   // A value of the wrong type for a known field (an unknown field's value is ignored).
   bool wrong_type() {
     if (field_ == Field::unknown) return true;
-    why_ = "field has the wrong type in a response";
-    return false;
+    return fail("field has the wrong type in a response");
   }
+  std::string_view object_text() const { return text().substr(object_start_, position() - object_start_); }
 
   ResponseFields& out_;
-  const rapidjson::MemoryStream& stream_;
-  std::string_view text_;
-  int depth_ = 0;
   Field field_ = Field::unknown;
   std::size_t object_start_ = 0;
   bool saw_ok_ = false;
-  std::string why_;
 };
 
 }  // namespace
@@ -170,55 +146,49 @@ void encode_request(const Request& r, std::optional<std::int64_t> id, std::strin
                     std::string& out) {
   out.push_back('{');
   if (id) {
-    put(out, "\"id\":");
+    append_literal(out, "\"id\":");
     put_int(out, *id);
     out.push_back(',');
   }
-  put(out, "\"aid\":");
+  append_literal(out, "\"aid\":");
   append_json_string(out, r.aid);
-  put(out, ",\"input_json\":");
+  append_literal(out, ",\"input_json\":");
   append_json_string(out, r.input_json);
   if (r.idempotency_key) {
-    put(out, ",\"idempotency_key\":");
+    append_literal(out, ",\"idempotency_key\":");
     append_json_string(out, *r.idempotency_key);
   }
   if (r.lease_token) {
-    put(out, ",\"_lease_token\":");
+    append_literal(out, ",\"_lease_token\":");
     append_json_string(out, *r.lease_token);
   }
   if (r.timeout_ms) {
-    put(out, ",\"timeout_ms\":");
+    append_literal(out, ",\"timeout_ms\":");
     put_int(out, *r.timeout_ms);
   }
   if (r.trace_id) {
-    put(out, ",\"trace_id\":");
+    append_literal(out, ",\"trace_id\":");
     append_json_string(out, *r.trace_id);
   }
   if (r.user) {
-    put(out, ",\"user\":");
+    append_literal(out, ",\"user\":");
     append_json_string(out, *r.user);
   }
   if (!ds_state_json.empty()) {
-    put(out, ",\"ds_state\":");
+    append_literal(out, ",\"ds_state\":");
     out.append(ds_state_json);
   }
-  put(out, "}\n");
+  append_literal(out, "}\n");
 }
 
 bool decode_response(std::string_view text, ResponseFields& out, std::string& why) {
   out = ResponseFields{};
   rapidjson::MemoryStream stream(text.data(), text.size());
   ResponseSax sax(out, stream, text);
-  rapidjson::Reader reader;
   // The first event must open an object: a bare value is not a response.
-  const auto result = reader.Parse<rapidjson::kParseDefaultFlags>(stream, sax);
-  if (!result) {
-    std::string inner;
-    if (!sax.finish(inner) && !inner.empty() && inner != "a response without 'ok'") why = inner;
-    else why = "not a JSON object (" + std::to_string(result.Offset()) + ")";
-    return false;
-  }
-  return sax.finish(why);
+  return parse_fields<rapidjson::kParseDefaultFlags>(stream, sax, why, [](const rapidjson::ParseResult& result) {
+    return "not a JSON object (" + std::to_string(result.Offset()) + ")";
+  });
 }
 
 bool delta_between(std::string_view before, std::string_view after, std::string& out, std::string& why) {

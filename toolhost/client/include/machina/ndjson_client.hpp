@@ -1,6 +1,6 @@
-// The wire seen from a client: encoding requests and reading responses, as the Python
-// pool and spawn transports do. The inverse of wire.hpp, kept next to it so both ends
-// of the protocol are written (and fuzzed) in one place.
+// The NDJSON wire seen from a client: encoding requests and reading responses, as the
+// Python pool and spawn transports do. The inverse of ndjson_wire.hpp: both ends of the
+// protocol are tested and fuzzed against each other.
 #pragma once
 
 #include <machina/request.hpp>

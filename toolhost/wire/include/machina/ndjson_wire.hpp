@@ -1,7 +1,9 @@
-// The NDJSON wire codec shared by --run, --serve and _core: request decoding by SAX
-// (no DOM per request) and a direct response writer.
+// The NDJSON wire format (one request or response object per line) shared by --run,
+// --serve and _core: request decoding by SAX (no DOM per request) and a direct response
+// writer. The ds_state object it carries has its own codec (ds_state_codec.hpp).
 #pragma once
 
+#include <machina/ds_state_codec.hpp>
 #include <machina/request.hpp>
 
 #include <optional>
@@ -25,13 +27,7 @@ namespace detail {
 bool decode_request_reference(std::string_view text, Request& request, Response& error, bool aid_required = true);
 }  // namespace detail
 
-/// Decodes a ds_state object on its own (used by _core and the fuzz target).
-bool decode_ds_state(std::string_view text, DsUpdate& update, std::string& why);
-
 /// Appends the response as one JSON object followed by '\n'.
 void encode_response(const Response& response, std::string& out);
-
-/// Appends a ds_state report / a set of slots as a JSON object.
-void encode_ds_state(const DsReport& report, std::string& out);
 
 }  // namespace machina
