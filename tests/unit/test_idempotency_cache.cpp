@@ -228,8 +228,8 @@ TEST_CASE("the index agrees with a plain map through heavy churn") {
 TEST_CASE("keys chosen to share a bucket under an unseeded hash do not share one here") {
   // Keys are the client's choice. With a hash anyone can compute (std::hash is murmur with a
   // fixed seed), a client can pick keys that all fall into one bucket and make every
-  // lookup walk all of them: with the default 1024 entries each call took ~8 µs instead of
-  // ~0.6 µs (file-fed --serve, echo), and a larger cache is slower still. These 64 keys
+  // lookup walk all of them: every call then costs a walk of the whole cache, and a larger
+  // cache costs more. These 64 keys
   // share their low 12 bits under std::hash (which covers the index of a 64-entry cache);
   // the cache's own hash is seeded per cache and spreads them.
   std::vector<std::string> keys;

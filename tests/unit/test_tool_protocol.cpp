@@ -10,7 +10,7 @@
 
 using namespace machina::tool_protocol;
 
-TEST_CASE("the local call carries the seed's fields, the payload as it is") {
+TEST_CASE("the local call carries the tool protocol's fields, the payload as it is") {
   std::string out;
   encode_local_call({"greeter", "tools.sample_tool:greet", R"({"name": "Ada"})", true, "t-1",
                      R"({"guarantees":{"no_network":true}})", 1234},
@@ -27,7 +27,7 @@ TEST_CASE("the local call carries the seed's fields, the payload as it is") {
   CHECK(out.find(R"("payload":{"name": "Ada"})") != std::string::npos);  // not re-encoded
 }
 
-TEST_CASE("the service call carries the seed's fields") {
+TEST_CASE("the service call carries the tool protocol's service fields") {
   std::string out;
   encode_service_call({"greeter", "", "[1]", false, "t-2", {}}, 2500, "/apps/demo", out);
   CHECK(nlohmann::json::parse(out) == nlohmann::json{{"protocol_version", 1},

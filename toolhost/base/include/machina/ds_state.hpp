@@ -35,7 +35,7 @@ struct SlotChanges {
 struct DsUpdate {
   bool delta = false;
   SlotChanges changes;  // full: `set` marks every present slot, the rest are emptied
-  /// The request named its slots "0".."7" (removed_slots as integers), as the original
+  /// The request named its slots "0".."7" (removed_slots as integers), as the dispatch
   /// client does, rather than "DS0".."DS7": its response is written the same way.
   bool numbered = false;
 };

@@ -1,6 +1,6 @@
 // A mutex for short critical sections on a hot path: taking and giving it back when no
 // other thread wants it is one atomic instruction each, inline (std::mutex goes through
-// two calls into the C library, which showed in the idempotency cache's profile). A
+// two calls into the C library, too many for the idempotency cache's hot path). A
 // thread that finds it taken spins briefly (if the process may use two CPUs), then sleeps
 // on the word (a futex, through C++20 atomic wait) until the holder wakes it. Not fair: a
 // spinning thread may take it before one just woken, which short sections can afford.

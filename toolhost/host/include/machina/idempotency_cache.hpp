@@ -34,8 +34,8 @@ namespace machina {
 class IdempotencyCache final : public IdempotencyStore {
  public:
   struct Options {
-    std::size_t max_entries = 1024;           // as the original host (docs/protocol.md)
-    std::int64_t ttl_ms = 60'000;             // as the original host
+    std::size_t max_entries = 1024;           // the dispatch contract's bound (docs/protocol.md)
+    std::int64_t ttl_ms = 60'000;             // the dispatch contract's expiry
     std::size_t max_key_bytes = 1024;         // longest idempotency_key accepted
     std::size_t max_stored_bytes = 64u << 20; // responses kept, in all (a larger one is not kept)
   };
@@ -87,12 +87,10 @@ class IdempotencyCache final : public IdempotencyStore {
   static constexpr std::uint32_t kNone = UINT32_MAX;
   /// Buckets for `entries` entries, at least. A fresh key walks its whole chain, and an
   /// evicted entry is unlinked from its own, so each walk's length is a branch the
-  /// processor guesses wrong about as often as chains differ: with 8 buckets an entry, 88 %
-  /// of the chains are empty (61 % with 2), about 10 ns less a fresh key on the
-  /// development machine (a tenth of what a key costs). That holds while the index stays
+  /// processor guesses wrong about as often as chains differ: with 8 buckets an entry most
+  /// chains are empty, so the walk is rarely mispredicted. That holds while the index stays
   /// in the processor's caches (up to 8192 entries: 256 KiB of buckets); beyond, a lookup
-  /// waits for memory whatever the chain, and a larger index only misses more (8 an entry
-  /// made a cache of a million keys 19 % slower there): 2 an entry.
+  /// waits for memory whatever the chain, and a larger index only misses more: 2 an entry.
   static constexpr std::size_t buckets_for(std::size_t entries) noexcept {
     return entries <= 8192 ? entries * 8 : entries * 2;
   }

@@ -1,5 +1,5 @@
-// JSON-RPC 2.0 messages, one per line (the framing of MCP's stdio transport and of seed-001
-// skills): reading one line into its parts, with the raw JSON text of `id`, `params`,
+// JSON-RPC 2.0 messages, one per line (the framing of MCP's stdio transport and of the
+// skill protocol, docs/specifications.md): reading one line into its parts, with the raw JSON text of `id`, `params`,
 // `result` and `error.data` cut out of the line (nothing re-encoded), and writing requests,
 // notifications, results and errors. What the --mcp and --skill fronts and the skill and
 // MCP-server runners speak.
