@@ -17,6 +17,20 @@
 using namespace machina;
 
 namespace {
+// Long enough that only a hang reaches it, however loaded the machine: the tests assert
+// what happened and in which order, not how fast.
+constexpr std::chrono::seconds kGuard{60};
+
+/// Calls `step` until it returns true or kGuard passes: whether it returned true.
+template <class Step>
+bool eventually(Step step) {
+  const auto give_up = std::chrono::steady_clock::now() + kGuard;
+  while (!step()) {
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+  }
+  return true;
+}
+
 ChildSpec shell(const std::string& script, std::size_t tail_bytes = 2048) {
   ChildSpec spec;
   spec.executable = "/bin/sh";
@@ -27,11 +41,11 @@ ChildSpec shell(const std::string& script, std::size_t tail_bytes = 2048) {
 }
 
 void drain_until_closed(ChildProcess& child) {
-  for (int i = 0; i < 500; ++i) {
+  CHECK(eventually([&] {
     pollfd fd{child.output_fd(), POLLIN, 0};
     ::poll(&fd, 1, 10);
-    if (!child.read_output()) return;
-  }
+    return !child.read_output();
+  }));
 }
 }  // namespace
 
@@ -57,26 +71,27 @@ TEST_CASE("only the tail of the child's output is kept, whole characters only") 
 }
 
 TEST_CASE("end() kills the child's whole process group and exited() does not reap") {
-  ChildProcess child(shell("sleep 30 & echo $! ; wait"));
+  ChildProcess child(shell("sleep 300 & echo $! ; wait"));
   CHECK(getpgid(child.pid()) == child.pid());  // a group of its own
   CHECK_FALSE(child.exited());
   std::string out;
-  for (int i = 0; i < 200 && out.find('\n') == std::string::npos; ++i) {
+  REQUIRE(eventually([&] {
     pollfd fd{child.output_fd(), POLLIN, 0};
     ::poll(&fd, 1, 10);
     child.read_output();
     out = child.tail();
-  }
+    return out.find('\n') != std::string::npos;
+  }));
   const pid_t grandchild = std::stoi(out);
   CHECK(child.end() == "was killed by signal 9 (SIGKILL: Killed)");
-  bool gone = false;
-  for (int i = 0; i < 200 && !gone; ++i) {  // killed with the group (a zombie until its reaper comes)
+  // Killed with the group (a zombie until its reaper comes), long before its sleep ends.
+  CHECK(eventually([&] {
     std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
     std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    gone = text.empty() || text.substr(text.rfind(')') + 2, 1) == "Z";
-    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  CHECK(gone);
+    if (text.empty() || text.substr(text.rfind(')') + 2, 1) == "Z") return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return false;
+  }));
 }
 
 TEST_CASE("pick_environment passes only the named variables that are set") {
@@ -88,7 +103,7 @@ TEST_CASE("pick_environment passes only the named variables that are set") {
 TEST_CASE("pids stay known after end, and kill() never signals a reaped child") {
   ChildProcess child(shell("exit 0"));
   const pid_t pid = child.pid();
-  CHECK(child.wait_exit(std::chrono::seconds(5)));
+  CHECK(child.wait_exit(kGuard));
   child.end();
   CHECK(child.pid() == pid);
   CHECK(child.exit_code() == 0);
@@ -105,23 +120,23 @@ TEST_CASE("with Stdio::pipes the caller has stdin and stdout, and stderr goes to
   CHECK(::write(child.input_fd(), hello.data(), hello.size()) == static_cast<ssize_t>(hello.size()));
   child.close_input();
   std::string out;
-  for (int i = 0; i < 500; ++i) {
+  CHECK(eventually([&] {
     pollfd fd{child.stdout_fd(), POLLIN, 0};
     ::poll(&fd, 1, 10);
     char buf[256];
     const ssize_t n = ::read(child.stdout_fd(), buf, sizeof buf);
-    if (n == 0) break;
     if (n > 0) out.append(buf, static_cast<std::size_t>(n));
-  }
+    return n == 0;
+  }));
   CHECK(out == "got hello\n");
-  CHECK(child.wait_exit(std::chrono::seconds(5)));
+  CHECK(child.wait_exit(kGuard));
   CHECK(child.end(1000) == "exited with status 4");
   CHECK(child.exit_code() == 4);
   CHECK(child.tail() == "oops\n");
 }
 
 TEST_CASE("wait_exit gives up at its limit and does not reap") {
-  ChildProcess child(shell("sleep 30"));
+  ChildProcess child(shell("sleep 300"));
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_FALSE(child.wait_exit(std::chrono::milliseconds(50)));
   CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(45));
@@ -131,7 +146,7 @@ TEST_CASE("wait_exit gives up at its limit and does not reap") {
 }
 
 TEST_CASE("run_to_completion: input in, output out, the stderr tail kept") {
-  const ChildOutcome r = run_to_completion(shell("cat; echo err >&2; exit 2"), "request\n", std::chrono::seconds(10), 1024);
+  const ChildOutcome r = run_to_completion(shell("cat; echo err >&2; exit 2"), "request\n", kGuard, 1024);
   CHECK(r.ended == ChildOutcome::Ended::exited);
   CHECK(r.stdout_text == "request\n");
   CHECK(r.exit_code == 2);
@@ -141,11 +156,12 @@ TEST_CASE("run_to_completion: input in, output out, the stderr tail kept") {
 
 TEST_CASE("run_to_completion kills the group at its deadline and past its output cap") {
   const auto t0 = std::chrono::steady_clock::now();
-  const ChildOutcome late = run_to_completion(shell("sleep 30 & wait"), "", std::chrono::milliseconds(200), 1024);
+  const ChildOutcome late = run_to_completion(shell("sleep 300 & wait"), "", std::chrono::milliseconds(200), 1024);
   CHECK(late.ended == ChildOutcome::Ended::timed_out);
   CHECK(late.exit_code == -9);
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
-  const ChildOutcome big = run_to_completion(shell("yes"), "", std::chrono::seconds(10), 100000);
+  // Not waited for: the group was killed at the deadline, long before the sleep would end.
+  CHECK(std::chrono::steady_clock::now() - t0 < kGuard);
+  const ChildOutcome big = run_to_completion(shell("yes"), "", kGuard, 100000);
   CHECK(big.ended == ChildOutcome::Ended::output_over_cap);
   CHECK(big.stdout_text.size() > 100000);
   CHECK(big.stdout_text.size() <= 100000 + 65536);
@@ -154,7 +170,7 @@ TEST_CASE("run_to_completion kills the group at its deadline and past its output
 TEST_CASE("run_to_completion survives a child that does not read its input") {
   // Far more than a pipe holds, to a child that exits without reading: EPIPE, no SIGPIPE.
   const std::string input(1 << 20, 'x');
-  const ChildOutcome r = run_to_completion(shell("exit 0"), input, std::chrono::seconds(10), 1024);
+  const ChildOutcome r = run_to_completion(shell("exit 0"), input, kGuard, 1024);
   CHECK(r.ended == ChildOutcome::Ended::exited);
   CHECK(r.exit_code == 0);
 }
