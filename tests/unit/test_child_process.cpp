@@ -61,7 +61,8 @@ TEST_CASE("the child's end is described in words") {
 }
 
 TEST_CASE("only the tail of the child's output is kept, whole characters only") {
-  ChildProcess child(shell("i=0; while [ $i -lt 300 ]; do printf 'line %03d\\n' $i; i=$((i+1)); done; printf 'LAST'", 64));
+  ChildProcess child(
+      shell("i=0; while [ $i -lt 300 ]; do printf 'line %03d\\n' $i; i=$((i+1)); done; printf 'LAST'", 64));
   drain_until_closed(child);
   const std::string tail = child.tail();
   CHECK(tail.size() <= 64);

@@ -52,13 +52,17 @@ class ResponseSax : public JsonSax<ResponseSax> {
   bool Int(int i) { return Int64(i); }
   bool Uint(unsigned u) { return Int64(u); }
   bool Uint64(std::uint64_t u) {
-    return u > static_cast<std::uint64_t>(INT64_MAX) ? (depth_ != 1 || wrong_type()) : Int64(static_cast<std::int64_t>(u));
+    return u > static_cast<std::uint64_t>(INT64_MAX) ? (depth_ != 1 || wrong_type())
+                                                     : Int64(static_cast<std::int64_t>(u));
   }
   bool Int64(std::int64_t i) {
     if (depth_ != 1) return true;
-    if (field_ == Field::id) out_.id = i;
-    else if (field_ == Field::tier) out_.lease_tier = i;
-    else return wrong_type();
+    if (field_ == Field::id)
+      out_.id = i;
+    else if (field_ == Field::tier)
+      out_.lease_tier = i;
+    else
+      return wrong_type();
     return true;
   }
   bool Double(double) { return depth_ != 1 || wrong_type(); }
@@ -83,8 +87,10 @@ class ResponseSax : public JsonSax<ResponseSax> {
   }
   bool StartObject() {
     if (!room_for_one_more()) return too_deep_failure();
-    if (depth_ == 1 && (field_ == Field::ds_state || field_ == Field::trace)) object_start_ = position() - 1;
-    else if (depth_ == 1 && field_ != Field::unknown) return wrong_type();
+    if (depth_ == 1 && (field_ == Field::ds_state || field_ == Field::trace))
+      object_start_ = position() - 1;
+    else if (depth_ == 1 && field_ != Field::unknown)
+      return wrong_type();
     ++depth_;
     return true;
   }
@@ -119,12 +125,35 @@ class ResponseSax : public JsonSax<ResponseSax> {
   }
 
  private:
-  enum class Field { id, ok, status, output_json, error, code, tier, aid, reason, hint, ds_state, trace, idempotent_hit, unknown };
-  static constexpr FieldKey<Field> kFields[] = {
-      {"id", Field::id},       {"ok", Field::ok},         {"status", Field::status},     {"output_json", Field::output_json},
-      {"error", Field::error}, {"code", Field::code},     {"tier", Field::tier},         {"aid", Field::aid},
-      {"reason", Field::reason}, {"hint", Field::hint},   {"ds_state", Field::ds_state}, {"trace", Field::trace},
-      {"idempotent_hit", Field::idempotent_hit}};
+  enum class Field {
+    id,
+    ok,
+    status,
+    output_json,
+    error,
+    code,
+    tier,
+    aid,
+    reason,
+    hint,
+    ds_state,
+    trace,
+    idempotent_hit,
+    unknown
+  };
+  static constexpr FieldKey<Field> kFields[] = {{"id", Field::id},
+                                                {"ok", Field::ok},
+                                                {"status", Field::status},
+                                                {"output_json", Field::output_json},
+                                                {"error", Field::error},
+                                                {"code", Field::code},
+                                                {"tier", Field::tier},
+                                                {"aid", Field::aid},
+                                                {"reason", Field::reason},
+                                                {"hint", Field::hint},
+                                                {"ds_state", Field::ds_state},
+                                                {"trace", Field::trace},
+                                                {"idempotent_hit", Field::idempotent_hit}};
 
   bool too_deep_failure() { return fail(nesting_too_deep_text() + " in a response"); }
   // A value of the wrong type for a known field (an unknown field's value is ignored).
@@ -222,7 +251,8 @@ std::size_t match_responses(std::string_view text, std::size_t start, const Open
     if (!decode_response(line, fields, why)) throw StreamError("unreadable response: " + why);
     std::optional<std::int64_t> id = fields.id;
     if (id) {
-      if (!open.is_open(*id) || answered.count(*id)) throw StreamError("a response for an unknown id " + std::to_string(*id));
+      if (!open.is_open(*id) || answered.count(*id))
+        throw StreamError("a response for an unknown id " + std::to_string(*id));
     } else {
       open.oldest_first([&](std::int64_t candidate) {
         if (answered.count(candidate)) return true;
@@ -251,7 +281,8 @@ RoundTrip round_trip(int fd_in, int fd_out, std::string_view request, std::chron
   for (;;) {
     if (rt.written < request.size()) {
       const ssize_t n = ::write(fd_in, request.data() + rt.written, request.size() - rt.written);
-      if (n > 0) rt.written += static_cast<std::size_t>(n);
+      if (n > 0)
+        rt.written += static_cast<std::size_t>(n);
       else if (n < 0 && errno != EAGAIN && errno != EINTR) {
         rt.status = RoundTrip::Status::write_failed;
         break;

@@ -41,9 +41,7 @@ std::atomic<std::uint64_t> next_log_id{1};
 }  // namespace
 
 AuditLog::AuditLog(AuditOptions options)
-    : options_(std::move(options)),
-      tsc_(!options_.pending && clock_runs_on_tsc()),
-      id_(next_log_id.fetch_add(1)) {
+    : options_(std::move(options)), tsc_(!options_.pending && clock_runs_on_tsc()), id_(next_log_id.fetch_add(1)) {
   if (options_.retention_days < 1) throw HostError("the audit retention must be at least 1 day");
   if (options_.max_rows < 1) throw HostError("the audit store must keep at least 1 call");
   if (options_.buffer_bytes < 64 * 1024) throw HostError("the audit buffer must be at least 64 KiB");

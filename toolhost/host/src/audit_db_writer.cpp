@@ -185,8 +185,10 @@ std::int64_t AuditLog::Writer::args_id() {
   if (auto it = args_ids_.find(args_); it != args_ids_.end()) return it->second;
   if (args_ids_.size() >= kMaxCachedNames) args_ids_.clear();
   add_args_.bind(1, args_, true);
-  if (path_.empty()) add_args_.bind_null(2);
-  else add_args_.bind(2, path_, true);
+  if (path_.empty())
+    add_args_.bind_null(2);
+  else
+    add_args_.bind(2, path_, true);
   add_args_.run();
   find_args_.bind(1, args_, true);
   if (!find_args_.step()) throw sql::Error("no id for a digest");
@@ -203,8 +205,11 @@ std::int64_t AuditLog::Writer::front_id(Front f) {
 }
 
 std::int64_t AuditLog::Writer::shape_id(const Call& c) {
-  Shape key{name_id("tools", tool_ids_, c.aid), front_id(static_cast<Front>(c.head.front)),
-            c.user.empty() ? 0 : name_id("users", user_ids_, c.user), code_by_kind_.at(c.head.kind), args_id(),
+  Shape key{name_id("tools", tool_ids_, c.aid),
+            front_id(static_cast<Front>(c.head.front)),
+            c.user.empty() ? 0 : name_id("users", user_ids_, c.user),
+            code_by_kind_.at(c.head.kind),
+            args_id(),
             (c.head.flags & kHit) != 0 ? 1 : 0};
   if (auto it = shape_ids_.find(key); it != shape_ids_.end()) return it->second;
   if (shape_ids_.size() >= kMaxCachedNames) shape_ids_.clear();

@@ -17,8 +17,8 @@ namespace {
 /// Members whose values are kept (cut at kAuditMaxValue): where a call reaches, what it runs.
 bool kept_member(std::string_view key) {
   static constexpr std::array<std::string_view, 18> kKept = {
-      "path", "paths", "cwd", "file", "filename", "dir", "directory", "target", "command", "args",
-      "pattern", "query", "url", "codebase_id", "package", "packages", "install_packages", "session_id"};
+      "path", "paths",   "cwd",   "file", "filename",    "dir",     "directory", "target",           "command",
+      "args", "pattern", "query", "url",  "codebase_id", "package", "packages",  "install_packages", "session_id"};
   return std::find(kKept.begin(), kKept.end(), key) != kKept.end();
 }
 bool path_member(std::string_view key) {
@@ -110,7 +110,8 @@ class DigestSax {
     ++members_;
   }
   bool literal(const char* text) {
-    if (depth_ == 0) top_ = "scalar";
+    if (depth_ == 0)
+      top_ = "scalar";
     else if (depth_ == 1 && begin_member()) {
       out_ += text;
       end_member();
@@ -120,7 +121,8 @@ class DigestSax {
     return true;
   }
   bool number() {
-    if (depth_ == 0) top_ = "number";
+    if (depth_ == 0)
+      top_ = "number";
     else if (depth_ == 1 && begin_member()) {
       out_ += "\"<number>\"";
       end_member();

@@ -21,7 +21,7 @@ void AuditLog::Writer::open_jsonl() {
   if (jsonl_ < 0) {
     throw HostError("audit JSON lines file " + options_.jsonl_path + ": cannot be opened: " + std::strerror(errno));
   }
-  struct stat st {};
+  struct stat st{};
   jsonl_bytes_ = ::fstat(jsonl_, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
 }
 
@@ -30,21 +30,28 @@ void AuditLog::Writer::jsonl_line(const Call& c) {
   line = "{\"time\":\"" + audit_iso_time(c.ts_ms) + "\",\"ts_ms\":" + std::to_string(c.ts_ms) + ",\"tool\":";
   append_json_string(line, c.aid);
   line += ",\"front\":\"" + std::string(front_name(static_cast<Front>(c.head.front))) + "\",\"user\":";
-  if (c.user.empty()) line += "null";
-  else append_json_string(line, c.user);
+  if (c.user.empty())
+    line += "null";
+  else
+    append_json_string(line, c.user);
   const auto kind = static_cast<ErrorKind>(c.head.kind);
   const ErrorKindInfo& info = error_info(kind);
   line += ",\"status\":\"" + std::string(status_name(info.status)) + "\",\"code\":\"" +
           (kind == ErrorKind::none ? std::string("ok") : std::string(info.code)) + "\",\"error_type\":";
-  if (kind == ErrorKind::none) line += "null";
-  else append_json_string(line, error_type(kind));
-  line += ",\"duration_us\":" + std::to_string(c.duration_us) + ",\"duration_ms\":" +
-          std::to_string(c.duration_us / 1000) + "." + std::to_string(1000 + c.duration_us % 1000).substr(1) +
-          ",\"input_bytes\":" +
-          std::to_string(c.head.input_bytes) + ",\"output_bytes\":" + std::to_string(c.head.output_bytes) +
+  if (kind == ErrorKind::none)
+    line += "null";
+  else
+    append_json_string(line, error_type(kind));
+  line += ",\"duration_us\":" + std::to_string(c.duration_us) +
+          ",\"duration_ms\":" + std::to_string(c.duration_us / 1000) + "." +
+          std::to_string(1000 + c.duration_us % 1000).substr(1) +
+          ",\"input_bytes\":" + std::to_string(c.head.input_bytes) +
+          ",\"output_bytes\":" + std::to_string(c.head.output_bytes) +
           ",\"idempotent_hit\":" + ((c.head.flags & kHit) != 0 ? "true" : "false") + ",\"path\":";
-  if (path_.empty()) line += "null";
-  else append_json_string(line, path_);
+  if (path_.empty())
+    line += "null";
+  else
+    append_json_string(line, path_);
   line += ",\"args\":" + args_ + "}\n";
   std::string& out = jsonl_text_;
   if (jsonl_bytes_ + out.size() + line.size() > options_.jsonl_max_bytes && jsonl_bytes_ + out.size() > 0) {

@@ -36,9 +36,9 @@ bool AuditLog::append_pending(const AuditCall& call) {
   head.user_len = static_cast<std::uint32_t>(user.size());
   head.input_len = static_cast<std::uint32_t>(input.size());
   head.front = static_cast<std::uint8_t>(call.front);
-  head.flags = static_cast<std::uint8_t>(kUnix | (call.idempotent_hit ? kHit : 0) |
-                                         (call.input_json.size() > kAuditMaxInput ? kCut : 0) |
-                                         (call.os_user ? kOsUser : 0));
+  head.flags =
+      static_cast<std::uint8_t>(kUnix | (call.idempotent_hit ? kHit : 0) |
+                                (call.input_json.size() > kAuditMaxInput ? kCut : 0) | (call.os_user ? kOsUser : 0));
   head.kind = static_cast<std::uint16_t>(call.kind);
   head.started_ns = call.started_ns + offset_ns;
   head.ended = ended_ns + offset_ns;
@@ -59,7 +59,7 @@ bool AuditLog::append_pending(const AuditCall& call) {
   }
   healthy_.store(true);
   // A pending file that has grown is taken in by the process that finds it so.
-  struct stat st {};
+  struct stat st{};
   if (::fstat(pending_fd_, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= kAuditPendingImportBytes) {
     try {
       take_in_pending(options_);
@@ -77,7 +77,7 @@ void AuditLog::Writer::take_in_pending() {
   (void)::fchmod(fd, 0600);
   ::flock(fd, LOCK_EX);
   AuditBytes chunk;
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) == 0 && st.st_size > 0 && chunk.reserve_more(static_cast<std::size_t>(st.st_size), SIZE_MAX)) {
     while (chunk.size < static_cast<std::size_t>(st.st_size)) {
       const ssize_t n = ::pread(fd, chunk.p.get() + chunk.size, static_cast<std::size_t>(st.st_size) - chunk.size,

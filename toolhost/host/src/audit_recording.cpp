@@ -24,7 +24,8 @@ thread_local AuditLog::Buffer* last = nullptr;
 AuditLog::Buffer& AuditLog::buffer_of_this_thread() {
   // The last buffer this thread used, then the thread's buffers by log. An entry whose log
   // has gone (the log no longer shares its buffer) is dropped when the list grows.
-  if (last_id == id_) [[likely]] return *last;
+  if (last_id == id_) [[likely]]
+    return *last;
   thread_local std::vector<std::pair<std::uint64_t, std::shared_ptr<Buffer>>> mine;
   for (auto& [id, buffer] : mine) {
     if (id == id_) {
@@ -91,7 +92,8 @@ void AuditLog::record(const AuditCall& call) {
   put(p, offsetof(RecordHead, input_len), input_len);
   put(p, offsetof(RecordHead, front), static_cast<std::uint8_t>(call.front));
   put(p, offsetof(RecordHead, flags),
-      static_cast<std::uint8_t>((call.idempotent_hit ? kHit : 0) | (call.input_json.size() > kAuditMaxInput ? kCut : 0) |
+      static_cast<std::uint8_t>((call.idempotent_hit ? kHit : 0) |
+                                (call.input_json.size() > kAuditMaxInput ? kCut : 0) |
                                 (call.ended_ns == 0 ? kTicks : 0) | (call.os_user ? kOsUser : 0)));
   put(p, offsetof(RecordHead, kind), static_cast<std::uint16_t>(call.kind));
   put(p, offsetof(RecordHead, started_ns), call.started_ns);

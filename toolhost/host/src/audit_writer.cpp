@@ -117,8 +117,7 @@ bool AuditLog::Writer::probe() {
   try {
     if (db_.is_open()) {
       sql::Transaction tx(db_);
-      probe_.bind(1, audit_iso_time(unix_now_ms()))
-          .run();
+      probe_.bind(1, audit_iso_time(unix_now_ms())).run();
       tx.commit();
     }
   } catch (const sql::Error& e) {
@@ -171,7 +170,8 @@ std::string_view AuditLog::Writer::os_user() {
       const std::size_t name_end = line.find(':');
       const std::size_t uid_start = name_end == std::string::npos ? name_end : line.find(':', name_end + 1);
       const std::size_t uid_end = uid_start == std::string::npos ? uid_start : line.find(':', uid_start + 1);
-      if (uid_end != std::string::npos && name_end > 0 && line.compare(uid_start + 1, uid_end - uid_start - 1, uid) == 0)
+      if (uid_end != std::string::npos && name_end > 0 &&
+          line.compare(uid_start + 1, uid_end - uid_start - 1, uid) == 0)
         os_user_ = line.substr(0, name_end);
     }
     if (os_user_.empty()) os_user_ = "uid:" + uid;

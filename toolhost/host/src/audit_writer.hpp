@@ -27,7 +27,9 @@ namespace machina {
 namespace audit_detail {
 
 /// The error type of a kind (error_kinds.def); "" for success.
-inline std::string_view error_type(ErrorKind kind) { return error_info(kind).error_type; }
+inline std::string_view error_type(ErrorKind kind) {
+  return error_info(kind).error_type;
+}
 
 /// Opens (making it if need be) a file of the store readable and writable by its owner
 /// only, whatever the umask and whatever mode an existing one had.
@@ -156,7 +158,7 @@ class AuditLog::Writer {
   std::string jsonl_text_, jsonl_line_;
   std::size_t since_prune_ = 0;
   std::chrono::steady_clock::time_point last_prune_{}, last_complaint_{};
-  int jsonl_ = -1;  // the JSON lines file
+  int jsonl_ = -1;             // the JSON lines file
   bool jsonl_failed_ = false;  // a write to it failed in this pass
   std::uint64_t jsonl_bytes_ = 0;
   std::string os_user_;

@@ -32,8 +32,10 @@ void append_slots(std::string& out, const SlotChanges* changes, bool numbered) {
     if (!(changes->set & (1u << i)) || !changes->slots[i]) continue;
     if (!first) out.push_back(',');
     first = false;
-    if (numbered) out.push_back('"');
-    else append_literal(out, "\"DS");
+    if (numbered)
+      out.push_back('"');
+    else
+      append_literal(out, "\"DS");
     out.push_back(static_cast<char>('0' + i));
     append_literal(out, "\":");
     append_artifact(out, *changes->slots[i]);

@@ -34,10 +34,14 @@ class DsStateDecoder {
   // Events; `depth` is relative: 1 = inside the ds_state object.
   bool key(int depth, std::string_view k) {
     if (depth == 1) {
-      if (k == "delta") field_ = Field::delta;
-      else if (k == "slots") field_ = Field::slots;
-      else if (k == "removed_slots") field_ = Field::removed_slots;
-      else return fail("unknown field '" + excerpt(k) + "'");
+      if (k == "delta")
+        field_ = Field::delta;
+      else if (k == "slots")
+        field_ = Field::slots;
+      else if (k == "removed_slots")
+        field_ = Field::removed_slots;
+      else
+        return fail("unknown field '" + excerpt(k) + "'");
       const auto bit = 1u << static_cast<unsigned>(field_);
       if (seen_ & bit) return fail("duplicate field '" + std::string(k) + "'");
       seen_ |= bit;
@@ -54,11 +58,16 @@ class DsStateDecoder {
       return true;
     }
     // depth 3: artifact field
-    if (k == "type") afield_ = AField::type;
-    else if (k == "content_json") afield_ = AField::content_json;
-    else if (k == "provenance") afield_ = AField::provenance;
-    else if (k == "size_bytes") afield_ = AField::size_bytes;
-    else return fail(slot_name() + ": unknown field '" + excerpt(k) + "'");
+    if (k == "type")
+      afield_ = AField::type;
+    else if (k == "content_json")
+      afield_ = AField::content_json;
+    else if (k == "provenance")
+      afield_ = AField::provenance;
+    else if (k == "size_bytes")
+      afield_ = AField::size_bytes;
+    else
+      return fail(slot_name() + ": unknown field '" + excerpt(k) + "'");
     const auto bit = 1u << static_cast<unsigned>(afield_);
     if (artifact_seen_ & bit) return fail(slot_name() + ": duplicate field '" + std::string(k) + "'");
     artifact_seen_ |= bit;
@@ -147,10 +156,9 @@ class DsStateDecoder {
   }
 
   bool finish_artifact() {
-    constexpr unsigned need = (1u << static_cast<unsigned>(AField::type)) |
-                              (1u << static_cast<unsigned>(AField::content_json));
-    if ((artifact_seen_ & need) != need)
-      return fail(slot_name() + ": 'type' and 'content_json' are required");
+    constexpr unsigned need =
+        (1u << static_cast<unsigned>(AField::type)) | (1u << static_cast<unsigned>(AField::content_json));
+    if ((artifact_seen_ & need) != need) return fail(slot_name() + ": 'type' and 'content_json' are required");
     std::string why;
     if (!validate_json(artifact_.content_json, &why))
       return fail(slot_name() + ": content_json is not JSON (" + why + ")");
@@ -168,11 +176,13 @@ class DsStateDecoder {
       switch (field_) {
         case Field::delta: return fail("'delta' must be a boolean");
         case Field::slots: return fail("'slots' must be an object mapping slot names to artifacts");
-        case Field::removed_slots: return fail("'removed_slots' must be an array of slot names (DS0..DS7) or numbers (0..7)");
+        case Field::removed_slots:
+          return fail("'removed_slots' must be an array of slot names (DS0..DS7) or numbers (0..7)");
       }
     }
     if (depth == 2) {
-      if (field_ == Field::removed_slots) return fail("'removed_slots' must be an array of slot names (DS0..DS7) or numbers (0..7)");
+      if (field_ == Field::removed_slots)
+        return fail("'removed_slots' must be an array of slot names (DS0..DS7) or numbers (0..7)");
       return fail(slot_name() + " must be an artifact object");
     }
     switch (afield_) {

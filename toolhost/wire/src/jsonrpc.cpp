@@ -51,8 +51,9 @@ static_assert(rapidjson::StreamTraits<LineStream>::copyOptimization == 0,
 #if defined(__SSE2__)
 template <>
 template <>
-inline void rapidjson::GenericReader<rapidjson::UTF8<>, rapidjson::UTF8<>, rapidjson::CrtAllocator>::
-    ScanCopyUnescapedString(machina::jsonrpc::LineStream& is, machina::jsonrpc::LineStream&) {
+inline void rapidjson::GenericReader<rapidjson::UTF8<>, rapidjson::UTF8<>,
+                                     rapidjson::CrtAllocator>::ScanCopyUnescapedString(machina::jsonrpc::LineStream& is,
+                                                                                       machina::jsonrpc::LineStream&) {
   is.scan_string();
 }
 #endif
@@ -136,8 +137,10 @@ class MessageSax : public JsonSax<MessageSax, LineStream> {
     param(Member::Type::string, std::string_view(s, n));
     doubt_unless_plain(std::string_view(s, n));
     if (depth_ == 1) {
-      if (field_ == Field::jsonrpc) version_ok_ = std::string_view(s, n) == "2.0";
-      else if (field_ == Field::method) out_.method.assign(s, n), saw_method_ = true;
+      if (field_ == Field::jsonrpc)
+        version_ok_ = std::string_view(s, n) == "2.0";
+      else if (field_ == Field::method)
+        out_.method.assign(s, n), saw_method_ = true;
     } else if (depth_ == 2 && field_ == Field::error && error_field_ == ErrorField::message) {
       out_.error_message.assign(s, n);
       saw_message_ = true;
@@ -161,7 +164,8 @@ class MessageSax : public JsonSax<MessageSax, LineStream> {
     } else if (depth_ == 2 && field_ == Field::error) {
       start2_ = position();
       error_field_ = field_of(k, kErrorFields, ErrorField::other);
-      if (error_field_ != ErrorField::other) seen(seen2_, static_cast<unsigned>(error_field_), "error." + std::string(k));
+      if (error_field_ != ErrorField::other)
+        seen(seen2_, static_cast<unsigned>(error_field_), "error." + std::string(k));
     }
     return true;
   }
@@ -184,9 +188,12 @@ class MessageSax : public JsonSax<MessageSax, LineStream> {
       return invalid("the id must be a number or a string");
     if (saw_method_) {
       if (!saw_result_ && !saw_error_) {
-        if (id_type_ == Type::none) out_.kind = Message::Kind::notification;
-        else if (id_type_ == Type::null) return invalid("a request's id must not be null");
-        else out_.kind = Message::Kind::request;
+        if (id_type_ == Type::none)
+          out_.kind = Message::Kind::notification;
+        else if (id_type_ == Type::null)
+          return invalid("a request's id must not be null");
+        else
+          out_.kind = Message::Kind::request;
         if (params_type_ != Type::none && params_type_ != Type::object && params_type_ != Type::array)
           return invalid("params must be an object or an array");
         return;
@@ -243,9 +250,7 @@ class MessageSax : public JsonSax<MessageSax, LineStream> {
           out_.result = raw_since(start1_);
           saw_result_ = true;
           break;
-        case Field::error:
-          saw_error_ = type == Type::object;
-          break;
+        case Field::error: saw_error_ = type == Type::object; break;
         default: break;
       }
     } else if (depth_ == 2 && field_ == Field::error && error_field_ == ErrorField::data) {
@@ -260,8 +265,10 @@ class MessageSax : public JsonSax<MessageSax, LineStream> {
   bool start(bool object) {
     if (!room_for_one_more()) return false;
     if (depth_ == 0) {
-      if (object) object_ = true;
-      else batch_ = true;
+      if (object)
+        object_ = true;
+      else
+        batch_ = true;
     } else if (depth_ == 1 && field_ == Field::params) {
       // (A params given twice makes the message invalid; its members start again here so
       // that the second stays within params_members.)
@@ -316,7 +323,7 @@ class MessageSax : public JsonSax<MessageSax, LineStream> {
        saw_error_ = false, saw_code_ = false, saw_message_ = false;
   Type id_type_ = Type::none, params_type_ = Type::none;
   bool params_object_ = false, params_overflow_ = false;
-  bool params_doubt_ = false;  // see Message::params_valid_json
+  bool params_doubt_ = false;       // see Message::params_valid_json
   unsigned seen1_ = 0, seen2_ = 0;  // the envelope's members met (by Field), its error's (by ErrorField)
   std::string twice_;               // the first member met twice
 };
@@ -330,7 +337,9 @@ class MemberSax : public JsonSax<MemberSax, LineStream> {
   bool Null() { return scalar(Member::Type::null, {}); }
   bool Bool(bool) { return scalar(Member::Type::boolean, {}); }
   bool RawNumber(const char*, rapidjson::SizeType, bool) { return scalar(Member::Type::number, {}); }
-  bool String(const char* s, rapidjson::SizeType n, bool) { return scalar(Member::Type::string, std::string_view(s, n)); }
+  bool String(const char* s, rapidjson::SizeType n, bool) {
+    return scalar(Member::Type::string, std::string_view(s, n));
+  }
   bool Key(const char* s, rapidjson::SizeType n, bool) {
     if (depth_ == 1) {
       key_.assign(s, n);

@@ -155,7 +155,8 @@ class RequestSax {
     if (field_ == Field::unknown) [[unlikely]] {
       // Extensions from newer clients are ignored; a lease under the keyword's name would be
       // ignored too, and the call refused for want of the lease it carries.
-      if (k == "lease_token") return fail("field 'lease_token' is not a request field: a lease is sent as '_lease_token'");
+      if (k == "lease_token")
+        return fail("field 'lease_token' is not a request field: a lease is sent as '_lease_token'");
       // (named only where the tool is named elsewhere: see finish())
       if (!aid_required_ && unknown_.size() < kUnknownNamed) unknown_.emplace_back(excerpt(k));
       return true;
@@ -181,7 +182,8 @@ class RequestSax {
     if (inputs_object_ && (seen_ & bit(Field::input_json))) {
       return fail("the tool's input goes in 'input_json' (its JSON text) or in 'inputs' (an object), not both");
     }
-    if (!aid_required_ && !unknown_.empty() && !inputs_object_ && !(seen_ & (bit(Field::aid) | bit(Field::input_json)))) {
+    if (!aid_required_ && !unknown_.empty() && !inputs_object_ &&
+        !(seen_ & (bit(Field::aid) | bit(Field::input_json)))) {
       // The tool is named outside the request, and the request holds no input but fields of
       // its own: most likely the tool's input, sent without its envelope.
       std::string names;
@@ -201,7 +203,19 @@ class RequestSax {
   const std::string& error() const { return error_; }
 
  private:
-  enum class Field { aid, input_json, ds_state, idempotency_key, lease_token, id, timeout_ms, trace_id, user, inputs, unknown };
+  enum class Field {
+    aid,
+    input_json,
+    ds_state,
+    idempotency_key,
+    lease_token,
+    id,
+    timeout_ms,
+    trace_id,
+    user,
+    inputs,
+    unknown
+  };
   static constexpr unsigned bit(Field f) noexcept { return 1u << static_cast<unsigned>(f); }
   static constexpr std::size_t kUnknownNamed = 4;  // unknown fields named in an error
 
@@ -224,7 +238,6 @@ class RequestSax {
       default: return Field::unknown;
     }
   }
-
 
   bool in_ds() const { return ds_.has_value(); }
 
@@ -252,8 +265,7 @@ class RequestSax {
       case Field::aid: return fail(std::string("field 'aid' must be a string, not ") + what);
       case Field::input_json:
         return fail(std::string("field 'input_json' must be a string holding JSON text, not ") + what);
-      case Field::idempotency_key:
-        return fail(std::string("field 'idempotency_key' must be a string, not ") + what);
+      case Field::idempotency_key: return fail(std::string("field 'idempotency_key' must be a string, not ") + what);
       case Field::lease_token: return fail(std::string("field '_lease_token' must be a string, not ") + what);
       case Field::trace_id: return fail(std::string("field 'trace_id' must be a string, not ") + what);
       case Field::user: return fail(std::string("field 'user' must be a string, not ") + what);
@@ -302,7 +314,7 @@ class RequestSax {
   bool saw_object_ = false;
   Field field_ = Field::unknown;
   unsigned seen_ = 0;
-  bool inputs_object_ = false;       // the `inputs` object has begun
+  bool inputs_object_ = false;        // the `inputs` object has begun
   std::vector<std::string> unknown_;  // the first unknown fields' names (for an error)
   std::optional<DsStateDecoder> ds_;
   bool failed_ = false;
@@ -333,8 +345,7 @@ bool take_inputs(std::string_view text, Request& request, Response& error) {
 
 }  // namespace
 
-bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated,
-                    bool aid_required) {
+bool decode_request(std::string_view text, Request& request, Response& error, bool nul_terminated, bool aid_required) {
   if (std::string bad = reject_raw_bytes(text); !bad.empty()) {
     error = Response::failure(ErrorKind::malformed_request, "malformed request: " + bad);
     return false;

@@ -15,8 +15,10 @@ void encode_response(const Response& r, std::string& out) {
     out.append(r.id_json);
     out.push_back(',');
   }
-  if (r.ok()) append_literal(out, "\"ok\":true");
-  else append_literal(out, "\"ok\":false");
+  if (r.ok())
+    append_literal(out, "\"ok\":true");
+  else
+    append_literal(out, "\"ok\":false");
   const ErrorKindInfo& info = error_info(r.kind);
   append_literal(out, ",\"status\":\"");
   out.append(status_name(info.status));

@@ -35,9 +35,12 @@ class AnswerSax : public JsonSax<AnswerSax> {
       return true;
     }
     if (depth_ == 2 && field_ == Field::error) {
-      if (error_field_ == ErrorField::type) out_.error_type.assign(s, n);
-      else if (error_field_ == ErrorField::message) out_.error_message.assign(s, n);
-      else if (error_field_ == ErrorField::reason_code) out_.reason_code.assign(s, n);
+      if (error_field_ == ErrorField::type)
+        out_.error_type.assign(s, n);
+      else if (error_field_ == ErrorField::message)
+        out_.error_message.assign(s, n);
+      else if (error_field_ == ErrorField::reason_code)
+        out_.reason_code.assign(s, n);
       return true;
     }
     return scalar();
@@ -107,9 +110,12 @@ class AnswerSax : public JsonSax<AnswerSax> {
   }
   bool container_end() {
     if (depth_ != 1) return true;
-    if (field_ == Field::result) out_.result = raw_since(value_start_);
-    else if (field_ == Field::trace && trace_object_) out_.trace = raw_since(value_start_);
-    else if (field_ == Field::ok) return wrong("ok");
+    if (field_ == Field::result)
+      out_.result = raw_since(value_start_);
+    else if (field_ == Field::trace && trace_object_)
+      out_.trace = raw_since(value_start_);
+    else if (field_ == Field::ok)
+      return wrong("ok");
     return true;
   }
 
@@ -140,8 +146,10 @@ void encode_local_call(const Call& c, std::string& out) {
   append_literal(out, ",\"payload\":");
   out.append(c.payload_json);
   append_literal(out, ",\"sandbox\":");
-  if (c.sandbox) append_literal(out, "true");
-  else append_literal(out, "false");
+  if (c.sandbox)
+    append_literal(out, "true");
+  else
+    append_literal(out, "false");
   append_literal(out, ",\"trace_id\":");
   append_json_string(out, c.trace_id);
   if (!c.capability_context_json.empty()) {

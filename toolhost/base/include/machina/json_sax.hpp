@@ -35,7 +35,9 @@ constexpr Field field_of(std::string_view key, const FieldKey<Field> (&table)[N]
 }
 
 /// "nesting deeper than N": the reason a text past kMaxJsonDepth is refused.
-inline std::string nesting_too_deep_text() { return "nesting deeper than " + std::to_string(kMaxJsonDepth); }
+inline std::string nesting_too_deep_text() {
+  return "nesting deeper than " + std::to_string(kMaxJsonDepth);
+}
 
 /// The base of a RapidJSON handler (`Derived`) reading `Stream`. The derived handler
 /// defines the events it cares about (Null, Bool, RawNumber, String, Key, StartObject,

@@ -13,17 +13,14 @@ inline constexpr std::size_t kMaxJsonDepth = 512;
 
 /// Validates one JSON text (no trailing content) without building a DOM. On failure
 /// returns false and, if `why` is given, a short reason with the byte offset.
-bool validate_json(std::string_view text, std::string* why = nullptr,
-                   std::size_t max_depth = kMaxJsonDepth);
+bool validate_json(std::string_view text, std::string* why = nullptr, std::size_t max_depth = kMaxJsonDepth);
 /// The same for a std::string, whose terminating NUL lets the fast path read faster.
-bool validate_json(const std::string& text, std::string* why = nullptr,
-                   std::size_t max_depth = kMaxJsonDepth);
+bool validate_json(const std::string& text, std::string* why = nullptr, std::size_t max_depth = kMaxJsonDepth);
 
 namespace detail {
 /// validate_json with the reference parser (nlohmann) alone, never the fast path; for
 /// tests that check both paths accept exactly the same texts.
-bool validate_json_reference(std::string_view text, std::string* why = nullptr,
-                             std::size_t max_depth = kMaxJsonDepth);
+bool validate_json_reference(std::string_view text, std::string* why = nullptr, std::size_t max_depth = kMaxJsonDepth);
 /// True if `s` is well-formed UTF-8 without a byte below 0x20.
 bool is_utf8_without_controls(std::string_view s) noexcept;
 /// True if the JSON number `text` is within a double's range, as nlohmann requires (it
