@@ -7,11 +7,13 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 using namespace machina;
 
 namespace {
-machina_artifact artifact(const std::string& type, const std::string& content, const std::string& provenance) {
+/// An artifact that borrows its texts: they must outlive it (literals do).
+machina_artifact artifact(std::string_view type, std::string_view content, std::string_view provenance) {
   return machina_artifact{
       type.data(), type.size(), content.data(), content.size(), provenance.data(), provenance.size(), 7};
 }
@@ -95,7 +97,8 @@ TEST_CASE("slot_set refuses what a slot must not hold") {
   CHECK(api.slot_set(c.as_call(), 0, &not_json) == -1);
   const machina_artifact too_big = artifact("t", "\"0123456789\"", "p");
   CHECK(api.slot_set(c.as_call(), 0, &too_big) == -1);
-  const machina_artifact long_type = artifact(std::string(11, 't'), "1", "p");
+  const std::string eleven(11, 't');
+  const machina_artifact long_type = artifact(eleven, "1", "p");
   CHECK(api.slot_set(c.as_call(), 0, &long_type) == -1);
   const machina_artifact bad_type = artifact("\xc3", "1", "p");
   CHECK(api.slot_set(c.as_call(), 0, &bad_type) == -1);
