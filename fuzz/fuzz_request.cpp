@@ -2,8 +2,8 @@
 // parser agree on every input (same verdict, same fields, same error); a decoded request
 // re-encoded by the client encoder decodes to the same fields; the response to it is JSON.
 #include <machina/json_text.hpp>
-#include <machina/ndjson_wire.hpp>
 #include <machina/ndjson_client.hpp>
+#include <machina/ndjson_wire.hpp>
 
 #include <cstdint>
 #include <cstdlib>
@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::abort();
 
   std::string line;
-  machina::Response r = fast_ok ? machina::Response::failure(machina::ErrorKind::tool_error, fast.input_json) : fast_err;
+  machina::Response r =
+      fast_ok ? machina::Response::failure(machina::ErrorKind::tool_error, fast.input_json) : fast_err;
   r.id_json = fast_ok ? fast.id_json : fast_err.id_json;
   machina::encode_response(r, line);
   line.pop_back();
@@ -50,9 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string ds;
     if (fast.ds_state) {
       auto changes = std::make_shared<machina::SlotChanges>(fast.ds_state->changes);
-      machina::encode_ds_state({fast.ds_state->delta ? machina::DsReport::Mode::delta : machina::DsReport::Mode::full,
-                                changes},
-                               ds);
+      machina::encode_ds_state(
+          {fast.ds_state->delta ? machina::DsReport::Mode::delta : machina::DsReport::Mode::full, changes}, ds);
     }
     std::string encoded;
     machina::encode_request(fast, std::nullopt, ds, encoded);

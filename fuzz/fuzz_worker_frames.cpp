@@ -1,6 +1,6 @@
 // Fuzz target: the frames between a host and its isolated workers (calls, results,
-// greetings, control news), decoded from bytes a compromised worker (or host) could send. Never crashes or reads out of bounds; what
-// decodes re-encodes to the same bytes.
+// greetings, control news), decoded from bytes a compromised worker (or host) could send. Never crashes or reads out of
+// bounds; what decodes re-encodes to the same bytes.
 #include <machina/isolation/worker_protocol.hpp>
 
 #include <cstdint>

@@ -33,7 +33,9 @@ static int echo_tool(void* data, const machina_host_api* api, machina_call* call
   return api->set_output(call, input, len) == 0 ? MACHINA_TOOL_OK : MACHINA_TOOL_ERROR;
 }
 
-MACHINA_PLUGIN_EXPORT uint32_t machina_plugin_abi_version(void) { return MACHINA_PLUGIN_ABI_VERSION; }
+MACHINA_PLUGIN_EXPORT uint32_t machina_plugin_abi_version(void) {
+  return MACHINA_PLUGIN_ABI_VERSION;
+}
 
 MACHINA_PLUGIN_EXPORT int machina_plugin_register(const machina_registrar_api* api, machina_registrar* reg) {
   machina_tool_desc d;

@@ -25,8 +25,10 @@ static size_t object_length(const char* p) {
   int depth = 0, in_string = 0;
   for (const char* q = p; *q; q++) {
     if (in_string) {
-      if (*q == '\\' && q[1]) q++;
-      else if (*q == '"') in_string = 0;
+      if (*q == '\\' && q[1])
+        q++;
+      else if (*q == '"')
+        in_string = 0;
     } else if (*q == '"') {
       in_string = 1;
     } else if (*q == '{') {
@@ -52,10 +54,11 @@ int main(void) {
       printf("{\"jsonrpc\":\"2.0\",\"id\":%.*s,\"result\":{\"content\":\"ok\",\"structuredContent\":%.*s}}\n", id_len,
              id, n > 0 ? (int)n : 2, n > 0 ? args : "{}");
     } else if (strncmp(method, "\"initialize\"", 12) == 0) {
-      printf("{\"jsonrpc\":\"2.0\",\"id\":%.*s,\"result\":{\"name\":\"echo\",\"description\":\"echoes\","
-             "\"version\":\"1\",\"tools\":[{\"name\":\"echo\",\"description\":\"its arguments\","
-             "\"parameters\":{\"type\":\"object\"}}]}}\n",
-             id_len, id);
+      printf(
+          "{\"jsonrpc\":\"2.0\",\"id\":%.*s,\"result\":{\"name\":\"echo\",\"description\":\"echoes\","
+          "\"version\":\"1\",\"tools\":[{\"name\":\"echo\",\"description\":\"its arguments\","
+          "\"parameters\":{\"type\":\"object\"}}]}}\n",
+          id_len, id);
     } else if (strncmp(method, "\"ping\"", 6) == 0) {
       printf("{\"jsonrpc\":\"2.0\",\"id\":%.*s,\"result\":{}}\n", id_len, id);
     } else {

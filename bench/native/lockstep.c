@@ -93,11 +93,16 @@ int main(int argc, char** argv) {
   int driver_cpu = -1, host_cpu = -1, opt;
   const char* expect = "\"ok\":true";
   while ((opt = getopt(argc, argv, "+c:C:e:p")) != -1) {
-    if (opt == 'p') polling = 1;
-    else if (opt == 'c') driver_cpu = atoi(optarg);
-    else if (opt == 'C') host_cpu = atoi(optarg);
-    else if (opt == 'e') expect = optarg;
-    else return 2;
+    if (opt == 'p')
+      polling = 1;
+    else if (opt == 'c')
+      driver_cpu = atoi(optarg);
+    else if (opt == 'C')
+      host_cpu = atoi(optarg);
+    else if (opt == 'e')
+      expect = optarg;
+    else
+      return 2;
   }
   int sep = optind;
   while (sep < argc && strcmp(argv[sep], "--") != 0) ++sep;
@@ -120,7 +125,10 @@ int main(int argc, char** argv) {
     pin(host_cpu);
     dup2(to_host[0], 0);
     dup2(from_host[1], 1);
-    close(to_host[0]); close(to_host[1]); close(from_host[0]); close(from_host[1]);
+    close(to_host[0]);
+    close(to_host[1]);
+    close(from_host[0]);
+    close(from_host[1]);
     execvp(argv[sep + 1], argv + sep + 1);
     perror("exec");
     _exit(127);

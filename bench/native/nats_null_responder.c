@@ -35,9 +35,7 @@ int main(int argc, char** argv) {
       case 'q': queue = optarg; break;
       case 'r': reply_body = optarg; break;
       case 'B': asap = false; break;
-      default:
-        fprintf(stderr, "usage: nats_null_responder [-q QUEUE] [-r REPLY] [-B] URL SUBJECT\n");
-        return 2;
+      default: fprintf(stderr, "usage: nats_null_responder [-q QUEUE] [-r REPLY] [-B] URL SUBJECT\n"); return 2;
     }
   }
   if (optind != argc - 2) {

@@ -220,10 +220,11 @@ int main(int argc, char** argv) {
   const long answered = done - warmup;
   const long errs = errors - warm_errors, unm = unmatched;
   pthread_mutex_unlock(&mu);
-  printf("{\"mode\":\"%s\",\"subject\":\"%s\",\"calls\":%ld,\"window\":%ld,\"asap\":%s,\"answered\":%ld,"
-         "\"errors\":%ld,\"unmatched\":%ld,\"seconds\":%.6f,\"calls_per_s\":%.1f",
-         lockstep ? "lockstep" : "pipelined", subject, n, window, asap ? "true" : "false", answered, errs, unm,
-         seconds, answered > 0 ? (double)answered / seconds : 0.0);
+  printf(
+      "{\"mode\":\"%s\",\"subject\":\"%s\",\"calls\":%ld,\"window\":%ld,\"asap\":%s,\"answered\":%ld,"
+      "\"errors\":%ld,\"unmatched\":%ld,\"seconds\":%.6f,\"calls_per_s\":%.1f",
+      lockstep ? "lockstep" : "pipelined", subject, n, window, asap ? "true" : "false", answered, errs, unm, seconds,
+      answered > 0 ? (double)answered / seconds : 0.0);
   if (lockstep && ok) {
     int64_t* sorted = rtt_ns + warmup;
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_i64);

@@ -183,8 +183,8 @@ Result convert(Call& call) {
   const Unit* to = find_unit(in.to);
   if (from == nullptr || to == nullptr) return call.fail("unknown unit");  // the schema's enum rules this out
   if (from->dimension != to->dimension) {
-    return call.fail(concat("cannot convert ", from->name, " (", from->dimension, ") to ", to->name, " (",
-                            to->dimension, ")"));
+    return call.fail(
+        concat("cannot convert ", from->name, " (", from->dimension, ") to ", to->name, " (", to->dimension, ")"));
   }
   const double base = in.value * from->scale + from->offset;
   if (from->dimension == "temperature" && base < 0) {
@@ -218,8 +218,9 @@ Result list_units(Call& call) {
 void fill(Registry& r) {
   r.tool("AID.UNITS.CONVERT.v1", convert)
       .name("convert_units")
-      .description("Converts a value between units of length, mass or temperature "
-                   "(result rounded to 12 significant digits).")
+      .description(
+          "Converts a value between units of length, mass or temperature "
+          "(result rounded to 12 significant digits).")
       .input_schema(convert_schema())
       .deterministic()
       .tags({"units"})

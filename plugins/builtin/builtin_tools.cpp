@@ -53,8 +53,10 @@ Result text_stats(Call& call) {
     const auto u = static_cast<unsigned char>(c);
     if ((u & 0xC0) != 0x80) ++chars;
     if (c == '\n') ++lines;
-    if (std::isspace(u)) end_word();
-    else word.push_back(u < 0x80 ? static_cast<char>(std::tolower(u)) : c);
+    if (std::isspace(u))
+      end_word();
+    else
+      word.push_back(u < 0x80 ? static_cast<char>(std::tolower(u)) : c);
   }
   end_word();
   if (!text.empty() && text.back() == '\n') --lines;
@@ -87,7 +89,9 @@ Result json_pointer(Call& call) {
   return reply(call, {{"found", false}});
 }
 
-std::string slot_name(std::uint32_t i) { return "DS" + std::to_string(i); }
+std::string slot_name(std::uint32_t i) {
+  return "DS" + std::to_string(i);
+}
 
 Result state_put(Call& call) {
   const json in = json::parse(call.input());
@@ -120,7 +124,8 @@ Result state_clear(Call& call) {
   return reply(call, {{"slot", slot_name(slot)}, {"cleared", was_present}});
 }
 
-const char* kSlotSchema = R"({"type":"object","properties":{"slot":{"type":"integer","minimum":0,"maximum":7}},"required":["slot"]})";
+const char* kSlotSchema =
+    R"({"type":"object","properties":{"slot":{"type":"integer","minimum":0,"maximum":7}},"required":["slot"]})";
 
 void fill(Registry& r) {
   r.tool("AID.ECHO.v1", echo)

@@ -68,10 +68,11 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
   static PyObject* const k_fast = PyUnicode_InternFromString("_fast");
   static PyObject* const k_raise = PyUnicode_InternFromString("raise_for_error");
   // Parameter names after self, in order; the first two may be positional.
-  static PyObject* const names[] = {PyUnicode_InternFromString("aid"),          PyUnicode_InternFromString("inputs"),
-                                    PyUnicode_InternFromString("state"),        PyUnicode_InternFromString("idempotency_key"),
-                                    PyUnicode_InternFromString("lease_token"),  PyUnicode_InternFromString("timeout"),
-                                    PyUnicode_InternFromString("check"),        PyUnicode_InternFromString("user")};
+  static PyObject* const names[] = {
+      PyUnicode_InternFromString("aid"),         PyUnicode_InternFromString("inputs"),
+      PyUnicode_InternFromString("state"),       PyUnicode_InternFromString("idempotency_key"),
+      PyUnicode_InternFromString("lease_token"), PyUnicode_InternFromString("timeout"),
+      PyUnicode_InternFromString("check"),       PyUnicode_InternFromString("user")};
   enum { aid_, inputs_, state_, key_, token_, timeout_, check_, user_, n_ };
   try {
     if (nargs > 3) {
@@ -87,8 +88,10 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
       for (int k = 0; k < n_ && at < 0; ++k) {
         if (name == names[k] || PyUnicode_Compare(name, names[k]) == 0) at = k;
       }
-      if (at < 0) throw py::type_error("call() got an unexpected keyword argument '" + py::str(name).cast<std::string>() + "'");
-      if (v[at] != nullptr) throw py::type_error("call() got multiple values for argument '" + py::str(name).cast<std::string>() + "'");
+      if (at < 0)
+        throw py::type_error("call() got an unexpected keyword argument '" + py::str(name).cast<std::string>() + "'");
+      if (v[at] != nullptr)
+        throw py::type_error("call() got multiple values for argument '" + py::str(name).cast<std::string>() + "'");
       v[at] = args[nargs + i];
     }
     if (v[aid_] == nullptr) throw py::type_error("call() missing 1 required positional argument: 'aid'");
@@ -116,7 +119,8 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     // A helper's answer: the text to send, or the failed result that refuses the call.
     py::object refused;
     const auto text_or_refusal = [&](PyObject* helper, PyObject* value, std::string& into, const char* what) -> bool {
-      const py::object out = py::reinterpret_steal<py::object>(PyObject_CallFunctionObjArgs(helper, v[aid_], value, nullptr));
+      const py::object out =
+          py::reinterpret_steal<py::object>(PyObject_CallFunctionObjArgs(helper, v[aid_], value, nullptr));
       if (!out) throw py::error_already_set();
       if (PyUnicode_Check(out.ptr())) {
         into = utf8(out.ptr(), what);
@@ -128,8 +132,10 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     PyObject* inputs = v[inputs_] != nullptr ? v[inputs_] : Py_None;
     std::optional<std::string> state_json;
     bool ready = true;
-    if (PyUnicode_CheckExact(inputs)) req.input_json = utf8(inputs, "inputs");
-    else ready = text_or_refusal(helpers[2], inputs, req.input_json, "input_json");
+    if (PyUnicode_CheckExact(inputs))
+      req.input_json = utf8(inputs, "inputs");
+    else
+      ready = text_or_refusal(helpers[2], inputs, req.input_json, "input_json");
     if (ready && given(state_)) ready = text_or_refusal(helpers[3], v[state_], state_json.emplace(), "state");
     py::object result;
     bool ok = false;
@@ -209,8 +215,7 @@ PyObject* fast_encode_request(PyObject*, PyObject* const* args, Py_ssize_t nargs
 }
 
 PyMethodDef kFastMethods[] = {
-    {"encode_request", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_encode_request)),
-     METH_FASTCALL,
+    {"encode_request", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_encode_request)), METH_FASTCALL,
      "encode_request(id, aid, input_json, idempotency_key=None, lease_token=None, timeout_ms=None, "
      "ds_state_json=None, user=None, /) -> bytes: one request line (with its newline) for --serve"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)), METH_FASTCALL,
@@ -223,7 +228,8 @@ PyMethodDef kFastMethods[] = {
 void bind_fast_calls(py::module_& m) {
   if (PyModule_AddFunctions(m.ptr(), kFastMethods) != 0) throw py::error_already_set();
   // InProcess.call: bound like a Python function (an instance method of the class).
-  py::object fn = py::reinterpret_steal<py::object>(PyCFunction_NewEx(&kInProcessCall, nullptr, m.attr("__name__").ptr()));
+  py::object fn =
+      py::reinterpret_steal<py::object>(PyCFunction_NewEx(&kInProcessCall, nullptr, m.attr("__name__").ptr()));
   if (!fn) throw py::error_already_set();
   py::object method = py::reinterpret_steal<py::object>(PyInstanceMethod_New(fn.ptr()));
   if (!method) throw py::error_already_set();

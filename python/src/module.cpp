@@ -5,9 +5,9 @@
 #include "result_factory.hpp"
 
 #include <machina/errors.hpp>
-#include <machina/tool_host.hpp>
 #include <machina/http_client.hpp>
 #include <machina/lease.hpp>
+#include <machina/tool_host.hpp>
 #include <machina/tool_names.hpp>
 #include <machina/wire.hpp>
 
@@ -44,7 +44,8 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "_configure_errors",
       [](py::type cls) {
-        if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls.ptr()), reinterpret_cast<PyTypeObject*>(PyExc_Exception)))
+        if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls.ptr()),
+                              reinterpret_cast<PyTypeObject*>(PyExc_Exception)))
           throw py::type_error("HostError must be an exception class");
         host_error = cls.inc_ref().ptr();  // kept for the life of the process
       },
@@ -59,7 +60,8 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "advertised_input_schema",
       [](std::string_view schema_json) { return machina::advertised_input_schema(schema_json).dump(); },
-      "schema_json"_a, "The input schema, as JSON text, a tool declaring this one is advertised with (tool_names.hpp).");
+      "schema_json"_a,
+      "The input schema, as JSON text, a tool declaring this one is advertised with (tool_names.hpp).");
   m.def(
       "error_kinds",
       [] {
@@ -74,7 +76,8 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "_configure_results",
       [](py::type cls, py::dict kinds) { machina::binding::results().configure(std::move(cls), kinds); }, "cls"_a,
-      "kinds"_a, "Registers the result class (a tuple subclass of 10 fields) and the error kind each wire code maps to.");
+      "kinds"_a,
+      "Registers the result class (a tuple subclass of 10 fields) and the error kind each wire code maps to.");
 
   machina::binding::bind_processes(m);
   machina::binding::bind_pool(m);

@@ -56,9 +56,9 @@ void bind_pool(py::module_& m) {
         machina::RoundTrip rt;
         {
           py::gil_scoped_release release;
-          const auto until = std::chrono::steady_clock::now() +
-                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                 std::chrono::duration<double>(std::max(timeout_s, 0.0)));
+          const auto until =
+              std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                     std::chrono::duration<double>(std::max(timeout_s, 0.0)));
           rt = machina::round_trip(fd_in, fd_out, std::string_view(out, static_cast<std::size_t>(out_size)), until,
                                    std::chrono::microseconds(spin_us), [&] {
                                      py::gil_scoped_acquire gil;
@@ -83,8 +83,7 @@ void bind_pool(py::module_& m) {
         return py::make_tuple(rt.written, py::bytes(data), status, py::object(py::none()));
       },
       "fd_in"_a, "fd_out"_a, "line"_a, "timeout_s"_a, "write_lock"_a, "spin_us"_a = 0, "id"_a = -1,
-      "aid"_a = py::none(),
-      "One pooled call's write and first read (see the pool).");
+      "aid"_a = py::none(), "One pooled call's write and first read (see the pool).");
   m.def(
       "encode_requests",
       [](const py::list& calls) {
@@ -123,11 +122,12 @@ void bind_pool(py::module_& m) {
         py::list out;
         std::size_t next = 0;
         try {
-          next = machina::match_responses(std::string_view(buf, static_cast<std::size_t>(size)), start, open,
-                                          [&](std::int64_t id, const machina::ResponseFields& fields) {
-                                            const py::int_ key(id);
-                                            out.append(py::make_tuple(key, results().make(py::object(aids[key]), fields)));
-                                          });
+          next =
+              machina::match_responses(std::string_view(buf, static_cast<std::size_t>(size)), start, open,
+                                       [&](std::int64_t id, const machina::ResponseFields& fields) {
+                                         const py::int_ key(id);
+                                         out.append(py::make_tuple(key, results().make(py::object(aids[key]), fields)));
+                                       });
         } catch (const machina::StreamError& e) {
           throw py::value_error(e.what());
         }

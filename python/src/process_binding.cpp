@@ -85,8 +85,7 @@ void bind_processes(py::module_& m) {
             py::gil_scoped_release release;
             return c.end(static_cast<int>(std::max(0.0, drain_s) * 1000));
           },
-          "drain_s"_a = 1.0,
-          "Kills its group, reaps it, reads the last of its stderr; returns how it ended.");
+          "drain_s"_a = 1.0, "Kills its group, reaps it, reads the last of its stderr; returns how it ended.");
 
   m.def(
       "run_to_completion",
@@ -105,8 +104,7 @@ void bind_processes(py::module_& m) {
           raise_start_error(e, executable);
         }
         static const char* const names[] = {"exited", "timed_out", "output_over_cap"};
-        return py::make_tuple(names[static_cast<int>(r.ended)], py::bytes(r.stdout_text), r.exit_code, r.how,
-                              r.tail);
+        return py::make_tuple(names[static_cast<int>(r.ended)], py::bytes(r.stdout_text), r.exit_code, r.how, r.tail);
       },
       "executable"_a, "argv"_a, "env"_a, "input"_a, "timeout_s"_a, "max_stdout"_a, "tail_bytes"_a = 4096,
       "Runs a child to completion (machina::run_to_completion): returns (ended, stdout, exit_code, how, "

@@ -23,7 +23,8 @@ T& bound(PyObject* o) {
   static std::array<PyTypeObject*, 8> known{};
   PyTypeObject* type = Py_TYPE(o);
   for (PyTypeObject* t : known) {
-    if (t == type) return *static_cast<T*>(reinterpret_cast<py::detail::instance*>(o)->get_value_and_holder().value_ptr());
+    if (t == type)
+      return *static_cast<T*>(reinterpret_cast<py::detail::instance*>(o)->get_value_and_holder().value_ptr());
     if (t == nullptr) break;
   }
   T& value = py::cast<T&>(py::handle(o));

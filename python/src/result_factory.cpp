@@ -13,7 +13,9 @@ namespace {
 
 constexpr std::string_view kEmptyDelta = R"({"delta":true,"slots":{},"removed_slots":[]})";
 
-void set(PyObject* tuple, Py_ssize_t i, const py::object& value) { PyTuple_SET_ITEM(tuple, i, value.inc_ref().ptr()); }
+void set(PyObject* tuple, Py_ssize_t i, const py::object& value) {
+  PyTuple_SET_ITEM(tuple, i, value.inc_ref().ptr());
+}
 
 // A result holds strings, bools and None, plus the `details` dict on some failures:
 // without that dict it can never be part of a reference cycle (the class has no
@@ -36,8 +38,8 @@ void ResultFactory::configure(py::type cls, const py::dict& kinds) {
   for (const auto& info : machina::all_error_kinds()) {
     const std::string code(info.code);
     codes_[index(info.kind)] = py::str(code);
-    kinds_[index(info.kind)] = kinds.contains(code) ? py::reinterpret_borrow<py::object>(kinds[code.c_str()])
-                                                    : py::object(py::str(code));
+    kinds_[index(info.kind)] =
+        kinds.contains(code) ? py::reinterpret_borrow<py::object>(kinds[code.c_str()]) : py::object(py::str(code));
     statuses_[index(info.kind)] = py::str(std::string(machina::status_name(info.status)));
   }
   statuses_[0] = py::str("OK");
@@ -60,16 +62,18 @@ py::object ResultFactory::make(const py::object& aid, const machina::ResponseFie
   }
   set(obj, 0, aid);
   set(obj, 1, py::bool_(f.ok));
-  set(obj, 2, f.status ? (k == 0 ? py::object(py::str(*f.status)) : statuses_[k])
-                       : py::object(py::none()));
+  set(obj, 2, f.status ? (k == 0 ? py::object(py::str(*f.status)) : statuses_[k]) : py::object(py::none()));
   set(obj, 3, f.output_json.empty() ? empty_ : py::object(py::str(f.output_json)));
   set(obj, 4, f.error.empty() ? empty_ : py::object(py::str(f.error)));
   set(obj, 5, f.ok ? py::object(py::none()) : codes_[k]);
   set(obj, 6, f.ok ? py::object(py::none()) : kinds_[k]);
   set(obj, 7, py::bool_(f.idempotent_hit));
-  if (f.ds_state.empty()) set(obj, 8, py::none());
-  else if (f.ds_state == kEmptyDelta) set(obj, 8, empty_);
-  else set(obj, 8, py::str(std::string(f.ds_state)));
+  if (f.ds_state.empty())
+    set(obj, 8, py::none());
+  else if (f.ds_state == kEmptyDelta)
+    set(obj, 8, empty_);
+  else
+    set(obj, 8, py::str(std::string(f.ds_state)));
   py::object details = py::none();
   if (f.lease_tier || f.lease_aid) {
     details = py::dict("tier"_a = f.lease_tier.value_or(-1), "aid"_a = f.lease_aid.value_or(""));
@@ -101,7 +105,8 @@ py::object ResultFactory::make(const py::object& aid, const machina::Response& r
   set(obj, 7, py::bool_(r.idempotent_hit));
   if (!call_response) {
     set(obj, 8, py::none());
-  } else if (r.ds_state.mode == machina::DsReport::Mode::delta && (!r.ds_state.changes || r.ds_state.changes->empty())) {
+  } else if (r.ds_state.mode == machina::DsReport::Mode::delta &&
+             (!r.ds_state.changes || r.ds_state.changes->empty())) {
     set(obj, 8, empty_);  // the common case: no change
   } else {
     std::string ds;

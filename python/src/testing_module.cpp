@@ -23,8 +23,8 @@ PYBIND11_MODULE(_testing, m) {
       [](const std::string& text, bool reference) -> std::optional<std::string> {
         // The same check through the fast path or the reference parser alone.
         std::string why;
-        const bool ok = reference ? machina::detail::validate_json_reference(text, &why)
-                                  : machina::validate_json(text, &why);
+        const bool ok =
+            reference ? machina::detail::validate_json_reference(text, &why) : machina::validate_json(text, &why);
         return ok ? std::nullopt : std::optional<std::string>(why);
       },
       "text"_a, "reference"_a = false);

@@ -67,7 +67,9 @@ static void put(text* t, const char* s, size_t n) {
   t->data[t->len] = '\0';
 }
 
-static void puts_(text* t, const char* s) { put(t, s, strlen(s)); }
+static void puts_(text* t, const char* s) {
+  put(t, s, strlen(s));
+}
 
 /* Appends `n` bytes as a JSON string (every byte that is not printable ASCII escaped). */
 static void put_json_string(text* t, const char* s, size_t n) {
@@ -231,8 +233,10 @@ static int find_secret(void* d, const machina_host_api* api, machina_call* call,
   text t = {0};
   puts_(&t, "{\"getenv\":");
   const char* v = getenv("MACHINA_LEASE_SECRET");
-  if (v) put_json_string(&t, v, strlen(v));
-  else puts_(&t, "null");
+  if (v)
+    put_json_string(&t, v, strlen(v));
+  else
+    puts_(&t, "null");
   puts_(&t, ",\"environ\":[");
   for (char** e = environ; *e != NULL; ++e) {
     if (e != environ) puts_(&t, ",");
@@ -363,16 +367,18 @@ __attribute__((constructor)) static void fork_at_load(void) {
 }
 #endif
 
-MACHINA_PLUGIN_EXPORT uint32_t machina_plugin_abi_version(void) { return MACHINA_PLUGIN_ABI_VERSION; }
+MACHINA_PLUGIN_EXPORT uint32_t machina_plugin_abi_version(void) {
+  return MACHINA_PLUGIN_ABI_VERSION;
+}
 
 MACHINA_PLUGIN_EXPORT int machina_plugin_register(const machina_registrar_api* api, machina_registrar* reg) {
   static const struct {
     const char* aid;
     machina_tool_fn fn;
   } tools[] = {
-      {"AID.HOSTILE.WIRE.v1", forge_wire},     {"AID.HOSTILE.SIGNAL.v1", signal_host},
-      {"AID.HOSTILE.TRACE.v1", trace_host},    {"AID.HOSTILE.SECRET.v1", find_secret},
-      {"AID.HOSTILE.LINGER.v1", linger},       {"AID.HOSTILE.THREAD.v1", leave_thread},
+      {"AID.HOSTILE.WIRE.v1", forge_wire},    {"AID.HOSTILE.SIGNAL.v1", signal_host},
+      {"AID.HOSTILE.TRACE.v1", trace_host},   {"AID.HOSTILE.SECRET.v1", find_secret},
+      {"AID.HOSTILE.LINGER.v1", linger},      {"AID.HOSTILE.THREAD.v1", leave_thread},
       {"AID.HOSTILE.EARLY.v1", answer_early},
   };
   for (size_t i = 0; i < sizeof tools / sizeof tools[0]; ++i) {

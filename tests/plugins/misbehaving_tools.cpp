@@ -55,12 +55,8 @@ void fill(Registry& r) {
      std::raise(SIGSEGV);
      return Result::fault;
    }).description("Dies of SIGSEGV.");
-  r.tool("AID.TEST.ABORT.v1", [](Call&) -> Result {
-     std::abort();
-   }).description("Calls abort().");
-  r.tool("AID.TEST.EXIT.v1", [](Call&) -> Result {
-     std::_Exit(3);
-   }).description("Exits the process with status 3.");
+  r.tool("AID.TEST.ABORT.v1", [](Call&) -> Result { std::abort(); }).description("Calls abort().");
+  r.tool("AID.TEST.EXIT.v1", [](Call&) -> Result { std::_Exit(3); }).description("Exits the process with status 3.");
   r.tool("AID.TEST.THROW.v1", [](Call&) -> Result {
      throw std::runtime_error("deliberate failure");
    }).description("Throws; the C++ layer reports a fault.");
@@ -85,35 +81,44 @@ void fill(Registry& r) {
      call.output("{not json");
      return Result::ok;
    }).description("Reports success with output that is not JSON.");
-  r.tool("AID.TEST.NOOUTPUT.v1", [](Call&) -> Result { return Result::ok; })
-      .description("Reports success without setting an output.");
-  r.tool("AID.TEST.FAIL.v1", [](Call& call) -> Result { return call.fail("the tool said no"); })
-      .description("Returns a TOOL_ERROR.");
-  r.tool("AID.TEST.BADUTF8.v1", [](Call& call) -> Result { return call.fail("bad \xff byte"); })
-      .description("Returns an error message that is not UTF-8.");
-  r.tool("AID.TEST.SLOW.v1", [](Call& call) -> Result {
-     const long ms = field(call.input(), "ms", 50);
-     const long started = monotonic_ns();
-     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-     const long ended = monotonic_ns();
-     const long n = ++g_counter;
-     std::string out = "{\"slept_ms\":" + std::to_string(ms) + ",\"calls\":" + std::to_string(n);
-     if (field(call.input(), "stamps", 0) != 0) {
-       out += ",\"started_ns\":" + std::to_string(started) + ",\"ended_ns\":" + std::to_string(ended);
-     }
-     call.output(out + "}");
+  r.tool("AID.TEST.NOOUTPUT.v1", [](Call&) -> Result {
      return Result::ok;
-   }).description("Sleeps `ms` milliseconds, then reports how many calls this process ran (with \"stamps\": 1, "
-                  "also when it started and ended, in CLOCK_MONOTONIC nanoseconds, the clock of Python's "
-                  "time.monotonic_ns()).");
+   }).description("Reports success without setting an output.");
+  r.tool("AID.TEST.FAIL.v1", [](Call& call) -> Result {
+     return call.fail("the tool said no");
+   }).description("Returns a TOOL_ERROR.");
+  r.tool("AID.TEST.BADUTF8.v1", [](Call& call) -> Result {
+     return call.fail("bad \xff byte");
+   }).description("Returns an error message that is not UTF-8.");
+  r.tool("AID.TEST.SLOW.v1",
+         [](Call& call) -> Result {
+           const long ms = field(call.input(), "ms", 50);
+           const long started = monotonic_ns();
+           std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+           const long ended = monotonic_ns();
+           const long n = ++g_counter;
+           std::string out = "{\"slept_ms\":" + std::to_string(ms) + ",\"calls\":" + std::to_string(n);
+           if (field(call.input(), "stamps", 0) != 0) {
+             out += ",\"started_ns\":" + std::to_string(started) + ",\"ended_ns\":" + std::to_string(ended);
+           }
+           call.output(out + "}");
+           return Result::ok;
+         })
+      .description(
+          "Sleeps `ms` milliseconds, then reports how many calls this process ran (with \"stamps\": 1, "
+          "also when it started and ended, in CLOCK_MONOTONIC nanoseconds, the clock of Python's "
+          "time.monotonic_ns()).");
   r.tool("AID.TEST.COUNTER.v1", [](Call& call) -> Result {
      call.output("{\"calls\":" + std::to_string(++g_counter) + "}");
      return Result::ok;
    }).description("Counts its calls (not deterministic: shows whether a call really ran).");
-  r.tool("AID.TEST.TIER2.v1", [](Call& call) -> Result {
-     call.output(R"({"system":true})");
-     return Result::ok;
-   }).description("A tier-2 (system) tool.").tier(MACHINA_TIER_SYSTEM);
+  r.tool("AID.TEST.TIER2.v1",
+         [](Call& call) -> Result {
+           call.output(R"({"system":true})");
+           return Result::ok;
+         })
+      .description("A tier-2 (system) tool.")
+      .tier(MACHINA_TIER_SYSTEM);
   r.tool("AID.TEST.CONNECT.v1", [](Call& call) -> Result {
      const long port = field(call.input(), "port", 0);
      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -130,8 +135,8 @@ void fill(Registry& r) {
      return Result::ok;
    }).description("Connects to 127.0.0.1:`port` over TCP.");
   r.tool("AID.TEST.SOCKET32.v1", [](Call& call) -> Result {
-     // socket(AF_INET, SOCK_STREAM, 0) through the 32-bit system call ABI (int 0x80,
-     // call 359), the way around filters that only know native calls.
+  // socket(AF_INET, SOCK_STREAM, 0) through the 32-bit system call ABI (int 0x80,
+  // call 359), the way around filters that only know native calls.
 #if defined(__x86_64__)
      long rc = 359;
      asm volatile("int $0x80" : "+a"(rc) : "b"(2), "c"(1), "d"(0) : "memory");
@@ -180,12 +185,16 @@ void fill(Registry& r) {
      ::close(out[0]);
      int status = 0;
      waitpid(pid, &status, 0);
-     std::string json = "{\"status\":" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
-                        ",\"bytes\":" + std::to_string(text.size()) + ",\"first\":\"";
+     std::string json =
+         "{\"status\":" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
+         ",\"bytes\":" + std::to_string(text.size()) + ",\"first\":\"";
      for (char c : text.substr(0, 64)) {
-       if (c == '"' || c == '\\') json += '_';
-       else if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x80) json += ' ';
-       else json += c;
+       if (c == '"' || c == '\\')
+         json += '_';
+       else if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x80)
+         json += ' ';
+       else
+         json += c;
      }
      json += "\"}";
      call.output(json);
@@ -263,12 +272,15 @@ void fill(Registry& r) {
      (void)call;
      for (;;) pause();
    }).description("Starts a child `sleep N` (\"seconds\", default 300), then never returns.");
-  r.tool("AID.TEST.TIMEOUT_DEFAULT.v1", [](Call& call) -> Result {
-     const long ms = field(call.input(), "ms", 0);
-     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-     call.output("{}");
-     return Result::ok;
-   }).description("Sleeps `ms`; declares its own default deadline of 150 ms.").timeout_ms(150);
+  r.tool("AID.TEST.TIMEOUT_DEFAULT.v1",
+         [](Call& call) -> Result {
+           const long ms = field(call.input(), "ms", 0);
+           std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+           call.output("{}");
+           return Result::ok;
+         })
+      .description("Sleeps `ms`; declares its own default deadline of 150 ms.")
+      .timeout_ms(150);
   r.tool("AID.TEST.NOISYCRASH.v1", [](Call& call) -> Result {
      const long n = field(call.input(), "bytes", 100);
      const std::string noise(static_cast<std::size_t>(n), 'x');

@@ -17,7 +17,9 @@ using json = nlohmann::json;
 
 namespace {
 
-json digest(std::string_view input, std::string* path = nullptr) { return json::parse(audit_digest(input, false, path)); }
+json digest(std::string_view input, std::string* path = nullptr) {
+  return json::parse(audit_digest(input, false, path));
+}
 
 std::int64_t count(const std::string& db, const char* sql) {
   sql::Db d(db, false, true);
@@ -47,12 +49,14 @@ TEST_CASE("the digest keeps where a call reaches and never what it carries") {
   CHECK(digest(R"({"command":"ls","args":["-la","/tmp",3,null],"cwd":"src"})", &path) ==
         json::parse(R"({"command":"ls","args":["-la","/tmp","<number>",null],"cwd":"src"})"));
   CHECK(path == "src");
-  CHECK(digest(R"({"query":"async handler","limit":10})") == json::parse(R"({"query":"async handler","limit":"<number>"})"));
+  CHECK(digest(R"({"query":"async handler","limit":10})") ==
+        json::parse(R"({"query":"async handler","limit":"<number>"})"));
   // Not an object, not JSON, cut: described.
   CHECK(digest("[1,2,3]") == json::parse(R"({"<input>":"<array, 7 bytes>"})"));
   CHECK(digest("\"text\"") == json::parse(R"({"<input>":"<string, 6 bytes>"})"));
   CHECK(digest("{not json") == json::parse(R"({"<input>":"<input, 9 bytes, not digested>"})"));
-  CHECK(json::parse(audit_digest(R"({"path":"x")", true, &path)) == json::parse(R"({"<input>":"<input cut at 11 bytes>"})"));
+  CHECK(json::parse(audit_digest(R"({"path":"x")", true, &path)) ==
+        json::parse(R"({"<input>":"<input cut at 11 bytes>"})"));
   CHECK(path.empty());
 }
 
@@ -128,8 +132,9 @@ TEST_CASE("calls of one shape share a row of batches; the view gives each call i
   CHECK(count(db, "SELECT count(DISTINCT id) FROM calls") == 3001);
   CHECK(count(db, "SELECT count(*) FROM call_log WHERE tool = 'AID.S.v1' AND output_bytes = 2 * duration_us") == 3000);
   CHECK(count(db, "SELECT sum(duration_us) FROM call_log WHERE tool = 'AID.S.v1'") == 2999 * 3000 / 2);
-  CHECK(count(db, "SELECT count(*) FROM calls c JOIN batches b ON c.id >= b.first_call AND c.id < b.first_call + b.n"
-                  " WHERE c.ts_ms < b.min_ms OR c.ts_ms > b.max_ms") == 0);
+  CHECK(count(db,
+              "SELECT count(*) FROM calls c JOIN batches b ON c.id >= b.first_call AND c.id < b.first_call + b.n"
+              " WHERE c.ts_ms < b.min_ms OR c.ts_ms > b.max_ms") == 0);
 }
 
 TEST_CASE("a call's end read in the log's ticks is written as the steady clock's time") {
@@ -150,7 +155,8 @@ TEST_CASE("a call's end read in the log's ticks is written as the steady clock's
     log.record(c);
   };
   const std::int64_t unix_ms_before =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   {
     AuditOptions o;
     o.db_path = db;
@@ -164,7 +170,8 @@ TEST_CASE("a call's end read in the log's ticks is written as the steady clock's
     stamped(log, "AID.T20.v1", std::chrono::milliseconds(20));
   }
   const std::int64_t unix_ms_after =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   const auto duration_us = [&](const char* aid) {
     return count(db, (std::string("SELECT duration_us FROM call_log WHERE tool = '") + aid + "'").c_str());
   };
@@ -253,10 +260,12 @@ TEST_CASE("credentials in kept values are masked, and nothing else") {
   const auto masked = [](std::string_view text) { return AuditCredentialMask().masked(text); };
   CHECK(masked("https://alice:pw@example.com/x?page=2") == "https://alice:***@example.com/x?page=2");
   CHECK(masked("git+ssh://git@example.com/r.git") == "git+ssh://git@example.com/r.git");  // a user, no password
-  CHECK(masked("tool --password=pw --password pw2 --token t -v") == "tool --password=*** --password *** --token *** -v");
+  CHECK(masked("tool --password=pw --password pw2 --token t -v") ==
+        "tool --password=*** --password *** --token *** -v");
   CHECK(masked("curl -H 'Authorization: Bearer abc' -H \"X-Api-Key: k1\" -u bob:pw3 u") ==
         "curl -H 'Authorization: Bearer ***' -H \"X-Api-Key: ***\" -u bob:*** u");
-  CHECK(masked("https://h/p?token=a&page=2&api_key=b;sig=c#key=d") == "https://h/p?token=***&page=2&api_key=***;sig=***#key=***");
+  CHECK(masked("https://h/p?token=a&page=2&api_key=b;sig=c#key=d") ==
+        "https://h/p?token=***&page=2&api_key=***;sig=***#key=***");
   CHECK(masked("GITHUB_TOKEN=x AWS_SECRET_ACCESS_KEY=y make clientSecret=z") ==
         "GITHUB_TOKEN=*** AWS_SECRET_ACCESS_KEY=*** make clientSecret=***");
   CHECK(masked("mysql -u root -ppw shop") == "mysql -u root -p*** shop");

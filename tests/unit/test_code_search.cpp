@@ -22,8 +22,9 @@ using Words = std::vector<std::string>;
 struct Fts {
   sql::Db db{":memory:"};
   explicit Fts(const std::vector<std::string>& texts) {
-    db.exec("CREATE VIRTUAL TABLE chunks USING fts5(text, idents, first_line UNINDEXED, lines UNINDEXED,"
-            " tokenize = 'porter unicode61')");
+    db.exec(
+        "CREATE VIRTUAL TABLE chunks USING fts5(text, idents, first_line UNINDEXED, lines UNINDEXED,"
+        " tokenize = 'porter unicode61')");
     std::int64_t rowid = 1;
     for (const auto& t : texts) {
       for (const auto& ch : chunk_text(t)) {
@@ -68,7 +69,8 @@ TEST_CASE("a line's identifier column holds the parts of its camelCase identifie
   CHECK(line_idents("int getUserName(parseHTTPRequest x, snake_case y) {") == "get user name parse http request");
   CHECK(line_idents("plain words and snake_case only") == "");
   CHECK(line_idents("") == "");
-  CHECK(line_idents("caf\xc3\xa9" "Bar fooBar") == "foo bar");  // (non-ASCII letters cut identifiers)
+  CHECK(line_idents("caf\xc3\xa9"
+                    "Bar fooBar") == "foo bar");  // (non-ASCII letters cut identifiers)
 }
 
 TEST_CASE("a file is cut into chunks of kChunkLines lines, line numbers kept") {
@@ -123,8 +125,7 @@ TEST_CASE("a query's words become quoted strings, or'd, camelCase words with the
   CHECK(fts_query("getUserName") == "\"getUserName\" OR \"get user name\"");
   CHECK(fts_query("get_user_name") == "\"get_user_name\"");
   CHECK(fts_query("say \"hi\"") == "\"say\" OR \"\"\"hi\"\"\"");
-  CHECK(fts_query("a* NEAR(b c) col:x -y") ==
-        "\"a*\" OR \"NEAR(b\" OR \"c)\" OR \"col:x\" OR \"-y\"");
+  CHECK(fts_query("a* NEAR(b c) col:x -y") == "\"a*\" OR \"NEAR(b\" OR \"c)\" OR \"col:x\" OR \"-y\"");
   CHECK(fts_query("") == "");
   CHECK(fts_query(" \t\n") == "");
   std::string many;
@@ -138,33 +139,59 @@ TEST_CASE("a query's words become quoted strings, or'd, camelCase words with the
 TEST_CASE("nothing in a query is FTS5 syntax: operators, columns, prefixes and quotes are plain text") {
   Fts fts({"void parseRequest(int x) { return handler(x); }", "AND OR NOT NEAR text col x", "other words here",
            "the text handler"});
-  for (const std::string q :
-       {"\"", "\"\"", "\"unbalanced", "*", "a*", "^start", "NEAR(", "NEAR(a b, 2)", "col:", "text:handler", "idents:x",
-        "(", ")", "((a)", "a OR", "AND", "NOT x", "-x", "+x", "{text idents}: x", "x:", ":", "'", "'; DROP TABLE chunks;--",
-        "\\", "\xe2\x80\x94", "\x01\x02", "a\"b\"c", "* OR *", "rank:1"}) {
+  for (const std::string q : {"\"",
+                              "\"\"",
+                              "\"unbalanced",
+                              "*",
+                              "a*",
+                              "^start",
+                              "NEAR(",
+                              "NEAR(a b, 2)",
+                              "col:",
+                              "text:handler",
+                              "idents:x",
+                              "(",
+                              ")",
+                              "((a)",
+                              "a OR",
+                              "AND",
+                              "NOT x",
+                              "-x",
+                              "+x",
+                              "{text idents}: x",
+                              "x:",
+                              ":",
+                              "'",
+                              "'; DROP TABLE chunks;--",
+                              "\\",
+                              "\xe2\x80\x94",
+                              "\x01\x02",
+                              "a\"b\"c",
+                              "* OR *",
+                              "rank:1"}) {
     CAPTURE(q);
     CHECK_NOTHROW(fts.search(q));
   }
   CHECK(fts.search("text:handler") == std::vector<std::int64_t>{4});  // the phrase "text handler", not a column
   CHECK(fts.search("NEAR(") == std::vector<std::int64_t>{2});         // the word near
-  CHECK(fts.search("AND").size() == 1);                                // the word and, not the operator
+  CHECK(fts.search("AND").size() == 1);                               // the word and, not the operator
   CHECK(fts.search("*").empty());
-  CHECK(fts.search("a*").empty());                                     // no prefix query
+  CHECK(fts.search("a*").empty());  // no prefix query
 }
 
 TEST_CASE("identifiers are found whole and by their parts, across naming styles") {
   Fts fts({"int getUserName() { return 1; }", "def get_user_name(): pass", "the user has a name", "unrelated text"});
-  CHECK(fts.search("getUserName").size() == 2);      // whole, and get_user_name as the phrase of its parts
-  CHECK(fts.search("get_user_name").size() == 2);    // and the other way round
-  CHECK(fts.search("user").size() == 3);             // a part of both, and the plain word
-  CHECK(fts.search("UserName").size() == 2);         // "user name" as a phrase: not the sentence
+  CHECK(fts.search("getUserName").size() == 2);    // whole, and get_user_name as the phrase of its parts
+  CHECK(fts.search("get_user_name").size() == 2);  // and the other way round
+  CHECK(fts.search("user").size() == 3);           // a part of both, and the plain word
+  CHECK(fts.search("UserName").size() == 2);       // "user name" as a phrase: not the sentence
   CHECK(fts.search("getusername") == std::vector<std::int64_t>{1});
 }
 
 TEST_CASE("similarity is a monotone map of the BM25 score, above 0 and at most 1") {
   CHECK(similarity(-kHalfScore) == doctest::Approx(0.5));
   CHECK(similarity(0) > 0);
-  CHECK(similarity(1e-3) > 0);   // (FTS5 never gives a positive score; still in range)
+  CHECK(similarity(1e-3) > 0);  // (FTS5 never gives a positive score; still in range)
   CHECK(similarity(-1e12) <= 1);
   double before = similarity(0);
   for (double s = 0.001; s < 1000; s *= 1.5) {
@@ -176,12 +203,24 @@ TEST_CASE("similarity is a monotone map of the BM25 score, above 0 and at most 1
 }
 
 TEST_CASE("the best line holds the most different words hit, the first on a tie") {
-  const std::string a = "\x01" "handler" "\x02";
-  CHECK(best_line("no hit\n" + a + " here\nasync " + a + " \x01" "async" "\x02", "\n\n") == 2);
+  const std::string a =
+      "\x01"
+      "handler"
+      "\x02";
+  CHECK(best_line("no hit\n" + a + " here\nasync " + a +
+                      " \x01"
+                      "async"
+                      "\x02",
+                  "\n\n") == 2);
   CHECK(best_line(a + "\n" + a + " " + a + " " + a, "\n") == 0);  // a word hit three times counts once
   CHECK(best_line("x\ny\nz", "\n\n") == 0);
-  CHECK(best_line("get_user\nfoo", "\n\x01user name\x02") == 1);   // a hit in the identifier column
-  CHECK(best_line("\x01" "a" "\x02\nb", "\x01" "a" "\x02\n") == 0);
+  CHECK(best_line("get_user\nfoo", "\n\x01user name\x02") == 1);  // a hit in the identifier column
+  CHECK(best_line("\x01"
+                  "a"
+                  "\x02\nb",
+                  "\x01"
+                  "a"
+                  "\x02\n") == 0);
 }
 
 TEST_CASE("a snippet is its line trimmed, at most kMaxSnippet bytes, never cut inside a character") {

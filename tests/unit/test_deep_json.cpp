@@ -4,8 +4,8 @@
 // otherwise overflow the stack (it did: `--mcp` died on SIGSEGV).
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
-#include <machina/tool_protocol.hpp>
 #include <machina/ndjson_client.hpp>
+#include <machina/tool_protocol.hpp>
 
 #include <doctest/doctest.h>
 
@@ -14,7 +14,9 @@
 using namespace machina;
 
 namespace {
-std::string nested(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+std::string nested(std::size_t depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
 constexpr std::size_t kDeep = 200'000;
 const std::string kTooDeep = "nesting deeper than " + std::to_string(kMaxJsonDepth);
 }  // namespace
@@ -24,8 +26,8 @@ TEST_CASE("a JSON-RPC message nested past the limit is a parse error, not a cras
   std::string why;
   CHECK_FALSE(jsonrpc::parse(nested(kDeep), m, why));
   CHECK(why.find(kTooDeep) != std::string::npos);
-  const std::string call = R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":)" +
-                           nested(kDeep) + "}}}";
+  const std::string call =
+      R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":)" + nested(kDeep) + "}}}";
   why.clear();
   CHECK_FALSE(jsonrpc::parse(call, m, why));
   CHECK(why.find(kTooDeep) != std::string::npos);

@@ -6,7 +6,9 @@
 using namespace machina;
 
 namespace {
-Artifact art(std::string content) { return Artifact{"t", content, "", content.size()}; }
+Artifact art(std::string content) {
+  return Artifact{"t", content, "", content.size()};
+}
 }  // namespace
 
 TEST_CASE("a full update replaces the state, a delta changes only what it names") {

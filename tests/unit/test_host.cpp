@@ -29,7 +29,9 @@ Request to(std::string aid) {
 }
 
 /// The ABI version of the linked test plugins below.
-std::uint32_t test_plugin_abi() { return MACHINA_PLUGIN_ABI_VERSION; }
+std::uint32_t test_plugin_abi() {
+  return MACHINA_PLUGIN_ABI_VERSION;
+}
 /// Registers one tool of a linked test plugin.
 int add_test_tool(const machina_registrar_api* api, machina_registrar* registrar, const char* aid,
                   const char* input_schema, machina_tool_fn invoke) {

@@ -83,7 +83,7 @@ TEST_CASE("an evicted entry that held a large response serves the next key as we
   REQUIRE(cache.begin("AID.A", "a-much-longer-key-than-before", kInput, 3, again).outcome == Outcome::hit);
   CHECK(again.output_json == "[2]");
   CHECK(cache.size() == 1);
-  CHECK(cache.stored_bytes() < big.size());  // only the new key's response is counted
+  CHECK(cache.stored_bytes() < big.size());                                    // only the new key's response is counted
   CHECK(cache.begin("AID.A", "big", kInput, 3, hit).outcome == Outcome::run);  // "big" was evicted
 }
 
@@ -166,7 +166,7 @@ TEST_CASE("a kept entry whose waiter has yet to collect its answer is not reused
   const auto first = cache.begin("AID.A", "k", kInput, 0, hit);
   const auto dup = cache.begin("AID.A", "k", kInput, 0, hit);
   REQUIRE(dup.outcome == Outcome::wait);
-  cache.complete(first, answer("\"first\""), true, 1);  // kept, and the waiter has not run yet
+  cache.complete(first, answer("\"first\""), true, 1);               // kept, and the waiter has not run yet
   const auto other = cache.begin("AID.A", "other", kInput, 2, hit);  // the cache is full: "k" must go
   REQUIRE(other.outcome == Outcome::run);
   CHECK(other.slot != first.slot);  // "k"'s entry still holds the waiter's answer

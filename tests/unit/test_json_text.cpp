@@ -19,7 +19,9 @@ TEST_CASE("validate_json accepts JSON texts and explains the rest") {
 
 TEST_CASE("to_valid_utf8 replaces ill-formed sequences") {
   CHECK(to_valid_utf8("ok é") == "ok é");
-  CHECK(to_valid_utf8(std::string("a\xff") + "b") == "a\xEF\xBF\xBD" "b");
+  CHECK(to_valid_utf8(std::string("a\xff") + "b") ==
+        "a\xEF\xBF\xBD"
+        "b");
   CHECK(is_valid_utf8("é"));
   CHECK_FALSE(is_valid_utf8("\xC3"));
 }

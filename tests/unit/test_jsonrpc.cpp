@@ -50,11 +50,12 @@ TEST_CASE("requests, notifications, results and errors are told apart, their par
 }
 
 TEST_CASE("what is not a message is refused, and why") {
-  for (const char* bad : {R"([{"jsonrpc":"2.0","method":"a"}])", R"({"id":1,"method":"a"})", R"({"jsonrpc":"1.0","id":1,"method":"a"})",
-                          R"({"jsonrpc":"2.0","id":true,"method":"a"})", R"({"jsonrpc":"2.0","id":null,"method":"a"})",
-                          R"({"jsonrpc":"2.0","id":1})", R"({"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"x"}})",
-                          R"({"jsonrpc":"2.0","id":1,"error":{"message":"no code"}})", R"({"jsonrpc":"2.0","method":"a","params":5})",
-                          "42", R"("text")"}) {
+  for (const char* bad :
+       {R"([{"jsonrpc":"2.0","method":"a"}])", R"({"id":1,"method":"a"})", R"({"jsonrpc":"1.0","id":1,"method":"a"})",
+        R"({"jsonrpc":"2.0","id":true,"method":"a"})", R"({"jsonrpc":"2.0","id":null,"method":"a"})",
+        R"({"jsonrpc":"2.0","id":1})", R"({"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"x"}})",
+        R"({"jsonrpc":"2.0","id":1,"error":{"message":"no code"}})", R"({"jsonrpc":"2.0","method":"a","params":5})",
+        "42", R"("text")"}) {
     CAPTURE(bad);
     Message m;
     std::string why;
@@ -79,12 +80,16 @@ TEST_CASE("lines written back are JSON-RPC 2.0 and carry their raw parts as they
   append_error(out, "", kMethodNotFound, "Method not found", R"("foo")");
   std::vector<nlohmann::json> lines;
   std::size_t at = 0;
-  for (std::size_t nl; (nl = out.find('\n', at)) != std::string::npos; at = nl + 1) lines.push_back(nlohmann::json::parse(out.substr(at, nl - at)));
+  for (std::size_t nl; (nl = out.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(nlohmann::json::parse(out.substr(at, nl - at)));
   REQUIRE(lines.size() == 4);
-  CHECK(lines[0] == nlohmann::json{{"jsonrpc", "2.0"}, {"id", 5}, {"method", "tools/call"}, {"params", {{"name", "é"}}}});
+  CHECK(lines[0] ==
+        nlohmann::json{{"jsonrpc", "2.0"}, {"id", 5}, {"method", "tools/call"}, {"params", {{"name", "é"}}}});
   CHECK(lines[1] == nlohmann::json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
   CHECK(lines[2] == nlohmann::json{{"jsonrpc", "2.0"}, {"id", "a"}, {"result", {{"x", 1}}}});
-  CHECK(lines[3] == nlohmann::json{{"jsonrpc", "2.0"}, {"id", nullptr}, {"error", {{"code", -32601}, {"message", "Method not found"}, {"data", "foo"}}}});
+  CHECK(lines[3] == nlohmann::json{{"jsonrpc", "2.0"},
+                                   {"id", nullptr},
+                                   {"error", {{"code", -32601}, {"message", "Method not found"}, {"data", "foo"}}}});
 }
 
 TEST_CASE("the elements of an array, each with its own text") {
@@ -106,7 +111,8 @@ TEST_CASE("the elements of an array, each with its own text") {
   CHECK_FALSE(machina::jsonrpc::for_each_element("{}", collect, why));
   CHECK_FALSE(machina::jsonrpc::for_each_element("[1,", collect, why));
   int seen = 0;
-  CHECK_FALSE(machina::jsonrpc::for_each_element("[1,2,3]", [&](const machina::jsonrpc::Member&) { return ++seen < 2; }, why));
+  CHECK_FALSE(
+      machina::jsonrpc::for_each_element("[1,2,3]", [&](const machina::jsonrpc::Member&) { return ++seen < 2; }, why));
   CHECK(seen == 2);
 }
 
@@ -123,8 +129,10 @@ std::vector<Seen> members_of(const Message& m, bool from_parse) {
     out.push_back({std::string(x.key), std::string(x.raw), std::string(x.string), x.type});
     return true;
   };
-  if (from_parse) CHECK(each_param(m, each, why));
-  else CHECK(for_each_member(m.params, each, why));
+  if (from_parse)
+    CHECK(each_param(m, each, why));
+  else
+    CHECK(for_each_member(m.params, each, why));
   return out;
 }
 }  // namespace
@@ -153,7 +161,8 @@ TEST_CASE("params' members are found by the message's own parse, as a second pas
 
 TEST_CASE("params the parse does not keep are read again: too many members, an array, given twice") {
   // Nine members: past what a message keeps, each_param reads the text itself.
-  Message m = read(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}})");
+  Message m =
+      read(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}})");
   CHECK_FALSE(m.params_members_found);
   CHECK(members_of(m, true).size() == 9);
   // An array is no object: each_param says so, as for_each_member does.
@@ -202,8 +211,10 @@ TEST_CASE("a member of a message or of its error given twice makes it invalid, n
     REQUIRE(parse(line, m, why));
     CHECK(m.kind == Message::Kind::invalid);
     CHECK(m.why == "the member \"" + std::string(member) + "\" is given twice");
-    if (std::string_view(member) == "id") CHECK(m.id.empty());  // (neither is the id)
-    else CHECK(m.id == "1");
+    if (std::string_view(member) == "id")
+      CHECK(m.id.empty());  // (neither is the id)
+    else
+      CHECK(m.id == "1");
   }
   // Members a message does not have, and a member of params, may come twice: not the envelope's.
   Message m = read(R"({"jsonrpc":"2.0","id":1,"method":"m","x":1,"x":2,"params":{"a":1,"a":2}})");
@@ -254,14 +265,14 @@ TEST_CASE("params the parse found plain are what validate_json takes; anything i
   const std::vector<Case> cases = {
       {R"({"name":"a","arguments":{"x":[1,2.5,-3e2,{"y":"\u00e9 \"q\" \\"}],"t":true,"n":null}})", true},
       {R"({"arguments":{"n":1E5,"m":-0.5e-300}})", true},
-      {R"({"arguments":{"s":"\u0001"}})", false},                        // valid, but a control character
+      {R"({"arguments":{"s":"\u0001"}})", false},  // valid, but a control character
       // Past a double (the parse itself refuses exponents past 308, e.g. 1e400):
       {R"({"arguments":{"big":9.9e308}})", false},
       {R"({"arguments":{"big":-1.8E+308}})", false},
       {R"({"arguments":{"n":)" + std::string(300, '9') + "}}", true},
       {R"({"arguments":{"k":")" + std::string("\xff") + R"("}})", false},  // not UTF-8
       {R"({"arguments":{")" + std::string("\xc3\x28") + R"(":1}})", false},
-      {R"({"arguments":{"lone":"\udc00"}})", false},                     // decodes to ill-formed UTF-8
+      {R"({"arguments":{"lone":"\udc00"}})", false},  // decodes to ill-formed UTF-8
       {R"([1,"x",{"a":"\u0002"}])", false},
       {R"([1,"x",{"a":"b"}])", true},
   };

@@ -68,7 +68,8 @@ TEST_CASE("the ledger files leases by expiry window and sweeps windows two windo
   CHECK(entries(ledger.path).count("b" + std::to_string(window)) == 1);
   // ... two windows after its start it is gone, files and all; the newer one stays.
   REQUIRE(authority.redeem(authority.issue("AID.X", 5, kT + 20), "AID.X", kT + 20) == std::nullopt);
-  CHECK(entries(ledger.path) == std::set<std::string>{"b" + std::to_string(window + 1), "b" + std::to_string(window + 2)});
+  CHECK(entries(ledger.path) ==
+        std::set<std::string>{"b" + std::to_string(window + 1), "b" + std::to_string(window + 2)});
 }
 
 TEST_CASE("lease lifetimes are checked") {

@@ -15,11 +15,13 @@ namespace {
 struct Open final : machina::OpenRequests {
   std::vector<std::int64_t> ids;  // sending order
   bool is_open(std::int64_t id) const override {
-    for (auto i : ids) if (i == id) return true;
+    for (auto i : ids)
+      if (i == id) return true;
     return false;
   }
   void oldest_first(const std::function<bool(std::int64_t)>& visit) const override {
-    for (auto i : ids) if (!visit(i)) return;
+    for (auto i : ids)
+      if (!visit(i)) return;
   }
 };
 
@@ -29,7 +31,8 @@ TEST_CASE("match_responses hands out each complete line and stops at a partial o
   Open open;
   open.ids = {1, 2, 3};
   std::map<std::int64_t, std::string> got;
-  const std::string text = "{\"id\":2,\"ok\":true,\"output_json\":\"2\"}\n\n{\"id\":1,\"ok\":false,\"error\":\"e\"}\n{\"id\":3,";
+  const std::string text =
+      "{\"id\":2,\"ok\":true,\"output_json\":\"2\"}\n\n{\"id\":1,\"ok\":false,\"error\":\"e\"}\n{\"id\":3,";
   const auto next = machina::match_responses(text, 0, open, [&](std::int64_t id, const machina::ResponseFields& f) {
     got[id] = f.ok ? f.output_json : f.error;
   });
@@ -88,7 +91,8 @@ TEST_CASE("round_trip writes the request, reads one whole line, and tells when t
   CHECK(told == 1);
   // Nothing comes: out of time, and the writing was still reported once.
   told = 0;
-  rt = machina::round_trip(to_host[1], from_host[0], "x\n", std::chrono::steady_clock::now() + std::chrono::milliseconds(20),
+  rt = machina::round_trip(to_host[1], from_host[0], "x\n",
+                           std::chrono::steady_clock::now() + std::chrono::milliseconds(20),
                            std::chrono::microseconds(0), [&] { ++told; });
   CHECK(rt.status == machina::RoundTrip::Status::out_of_time);
   CHECK(told == 1);

@@ -22,8 +22,8 @@ std::string encoded(const Response& r) {
 TEST_CASE("a request decodes into its fields, with the id kept as JSON text") {
   Request req;
   Response err;
-  REQUIRE(decode_request(R"({"id":"\u0078","aid":"AID.ECHO.v1","input_json":"[1]","timeout_ms":50,"idempotency_key":"k"})",
-                         req, err));
+  REQUIRE(decode_request(
+      R"({"id":"\u0078","aid":"AID.ECHO.v1","input_json":"[1]","timeout_ms":50,"idempotency_key":"k"})", req, err));
   CHECK(req.aid == "AID.ECHO.v1");
   CHECK(req.input_json == "[1]");
   CHECK(req.id_json == R"("x")");  // re-encoded
@@ -47,15 +47,16 @@ TEST_CASE("both parsers refuse the same bad requests with the same words") {
 TEST_CASE("ds_state slots may be named DS0..DS7 or 0..7, one form per request") {
   DsUpdate u;
   std::string why;
-  REQUIRE(decode_ds_state(R"({"delta":true,"slots":{"3":{"type":"t","content_json":"1"}},"removed_slots":[5]})", u, why));
+  REQUIRE(
+      decode_ds_state(R"({"delta":true,"slots":{"3":{"type":"t","content_json":"1"}},"removed_slots":[5]})", u, why));
   CHECK(u.numbered);
   CHECK(u.changes.set == (1u << 3));
   CHECK(u.changes.removed == (1u << 5));
   REQUIRE(decode_ds_state(R"({"slots":{"DS2":{"type":"t","content_json":"[]"}}})", u, why));
   CHECK_FALSE(u.numbered);
   CHECK(u.changes.slots[2]->size_bytes == 2);
-  CHECK_FALSE(decode_ds_state(R"({"delta":true,"slots":{"DS1":{"type":"t","content_json":"1"}},"removed_slots":[2]})",
-                              u, why));
+  CHECK_FALSE(
+      decode_ds_state(R"({"delta":true,"slots":{"DS1":{"type":"t","content_json":"1"}},"removed_slots":[2]})", u, why));
   CHECK(why.find("use one form") != std::string::npos);
   CHECK_FALSE(decode_ds_state(R"({"delta":true,"removed_slots":[8]})", u, why));
   CHECK_FALSE(decode_ds_state(R"({"removed_slots":["DS1"]})", u, why));
@@ -70,8 +71,12 @@ TEST_CASE("a response's ds_state is written in the form its request used") {
   std::string named, numbered;
   encode_ds_state({DsReport::Mode::delta, changes, false}, named);
   encode_ds_state({DsReport::Mode::delta, changes, true}, numbered);
-  CHECK(named == R"({"delta":true,"slots":{"DS4":{"type":"t","content_json":"1","provenance":"p","size_bytes":1}},"removed_slots":["DS6"]})");
-  CHECK(numbered == R"({"delta":true,"slots":{"4":{"type":"t","content_json":"1","provenance":"p","size_bytes":1}},"removed_slots":[6]})");
+  CHECK(
+      named ==
+      R"({"delta":true,"slots":{"DS4":{"type":"t","content_json":"1","provenance":"p","size_bytes":1}},"removed_slots":["DS6"]})");
+  CHECK(
+      numbered ==
+      R"({"delta":true,"slots":{"4":{"type":"t","content_json":"1","provenance":"p","size_bytes":1}},"removed_slots":[6]})");
 }
 
 TEST_CASE("every failure carries a status; only a call's failures carry output_json and ds_state") {
@@ -94,8 +99,22 @@ TEST_CASE("strings decode as the reference parser decodes them, whatever their l
   // skips the UTF-8 check of the ones it found plain: every length across two blocks,
   // with something else at every place, at several alignments, must come out the same.
   const auto values = test::strings_with_inserts({
-      "",           "\\\"",  "\\\\",   "\\n",         "\\u00e9", "\\ud83d\\ude00", "\\udc00", "\xC3\xA9",
-      "\xF0\x9F\x98\x80", "\x01", "\x1F", "\x7F", "\xFF", "\xC3", "\\u0000", "\\x",
+      "",
+      "\\\"",
+      "\\\\",
+      "\\n",
+      "\\u00e9",
+      "\\ud83d\\ude00",
+      "\\udc00",
+      "\xC3\xA9",
+      "\xF0\x9F\x98\x80",
+      "\x01",
+      "\x1F",
+      "\x7F",
+      "\xFF",
+      "\xC3",
+      "\\u0000",
+      "\\x",
   });
   int compared = 0;
   for (const std::string& value : values) {

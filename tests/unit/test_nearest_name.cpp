@@ -9,9 +9,9 @@ using namespace machina;
 
 TEST_CASE("a slip of a letter, a swap or a case finds the name meant") {
   const std::vector<std::string_view> aids = {"AID.ECHO.v1", "AID.TEXT.STATS.v1", "AID.FILE.READ.v1"};
-  CHECK(nearest_name("AID.ECH0.v1", aids) == "AID.ECHO.v1");      // substitution
-  CHECK(nearest_name("AID.EHCO.v1", aids) == "AID.ECHO.v1");      // neighbours swapped
-  CHECK(nearest_name("aid.echo.v1", aids) == "AID.ECHO.v1");      // case
+  CHECK(nearest_name("AID.ECH0.v1", aids) == "AID.ECHO.v1");             // substitution
+  CHECK(nearest_name("AID.EHCO.v1", aids) == "AID.ECHO.v1");             // neighbours swapped
+  CHECK(nearest_name("aid.echo.v1", aids) == "AID.ECHO.v1");             // case
   CHECK(nearest_name("AID.TEXT.STAT.v1", aids) == "AID.TEXT.STATS.v1");  // deletion
 }
 

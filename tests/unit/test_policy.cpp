@@ -45,13 +45,19 @@ TEST_CASE("a policy file's tables") {
   fs::create_directories(tmp.path / "a");
   fs::create_directories(tmp.path / "b");
   fs::create_symlink(tmp.path / "b", tmp.path / "b-link");
-  const std::string text = "unknown_users = false\n"
-                           "[files]\nroots = [\"" + (tmp.path / "a").string() + "\"]\ndeny_also = [\"*.db\"]\n"
-                           "max_read_bytes = 10\n"
-                           "[shell]\nallow = [\"ls\", \"/usr/bin/git\"]\ndeny = []\ntimeout_ms = 500\nnetwork = true\n"
-                           "[rate_limits]\n\"AID.SHELL.EXEC.v1\" = \"10/min\"\n\"readFile\" = \"2.5/s\"\n"
-                           "[codebases]\nweb = \"" + (tmp.path / "b-link").string() + "\"\n"
-                           "[users.alice]\nroots = [\"" + (tmp.path / "b-link").string() + "\"]\ncodebases = [\"web\"]\n";
+  const std::string text =
+      "unknown_users = false\n"
+      "[files]\nroots = [\"" +
+      (tmp.path / "a").string() +
+      "\"]\ndeny_also = [\"*.db\"]\n"
+      "max_read_bytes = 10\n"
+      "[shell]\nallow = [\"ls\", \"/usr/bin/git\"]\ndeny = []\ntimeout_ms = 500\nnetwork = true\n"
+      "[rate_limits]\n\"AID.SHELL.EXEC.v1\" = \"10/min\"\n\"readFile\" = \"2.5/s\"\n"
+      "[codebases]\nweb = \"" +
+      (tmp.path / "b-link").string() +
+      "\"\n"
+      "[users.alice]\nroots = [\"" +
+      (tmp.path / "b-link").string() + "\"]\ncodebases = [\"web\"]\n";
   const Policy p = parse_policy(text, (tmp.path / "p.toml").string(), "");
   CHECK(p.files.roots == std::vector<std::string>{fs::canonical(tmp.path / "a").string()});
   CHECK(p.files.deny.back() == "*.db");
@@ -85,8 +91,10 @@ TEST_CASE("errors name the file, the line, the table and the field") {
   const std::string ws = tmp.path.string();
   CHECK(error_of("[files]\nroots = [\"/no/such\"]\n", ws) ==
         "/etc/p.toml:2: [files]: field 'roots': '/no/such' is not a directory");
-  CHECK(error_of("[shell]\nallow = 3\n", ws) == "/etc/p.toml:2: [shell]: field 'allow': must be an array of strings, not an integer");
-  CHECK(error_of("[shell]\ntimeout_ms = 0\n", ws) == "/etc/p.toml:2: [shell]: field 'timeout_ms': must be from 1 to 86400000");
+  CHECK(error_of("[shell]\nallow = 3\n", ws) ==
+        "/etc/p.toml:2: [shell]: field 'allow': must be an array of strings, not an integer");
+  CHECK(error_of("[shell]\ntimeout_ms = 0\n", ws) ==
+        "/etc/p.toml:2: [shell]: field 'timeout_ms': must be from 1 to 86400000");
   CHECK(error_of("[shell]\nallw = []\n", ws) == "/etc/p.toml:2: [shell]: unknown field 'allw' (did you mean 'allow'?)");
   CHECK(error_of("[rate_limits]\nx = \"0/s\"\n", ws) ==
         "/etc/p.toml:2: [rate_limits]: field 'x': must be like \"10/s\", \"100/min\" or \"1000/h\"");
@@ -100,11 +108,15 @@ TEST_CASE("code.search's settings: the index folder outside every root, codebase
   TempDir tmp;
   for (const char* d : {"ws", "web", "api", "alice"}) fs::create_directories(tmp.path / d);
   const std::string t = tmp.path.string();
-  const Policy p = parse_policy("[code]\nindex_dir = \"idx\"\nmax_index_files = 7\nmax_index_bytes = 8\n"
-                                "max_refresh_bytes = 9\ndefault_codebases = [\"api\"]\n"
-                                "[codebases]\nweb = \"" + t + "/web\"\napi = \"" + t + "/api\"\n"
-                                "[users.alice]\nroots = [\"" + t + "/alice\"]\ncodebases = [\"web\"]\n[users.bob]\n",
-                                t + "/p.toml", t + "/ws");
+  const Policy p = parse_policy(
+      "[code]\nindex_dir = \"idx\"\nmax_index_files = 7\nmax_index_bytes = 8\n"
+      "max_refresh_bytes = 9\ndefault_codebases = [\"api\"]\n"
+      "[codebases]\nweb = \"" +
+          t + "/web\"\napi = \"" + t +
+          "/api\"\n"
+          "[users.alice]\nroots = [\"" +
+          t + "/alice\"]\ncodebases = [\"web\"]\n[users.bob]\n",
+      t + "/p.toml", t + "/ws");
   CHECK(p.code.index_dir == fs::canonical(tmp.path).string() + "/idx");  // relative: the policy file's folder
   CHECK(p.code.index_dir_conflict.empty());
   CHECK(p.code.max_index_files == 7);
@@ -149,8 +161,10 @@ TEST_CASE("the default index folder: the user's cache, unless it falls in a root
   CHECK(set.code.index_dir_conflict.empty());  // set in the file: the default's conflict is no more
   ::setenv("XDG_CACHE_HOME", "relative/ignored", 1);
   CHECK(default_index_dir().find("relative") == std::string::npos);
-  if (old != nullptr) ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
-  else ::unsetenv("XDG_CACHE_HOME");
+  if (old != nullptr)
+    ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else
+    ::unsetenv("XDG_CACHE_HOME");
 }
 
 TEST_CASE("[python]: defaults, paths made absolute, scopes") {
@@ -164,14 +178,16 @@ TEST_CASE("[python]: defaults, paths made absolute, scopes") {
   CHECK(d.python.allow == std::vector<std::string>{"*"});
   CHECK(d.python.only_binary);
   CHECK_FALSE(d.python.allow_urls);
-  const std::string text = "[python]\npython = \"bin/python\"\nworkspaces = \"pyws\"\ntimeout_ms = 500\n"
-                           "find_links = [\"wheels\", \"https://example.org/w/\"]\nallow = []\nmax_sessions = 0\n"
-                           "[users.alice]\n";
+  const std::string text =
+      "[python]\npython = \"bin/python\"\nworkspaces = \"pyws\"\ntimeout_ms = 500\n"
+      "find_links = [\"wheels\", \"https://example.org/w/\"]\nallow = []\nmax_sessions = 0\n"
+      "[users.alice]\n";
   const Policy p = parse_policy(text, (tmp.path / "conf" / "p.toml").string(), "");
   CHECK(p.python.python == (tmp.path / "conf" / "bin" / "python").string());
   CHECK(p.python.workspaces == (tmp.path / "conf" / "pyws").string());
   CHECK(p.python.timeout_ms == 500);
-  CHECK(p.python.find_links == std::vector<std::string>{(tmp.path / "conf" / "wheels").string(), "https://example.org/w/"});
+  CHECK(p.python.find_links ==
+        std::vector<std::string>{(tmp.path / "conf" / "wheels").string(), "https://example.org/w/"});
   CHECK(p.python.allow.empty());
   CHECK(p.python.max_sessions == 0);
   CHECK(p.scope_of("alice") == "alice");
@@ -182,12 +198,15 @@ TEST_CASE("[python]: defaults, paths made absolute, scopes") {
 TEST_CASE("[python]: errors") {
   TempDir tmp;
   const std::string ws = tmp.path.string();
-  CHECK(error_of("[python]\nmemory_mb = -1\n", ws) == "/etc/p.toml:2: [python]: field 'memory_mb': must be from 0 to 1048576");
-  CHECK(error_of("[python]\npython = \"\"\n", ws) == "/etc/p.toml:2: [python]: field 'python': must name an interpreter");
+  CHECK(error_of("[python]\nmemory_mb = -1\n", ws) ==
+        "/etc/p.toml:2: [python]: field 'memory_mb': must be from 0 to 1048576");
+  CHECK(error_of("[python]\npython = \"\"\n", ws) ==
+        "/etc/p.toml:2: [python]: field 'python': must name an interpreter");
   CHECK(error_of("[python]\nworkers = 0\n", ws) == "/etc/p.toml:2: [python]: field 'workers': must be from 1 to 64");
   CHECK(error_of("[python]\ndeny = [\"\"]\n", ws) ==
         "/etc/p.toml:2: [python]: field 'deny': a package name (or glob) must not be empty");
   CHECK(error_of("[python]\nindex_url = \"pypi.org\"\n", ws) ==
         "/etc/p.toml:2: [python]: field 'index_url': must be an http:// or https:// URL");
-  CHECK(error_of("[python]\nsesion_idle_ms = 1\n", ws) == "/etc/p.toml:2: [python]: unknown field 'sesion_idle_ms' (did you mean 'session_idle_ms'?)");
+  CHECK(error_of("[python]\nsesion_idle_ms = 1\n", ws) ==
+        "/etc/p.toml:2: [python]: unknown field 'sesion_idle_ms' (did you mean 'session_idle_ms'?)");
 }

@@ -43,8 +43,8 @@ TEST_CASE("the service call carries the tool protocol's service fields") {
 TEST_CASE("an answer's result and trace are cut out as they were written") {
   Answer a;
   std::string why;
-  REQUIRE(decode_answer(R"({"ok": true, "protocol_version": 1, "result":  {"a": [1, 2.50]} , "trace": {"x": 1}})", a,
-                        why));
+  REQUIRE(
+      decode_answer(R"({"ok": true, "protocol_version": 1, "result":  {"a": [1, 2.50]} , "trace": {"x": 1}})", a, why));
   CHECK(a.ok);
   CHECK(a.result == R"({"a": [1, 2.50]})");
   CHECK(a.trace == R"({"x": 1})");

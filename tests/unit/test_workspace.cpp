@@ -8,9 +8,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>

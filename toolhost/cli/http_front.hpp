@@ -19,16 +19,16 @@ namespace machina::cli {
 
 struct HttpFrontOptions {
   std::string host = "127.0.0.1";
-  std::string port = "8080";           // "0": any free port (said on stderr)
-  std::string token;                   // bearer token every request must carry ("": none; loopback only)
+  std::string port = "8080";               // "0": any free port (said on stderr)
+  std::string token;                       // bearer token every request must carry ("": none; loopback only)
   std::vector<std::string> allow_origins;  // Origin values served (any other Origin: 403)
   std::vector<std::string> allow_hosts;    // Host names served beside the bound address; "NAME:PORT" pins the port
   std::size_t max_body_bytes = kMaxRequestBytes;
-  std::size_t max_connections = 256;   // beyond: 503
+  std::size_t max_connections = 256;          // beyond: 503
   std::size_t max_connections_per_peer = 32;  // from one client address; beyond: 503
-  int header_timeout_ms = 10'000;      // a request's headers must arrive within this (a new connection's: from accept)
-  int idle_timeout_ms = 60'000;        // a kept-alive connection with no request is closed
-  int read_timeout_ms = 30'000;        // a request must arrive whole within this once begun
+  int header_timeout_ms = 10'000;  // a request's headers must arrive within this (a new connection's: from accept)
+  int idle_timeout_ms = 60'000;    // a kept-alive connection with no request is closed
+  int read_timeout_ms = 30'000;    // a request must arrive whole within this once begun
 };
 
 /// Throws HostError for options that must not be served: a non-loopback address without a

@@ -1,8 +1,8 @@
 // See line_reader.hpp.
 #include "line_reader.hpp"
 
-#include <machina/spin_wait.hpp>
 #include <unistd.h>
+#include <machina/spin_wait.hpp>
 
 #include <algorithm>
 #include <cerrno>

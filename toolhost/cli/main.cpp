@@ -18,9 +18,9 @@
 #include <machina/spin_wait.hpp>
 #include <machina/tool_list.hpp>
 
-#include <nlohmann/json.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
 #include <machina/isolation/worker.hpp>
+#include <nlohmann/json.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -35,11 +35,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -150,7 +150,9 @@ constexpr machina::PluginEntryPoints kLinkedTools{&machina_plugin_abi_version, &
 /// Plugin libraries (named, or the built-in pack from MACHINA_TOOLHOST_PLUGIN_DIR) are
 /// loaded by the dynamically linked build of this program, installed in the package's
 /// libexec/: it is run in this process's place with the same arguments.
-bool needs_plugin_loader(bool plugins_named) { return plugins_named || builtin_plugin_dir() != nullptr; }
+bool needs_plugin_loader(bool plugins_named) {
+  return plugins_named || builtin_plugin_dir() != nullptr;
+}
 
 [[noreturn]] void hand_over_to_plugin_loader(char** argv) {
   hand_over(argv, "libexec/machina-toolhost", "the plugin-loading build of machina-toolhost", "load plugins");
@@ -172,11 +174,10 @@ std::string find_builtin_plugin() {
 void load_tools(machina::Host& host, const std::vector<std::string>& plugins, const std::vector<std::string>& manifests,
                 const std::optional<std::vector<std::string>>& packs, const std::string& policy_file) {
   if (packs ? !(packs->size() == 1 && packs->front() == "none") : plugins.empty()) {
-    machina::Policy policy = policy_file.empty() ? machina::policy_from_env()
-                                                 : machina::load_policy(policy_file, [] {
-                                                     const char* ws = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
-                                                     return std::string(ws != nullptr ? ws : "");
-                                                   }());
+    machina::Policy policy = policy_file.empty() ? machina::policy_from_env() : machina::load_policy(policy_file, [] {
+      const char* ws = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
+      return std::string(ws != nullptr ? ws : "");
+    }());
     host.add_packs(packs ? *packs : std::vector<std::string>{}, std::move(policy));
   }
 #ifdef MACHINA_LINKED_TOOLS
@@ -210,17 +211,17 @@ int take_stdout_for_wire() {
 /// What to do once the command line is understood.
 struct Invocation {
   enum class Mode { list, run, serve, http, mcp, skill, nats } mode = Mode::serve;
-  std::vector<std::string> plugins;  // empty: the built-in pack
-  std::vector<std::string> manifests;  // --tools
+  std::vector<std::string> plugins;               // empty: the built-in pack
+  std::vector<std::string> manifests;             // --tools
   std::optional<std::vector<std::string>> packs;  // --packs (unset: all when no plugin is named)
-  std::string policy_file;           // --policy ("": $MACHINA_TOOLHOST_POLICY or the defaults)
-  std::string aid;                   // --run
-  unsigned workers = 1;              // --serve
-  std::size_t mcp_page_size = 100;   // --mcp
-  unsigned spin_us = 0;              // --serve
-  bool state_per_call = false;       // --serve
-  machina::cli::HttpFrontOptions http;  // --http
-  machina::cli::NatsFrontOptions nats;  // --nats
+  std::string policy_file;                        // --policy ("": $MACHINA_TOOLHOST_POLICY or the defaults)
+  std::string aid;                                // --run
+  unsigned workers = 1;                           // --serve
+  std::size_t mcp_page_size = 100;                // --mcp
+  unsigned spin_us = 0;                           // --serve
+  bool state_per_call = false;                    // --serve
+  machina::cli::HttpFrontOptions http;            // --http
+  machina::cli::NatsFrontOptions nats;            // --nats
   machina::HostOptions options;
 };
 
@@ -389,11 +390,11 @@ int main(int argc, char** argv) {
     }
   }
 
-  CLI::App app{
-      "machina-toolhost " MACHINA_VERSION " - runs tools for AI agents: one request in, one structured\n"
-      "response out, with input caps, idempotency, leases and a circuit breaker.\n"
-      "Without --plugin (or a PLUGIN argument) the built-in tools are loaded.",
-      "machina-toolhost"};
+  CLI::App app{"machina-toolhost " MACHINA_VERSION
+               " - runs tools for AI agents: one request in, one structured\n"
+               "response out, with input caps, idempotency, leases and a circuit breaker.\n"
+               "Without --plugin (or a PLUGIN argument) the built-in tools are loaded.",
+               "machina-toolhost"};
   app.set_version_flag("--version", MACHINA_VERSION);
 
   std::vector<std::string> plugins;
@@ -405,7 +406,8 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   std::string packs_text;
   app.add_option("--packs", packs_text,
-                 "The built-in tool packs to serve, comma-separated (files, shell, code, python), or none (default: all of them "
+                 "The built-in tool packs to serve, comma-separated (files, shell, code, python), or none (default: "
+                 "all of them "
                  "when no plugin is named, else none; docs/tool-packs.md)")
       ->type_name("LIST");
   std::string policy_file;
@@ -416,15 +418,15 @@ int main(int argc, char** argv) {
   bool list = false;
   auto* list_opt = app.add_flag("--list", list, "Print the registered tools as JSON and exit");
   std::vector<std::string> run_args;
-  auto* run_opt = app.add_option("--run", run_args,
-                                 "Run one call: read a JSON request from stdin, write one JSON response")
-                      ->expected(1, 2)
-                      ->type_name("[PLUGIN] AID");
+  auto* run_opt =
+      app.add_option("--run", run_args, "Run one call: read a JSON request from stdin, write one JSON response")
+          ->expected(1, 2)
+          ->type_name("[PLUGIN] AID");
   std::vector<std::string> serve_args;
-  auto* serve_opt = app.add_option("--serve", serve_args,
-                                   "Serve NDJSON requests from stdin, one response line each, until EOF")
-                        ->expected(0, 1)
-                        ->type_name("[PLUGIN]");
+  auto* serve_opt =
+      app.add_option("--serve", serve_args, "Serve NDJSON requests from stdin, one response line each, until EOF")
+          ->expected(0, 1)
+          ->type_name("[PLUGIN]");
   unsigned workers = 1;
   app.add_option("--workers", workers, "Calls run concurrently in --serve (responses with an id may come out of order)")
       ->check(CLI::Range(1u, 256u))
@@ -439,13 +441,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   std::string http_address;
-  auto* http_opt = app.add_option("--http", http_address,
-                                  "Serve tools over HTTP (tool protocol v1's service runner and capability handshake) on "
-                                  "this address (numeric, or localhost) and port (port 0: any free "
-                                  "one, said on stderr); bearer token from MACHINA_TOOLHOST_HTTP_TOKEN if set, required "
-                                  "off loopback; only JSON bodies, "
-                                  "the host's own Host names and no foreign Origin are served (docs/python-tools.md)")
-                       ->type_name("HOST:PORT");
+  auto* http_opt =
+      app.add_option("--http", http_address,
+                     "Serve tools over HTTP (tool protocol v1's service runner and capability handshake) on "
+                     "this address (numeric, or localhost) and port (port 0: any free "
+                     "one, said on stderr); bearer token from MACHINA_TOOLHOST_HTTP_TOKEN if set, required "
+                     "off loopback; only JSON bodies, "
+                     "the host's own Host names and no foreign Origin are served (docs/python-tools.md)")
+          ->type_name("HOST:PORT");
   std::size_t http_max_connections = 256;
   app.add_option("--http-max-connections", http_max_connections, "In --http, connections at once (more: 503)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
@@ -573,7 +576,8 @@ int main(int argc, char** argv) {
                  "Bytes of results kept in all (the oldest go first; a larger result is answered, not kept)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40))
       ->capture_default_str();
-  app.add_option("--breaker-threshold", options.breaker.threshold, "Host-side failures in the window that open a tool's breaker")
+  app.add_option("--breaker-threshold", options.breaker.threshold,
+                 "Host-side failures in the window that open a tool's breaker")
       ->check(CLI::Range(1u, 1'000'000u))
       ->capture_default_str();
   app.add_option("--breaker-window-ms", options.breaker.window_ms, "The breaker's rolling window")
@@ -583,8 +587,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}))
       ->capture_default_str();
 
-  app.add_option("--timeout-ms", options.default_timeout_ms,
-                 "Deadline per call unless the request (timeout_ms), the operator (--tool-timeout) or the tool says otherwise")
+  app.add_option(
+         "--timeout-ms", options.default_timeout_ms,
+         "Deadline per call unless the request (timeout_ms), the operator (--tool-timeout) or the tool says otherwise")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}))
       ->capture_default_str()
       ->group("Deadlines and isolation");
@@ -631,16 +636,19 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->group("Deadlines and isolation");
   machina::WorkerLimits& limits = options.workers.limits;
-  app.add_option("--limit-cpu-s", limits.cpu_seconds, "Process isolation: CPU seconds per call (SIGXCPU ends the worker)")
+  app.add_option("--limit-cpu-s", limits.cpu_seconds,
+                 "Process isolation: CPU seconds per call (SIGXCPU ends the worker)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{86'400}))
       ->group("Deadlines and isolation");
-  app.add_option("--limit-memory-mb", limits.address_space_mb, "Process isolation: address space per worker (RLIMIT_AS)")
+  app.add_option("--limit-memory-mb", limits.address_space_mb,
+                 "Process isolation: address space per worker (RLIMIT_AS)")
       ->check(CLI::Range(std::uint64_t{16}, std::uint64_t{1} << 30))
       ->group("Deadlines and isolation");
   app.add_option("--limit-open-files", limits.open_files, "Process isolation: open files per worker (RLIMIT_NOFILE)")
       ->check(CLI::Range(std::uint64_t{8}, std::uint64_t{1} << 20))
       ->group("Deadlines and isolation");
-  app.add_option("--limit-file-size-mb", limits.file_size_mb, "Process isolation: largest file a worker may write (RLIMIT_FSIZE)")
+  app.add_option("--limit-file-size-mb", limits.file_size_mb,
+                 "Process isolation: largest file a worker may write (RLIMIT_FSIZE)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30))
       ->group("Deadlines and isolation");
   app.add_flag("--no-network", limits.no_network,
@@ -705,7 +713,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> hidden_files;
   app.add_option("--isolation-hide", hidden_files)->group("");
 
-  list_opt->excludes(run_opt)->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
+  list_opt->excludes(run_opt)
+      ->excludes(serve_opt)
+      ->excludes(http_opt)
+      ->excludes(mcp_opt)
+      ->excludes(skill_opt)
+      ->excludes(nats_opt);
   run_opt->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
   serve_opt->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
   http_opt->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
@@ -715,11 +728,13 @@ int main(int argc, char** argv) {
   // The command line a dispatch layer builds for `machina_cli`: `tool_exec [PLUGIN] AID`,
   // the request on stdin, served as --run.
   std::vector<std::string> tool_exec_args;
-  auto* tool_exec_cmd = app.add_subcommand("tool_exec", "Run one call as --run [PLUGIN] AID does (the command line "
-                                                        "a dispatch layer gives machina_cli; docs/operations.md)");
+  auto* tool_exec_cmd = app.add_subcommand("tool_exec",
+                                           "Run one call as --run [PLUGIN] AID does (the command line "
+                                           "a dispatch layer gives machina_cli; docs/operations.md)");
   tool_exec_cmd->add_option("aid", tool_exec_args, "[PLUGIN] AID")->expected(1, 2)->required();
   tool_exec_cmd->fallthrough();
-  auto* lease_cmd = app.add_subcommand("lease", "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
+  auto* lease_cmd =
+      app.add_subcommand("lease", "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
   lease_cmd->require_subcommand(1);
   auto* issue_cmd = lease_cmd->add_subcommand("issue", "Print a single-use lease token for one tool");
   std::string lease_aid;
@@ -730,10 +745,13 @@ int main(int argc, char** argv) {
   auto* audit_cmd = app.add_subcommand("audit", "Questions about the audit store");
   audit_cmd->require_subcommand(1);
   auto* report_cmd = audit_cmd->add_subcommand(
-      "report", "Most used tools, most accessed paths, error rates and latency percentiles per tool, over a time range");
+      "report",
+      "Most used tools, most accessed paths, error rates and latency percentiles per tool, over a time range");
   machina::AuditReportOptions report;
   std::string report_since, report_until, report_format = "text";
-  report_cmd->add_option("--db", report.db_path, "The audit database (default: $MACHINA_TOOLHOST_AUDIT_DB, else the default store)")
+  report_cmd
+      ->add_option("--db", report.db_path,
+                   "The audit database (default: $MACHINA_TOOLHOST_AUDIT_DB, else the default store)")
       ->type_name("FILE");
   report_cmd->add_option("--since", report_since, "From this time (UTC YYYY-MM-DD[THH:MM[:SS]], or 24h, 7d ... ago)");
   report_cmd->add_option("--until", report_until, "Until this time (excluded), as --since");
@@ -752,15 +770,19 @@ int main(int argc, char** argv) {
     } catch (const machina::HostError&) {
     }
     return std::string(
-      "Environment: MACHINA_LEASE_ENFORCE=1 (tools of tier > 0 need a lease), MACHINA_LEASE_SECRET /\n"
-      "MACHINA_LEASE_KEY_FILE (the lease secret, read once at start: MACHINA_LEASE_SECRET is then taken out of\n"
-      "the environment, and the key file must lie outside the workspace), MACHINA_LEASE_LEDGER (directory that\n"
-      "makes single use hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (load the built-in tools from\n"
-      "machina_builtin_tools.so in this directory), MACHINA_TOOLHOST_WORKSPACE (the file tools' folder),\n"
-      "MACHINA_TOOLHOST_POLICY (the tool packs' policy file), MACHINA_TOOLHOST_AUDIT_DB and\n"
-      "MACHINA_TOOLHOST_AUDIT_JSONL (the audit store, as --audit-db and --audit-jsonl), MACHINA_TOOLHOST_AUDIT=0\n"
-      "(no default audit store, as --no-audit), XDG_STATE_HOME (where the default audit store is).\n"
-      "Documentation: the docs/*.md files named above (docs/protocol.md: the request and response lines) are in ") +
+               "Environment: MACHINA_LEASE_ENFORCE=1 (tools of tier > 0 need a lease), MACHINA_LEASE_SECRET /\n"
+               "MACHINA_LEASE_KEY_FILE (the lease secret, read once at start: MACHINA_LEASE_SECRET is then taken out "
+               "of\n"
+               "the environment, and the key file must lie outside the workspace), MACHINA_LEASE_LEDGER (directory "
+               "that\n"
+               "makes single use hold across processes), MACHINA_TOOLHOST_PLUGIN_DIR (load the built-in tools from\n"
+               "machina_builtin_tools.so in this directory), MACHINA_TOOLHOST_WORKSPACE (the file tools' folder),\n"
+               "MACHINA_TOOLHOST_POLICY (the tool packs' policy file), MACHINA_TOOLHOST_AUDIT_DB and\n"
+               "MACHINA_TOOLHOST_AUDIT_JSONL (the audit store, as --audit-db and --audit-jsonl), "
+               "MACHINA_TOOLHOST_AUDIT=0\n"
+               "(no default audit store, as --no-audit), XDG_STATE_HOME (where the default audit store is).\n"
+               "Documentation: the docs/*.md files named above (docs/protocol.md: the request and response lines) are "
+               "in ") +
            docs;
   });
 
@@ -854,7 +876,8 @@ int main(int argc, char** argv) {
     }
     if (!list && !run_mode && serve_opt->count() == 0 && http_opt->count() == 0 && !mcp && !skill &&
         nats_opt->count() == 0) {
-      std::cerr << "machina-toolhost: choose one of --list, --run, --serve, --http, --mcp, --skill, --nats (see --help)\n";
+      std::cerr
+          << "machina-toolhost: choose one of --list, --run, --serve, --http, --mcp, --skill, --nats (see --help)\n";
       return 2;
     }
     Invocation inv;
@@ -913,8 +936,9 @@ int main(int argc, char** argv) {
 #ifdef MACHINA_WITH_NATS
       if (inv.nats.shared_store) {
         if (kv_key_file.empty())
-          throw machina::HostError("--nats-idempotency kv needs --kv-key-file FILE: the key (at least 32 bytes) the "
-                                   "group's hosts sign the shared store's entries with");
+          throw machina::HostError(
+              "--nats-idempotency kv needs --kv-key-file FILE: the key (at least 32 bytes) the "
+              "group's hosts sign the shared store's entries with");
         inv.nats.kv_key = machina::cli::load_kv_key(kv_key_file);
       }
       machina::cli::check_nats_front_options(inv.nats);  // before any tool is loaded
@@ -928,7 +952,8 @@ int main(int argc, char** argv) {
       for (std::string name; std::getline(in, name, ',');) {
         if (!name.empty()) names.push_back(name);
       }
-      if (names.empty()) throw machina::HostError("--packs: name at least one pack (files, shell, code, python) or none");
+      if (names.empty())
+        throw machina::HostError("--packs: name at least one pack (files, shell, code, python) or none");
       inv.packs = names;
     }
     inv.policy_file = policy_file;

@@ -25,12 +25,12 @@ constexpr const char* kCallHeaders[] = {"Machina-User", "Machina-Lease", "Machin
 constexpr std::int64_t kStreamMaxMsgs = 100'000;
 constexpr std::int64_t kStreamMaxBytes = 256LL * 1024 * 1024;
 constexpr std::int64_t kDuplicateWindowNs = 120'000'000'000LL;  // a re-published call is dropped
-constexpr int kFetchBatch = 64;                // messages asked for at once (at most the idle workers)
-constexpr std::int64_t kFetchTimeoutMs = 500;  // also how long stopping waits for a fetch
+constexpr int kFetchBatch = 64;                                 // messages asked for at once (at most the idle workers)
+constexpr std::int64_t kFetchTimeoutMs = 500;                   // also how long stopping waits for a fetch
 constexpr auto kRetryWait = std::chrono::milliseconds(250);
 constexpr auto kIdleWait = std::chrono::milliseconds(100);  // (then whether to stop is looked at again)
 constexpr auto kMinProgressPeriod = std::chrono::milliseconds(50);
-constexpr unsigned kMaxAckPendingPerWorker = 4;  // unacknowledged messages per consumer, per host worker
+constexpr unsigned kMaxAckPendingPerWorker = 4;    // unacknowledged messages per consumer, per host worker
 constexpr std::size_t kMaxAnsweredKept = 100'000;  // messages remembered as answered (the stream's cap)
 
 void say(const std::string& text) {
@@ -105,7 +105,9 @@ natsMsg* call_of(natsMsg* msg, const std::string& subject, const std::string& re
 
 }  // namespace
 
-std::string durable_subject(const std::string& prefix) { return prefix + ".durable.call"; }
+std::string durable_subject(const std::string& prefix) {
+  return prefix + ".durable.call";
+}
 
 DurableReceipt::DurableReceipt(DurableConsumer& consumer, natsMsg* msg)
     : consumer_(&consumer), msg_(msg), stored_(stored_message(msg)), request_id_(header(msg, kHdrMsgId)) {
@@ -250,10 +252,10 @@ void DurableConsumer::dispatch(natsMsg* msg) {
   // Not run, and not delivered again, when its answer could go nowhere: under '$' lie
   // JetStream's API, the key-value store and the system's subjects; and a reply that is no
   // subject would break the connection's protocol.
-  const char* refused = reply.empty()             ? nullptr
-                        : reply.front() == '$'    ? "lies under '$'"
-                        : !publishable(reply)     ? "is not a subject"
-                                                  : nullptr;
+  const char* refused = reply.empty()          ? nullptr
+                        : reply.front() == '$' ? "lies under '$'"
+                        : !publishable(reply)  ? "is not a subject"
+                                               : nullptr;
   if (refused != nullptr) {
     std::string shown = reply.substr(0, 100);
     for (char& c : shown) {

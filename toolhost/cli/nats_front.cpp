@@ -96,7 +96,8 @@ bool subject_safe(std::string_view s) {
   if (s.empty() || s.front() == '.' || s.back() == '.') return false;
   char prev = '.';
   for (char c : s) {
-    const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    const bool word =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
     if (!word && !(c == '.' && prev != '.')) return false;
     prev = c;
   }
@@ -106,7 +107,8 @@ bool subject_safe(std::string_view s) {
 std::string endpoint_name(std::string_view aid) {
   std::string out;
   for (char c : aid.substr(0, 200)) {
-    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    const bool keep =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
     out.push_back(keep ? c : '_');
   }
   return out.empty() ? "tool" : out;
@@ -131,9 +133,9 @@ const char* service_error_code(const std::string& status, const std::string& cod
   if (status == "INVALID_PICK") return code == "tool_not_found" ? "404" : "400";
   if (status == "BREAKER_TRIP" || code == "service_unavailable" || code == "audit_unavailable") return "503";
   static const std::unordered_map<std::string_view, const char*> by_code = {
-      {"timeout", "504"},          {"access_denied", "403"},    {"lease_required", "401"},
-      {"lease_rejected", "403"},   {"guarantee_blocked", "403"}, {"target_not_found", "404"},
-      {"rate_limited", "429"},     {"overloaded", "429"},        {"idempotency_conflict", "409"}};
+      {"timeout", "504"},        {"access_denied", "403"},     {"lease_required", "401"},
+      {"lease_rejected", "403"}, {"guarantee_blocked", "403"}, {"target_not_found", "404"},
+      {"rate_limited", "429"},   {"overloaded", "429"},        {"idempotency_conflict", "409"}};
   const auto it = by_code.find(code);
   return it == by_code.end() ? "500" : it->second;
 }
@@ -220,7 +222,7 @@ struct Call final : Takeover {
   Clock::time_point start;
   Form form = Form::envelope;
   std::string tool_call_id, function_name;  // Form::openai
-  std::atomic<bool> delivered{false};  // the takeover has sent the answer
+  std::atomic<bool> delivered{false};       // the takeover has sent the answer
 
   std::unique_ptr<DurableReceipt> receipt;  // durable mode: acknowledged once answered
 
@@ -274,7 +276,8 @@ class NatsServer final : public DurableSink {
   std::string resolve(const std::string& name) const;
   /// The aid of the tool `aid` is another name of, else `aid`.
   std::string canonical(const std::string& aid) const;
-  void publish(const char* reply, std::string_view body, const std::vector<std::pair<const char*, std::string>>& headers);
+  void publish(const char* reply, std::string_view body,
+               const std::vector<std::pair<const char*, std::string>>& headers);
   bool may_answer(const char* reply) const;
   json identity(const char* kind) const;
   void add_endpoint(std::string name, std::string subject, std::string aid, json metadata, bool lists = false);
@@ -297,10 +300,10 @@ class NatsServer final : public DurableSink {
   std::deque<std::unique_ptr<Call>> queue_;
   std::size_t busy_ = 0;  // calls taken from the queue and not yet answered
   bool stopping_ = false;
-  std::size_t workers_ = 0;  // worker threads, those left inside a tool not counted
-  bool dispatch_waits_ = false;  // the subscriptions hold more than the queue had room for
-  std::atomic<bool> dispatching_{false};          // the subscriptions are all made
-  std::size_t dispatch_from_ = 0;                 // event loop thread: the subscription read first
+  std::size_t workers_ = 0;                        // worker threads, those left inside a tool not counted
+  bool dispatch_waits_ = false;                    // the subscriptions hold more than the queue had room for
+  std::atomic<bool> dispatching_{false};           // the subscriptions are all made
+  std::size_t dispatch_from_ = 0;                  // event loop thread: the subscription read first
   std::vector<std::unique_ptr<Call>> dispatched_;  // event loop thread: a batch for the queue
   Endpoint* durable_ep_ = nullptr;
   std::unique_ptr<DurableConsumer> durable_;  // --nats-durable
@@ -329,7 +332,7 @@ NatsServer::~NatsServer() {
     room_.notify_all();
     idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0 && workers_ == 0; });
   }
-  durable_.reset();  // (every receipt is gone with its call)
+  durable_.reset();                                  // (every receipt is gone with its call)
   if (store_) host_.set_idempotency_store(nullptr);  // (before the connection it uses goes)
   store_.reset();
   for (auto& s : subs_) natsSubscription_Destroy(s->sub);
@@ -454,9 +457,8 @@ void NatsServer::finish(Call& call, std::string_view line) {
     if (error.empty()) error = "failed";
     code = r.is_object() && r.contains("code") && r["code"].is_string() ? r["code"].get<std::string>() : "";
     status = r.is_object() && r.contains("status") && r["status"].is_string() ? r["status"].get<std::string>() : "";
-    headers = {{kHdrError, header_text(error, 1024)},
-               {kHdrErrorCode, service_error_code(status, code)},
-               {kHdrWireCode, code}};
+    headers = {
+        {kHdrError, header_text(error, 1024)}, {kHdrErrorCode, service_error_code(status, code)}, {kHdrWireCode, code}};
   }
   const std::string output = ok && r.contains("output_json") && r["output_json"].is_string() &&
                                      !r["output_json"].get_ref<const std::string&>().empty()
@@ -464,9 +466,7 @@ void NatsServer::finish(Call& call, std::string_view line) {
                                  : std::string("null");
   std::string body;
   switch (call.form) {
-    case Form::envelope:
-      body = line;
-      break;
+    case Form::envelope: body = line; break;
     case Form::tool_input:
       body = ok ? "{\"data\":" + output + ",\"error\":null}"
                 : json{{"data", nullptr}, {"error", typed_error(error, code)}}.dump();
@@ -477,8 +477,10 @@ void NatsServer::finish(Call& call, std::string_view line) {
         const json value = json::parse(output, nullptr, false);
         content = value.is_string() ? value.get<std::string>() : output;
       }
-      body = json{{"tool_call_id", call.tool_call_id}, {"role", "tool"}, {"name", call.function_name}, {"content", content}}
-                 .dump();
+      body =
+          json{
+              {"tool_call_id", call.tool_call_id}, {"role", "tool"}, {"name", call.function_name}, {"content", content}}
+              .dump();
       break;
     }
   }
@@ -513,8 +515,8 @@ bool NatsServer::serve_one(std::unique_ptr<Call> call) {
     std::string request, run_aid;
     if (parse(*call, request, run_aid, line)) {
       Session session(/*respond_with_delta=*/true);  // calls over NATS carry their own state
-      const auto handled = ndjson::respond(host_, request, session, line, call.get(), run_aid, /*nul_terminated=*/true,
-                                           Front::nats);
+      const auto handled =
+          ndjson::respond(host_, request, session, line, call.get(), run_aid, /*nul_terminated=*/true, Front::nats);
       if (handled.abandoned) {
         call->delivered.wait(false);
         return false;
@@ -601,7 +603,8 @@ void NatsServer::take(Endpoint* ep, natsMsg* msg, std::unique_ptr<DurableReceipt
 void NatsServer::answer_unknown(natsMsg* msg) {
   const char* reply = natsMsg_GetReply(msg);
   if (may_answer(reply)) {
-    const std::string error = "InvalidInput: no tool is served on the subject " + header_text(natsMsg_GetSubject(msg), 200);
+    const std::string error =
+        "InvalidInput: no tool is served on the subject " + header_text(natsMsg_GetSubject(msg), 200);
     publish(reply, json{{"data", nullptr}, {"error", error}}.dump(),
             {{kHdrError, error}, {kHdrErrorCode, "400"}, {kHdrWireCode, "malformed_request"}});
   }
@@ -703,7 +706,10 @@ void NatsServer::on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, 
     body["description"] = "machina-toolhost: every registered tool, one endpoint each (docs/nats.md)";
     json eps = json::array();
     for (const auto& ep : self.endpoints_)
-      eps.push_back({{"name", ep->name}, {"subject", ep->subject}, {"queue_group", self.o_.queue_group}, {"metadata", ep->metadata}});
+      eps.push_back({{"name", ep->name},
+                     {"subject", ep->subject},
+                     {"queue_group", self.o_.queue_group},
+                     {"metadata", ep->metadata}});
     body["endpoints"] = std::move(eps);
   } else {
     body = self.identity("stats");
@@ -730,7 +736,8 @@ void NatsServer::on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, 
 
 void NatsServer::on_error(natsConnection*, natsSubscription* sub, natsStatus s, void*) {
   if (s == NATS_SLOW_CONSUMER) {
-    say("SlowConsumerError: messages dropped on " + std::string(sub ? natsSubscription_GetSubject(sub) : "a subscription") +
+    say("SlowConsumerError: messages dropped on " +
+        std::string(sub ? natsSubscription_GetSubject(sub) : "a subscription") +
         " (more waiting than its pending limit)");
     return;
   }
@@ -788,9 +795,10 @@ int NatsServer::run() {
   natsOptions_Destroy(opts);
   if (st != NATS_OK) {
     throw HostError("--nats: cannot connect to " + without_credentials(o_.url) + ": " + natsStatus_GetText(st) +
-                    (st == NATS_NO_SERVER ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
-                                                        "starts one; pip install 'machina-toolhost[nats]' brings it)")
-                                          : std::string()));
+                    (st == NATS_NO_SERVER
+                         ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
+                                       "starts one; pip install 'machina-toolhost[nats]' brings it)")
+                         : std::string()));
   }
   if (o_.shared_store) {
     store_ = std::make_shared<NatsKvStore>(
@@ -799,7 +807,7 @@ int NatsServer::run() {
   }
 
   g_stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  struct sigaction sa {};
+  struct sigaction sa{};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
@@ -808,8 +816,10 @@ int NatsServer::run() {
   // Subjects under `tools.` all arrive through one wildcard subscription, so that an unknown
   // one is answered too, and a known one once (not by a second, exact subscription).
   for (const auto& ep : endpoints_) {
-    if (ep->subject.starts_with("tools.")) tools_subjects_[ep->subject] = ep.get();
-    else subscribe(ep->subject, ep.get());
+    if (ep->subject.starts_with("tools."))
+      tools_subjects_[ep->subject] = ep.get();
+    else
+      subscribe(ep->subject, ep.get());
   }
   subscribe(kToolsWildcard, nullptr);
   if (o_.durable) {  // an endpoint for its statistics, fed by the stream
@@ -834,8 +844,8 @@ int NatsServer::run() {
   }
   st = natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
   if (st != NATS_OK) {
-    throw HostError("--nats: " + without_credentials(o_.url) + " did not confirm the subscriptions: " +
-                    natsStatus_GetText(st));
+    throw HostError("--nats: " + without_credentials(o_.url) +
+                    " did not confirm the subscriptions: " + natsStatus_GetText(st));
   }
   say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " +
       without_credentials(o_.url));
@@ -866,7 +876,8 @@ int NatsServer::run() {
 
 void check_nats_front_options(const NatsFrontOptions& options) {
   if (!subject_safe(options.prefix))
-    throw HostError("--nats-prefix " + options.prefix + ": expected subject tokens (letters, digits, _ and -) joined by dots");
+    throw HostError("--nats-prefix " + options.prefix +
+                    ": expected subject tokens (letters, digits, _ and -) joined by dots");
   if (!subject_safe(options.queue_group) || options.queue_group.find('.') != std::string::npos)
     throw HostError("--nats-queue-group " + options.queue_group + ": expected one token (letters, digits, _ and -)");
   if (!subject_safe(options.stream) || options.stream.find('.') != std::string::npos)

@@ -34,8 +34,8 @@ struct NatsFrontOptions {
   bool durable = false;
   std::string stream = "MACHINA_CALLS";
   std::string consumer = "machina-hosts";  // the durable pull consumer the hosts share
-  double ack_wait_s = 30.0;  // a message unacknowledged and not in progress this long is delivered again
-  int max_deliver = 5;       // deliveries of one message at most
+  double ack_wait_s = 30.0;                // a message unacknowledged and not in progress this long is delivered again
+  int max_deliver = 5;                     // deliveries of one message at most
 };
 
 /// Throws HostError for a prefix, queue group, stream or consumer name that cannot be used.

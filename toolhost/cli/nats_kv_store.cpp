@@ -1,8 +1,8 @@
 // See nats_kv_store.hpp; the entry format is in docs/nats.md (the shared store).
 #include "nats_kv_store.hpp"
 
-#include <machina/errors.hpp>
 #include <machina/clock.hpp>
+#include <machina/errors.hpp>
 
 #include <nettle/hmac.h>
 #include <nettle/memops.h>
@@ -22,10 +22,10 @@ namespace {
 using json = nlohmann::json;
 
 constexpr char kPurpose[] = "machina-toolhost shared idempotency store v1";
-constexpr int kClaimAttempts = 50;          // claims lost to another host in a row before giving up
-constexpr std::int64_t kPollMs = 20;        // how often a duplicate looks whether the claim it waits on ended
+constexpr int kClaimAttempts = 50;               // claims lost to another host in a row before giving up
+constexpr std::int64_t kPollMs = 20;             // how often a duplicate looks whether the claim it waits on ended
 constexpr std::int64_t kMaxBytes = 256ll << 20;  // the bucket's bytes, in all
-constexpr std::size_t kHeaderRoom = 4096;   // of the server's largest message, kept for the headers
+constexpr std::size_t kHeaderRoom = 4096;        // of the server's largest message, kept for the headers
 
 std::string hex(const std::uint8_t* bytes, std::size_t n) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -40,7 +40,8 @@ std::string hex(const std::uint8_t* bytes, std::size_t n) {
 std::string hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts) {
   hmac_sha256_ctx ctx;
   hmac_sha256_set_key(&ctx, key.size(), reinterpret_cast<const std::uint8_t*>(key.data()));
-  for (std::string_view part : parts) hmac_sha256_update(&ctx, part.size(), reinterpret_cast<const std::uint8_t*>(part.data()));
+  for (std::string_view part : parts)
+    hmac_sha256_update(&ctx, part.size(), reinterpret_cast<const std::uint8_t*>(part.data()));
   std::uint8_t digest[SHA256_DIGEST_SIZE];
   hmac_sha256_digest(&ctx, sizeof digest, digest);
   return std::string(reinterpret_cast<const char*>(digest), sizeof digest);
@@ -49,7 +50,8 @@ std::string hmac_sha256(std::string_view key, std::initializer_list<std::string_
 std::string sha256_hex(std::initializer_list<std::string_view> parts) {
   sha256_ctx ctx;
   sha256_init(&ctx);
-  for (std::string_view part : parts) sha256_update(&ctx, part.size(), reinterpret_cast<const std::uint8_t*>(part.data()));
+  for (std::string_view part : parts)
+    sha256_update(&ctx, part.size(), reinterpret_cast<const std::uint8_t*>(part.data()));
   std::uint8_t digest[SHA256_DIGEST_SIZE];
   sha256_digest(&ctx, sizeof digest, digest);
   return hex(digest, sizeof digest);
@@ -133,7 +135,8 @@ NatsKvStore::~NatsKvStore() {
 }
 
 std::string NatsKvStore::mac(std::string_view purpose, std::string_view a, std::string_view b) const {
-  const std::string digest = hmac_sha256(signing_key_, {purpose, std::string_view("\0", 1), a, std::string_view("\0", 1), b});
+  const std::string digest =
+      hmac_sha256(signing_key_, {purpose, std::string_view("\0", 1), a, std::string_view("\0", 1), b});
   return hex(reinterpret_cast<const std::uint8_t*>(digest.data()), digest.size());
 }
 
@@ -151,14 +154,14 @@ NatsKvStore::Read NatsKvStore::read(const std::string& store_key) {
     r.failure = nats_error(s);
     return r;
   }
-  const std::string_view value(static_cast<const char*>(kvEntry_Value(e)), static_cast<std::size_t>(kvEntry_ValueLen(e)));
+  const std::string_view value(static_cast<const char*>(kvEntry_Value(e)),
+                               static_cast<std::size_t>(kvEntry_ValueLen(e)));
   r.what = Read::What::forged;
   const auto space = value.find(' ');
   if (space != std::string_view::npos) {
     const std::string_view body = value.substr(space + 1);
     const std::string expected = mac("entry", store_key, body);
-    if (space == expected.size() &&
-        memeql_sec(expected.data(), value.data(), expected.size())) {  // constant time
+    if (space == expected.size() && memeql_sec(expected.data(), value.data(), expected.size())) {  // constant time
       const json entry = json::parse(body, nullptr, false);
       if (entry.is_object() && entry.contains("fp") && entry["fp"].is_string() && entry.contains("state")) {
         r.fingerprint = entry["fp"].get<std::string>();
@@ -234,8 +237,7 @@ IdempotencyStore::Ticket NatsKvStore::settle(std::uint32_t slot, const Read& r, 
     fingerprint = pending_[slot].fingerprint;
   }
   switch (r.what) {
-    case Read::What::forged:
-      return answered(slot, answer, forged(store_key));
+    case Read::What::forged: return answered(slot, answer, forged(store_key));
     case Read::What::failed:
       return answered(slot, answer,
                       Response::failure(ErrorKind::service_unavailable,
@@ -262,8 +264,7 @@ IdempotencyStore::Ticket NatsKvStore::settle(std::uint32_t slot, const Read& r, 
         answer = std::move(hit);
         return Ticket{Outcome::hit};
       }
-    case Read::What::none:
-      break;
+    case Read::What::none: break;
   }
   return Ticket{Outcome::wait, slot};  // (none: not reached, see callers)
 }
@@ -344,20 +345,22 @@ void NatsKvStore::complete(const Ticket& ticket, const Response& response, bool 
       }
       return;
     }
-    std::string value =
-        seal(p.store_key, json{{"state", "done"}, {"fp", p.fingerprint}, {"response", stored_response(response)}}.dump());
+    std::string value = seal(
+        p.store_key, json{{"state", "done"}, {"fp", p.fingerprint}, {"response", stored_response(response)}}.dump());
     if (value.size() > max_value_bytes_) {
       // Not room for the answer: later calls with the key are told so (and do not run it again).
       const Response too_large = Response::failure(
           ErrorKind::output_too_large,
           "output_too_large: the first call with this idempotency_key was answered, but its answer (" +
               std::to_string(value.size()) + " bytes) is larger than the shared idempotency store keeps (" +
-              std::to_string(max_value_bytes_) + " bytes); it is not replayed, and the tool is not run again under "
+              std::to_string(max_value_bytes_) +
+              " bytes); it is not replayed, and the tool is not run again under "
               "this key");
-      value = seal(p.store_key, json{{"state", "done"}, {"fp", p.fingerprint}, {"response", stored_response(too_large)}}.dump());
+      value = seal(p.store_key,
+                   json{{"state", "done"}, {"fp", p.fingerprint}, {"response", stored_response(too_large)}}.dump());
     }
-    if (const natsStatus s = kvStore_Update(nullptr, kv_, p.store_key.c_str(), value.data(),
-                                            static_cast<int>(value.size()), p.revision);
+    if (const natsStatus s =
+            kvStore_Update(nullptr, kv_, p.store_key.c_str(), value.data(), static_cast<int>(value.size()), p.revision);
         s != NATS_OK) {
       say_("the shared idempotency store could not keep the answer under " + p.store_key + ": " + nats_error(s) +
            " (its claim stands until its end; a duplicate then hears that the outcome is unknown)");

@@ -60,11 +60,11 @@ class NatsKvStore final : public IdempotencyStore {
  private:
   /// A call between begin() and its end: the claim it holds (run) or waits on (wait).
   struct Pending {
-    std::string store_key;     // "k" + the hex SHA-256 of the aid and key
-    std::string fingerprint;   // keyed hash of the aid and input
-    std::string key_excerpt;   // the idempotency key, for messages
+    std::string store_key;    // "k" + the hex SHA-256 of the aid and key
+    std::string fingerprint;  // keyed hash of the aid and input
+    std::string key_excerpt;  // the idempotency key, for messages
     std::int64_t timeout_ms = 0;
-    std::int64_t until_ms = 0;  // wait: the end of the claim waited on (Unix time)
+    std::int64_t until_ms = 0;   // wait: the end of the claim waited on (Unix time)
     std::uint64_t revision = 0;  // run: the claim's
   };
   /// What a read found under a key.

@@ -4,4 +4,6 @@
 // index never loads (nothing calls sqlite3_load_extension). Linked with --wrap=dlopen,
 // that reference comes here, and glibc's static dlopen (with the linker's warning that
 // it needs the shared libraries at run time) stays out of the program.
-extern "C" void* __wrap_dlopen(const char*, int) { return nullptr; }
+extern "C" void* __wrap_dlopen(const char*, int) {
+  return nullptr;
+}

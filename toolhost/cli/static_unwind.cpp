@@ -9,5 +9,7 @@
 // binary-search table of .eh_frame_hdr (--eh-frame-hdr), which needs no set-up.
 extern "C" {
 void __wrap___register_frame_info(const void*, void*) {}
-void* __wrap___deregister_frame_info(const void*) { return nullptr; }
+void* __wrap___deregister_frame_info(const void*) {
+  return nullptr;
+}
 }

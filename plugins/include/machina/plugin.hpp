@@ -49,14 +49,13 @@ class Call {
   std::optional<Artifact> slot(std::uint32_t index) const {
     machina_artifact a{};
     if (api_->slot_get(call_, index, &a) != 1) return std::nullopt;
-    return Artifact{{a.type, a.type_len}, {a.content_json, a.content_json_len},
-                    {a.provenance, a.provenance_len}, a.size_bytes};
+    return Artifact{
+        {a.type, a.type_len}, {a.content_json, a.content_json_len}, {a.provenance, a.provenance_len}, a.size_bytes};
   }
 
   bool set_slot(std::uint32_t index, const Artifact& artifact) {
-    machina_artifact a{artifact.type.data(),         artifact.type.size(),
-                       artifact.content_json.data(), artifact.content_json.size(),
-                       artifact.provenance.data(),   artifact.provenance.size(),
+    machina_artifact a{artifact.type.data(),         artifact.type.size(),       artifact.content_json.data(),
+                       artifact.content_json.size(), artifact.provenance.data(), artifact.provenance.size(),
                        artifact.size_bytes};
     return api_->slot_set(call_, index, &a) == 0;
   }
@@ -75,19 +74,46 @@ class ToolSpec {
  public:
   ToolSpec(std::string aid, std::function<Result(Call&)> run) : aid_(std::move(aid)), run_(std::move(run)) {}
 
-  ToolSpec& name(std::string v) { name_ = std::move(v); return *this; }
-  ToolSpec& description(std::string v) { description_ = std::move(v); return *this; }
+  ToolSpec& name(std::string v) {
+    name_ = std::move(v);
+    return *this;
+  }
+  ToolSpec& description(std::string v) {
+    description_ = std::move(v);
+    return *this;
+  }
   /// JSON Schema for the input (the subset the host supports, see docs/plugins.md).
-  ToolSpec& input_schema(std::string v) { input_schema_ = std::move(v); return *this; }
-  ToolSpec& deterministic(bool v = true) { deterministic_ = v; return *this; }
-  ToolSpec& tags(std::vector<std::string> v) { tags_ = std::move(v); return *this; }
-  ToolSpec& side_effects(std::vector<std::string> v) { side_effects_ = std::move(v); return *this; }
-  ToolSpec& replay_inputs(bool v = true) { replay_inputs_ = v; return *this; }
+  ToolSpec& input_schema(std::string v) {
+    input_schema_ = std::move(v);
+    return *this;
+  }
+  ToolSpec& deterministic(bool v = true) {
+    deterministic_ = v;
+    return *this;
+  }
+  ToolSpec& tags(std::vector<std::string> v) {
+    tags_ = std::move(v);
+    return *this;
+  }
+  ToolSpec& side_effects(std::vector<std::string> v) {
+    side_effects_ = std::move(v);
+    return *this;
+  }
+  ToolSpec& replay_inputs(bool v = true) {
+    replay_inputs_ = v;
+    return *this;
+  }
   /// Lease tier: MACHINA_TIER_SAFE (0) .. MACHINA_TIER_DANGEROUS (3).
-  ToolSpec& tier(int v) { tier_ = v; return *this; }
+  ToolSpec& tier(int v) {
+    tier_ = v;
+    return *this;
+  }
   /// The tool's own deadline per call in milliseconds (0: the host's default). A
   /// request's timeout_ms and the host's ceiling still apply.
-  ToolSpec& timeout_ms(std::uint32_t v) { timeout_ms_ = v; return *this; }
+  ToolSpec& timeout_ms(std::uint32_t v) {
+    timeout_ms_ = v;
+    return *this;
+  }
 
  private:
   friend class Registry;
@@ -143,8 +169,8 @@ class Registry {
       desc.default_timeout_ms = s.timeout_ms_;
     }
 
-    static int trampoline(void* data, const machina_host_api* api, machina_call* call,
-                          const char* input, std::size_t len) noexcept {
+    static int trampoline(void* data, const machina_host_api* api, machina_call* call, const char* input,
+                          std::size_t len) noexcept {
       Call c(api, call, std::string_view(input, len));
       try {
         auto& fn = *static_cast<std::function<Result(Call&)>*>(data);
@@ -191,11 +217,11 @@ inline int register_once(void (*fill)(Registry&), const machina_registrar_api* a
 }  // namespace machina::plugin
 
 /// Defines the plugin's two C entry points around `void fill(machina::plugin::Registry&)`.
-#define MACHINA_PLUGIN(fill)                                                              \
-  extern "C" MACHINA_PLUGIN_EXPORT std::uint32_t machina_plugin_abi_version(void) {       \
-    return MACHINA_PLUGIN_ABI_VERSION;                                                    \
-  }                                                                                       \
-  extern "C" MACHINA_PLUGIN_EXPORT int machina_plugin_register(                           \
-      const machina_registrar_api* api, machina_registrar* registrar) {                   \
-    return ::machina::plugin::detail::register_once(&(fill), api, registrar);             \
+#define MACHINA_PLUGIN(fill)                                                                     \
+  extern "C" MACHINA_PLUGIN_EXPORT std::uint32_t machina_plugin_abi_version(void) {              \
+    return MACHINA_PLUGIN_ABI_VERSION;                                                           \
+  }                                                                                              \
+  extern "C" MACHINA_PLUGIN_EXPORT int machina_plugin_register(const machina_registrar_api* api, \
+                                                               machina_registrar* registrar) {   \
+    return ::machina::plugin::detail::register_once(&(fill), api, registrar);                    \
   }

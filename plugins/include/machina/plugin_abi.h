@@ -33,10 +33,10 @@ extern "C" {
 
 /* What a tool's invoke function returns. */
 typedef enum machina_tool_result {
-  MACHINA_TOOL_OK = 0,         /* output set with set_output */
-  MACHINA_TOOL_ERROR = 1,      /* the tool refused or failed; message set with set_error */
-  MACHINA_TOOL_FAULT = 2       /* the tool itself broke (e.g. an exception was caught);
-                                  counts against the tool's circuit breaker */
+  MACHINA_TOOL_OK = 0,    /* output set with set_output */
+  MACHINA_TOOL_ERROR = 1, /* the tool refused or failed; message set with set_error */
+  MACHINA_TOOL_FAULT = 2  /* the tool itself broke (e.g. an exception was caught);
+                             counts against the tool's circuit breaker */
 } machina_tool_result;
 
 /* Lease tiers: what a tool may do, and so whether it needs a lease when enforced. */
@@ -86,27 +86,26 @@ typedef struct machina_host_api {
 
 /* A tool's entry point. `input_json` (host-owned, NUL-terminated, valid JSON that
  * already passed the declared schema) lives until the function returns. */
-typedef int (*machina_tool_fn)(void* tool_data, const machina_host_api* api,
-                               machina_call* call, const char* input_json,
+typedef int (*machina_tool_fn)(void* tool_data, const machina_host_api* api, machina_call* call, const char* input_json,
                                size_t input_len);
 
 /* What a plugin declares per tool. All strings are NUL-terminated and are copied at
  * registration. Fields after struct_size may grow in later ABI versions. */
 typedef struct machina_tool_desc {
-  uint32_t struct_size;      /* sizeof(machina_tool_desc) */
-  const char* aid;           /* unique action id, e.g. "AID.ECHO.v1" */
+  uint32_t struct_size; /* sizeof(machina_tool_desc) */
+  const char* aid;      /* unique action id, e.g. "AID.ECHO.v1" */
   const char* name;
   const char* description;
-  const char* input_schema;  /* JSON Schema (subset, see docs) or NULL */
-  int deterministic;         /* same input -> same output, no hidden state */
+  const char* input_schema; /* JSON Schema (subset, see docs) or NULL */
+  int deterministic;        /* same input -> same output, no hidden state */
   const char* const* tags;
   size_t tag_count;
   const char* const* side_effects; /* e.g. "fs_write", "network"; none for pure tools */
   size_t side_effect_count;
-  int replay_inputs;         /* the call can be replayed from its recorded inputs alone */
-  int tier;                  /* machina_tier, 0..3 */
+  int replay_inputs; /* the call can be replayed from its recorded inputs alone */
+  int tier;          /* machina_tier, 0..3 */
   machina_tool_fn invoke;
-  void* tool_data;           /* passed back to invoke */
+  void* tool_data; /* passed back to invoke */
   /* Read only if struct_size covers it: a description may end before this field. */
   uint32_t default_timeout_ms; /* the tool's own deadline per call; 0: the host's default */
 } machina_tool_desc;
@@ -129,8 +128,7 @@ typedef struct machina_registrar_api {
 } machina_registrar_api;
 
 typedef uint32_t (*machina_plugin_abi_version_fn)(void);
-typedef int (*machina_plugin_register_fn)(const machina_registrar_api* api,
-                                          machina_registrar* registrar);
+typedef int (*machina_plugin_register_fn)(const machina_registrar_api* api, machina_registrar* registrar);
 
 #define MACHINA_PLUGIN_ABI_VERSION_SYMBOL "machina_plugin_abi_version"
 #define MACHINA_PLUGIN_REGISTER_SYMBOL "machina_plugin_register"

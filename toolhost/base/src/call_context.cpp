@@ -5,7 +5,9 @@
 namespace machina {
 namespace {
 
-CallContext& ctx(machina_call* call) { return *reinterpret_cast<CallContext*>(call); }
+CallContext& ctx(machina_call* call) {
+  return *reinterpret_cast<CallContext*>(call);
+}
 
 int api_set_output(machina_call* call, const char* json, std::size_t len) {
   return ctx(call).set_output(std::string_view(json, len)) ? 0 : -1;
@@ -20,13 +22,14 @@ int api_slot_get(machina_call* call, std::uint32_t slot, machina_artifact* out) 
   CallContext& c = ctx(call);
   const auto bit = static_cast<std::uint8_t>(1u << slot);
   const std::optional<Artifact>* a = nullptr;
-  if (c.changes && (c.changes->set & bit)) a = &c.changes->slots[slot];
-  else if (!c.changes || !(c.changes->removed & bit)) a = &c.state()[slot];
+  if (c.changes && (c.changes->set & bit))
+    a = &c.changes->slots[slot];
+  else if (!c.changes || !(c.changes->removed & bit))
+    a = &c.state()[slot];
   if (a == nullptr || !a->has_value()) return 0;
   const Artifact& v = **a;
-  *out = machina_artifact{v.type.data(),       v.type.size(),       v.content_json.data(),
-                          v.content_json.size(), v.provenance.data(), v.provenance.size(),
-                          v.size_bytes};
+  *out = machina_artifact{v.type.data(),       v.type.size(),       v.content_json.data(), v.content_json.size(),
+                          v.provenance.data(), v.provenance.size(), v.size_bytes};
   return 1;
 }
 
@@ -57,8 +60,13 @@ int api_slot_clear(machina_call* call, std::uint32_t slot) {
   return 0;
 }
 
-const machina_host_api kHostApi{MACHINA_PLUGIN_ABI_VERSION, sizeof(machina_host_api), &api_set_output,
-                                &api_set_error, &api_slot_get, &api_slot_set, &api_slot_clear};
+const machina_host_api kHostApi{MACHINA_PLUGIN_ABI_VERSION,
+                                sizeof(machina_host_api),
+                                &api_set_output,
+                                &api_set_error,
+                                &api_slot_get,
+                                &api_slot_set,
+                                &api_slot_clear};
 
 }  // namespace
 
@@ -72,6 +80,8 @@ SlotChanges& CallContext::writes() {
   return *changes;
 }
 
-const machina_host_api& host_api() noexcept { return kHostApi; }
+const machina_host_api& host_api() noexcept {
+  return kHostApi;
+}
 
 }  // namespace machina

@@ -24,7 +24,7 @@ namespace machina {
 
 struct Spawner::Job {
   const ChildSpec* spec = nullptr;
-  int stdin_fd = -1;                     // the child's ends (-1: /dev/null, or the output pipe)
+  int stdin_fd = -1;  // the child's ends (-1: /dev/null, or the output pipe)
   int stdout_fd = -1;
   int output_fd = -1;                    // stderr (and stdout when shared)
   std::vector<std::pair<int, int>> fds;  // spec.fds, from copies no dup2 can clobber
@@ -44,8 +44,10 @@ void spawn_now(Spawner::Job& job) {
   const ChildSpec& spec = *job.spec;
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  if (job.stdin_fd >= 0) posix_spawn_file_actions_adddup2(&fa, job.stdin_fd, STDIN_FILENO);
-  else posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (job.stdin_fd >= 0)
+    posix_spawn_file_actions_adddup2(&fa, job.stdin_fd, STDIN_FILENO);
+  else
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, job.stdout_fd >= 0 ? job.stdout_fd : job.output_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&fa, job.output_fd, STDERR_FILENO);
   for (const auto& [here, there] : job.fds) posix_spawn_file_actions_adddup2(&fa, here, there);
@@ -67,8 +69,8 @@ void spawn_now(Spawner::Job& job) {
   for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   pid_t pid = -1;
-  job.error = posix_spawn(&pid, spec.executable.c_str(), &fa, &attr, argv.data(),
-                          spec.inherit_env ? environ : envp.data());
+  job.error =
+      posix_spawn(&pid, spec.executable.c_str(), &fa, &attr, argv.data(), spec.inherit_env ? environ : envp.data());
   job.pid = job.error == 0 ? pid : -1;
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
@@ -79,7 +81,9 @@ void make_pipe(int (&fds)[2]) {
   if (pipe2(fds, O_CLOEXEC) != 0) throw HostError(std::string("cannot create a pipe: ") + std::strerror(errno));
 }
 
-void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
@@ -195,8 +199,10 @@ ChildProcess::ChildProcess(const ChildSpec& spec, Spawner* spawner)
     close_fd(stdout_);
     throw;
   }
-  if (spawner != nullptr) spawner->run(job);
-  else spawn_now(job);
+  if (spawner != nullptr)
+    spawner->run(job);
+  else
+    spawn_now(job);
   close_copies();
   if (job.pid < 0) {
     close_fd(out_);
@@ -360,10 +366,12 @@ const std::string& ChildProcess::end(int drain_ms) {
   return how_;
 }
 
-int ChildProcess::exit_code() const { return exit_code_of(status_); }
+int ChildProcess::exit_code() const {
+  return exit_code_of(status_);
+}
 
 ChildOutcome run_to_completion(ChildSpec spec, std::string_view input, std::chrono::milliseconds limit,
-                             std::size_t max_stdout) {
+                               std::size_t max_stdout) {
   spec.stdio = ChildSpec::Stdio::pipes;
   ChildProcess child(spec);
   ChildOutcome r;
@@ -428,8 +436,9 @@ ChildOutcome run_to_completion(ChildSpec spec, std::string_view input, std::chro
   r.how = child.end(over || late ? 0 : 50);
   r.exit_code = child.exit_code();
   r.tail = child.tail();
-  r.ended = over ? ChildOutcome::Ended::output_over_cap
-                 : late ? ChildOutcome::Ended::timed_out : ChildOutcome::Ended::exited;
+  r.ended = over   ? ChildOutcome::Ended::output_over_cap
+            : late ? ChildOutcome::Ended::timed_out
+                   : ChildOutcome::Ended::exited;
   return r;
 }
 

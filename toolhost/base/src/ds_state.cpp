@@ -21,8 +21,10 @@ std::shared_ptr<const Slots> Session::apply(const DsUpdate& update) {
   auto next = std::make_shared<Slots>(update.delta ? *state_ : Slots{});
   for (std::size_t i = 0; i < kDsSlots; ++i) {
     const auto bit = static_cast<std::uint8_t>(1u << i);
-    if (update.changes.set & bit) (*next)[i] = update.changes.slots[i];
-    else if (update.changes.removed & bit) (*next)[i].reset();
+    if (update.changes.set & bit)
+      (*next)[i] = update.changes.slots[i];
+    else if (update.changes.removed & bit)
+      (*next)[i].reset();
   }
   state_ = std::move(next);
   return state_;

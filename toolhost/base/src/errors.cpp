@@ -24,7 +24,9 @@ constexpr KindTable kKinds{{
 constexpr ErrorKindInfo kNone{ErrorKind::none, "", Status::OK, true, false, ""};
 }  // namespace
 
-const KindTable& all_error_kinds() noexcept { return kKinds; }
+const KindTable& all_error_kinds() noexcept {
+  return kKinds;
+}
 
 const ErrorKindInfo& error_info(ErrorKind kind) noexcept {
   if (kind == ErrorKind::none) return kNone;

@@ -34,9 +34,15 @@ class ValidatingSax {
   bool binary(json::binary_t&) { return true; }
   bool start_object(std::size_t) { return enter(); }
   bool key(json::string_t&) { return true; }
-  bool end_object() { --depth_; return true; }
+  bool end_object() {
+    --depth_;
+    return true;
+  }
   bool start_array(std::size_t) { return enter(); }
-  bool end_array() { --depth_; return true; }
+  bool end_array() {
+    --depth_;
+    return true;
+  }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
     position_ = position;
     reason_ = e.what();
@@ -133,15 +139,28 @@ std::size_t utf8_sequence_length(const unsigned char* p, const unsigned char* en
   if (c < 0x80) return 1;
   std::size_t n;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c == 0xE0) { n = 3; lo = 0xA0; }
-  else if (c >= 0xE1 && c <= 0xEC) n = 3;
-  else if (c == 0xED) { n = 3; hi = 0x9F; }
-  else if (c >= 0xEE && c <= 0xEF) n = 3;
-  else if (c == 0xF0) { n = 4; lo = 0x90; }
-  else if (c >= 0xF1 && c <= 0xF3) n = 4;
-  else if (c == 0xF4) { n = 4; hi = 0x8F; }
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c == 0xE0) {
+    n = 3;
+    lo = 0xA0;
+  } else if (c >= 0xE1 && c <= 0xEC)
+    n = 3;
+  else if (c == 0xED) {
+    n = 3;
+    hi = 0x9F;
+  } else if (c >= 0xEE && c <= 0xEF)
+    n = 3;
+  else if (c == 0xF0) {
+    n = 4;
+    lo = 0x90;
+  } else if (c >= 0xF1 && c <= 0xF3)
+    n = 4;
+  else if (c == 0xF4) {
+    n = 4;
+    hi = 0x8F;
+  } else
+    return 0;
   if (static_cast<std::size_t>(end - p) < n) return 0;
   if (p[1] < lo || p[1] > hi) return 0;
   for (std::size_t i = 2; i < n; ++i) {
@@ -164,7 +183,9 @@ inline std::uint64_t bytes_equal(std::uint64_t w, unsigned char c) {
   const std::uint64_t x = w ^ (kOnes * c);
   return (x - kOnes) & ~x & kHighs;
 }
-inline std::uint64_t bytes_below(std::uint64_t w, unsigned char c) { return (w - kOnes * c) & ~w & kHighs; }
+inline std::uint64_t bytes_below(std::uint64_t w, unsigned char c) {
+  return (w - kOnes * c) & ~w & kHighs;
+}
 
 namespace {
 template <bool kNoControls>
@@ -193,9 +214,13 @@ bool check_utf8(std::string_view s) noexcept {
 }
 }  // namespace
 
-bool is_valid_utf8(std::string_view s) noexcept { return check_utf8<false>(s); }
+bool is_valid_utf8(std::string_view s) noexcept {
+  return check_utf8<false>(s);
+}
 
-bool detail::is_utf8_without_controls(std::string_view s) noexcept { return check_utf8<true>(s); }
+bool detail::is_utf8_without_controls(std::string_view s) noexcept {
+  return check_utf8<true>(s);
+}
 
 bool detail::number_fits_double(std::string_view text) {
   if (text.size() <= 300 && text.find_first_of("eE") == std::string_view::npos) return true;
@@ -258,7 +283,7 @@ void append_json_string(std::string& out, std::string_view s) {
       plain = found ? static_cast<std::size_t>(__builtin_ctz(mask)) : 16;
     } else
 #endif
-    if (end - p >= 8) {
+        if (end - p >= 8) {
       const std::uint64_t w = load8(reinterpret_cast<const unsigned char*>(p));
       std::memcpy(d, p, 8);
       const std::uint64_t mask = bytes_below(w, 0x20) | bytes_equal(w, '"') | bytes_equal(w, '\\');
@@ -287,13 +312,34 @@ void append_json_string(std::string& out, std::string_view s) {
     const auto c = static_cast<unsigned char>(*p++);
     d[0] = '\\';
     switch (c) {
-      case '"': d[1] = '"'; d += 2; break;
-      case '\\': d[1] = '\\'; d += 2; break;
-      case '\n': d[1] = 'n'; d += 2; break;
-      case '\r': d[1] = 'r'; d += 2; break;
-      case '\t': d[1] = 't'; d += 2; break;
-      case '\b': d[1] = 'b'; d += 2; break;
-      case '\f': d[1] = 'f'; d += 2; break;
+      case '"':
+        d[1] = '"';
+        d += 2;
+        break;
+      case '\\':
+        d[1] = '\\';
+        d += 2;
+        break;
+      case '\n':
+        d[1] = 'n';
+        d += 2;
+        break;
+      case '\r':
+        d[1] = 'r';
+        d += 2;
+        break;
+      case '\t':
+        d[1] = 't';
+        d += 2;
+        break;
+      case '\b':
+        d[1] = 'b';
+        d += 2;
+        break;
+      case '\f':
+        d[1] = 'f';
+        d += 2;
+        break;
       default:
         d[1] = 'u';
         d[2] = '0';

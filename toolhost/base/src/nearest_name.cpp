@@ -9,7 +9,9 @@ namespace {
 
 constexpr std::size_t kMaxCompared = 256;
 
-char fold(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+char fold(char c) {
+  return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
 
 /// Optimal string alignment distance (Levenshtein with swaps of neighbours), letter case
 /// ignored; stops early with `limit + 1` once every alignment costs more than `limit`.

@@ -18,12 +18,11 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::array<std::string_view, 16> kValidationKeywords = {
-    "type",        "properties", "required",  "additionalProperties", "items",
-    "enum",        "const",      "minimum",   "maximum",              "exclusiveMinimum",
-    "exclusiveMaximum", "minLength", "maxLength", "minItems",         "maxItems",
-    "uniqueItems"};
-constexpr std::array<std::string_view, 8> kAnnotations = {
-    "$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated"};
+    "type",     "properties", "required",         "additionalProperties", "items",     "enum",      "const",
+    "minimum",  "maximum",    "exclusiveMinimum", "exclusiveMaximum",     "minLength", "maxLength", "minItems",
+    "maxItems", "uniqueItems"};
+constexpr std::array<std::string_view, 8> kAnnotations = {"$schema",     "$id",     "$comment", "title",
+                                                          "description", "default", "examples", "deprecated"};
 
 // A location below `where` ("/" is the root).
 std::string child(const std::string& where, const std::string& name) {
@@ -44,7 +43,9 @@ std::vector<const RValue::Member*> sorted_members(const RValue& object) {
   return out;
 }
 
-std::string str(const RValue& v) { return std::string(v.GetString(), v.GetStringLength()); }
+std::string str(const RValue& v) {
+  return std::string(v.GetString(), v.GetStringLength());
+}
 
 void check_schema(const RValue& s, const std::string& where) {
   if (s.IsBool()) return;
@@ -58,7 +59,8 @@ void check_schema(const RValue& s, const std::string& where) {
     if (!known) throw HostError("schema keyword '" + k + "' at " + where + " is not supported");
     if (k == "properties") {
       if (!v.IsObject()) throw HostError("'properties' at " + where + " must be an object");
-      for (const RValue::Member* p : sorted_members(v)) check_schema(p->value, child(where, "properties/" + str(p->name)));
+      for (const RValue::Member* p : sorted_members(v))
+        check_schema(p->value, child(where, "properties/" + str(p->name)));
     } else if (k == "items" || k == "additionalProperties") {
       check_schema(v, child(where, k));
     } else if (k == "required") {
@@ -68,10 +70,10 @@ void check_schema(const RValue& s, const std::string& where) {
       if (!v.IsArray()) throw HostError("'enum' at " + where + " must be an array");
     } else if (k == "type") {
       auto ok = [](const RValue& t) {
-        static constexpr std::array<std::string_view, 7> names = {
-            "object", "array", "string", "integer", "number", "boolean", "null"};
-        return t.IsString() &&
-               std::find(names.begin(), names.end(), std::string_view(t.GetString(), t.GetStringLength())) != names.end();
+        static constexpr std::array<std::string_view, 7> names = {"object", "array",   "string", "integer",
+                                                                  "number", "boolean", "null"};
+        return t.IsString() && std::find(names.begin(), names.end(),
+                                         std::string_view(t.GetString(), t.GetStringLength())) != names.end();
       };
       if (!(ok(v) || (v.IsArray() && std::all_of(v.Begin(), v.End(), ok))))
         throw HostError("'type' at " + where + " must name JSON types");
@@ -102,17 +104,19 @@ bool has_type(const json& v, std::string_view t) {
 }
 
 std::size_t utf8_length(const std::string& s) {
-  return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  }));
+  return static_cast<std::size_t>(
+      std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 std::string escape_pointer(const std::string& key) {
   std::string out;
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -148,10 +152,8 @@ std::optional<std::string> check(const json& s, const json& v, const std::string
   if (auto c = s.find("const"); c != s.end() && *c != v) return fail(at, "value must equal the schema's const");
   if (v.is_number()) {
     const double d = v.get<double>();
-    if (auto m = s.find("minimum"); m != s.end() && d < m->get<double>())
-      return fail(at, "must be >= " + m->dump());
-    if (auto m = s.find("maximum"); m != s.end() && d > m->get<double>())
-      return fail(at, "must be <= " + m->dump());
+    if (auto m = s.find("minimum"); m != s.end() && d < m->get<double>()) return fail(at, "must be >= " + m->dump());
+    if (auto m = s.find("maximum"); m != s.end() && d > m->get<double>()) return fail(at, "must be <= " + m->dump());
     if (auto m = s.find("exclusiveMinimum"); m != s.end() && d <= m->get<double>())
       return fail(at, "must be > " + m->dump());
     if (auto m = s.find("exclusiveMaximum"); m != s.end() && d >= m->get<double>())
@@ -192,8 +194,7 @@ std::optional<std::string> check(const json& s, const json& v, const std::string
       if (props != s.end() && props->contains(k)) {
         if (auto err = check((*props)[k], sub, child)) return err;
       } else if (extra != s.end()) {
-        if (extra->is_boolean() && !extra->get<bool>())
-          return fail(at, "property '" + k + "' is not allowed");
+        if (extra->is_boolean() && !extra->get<bool>()) return fail(at, "property '" + k + "' is not allowed");
         if (auto err = check(*extra, sub, child)) return err;
       }
     }

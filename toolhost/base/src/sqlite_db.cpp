@@ -21,7 +21,9 @@ Stmt::Stmt(sqlite3* db, std::string_view sql) : db_(db) {
   }
 }
 
-Stmt::~Stmt() { sqlite3_finalize(stmt_); }
+Stmt::~Stmt() {
+  sqlite3_finalize(stmt_);
+}
 
 Stmt::Stmt(Stmt&& other) noexcept : db_(other.db_), stmt_(std::exchange(other.stmt_, nullptr)) {}
 
@@ -62,7 +64,8 @@ bool Stmt::step() {
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
   std::string what = "'";
-  what.append(std::string_view(sqlite3_sql(stmt_) != nullptr ? sqlite3_sql(stmt_) : "").substr(0, 80)).append("' failed");
+  what.append(std::string_view(sqlite3_sql(stmt_) != nullptr ? sqlite3_sql(stmt_) : "").substr(0, 80))
+      .append("' failed");
   sqlite3_reset(stmt_);
   fail(db_, what);
 }
@@ -73,13 +76,21 @@ void Stmt::run() {
   reset();
 }
 
-void Stmt::reset() { sqlite3_reset(stmt_); }
+void Stmt::reset() {
+  sqlite3_reset(stmt_);
+}
 
-bool Stmt::is_null(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
+bool Stmt::is_null(int column) const {
+  return sqlite3_column_type(stmt_, column) == SQLITE_NULL;
+}
 
-std::int64_t Stmt::integer(int column) const { return sqlite3_column_int64(stmt_, column); }
+std::int64_t Stmt::integer(int column) const {
+  return sqlite3_column_int64(stmt_, column);
+}
 
-double Stmt::real(int column) const { return sqlite3_column_double(stmt_, column); }
+double Stmt::real(int column) const {
+  return sqlite3_column_double(stmt_, column);
+}
 
 std::string_view Stmt::text(int column) const {
   const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
@@ -101,7 +112,9 @@ Db::Db(const std::string& path, bool create, bool read_only) {
   sqlite3_busy_timeout(db_, 5000);
 }
 
-Db::~Db() { sqlite3_close_v2(db_); }
+Db::~Db() {
+  sqlite3_close_v2(db_);
+}
 
 Db::Db(Db&& other) noexcept : db_(std::exchange(other.db_, nullptr)) {}
 
@@ -124,11 +137,17 @@ void Db::exec(const std::string& sql) {
   }
 }
 
-std::int64_t Db::last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }
+std::int64_t Db::last_insert_rowid() const {
+  return sqlite3_last_insert_rowid(db_);
+}
 
-std::int64_t Db::changes() const { return sqlite3_changes64(db_); }
+std::int64_t Db::changes() const {
+  return sqlite3_changes64(db_);
+}
 
-Transaction::Transaction(Db& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+Transaction::Transaction(Db& db) : db_(db) {
+  db_.exec("BEGIN IMMEDIATE");
+}
 
 Transaction::~Transaction() {
   if (!done_) {

@@ -37,9 +37,13 @@ LineCodec::Handled NdjsonCodec::handle(Host& host, std::string_view line, Sessio
   return {handled.has_id, handled.abandoned};
 }
 
-void NdjsonCodec::answer_too_large(Host& host, std::string_view /*head*/, std::string& out) { ndjson::respond_too_large(host, out); }
+void NdjsonCodec::answer_too_large(Host& host, std::string_view /*head*/, std::string& out) {
+  ndjson::respond_too_large(host, out);
+}
 
-void NdjsonCodec::encode(const Response& response, std::string& out) { encode_response(response, out); }
+void NdjsonCodec::encode(const Response& response, std::string& out) {
+  encode_response(response, out);
+}
 
 int run_once(Host& host, std::string_view aid, int in_fd, int out_fd) {
   std::string body;

@@ -13,9 +13,9 @@ Response decode_and_handle(Host& host, std::string_view text, Session& session, 
   if (!decode_request(text, request, error, nul_terminated, /*aid_required=*/run_aid.empty())) return error;
   if (!run_aid.empty()) {
     if (!request.aid.empty() && request.aid != run_aid) {
-      error = Response::failure(ErrorKind::malformed_request, "malformed request: the body names aid '" +
-                                                                 request.aid + "' but the command line names '" +
-                                                                 std::string(run_aid) + "'");
+      error = Response::failure(ErrorKind::malformed_request, "malformed request: the body names aid '" + request.aid +
+                                                                  "' but the command line names '" +
+                                                                  std::string(run_aid) + "'");
       error.id_json = std::move(request.id_json);
       return error;
     }
@@ -38,6 +38,8 @@ Handled respond(Host& host, std::string_view text, Session& session, std::string
   return {!response.id_json.empty(), false};
 }
 
-void respond_too_large(const Host& host, std::string& out) { encode_response(host.request_too_large(), out); }
+void respond_too_large(const Host& host, std::string& out) {
+  encode_response(host.request_too_large(), out);
+}
 
 }  // namespace machina::ndjson

@@ -14,7 +14,9 @@ namespace {
 
 constexpr std::string_view kMask = "***";
 
-char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+char lower(char c) {
+  return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
 
 std::string lowered(std::string_view s) {
   std::string out(s);
@@ -46,9 +48,9 @@ std::vector<std::string> name_words(std::string_view name) {
 /// parameter or assignment (`key=...`): a `--key` flag usually names a file or a field.
 bool names_credential(std::string_view name, bool assignment) {
   static constexpr std::array<std::string_view, 15> kWords = {
-      "password", "passwd", "pass", "pwd", "passphrase", "secret", "token", "apikey", "credential", "credentials",
-      "signature", "sig", "authorization", "auth", "privatekey"};
-  static constexpr std::array<std::string_view, 9> kKeyOf = {"api",    "access",  "private", "secret", "client",
+      "password",   "passwd",      "pass",      "pwd", "passphrase",    "secret", "token",     "apikey",
+      "credential", "credentials", "signature", "sig", "authorization", "auth",   "privatekey"};
+  static constexpr std::array<std::string_view, 9> kKeyOf = {"api",     "access",  "private", "secret",    "client",
                                                              "signing", "account", "master",  "encryption"};
   const auto words = name_words(name);
   if (assignment && words.size() == 1 && words[0] == "key") return true;
@@ -61,8 +63,12 @@ bool names_credential(std::string_view name, bool assignment) {
   return false;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-bool is_quote(char c) { return c == '"' || c == '\'' || c == '`'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+bool is_quote(char c) {
+  return c == '"' || c == '\'' || c == '`';
+}
 
 /// `scheme://user:password@host` → `scheme://user:***@host`, wherever a URL is in `s`.
 void mask_userinfo(std::string& s) {
@@ -110,15 +116,15 @@ std::string mask_assignments(std::string_view word) {
 }
 
 bool auth_scheme(std::string_view lowered_word) {
-  return lowered_word == "bearer" || lowered_word == "basic" || lowered_word == "token" ||
-         lowered_word == "digest" || lowered_word == "negotiate";
+  return lowered_word == "bearer" || lowered_word == "basic" || lowered_word == "token" || lowered_word == "digest" ||
+         lowered_word == "negotiate";
 }
 
 bool mysql_client(std::string_view program) {
   const std::size_t slash = program.rfind('/');
   const std::string_view base = slash == std::string_view::npos ? program : program.substr(slash + 1);
-  static constexpr std::array<std::string_view, 8> kClients = {
-      "mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck", "mariadb", "mariadb-dump"};
+  static constexpr std::array<std::string_view, 8> kClients = {"mysql",     "mysqldump",  "mysqladmin", "mysqlimport",
+                                                               "mysqlshow", "mysqlcheck", "mariadb",    "mariadb-dump"};
   return std::find(kClients.begin(), kClients.end(), base) != kClients.end();
 }
 

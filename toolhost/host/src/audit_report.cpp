@@ -36,7 +36,11 @@ std::int64_t parse_audit_time(const std::string& text, std::int64_t now_ms) {
     if (std::all_of(number.begin(), number.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
         number.size() <= 9) {
       const std::int64_t n = std::stoll(number);
-      const std::int64_t unit_ms = unit == 's' ? 1000 : unit == 'm' ? 60'000 : unit == 'h' ? 3'600'000 : unit == 'd' ? 86'400'000 : 0;
+      const std::int64_t unit_ms = unit == 's'   ? 1000
+                                   : unit == 'm' ? 60'000
+                                   : unit == 'h' ? 3'600'000
+                                   : unit == 'd' ? 86'400'000
+                                                 : 0;
       if (unit_ms > 0) return now_ms - n * unit_ms;
     }
   }
@@ -72,12 +76,13 @@ std::int64_t parse_audit_time(const std::string& text, std::int64_t now_ms) {
     t.tm_sec = s;
     return static_cast<std::int64_t>(timegm(&t)) * 1000;
   }
-  throw HostError("'" + text + "' is not a time: use YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS][Z] (UTC), now, or a span "
+  throw HostError("'" + text +
+                  "' is not a time: use YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS][Z] (UTC), now, or a span "
                   "back from now such as 90s, 30m, 24h, 7d");
 }
 
 nlohmann::json audit_report(const AuditReportOptions& o) {
-  struct stat info {};
+  struct stat info{};
   // Calls of processes that appended to the pending file (AuditOptions::pending) are taken
   // in first, where the store lets this user write (bounds set so that nothing is pruned).
   if (::stat((o.db_path + "-pending").c_str(), &info) == 0 && info.st_size > 0) {
@@ -108,7 +113,8 @@ nlohmann::json audit_report(const AuditReportOptions& o) {
     };
     // The calls in range, unpacked from their batches once for every question below.
     ranged(
-        "CREATE TEMP TABLE span AS SELECT b.first_call + j.key AS id, b.base_ms + json_extract(j.value, '$[0]') AS ts_ms,"
+        "CREATE TEMP TABLE span AS SELECT b.first_call + j.key AS id, b.base_ms + json_extract(j.value, '$[0]') AS "
+        "ts_ms,"
         " b.shape AS shape, json_extract(j.value, '$[1]') AS duration_us FROM batches b, json_each(b.calls) j"
         " WHERE b.max_ms >= ?1 AND b.min_ms < ?2 AND ts_ms >= ?1 AND ts_ms < ?2")
         .run();
@@ -178,12 +184,13 @@ nlohmann::json audit_report(const AuditReportOptions& o) {
     for (const std::int64_t id : order) {
       ToolRow& row = tools[id];
       row.latency["max"] = row.max_us;
-      per.push_back({{"tool", row.name},
-                     {"calls", row.calls},
-                     {"errors", row.errors},
-                     {"error_rate", row.calls > 0 ? static_cast<double>(row.errors) / static_cast<double>(row.calls) : 0.0},
-                     {"errors_by_type", row.by_type},
-                     {"latency_us", row.latency}});
+      per.push_back(
+          {{"tool", row.name},
+           {"calls", row.calls},
+           {"errors", row.errors},
+           {"error_rate", row.calls > 0 ? static_cast<double>(row.errors) / static_cast<double>(row.calls) : 0.0},
+           {"errors_by_type", row.by_type},
+           {"latency_us", row.latency}});
     }
     out["tools"] = per;
     nlohmann::json most = nlohmann::json::array();
@@ -269,9 +276,9 @@ std::string audit_report_text(const nlohmann::json& r) {
     std::snprintf(rate, sizeof rate, "%.1f%%", 100.0 * t["error_rate"].get<double>());
     const auto& lat = t["latency_us"];
     auto us = [&](const char* k) { return lat.contains(k) ? std::to_string(lat[k].get<std::int64_t>()) : "-"; };
-    std::snprintf(line, sizeof line, "  %-32s %10lld %8s %10s %10s %10s %10s  %s\n", t["tool"].get<std::string>().c_str(),
-                  static_cast<long long>(t["calls"].get<std::int64_t>()), rate, us("p50").c_str(), us("p90").c_str(),
-                  us("p99").c_str(), us("max").c_str(), kinds.c_str());
+    std::snprintf(line, sizeof line, "  %-32s %10lld %8s %10s %10s %10s %10s  %s\n",
+                  t["tool"].get<std::string>().c_str(), static_cast<long long>(t["calls"].get<std::int64_t>()), rate,
+                  us("p50").c_str(), us("p90").c_str(), us("p99").c_str(), us("max").c_str(), kinds.c_str());
     out << line;
   }
   out << "\nCalls per front\n";

@@ -36,8 +36,9 @@ void HostOptions::check() const {
     throw HostError("the skills' tick interval must be from 0 (never) to 86400000 ms");
   }
   if (isolation == Isolation::inline_threads && workers.limits.any()) {
-    throw HostError("OS limits (--limit-*, --no-network; limit_*, no_network from Python) apply to isolated tools: "
-                    "add --isolation process (isolation='process')");
+    throw HostError(
+        "OS limits (--limit-*, --no-network; limit_*, no_network from Python) apply to isolated tools: "
+        "add --isolation process (isolation='process')");
   }
 }
 

@@ -63,7 +63,8 @@ bool IdempotencyCache::Entry::is(std::string_view aid, std::string_view key) con
 
 void IdempotencyCache::Entry::keep_result(const Response& r, std::size_t n) {
   const std::size_t scope = aid_len + key_len;
-  if (n > data.capacity) [[unlikely]] data.reserve(n, scope);
+  if (n > data.capacity) [[unlikely]]
+    data.reserve(n, scope);
   kind = r.kind;
   lease_tier = r.lease_tier;
   output_len = r.output_json.size();
@@ -84,8 +85,10 @@ void IdempotencyCache::Entry::copy_result_to(Response& r) const {
   r.kind = kind;
   r.lease_tier = lease_tier;
   const char* p = data.bytes.get() + aid_len + key_len;
-  for (auto [part, n] : {std::pair{&r.output_json, output_len}, {&r.error, error_len},
-                         {&r.lease_aid, lease_aid_len}, {&r.lease_reason, lease_reason_len}}) {
+  for (auto [part, n] : {std::pair{&r.output_json, output_len},
+                         {&r.error, error_len},
+                         {&r.lease_aid, lease_aid_len},
+                         {&r.lease_reason, lease_reason_len}}) {
     part->assign(p, n);
     p += n;
   }
@@ -163,8 +166,10 @@ void IdempotencyCache::rehash(std::size_t buckets) {
 
 void IdempotencyCache::append_kept(std::uint32_t slot) {
   entries_[slot].next = kNone;
-  if (newest_ != kNone) entries_[newest_].next = slot;
-  else oldest_ = slot;
+  if (newest_ != kNone)
+    entries_[newest_].next = slot;
+  else
+    oldest_ = slot;
   newest_ = slot;
 }
 
@@ -191,15 +196,19 @@ std::uint32_t IdempotencyCache::take_slot() {
 void IdempotencyCache::free_slot(std::uint32_t slot) {
   Entry& e = entries_[slot];
   e.state = State::free;
-  if (e.handoff) [[unlikely]] e.handoff.reset();
-  if (e.data.capacity > kKeepCapacity) [[unlikely]] e.data = Buffer{};
+  if (e.handoff) [[unlikely]]
+    e.handoff.reset();
+  if (e.data.capacity > kKeepCapacity) [[unlikely]]
+    e.data = Buffer{};
   e.next = free_;
   free_ = slot;
 }
 
 void IdempotencyCache::retire(std::uint32_t slot) {
-  if (entries_[slot].waiters > 0) entries_[slot].state = State::handed_off;  // the last waiter frees it
-  else free_slot(slot);
+  if (entries_[slot].waiters > 0)
+    entries_[slot].state = State::handed_off;  // the last waiter frees it
+  else
+    free_slot(slot);
 }
 
 void IdempotencyCache::release(std::uint32_t slot) {
@@ -259,10 +268,12 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
   // them (stores of other sizes), a wait on every call.
   const bool hashed = is_hashed(input_json);
   Fingerprint long_fp;  // (set if hashed)
-  if (hashed) [[unlikely]] long_fp = digest(input_json);
+  if (hashed) [[unlikely]]
+    long_fp = digest(input_json);
   std::lock_guard lock(mu_);
   // (kept entries are in expiry order: once the expired are gone, whatever is found is not)
-  if (oldest_ != kNone && entries_[oldest_].expires_at <= now_ms) [[unlikely]] prune(now_ms);
+  if (oldest_ != kNone && entries_[oldest_].expires_at <= now_ms) [[unlikely]]
+    prune(now_ms);
   if (const std::uint32_t slot = find(aid, key, tag); slot != kNone) [[unlikely]] {
     return found(slot, hashed ? long_fp : fingerprint(input_json), hit);
   }
@@ -271,16 +282,20 @@ IdempotencyCache::Ticket IdempotencyCache::begin(std::string_view aid, std::stri
     slot = take_slot();
   } else {
     slot = reuse_oldest();
-    if (slot == kNone) [[unlikely]] return Ticket{Outcome::full};
+    if (slot == kNone) [[unlikely]]
+      return Ticket{Outcome::full};
   }
   Entry& e = entries_[slot];
-  if (aid.size() + key.size() > e.data.capacity) [[unlikely]] make_room_for_key(slot, aid.size() + key.size());
+  if (aid.size() + key.size() > e.data.capacity) [[unlikely]]
+    make_room_for_key(slot, aid.size() + key.size());
   copy_bytes(e.data.bytes.get(), aid);
   copy_bytes(e.data.bytes.get() + aid.size(), key);
   e.aid_len = aid.size();
   e.key_len = key.size();
-  if (hashed) [[unlikely]] e.fp = long_fp;
-  else write_short(e.fp, input_json);
+  if (hashed) [[unlikely]]
+    e.fp = long_fp;
+  else
+    write_short(e.fp, input_json);
   e.state = State::running;
   e.waiters = 0;
   link_bucket(slot, tag);
@@ -360,7 +375,8 @@ void IdempotencyCache::hand_off(Entry& e, const Response& response) {
 }
 
 bool IdempotencyCache::keep_result(Entry& e, const Response& response, std::size_t bytes) {
-  if (bytes > options_.max_stored_bytes) [[unlikely]] return false;
+  if (bytes > options_.max_stored_bytes) [[unlikely]]
+    return false;
   while (stored_bytes_ + bytes > options_.max_stored_bytes && evict_oldest()) {
   }
   try {

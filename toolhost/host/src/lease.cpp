@@ -75,7 +75,7 @@ void prepare_ledger(std::string dir) {
     if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
       throw HostError("cannot create lease ledger " + dir + ": " + std::strerror(errno));
   }
-  struct stat st {};
+  struct stat st{};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw HostError("lease ledger " + dir + " is not a directory");
   if (st.st_uid != geteuid() || (st.st_mode & 022) != 0)
@@ -83,12 +83,13 @@ void prepare_ledger(std::string dir) {
   // Whoever controls the parent can rename the ledger away and so reset it: the parent
   // must be this user's or root's, and shared only with the sticky bit (as /tmp is).
   const std::string parent = dir.substr(0, dir.find_last_of('/') == 0 ? 1 : dir.find_last_of('/'));
-  struct stat up {};
+  struct stat up{};
   if (!parent.empty() && stat(parent.c_str(), &up) == 0) {
     const bool owner_ok = up.st_uid == geteuid() || up.st_uid == 0;
     const bool shared_ok = (up.st_mode & 022) == 0 || (up.st_mode & S_ISVTX) != 0;
     if (!owner_ok || !shared_ok)
-      throw HostError("lease ledger " + dir + ": its parent folder must belong to this user or root and not be "
+      throw HostError("lease ledger " + dir +
+                      ": its parent folder must belong to this user or root and not be "
                       "writable by group or others (unless sticky)");
   }
 }
@@ -213,8 +214,7 @@ std::string LeaseAuthority::issue(std::string_view aid, std::int64_t ttl_ms, std
   return payload + "." + mac_hex(payload);
 }
 
-std::optional<std::string> LeaseAuthority::redeem(std::string_view token, std::string_view aid,
-                                                  std::int64_t now_ms) {
+std::optional<std::string> LeaseAuthority::redeem(std::string_view token, std::string_view aid, std::int64_t now_ms) {
   std::vector<std::string_view> parts;
   std::size_t start = 0;
   while (parts.size() < 6) {

@@ -11,7 +11,7 @@ namespace machina {
 namespace {
 
 constexpr std::size_t kMaxName = 64;
-constexpr std::size_t kHashDigits = 12;                    // of SHA-256's hex: hashed names stay apart
+constexpr std::size_t kHashDigits = 12;                       // of SHA-256's hex: hashed names stay apart
 constexpr std::size_t kMaxStem = kMaxName - kHashDigits - 1;  // room for '-' and the digits
 
 bool name_char(char c) {
@@ -45,7 +45,9 @@ std::string hex_digest(std::string_view text, std::size_t digits) {
   return out;
 }
 
-nlohmann::ordered_json any_object() { return {{"type", "object"}}; }
+nlohmann::ordered_json any_object() {
+  return {{"type", "object"}};
+}
 
 /// `text` as a JSON object schema ({"type": "object", ...}), else null.
 nlohmann::ordered_json object_schema(std::string_view text) {
@@ -151,7 +153,9 @@ nlohmann::ordered_json advertised_input_schema(const ToolInfo& info) {
   return advertised_input_schema(declared_input_schema(info));
 }
 
-nlohmann::ordered_json advertised_output_schema(const ToolInfo& info) { return object_schema(info.output_schema); }
+nlohmann::ordered_json advertised_output_schema(const ToolInfo& info) {
+  return object_schema(info.output_schema);
+}
 
 nlohmann::ordered_json advertised_annotations(const ToolInfo& info) {
   const bool read_only = info.tier == 0 && info.side_effects.empty();
@@ -164,7 +168,9 @@ nlohmann::ordered_json advertised_annotations(const ToolInfo& info) {
       return a;
     }
   }
-  return {{"readOnlyHint", read_only}, {"destructiveHint", destructive}, {"idempotentHint", read_only || info.deterministic}};
+  return {{"readOnlyHint", read_only},
+          {"destructiveHint", destructive},
+          {"idempotentHint", read_only || info.deterministic}};
 }
 
 }  // namespace machina

@@ -88,8 +88,7 @@ void fail(machina_registrar* registrar, const char* message) {
   reg.refuse(message ? message : "registration failed");
 }
 
-const machina_registrar_api kRegistrarApi{MACHINA_PLUGIN_ABI_VERSION, sizeof(machina_registrar_api),
-                                          &add_tool, &fail};
+const machina_registrar_api kRegistrarApi{MACHINA_PLUGIN_ABI_VERSION, sizeof(machina_registrar_api), &add_tool, &fail};
 
 }  // namespace
 
@@ -112,12 +111,11 @@ ToolRegistry::ToolRegistry(CircuitBreaker::Options breaker_options) : breaker_op
 }
 
 ToolRegistry::~ToolRegistry() {
-  tools_.clear();     // before the code they point into goes
+  tools_.clear();  // before the code they point into goes
   libraries_.clear();
 }
 
-std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, PluginEntryPoints entry,
-                                                  Runner* runner) {
+std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, PluginEntryPoints entry, Runner* runner) {
   const std::string where = "plugin " + source + ": ";
   auto refuse = [&](const std::string& why) { throw HostError(where + why); };
   const std::uint32_t version = entry.abi_version();
@@ -148,8 +146,8 @@ std::vector<std::string> ToolRegistry::add_described(const std::string& source, 
   const std::string where = std::string(what) + " " + source;
   std::vector<std::unique_ptr<Tool>> tools;
   tools.reserve(described.size());
-  const bool host_own = !described.empty() && std::all_of(described.begin(), described.end(),
-                                                          [](const Described& d) { return d.host_own; });
+  const bool host_own = !described.empty() &&
+                        std::all_of(described.begin(), described.end(), [](const Described& d) { return d.host_own; });
   for (auto& d : described) {
     auto tool = std::make_unique<Tool>(breaker_options_);
     tool->info = std::move(d.info);
@@ -172,13 +170,16 @@ std::string ToolRegistry::name_taken(const Tool& tool,
   // (A name that is a built-in's aid leaves the built-in first: an inner host's tools, say.)
   for (const std::string* taken : {&info.aid, &info.name}) {
     if (auto it = built_in_names_.find(*taken); it != built_in_names_.end()) {
-      return "tool " + info.aid + " takes the name '" + *taken + "' of the built-in tool " + described(it->second->info);
+      return "tool " + info.aid + " takes the name '" + *taken + "' of the built-in tool " +
+             described(it->second->info);
     }
   }
   // A call by that name would reach this tool (aids are looked up first), not the one named so.
   const Tool* named = nullptr;
-  if (auto it = by_name_.find(info.aid); it != by_name_.end()) named = it->second;
-  else if (auto jt = batch.find(info.aid); jt != batch.end() && jt->second != &tool) named = jt->second;
+  if (auto it = by_name_.find(info.aid); it != by_name_.end())
+    named = it->second;
+  else if (auto jt = batch.find(info.aid); jt != batch.end() && jt->second != &tool)
+    named = jt->second;
   if (named != nullptr) {
     return "tool " + info.aid + " takes the name '" + info.aid + "' of the tool " + described(named->info) +
            " (an aid is looked up before a name)";

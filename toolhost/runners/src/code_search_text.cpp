@@ -7,20 +7,34 @@
 namespace machina::code_search {
 namespace {
 
-bool is_lower(char ch) { return ch >= 'a' && ch <= 'z'; }
-bool is_upper(char ch) { return ch >= 'A' && ch <= 'Z'; }
-bool is_digit(char ch) { return ch >= '0' && ch <= '9'; }
-bool is_alnum(char ch) { return is_lower(ch) || is_upper(ch) || is_digit(ch); }
-bool is_word(char ch) { return is_alnum(ch) || ch == '_'; }
-bool is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v'; }
+bool is_lower(char ch) {
+  return ch >= 'a' && ch <= 'z';
+}
+bool is_upper(char ch) {
+  return ch >= 'A' && ch <= 'Z';
+}
+bool is_digit(char ch) {
+  return ch >= '0' && ch <= '9';
+}
+bool is_alnum(char ch) {
+  return is_lower(ch) || is_upper(ch) || is_digit(ch);
+}
+bool is_word(char ch) {
+  return is_alnum(ch) || ch == '_';
+}
+bool is_space(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+}
 
-char lower(char ch) { return is_upper(ch) ? static_cast<char>(ch - 'A' + 'a') : ch; }
+char lower(char ch) {
+  return is_upper(ch) ? static_cast<char>(ch - 'A' + 'a') : ch;
+}
 
 /// Whether an identifier is cut before position i (within a run of letters and digits).
 bool cut_before(std::string_view w, std::size_t i) {
   const char prev = w[i - 1], ch = w[i];
-  if ((is_lower(prev) || is_digit(prev)) && is_upper(ch)) return true;                       // fooBar, utf8Decode
-  return is_upper(prev) && is_upper(ch) && i + 1 < w.size() && is_lower(w[i + 1]);           // HTTPRequest
+  if ((is_lower(prev) || is_digit(prev)) && is_upper(ch)) return true;              // fooBar, utf8Decode
+  return is_upper(prev) && is_upper(ch) && i + 1 < w.size() && is_lower(w[i + 1]);  // HTTPRequest
 }
 
 /// Whether a run of letters and digits has a case change inside it.
@@ -49,8 +63,10 @@ void for_each_identifier(std::string_view text, Fn&& fn) {
 std::string quoted(std::string_view s) {
   std::string out = "\"";
   for (char ch : s) {
-    if (ch == '"') out += "\"\"";
-    else out += ch;
+    if (ch == '"')
+      out += "\"\"";
+    else
+      out += ch;
   }
   out += '"';
   return out;
@@ -221,8 +237,8 @@ std::string snippet(std::string_view text, std::size_t n) {
     if (nl == std::string_view::npos) return {};
     at = nl + 1;
   }
-  std::string_view line = text.substr(at, text.find('\n', at) == std::string_view::npos ? std::string_view::npos
-                                                                                          : text.find('\n', at) - at);
+  std::string_view line = text.substr(
+      at, text.find('\n', at) == std::string_view::npos ? std::string_view::npos : text.find('\n', at) - at);
   while (!line.empty() && is_space(line.front())) line.remove_prefix(1);
   while (!line.empty() && is_space(line.back())) line.remove_suffix(1);
   return std::string(cut_utf8(line, kMaxSnippet));

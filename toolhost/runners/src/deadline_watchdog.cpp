@@ -1,8 +1,8 @@
 // See deadline_watchdog.hpp. The hot path (arm/disarm) takes one uncontended lock each
 // and wakes the watchdog only when a call's deadline is earlier than the time the
 // watchdog already means to look, so back-to-back calls do not wake it.
-#include <machina/deadline_watchdog.hpp>
 #include <machina/clock.hpp>
+#include <machina/deadline_watchdog.hpp>
 
 #include <chrono>
 #include <vector>

@@ -112,8 +112,12 @@ int connect_to(const Url& url, std::int64_t deadline_ms, Reply::Failure& failure
 
 }  // namespace
 
-void set_resolver(Resolver r) { g_resolver = r; }
-void set_tls(TlsFactory f) { g_tls = f; }
+void set_resolver(Resolver r) {
+  g_resolver = r;
+}
+void set_tls(TlsFactory f) {
+  g_tls = f;
+}
 
 bool Url::parse(std::string_view text, Url& out, std::string& why) {
   out = Url{};
@@ -236,8 +240,10 @@ ssize_t send_some(int fd, TlsSession* tls, const char* data, std::size_t size, s
     const ssize_t sent = ::send(fd, data, size, MSG_NOSIGNAL);
     if (sent >= 0) return sent;
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) wait = POLLOUT;
-    else why = std::strerror(errno);
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      wait = POLLOUT;
+    else
+      why = std::strerror(errno);
     return -1;
   }
 }
@@ -254,8 +260,10 @@ ssize_t recv_some(int fd, TlsSession* tls, char* data, std::size_t size, short& 
     const ssize_t got = ::recv(fd, data, size, 0);
     if (got >= 0) return got;
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) wait = POLLIN;
-    else why = std::strerror(errno);
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      wait = POLLIN;
+    else
+      why = std::strerror(errno);
     return -1;
   }
 }
@@ -351,8 +359,8 @@ Reply Client::exchange(Connection& c, const std::string& request, std::int64_t d
   return r;
 }
 
-Reply Client::post(const std::string& target, std::string_view body, const Headers& headers,
-                   std::int64_t deadline_ms, std::size_t max_body) {
+Reply Client::post(const std::string& target, std::string_view body, const Headers& headers, std::int64_t deadline_ms,
+                   std::size_t max_body) {
   beast_http::request<beast_http::string_body> req{beast_http::verb::post, target, 11};
   const bool default_port = origin_.port == (origin_.tls ? "443" : "80");
   const std::string host = origin_.host.find(':') != std::string::npos ? "[" + origin_.host + "]" : origin_.host;

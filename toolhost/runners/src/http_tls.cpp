@@ -163,6 +163,8 @@ std::unique_ptr<TlsContext> make_context(const std::string& ca_file, std::string
 
 }  // namespace
 
-void use_tls() { set_tls(&make_context); }
+void use_tls() {
+  set_tls(&make_context);
+}
 
 }  // namespace machina::http

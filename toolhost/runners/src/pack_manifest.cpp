@@ -92,8 +92,9 @@ bool level_none(const PackFile& f, const YAML::Node& map, const char* key, const
 std::string aid_word(const std::string& s) {
   std::string out;
   for (char c : s) {
-    out.push_back(std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-                                                               : '_');
+    out.push_back(std::isalnum(static_cast<unsigned char>(c))
+                      ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
+                      : '_');
   }
   return out;
 }
@@ -102,10 +103,12 @@ std::string aid_word(const std::string& s) {
 /// filesystem none: no_filesystem_read and no_filesystem_write; read: no_filesystem_write;
 /// network none: no_network; subprocess none: no_subprocess; env none: no_env_read (unless
 /// it names secrets, which its workers then get).
-void read_capabilities(const PackFile& f, const std::set<std::string>& tools, std::map<std::string, ManifestTool*>& by_name) {
+void read_capabilities(const PackFile& f, const std::set<std::string>& tools,
+                       std::map<std::string, ManifestTool*>& by_name) {
   const YAML::Node doc = f.load();
   for (auto it = doc.begin(); it != doc.end(); ++it) {
-    if (it->first.Scalar() != "capabilities") f.fail(it->first, "unknown key '" + it->first.Scalar() + "' (capabilities: is the only one)");
+    if (it->first.Scalar() != "capabilities")
+      f.fail(it->first, "unknown key '" + it->first.Scalar() + "' (capabilities: is the only one)");
   }
   const YAML::Node caps = doc["capabilities"];
   if (!caps.IsDefined() || caps.IsNull()) return;
@@ -115,7 +118,8 @@ void read_capabilities(const PackFile& f, const std::set<std::string>& tools, st
     const std::string where = "tool '" + name + "': ";
     if (tools.count(name) == 0) f.fail(it->first, where + "is not one of the tools pack.yaml lists");
     const YAML::Node c = it->second;  // (a copy: the iterator hands out a temporary)
-    if (!c.IsMap()) f.fail(c, where + "must be a mapping (filesystem, network, env, subprocess, secrets), not " + kind_of(c));
+    if (!c.IsMap())
+      f.fail(c, where + "must be a mapping (filesystem, network, env, subprocess, secrets), not " + kind_of(c));
     for (auto k = c.begin(); k != c.end(); ++k) {
       static const std::set<std::string> known = {"filesystem", "network", "env", "subprocess", "secrets"};
       if (known.count(k->first.Scalar()) == 0) {
@@ -164,9 +168,9 @@ ToolManifest load_pack_dir(const std::string& dir) {
 
   // pack.yaml: who the pack is and which tools it offers.
   const YAML::Node pack = pack_file.load();
-  static const std::set<std::string> pack_keys = {
-      "id",        "name",   "version", "description", "author",  "license",   "tools",      "signer_id",
-      "signed_at", "digest", "runners", "service_url", "container", "entrypoints"};
+  static const std::set<std::string> pack_keys = {"id",      "name",        "version",   "description", "author",
+                                                  "license", "tools",       "signer_id", "signed_at",   "digest",
+                                                  "runners", "service_url", "container", "entrypoints"};
   for (auto it = pack.begin(); it != pack.end(); ++it) {
     if (pack_keys.count(it->first.Scalar()) == 0) pack_file.fail(it->first, "unknown key '" + it->first.Scalar() + "'");
   }
@@ -192,16 +196,18 @@ ToolManifest load_pack_dir(const std::string& dir) {
   std::error_code ec;
   source.deps_source = fs::exists(root / "pyproject.toml", ec)     ? "pyproject"
                        : fs::exists(root / "requirements.txt", ec) ? "requirements"
-                                                                    : "none";
+                                                                   : "none";
   source.bindings_path = tools_file.path();
 
   // tools.yaml: each tool's binding.
   const YAML::Node tools_doc = tools_file.load();
   for (auto it = tools_doc.begin(); it != tools_doc.end(); ++it) {
-    if (it->first.Scalar() != "tools") tools_file.fail(it->first, "unknown key '" + it->first.Scalar() + "' (tools: is the only one)");
+    if (it->first.Scalar() != "tools")
+      tools_file.fail(it->first, "unknown key '" + it->first.Scalar() + "' (tools: is the only one)");
   }
   const YAML::Node bindings = tools_doc["tools"];
-  if (!bindings.IsMap()) tools_file.fail(bindings.IsDefined() ? bindings : tools_doc, "'tools' must be a mapping of tool names to bindings");
+  if (!bindings.IsMap())
+    tools_file.fail(bindings.IsDefined() ? bindings : tools_doc, "'tools' must be a mapping of tool names to bindings");
 
   ToolManifest manifest;
   manifest.path = root.string();
@@ -226,12 +232,14 @@ ToolManifest load_pack_dir(const std::string& dir) {
       static const std::set<std::string> other_runners = {"url", "image", "command", "env", "enforcement"};
       const std::string key = k->first.Scalar();
       if (other_runners.count(key) != 0) {
-        tools_file.fail(k->first, where + "field '" + key + "': is for the service or container runner; this host runs "
-                                          "a pack's tools with the local runner only");
+        tools_file.fail(k->first, where + "field '" + key +
+                                      "': is for the service or container runner; this host runs "
+                                      "a pack's tools with the local runner only");
       }
       if (known.count(key) == 0) {
-        tools_file.fail(k->first, where + "unknown field '" + key + "' (fields are kind, entry, runner, purity, "
-                                          "timeout_ms, sandbox)");
+        tools_file.fail(k->first, where + "unknown field '" + key +
+                                      "' (fields are kind, entry, runner, purity, "
+                                      "timeout_ms, sandbox)");
       }
     }
     ManifestTool t;
@@ -259,7 +267,8 @@ ToolManifest load_pack_dir(const std::string& dir) {
     });
     if (!dotted || colon == std::string::npos || colon == 0 || colon + 1 == t.entry.size() ||
         t.entry.find(':', colon + 1) != std::string::npos) {
-      tools_file.fail(b["entry"], where + "field 'entry': must be 'module:function' (dotted names), not '" + t.entry + "'");
+      tools_file.fail(b["entry"],
+                      where + "field 'entry': must be 'module:function' (dotted names), not '" + t.entry + "'");
     }
     const std::string purity = text(tools_file, b, "purity", where, false);
     if (!purity.empty() && purity != "pure" && purity != "impure") {

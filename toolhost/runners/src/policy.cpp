@@ -67,14 +67,16 @@ void default_index(Policy& policy) {
         .append(policy.code.index_dir)
         .append(" overlaps the root ")
         .append(root)
-        .append(" (a file tool could reach the index): set [code] index_dir in the policy to a folder outside "
-                "every root");
+        .append(
+            " (a file tool could reach the index): set [code] index_dir in the policy to a folder outside "
+            "every root");
   }
 }
 
 void protect(Policy& policy, const char* path) {
-  struct stat st {};
-  if (path != nullptr && *path != '\0' && ::stat(path, &st) == 0) policy.protected_files.emplace_back(st.st_dev, st.st_ino);
+  struct stat st{};
+  if (path != nullptr && *path != '\0' && ::stat(path, &st) == 0)
+    policy.protected_files.emplace_back(st.st_dev, st.st_ino);
 }
 
 void check_command_names(TableReader& r, const std::string& field, const std::vector<std::string>& names) {
@@ -96,10 +98,14 @@ RateLimit rate(TableReader& r, const std::string& field, const toml::node& n) {
     if (slash == std::string::npos || end != text.c_str() + slash || !(limit.calls > 0)) {
       r.fail(field, "must be like \"10/s\", \"100/min\" or \"1000/h\"");
     }
-    if (unit == "s") limit.per_seconds = 1;
-    else if (unit == "min") limit.per_seconds = 60;
-    else if (unit == "h") limit.per_seconds = 3600;
-    else r.fail(field, "must be like \"10/s\", \"100/min\" or \"1000/h\" (unit s, min or h)");
+    if (unit == "s")
+      limit.per_seconds = 1;
+    else if (unit == "min")
+      limit.per_seconds = 60;
+    else if (unit == "h")
+      limit.per_seconds = 3600;
+    else
+      r.fail(field, "must be like \"10/s\", \"100/min\" or \"1000/h\" (unit s, min or h)");
     return limit;
   }
   r.fail(field, "must be a string like \"10/s\", not " + toml_reader::type_name(n));
@@ -109,8 +115,8 @@ RateLimit rate(TableReader& r, const std::string& field, const toml::node& n) {
 
 const std::vector<std::string>& default_deny_globs() {
   static const std::vector<std::string> globs = {
-      ".env", ".env.*", "*.pem", "*.key", "*.p12", "id_*", "credentials.json", ".git/config", ".git/hooks",
-      ".ssh", ".aws", ".gnupg", ".netrc", ".pypirc", ".npmrc", ".docker/config.json"};
+      ".env",       ".env.*", "*.pem", "*.key",  "*.p12",  "id_*",    "credentials.json", ".git/config",
+      ".git/hooks", ".ssh",   ".aws",  ".gnupg", ".netrc", ".pypirc", ".npmrc",           ".docker/config.json"};
   return globs;
 }
 
@@ -190,8 +196,9 @@ Policy parse_policy(std::string_view text, const std::string& path, const std::s
   Policy policy = default_policy(workspace);
   policy.source = path;
   std::error_code ec;
-  const std::string base =
-      std::filesystem::absolute(std::filesystem::path(path), ec).parent_path().string();  // relative roots: the file's folder
+  const std::string base = std::filesystem::absolute(std::filesystem::path(path), ec)
+                               .parent_path()
+                               .string();  // relative roots: the file's folder
   TableReader top(doc, refuse, "");
   std::size_t index_dir_line = 0, default_codebases_line = 0;  // where they were set (checked at the end)
   auto table = [&](const char* key) -> const toml::table* {
@@ -226,7 +233,8 @@ Policy parse_policy(std::string_view text, const std::string& path, const std::s
     if (r.has("deny")) s.deny = r.strings("deny");
     check_command_names(r, "deny", s.deny);
     s.timeout_ms = r.integer("timeout_ms", s.timeout_ms, 1, 24LL * 3600 * 1000);
-    s.memory_mb = static_cast<std::uint64_t>(r.integer("memory_mb", static_cast<std::int64_t>(s.memory_mb), 0, 1 << 20));
+    s.memory_mb =
+        static_cast<std::uint64_t>(r.integer("memory_mb", static_cast<std::int64_t>(s.memory_mb), 0, 1 << 20));
     s.cpu_seconds =
         static_cast<std::uint64_t>(r.integer("cpu_seconds", static_cast<std::int64_t>(s.cpu_seconds), 0, 86'400));
     s.file_size_mb =
@@ -258,7 +266,8 @@ Policy parse_policy(std::string_view text, const std::string& path, const std::s
     CodePolicy& c = policy.code;
     c.rg = r.string("rg", false);
     if (!c.rg.empty() && c.rg.front() != '/') r.fail("rg", "must be an absolute path");
-    c.max_results = static_cast<std::uint64_t>(r.integer("max_results", static_cast<std::int64_t>(c.max_results), 1, 10'000));
+    c.max_results =
+        static_cast<std::uint64_t>(r.integer("max_results", static_cast<std::int64_t>(c.max_results), 1, 10'000));
     c.max_file_bytes = static_cast<std::uint64_t>(
         r.integer("max_file_bytes", static_cast<std::int64_t>(c.max_file_bytes), 1, std::int64_t{1} << 32));
     if (r.has("index_dir")) {

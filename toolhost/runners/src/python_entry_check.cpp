@@ -69,7 +69,7 @@ print(json.dumps(bad))
 }  // namespace
 
 std::map<std::string, std::string> find_bad_python_entries(const std::string& python, const std::string& root,
-                                                            const std::vector<std::string>& entries) {
+                                                           const std::vector<std::string>& entries) {
   std::map<std::string, std::string> bad;
   if (entries.empty()) return bad;
   ChildSpec spec;
@@ -78,8 +78,8 @@ std::map<std::string, std::string> find_bad_python_entries(const std::string& py
   spec.env = pick_environment({"PATH", "LANG"});
   ChildOutcome ran;
   try {
-    ran = run_to_completion(spec, nlohmann::json{{"root", root}, {"entries", entries}}.dump(),
-                            std::chrono::seconds(30), 1 << 20);
+    ran = run_to_completion(spec, nlohmann::json{{"root", root}, {"entries", entries}}.dump(), std::chrono::seconds(30),
+                            1 << 20);
   } catch (const std::exception&) {
     return bad;  // (the interpreter cannot be started: its calls will say so)
   }

@@ -33,6 +33,8 @@ std::vector<sockaddr_storage> resolve_system(const std::string& host, const std:
 
 }  // namespace
 
-void use_system_resolver() { set_resolver(&resolve_system); }
+void use_system_resolver() {
+  set_resolver(&resolve_system);
+}
 
 }  // namespace machina::http

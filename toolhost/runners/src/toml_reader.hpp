@@ -36,7 +36,8 @@ inline toml::table parse(std::string_view text, const Refuser& refuse) {
   } catch (const toml::parse_error& e) {
     std::string why(e.description());
     for (const auto& [raw, plain] : {std::pair<std::string_view, std::string_view>{"'\\n'", "the end of the line"},
-                                     {"'\\r'", "a carriage return"}, {"'\\t'", "a tab"}}) {
+                                     {"'\\r'", "a carriage return"},
+                                     {"'\\t'", "a tab"}}) {
       for (std::size_t at; (at = why.find(raw)) != std::string::npos;) why.replace(at, raw.size(), plain);
     }
     if (why.starts_with("Error while parsing ")) why = "in " + why.substr(20);
@@ -146,8 +147,8 @@ class TableReader {
       if (used_.count(key) != 0) continue;
       const std::vector<std::string_view> known(used_.begin(), used_.end());
       const std::string near = nearest_name(key, known);
-      refuse_(v.source().begin.line,
-              where() + "unknown field '" + key + "'" + (near.empty() ? std::string() : " (did you mean '" + near + "'?)"));
+      refuse_(v.source().begin.line, where() + "unknown field '" + key + "'" +
+                                         (near.empty() ? std::string() : " (did you mean '" + near + "'?)"));
     }
   }
 

@@ -17,7 +17,9 @@
 namespace machina::workspace {
 namespace {
 
-std::string errno_text(int e) { return std::strerror(e); }
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
 
 // Whether openat2 works here: unknown until tried; a kernel without it (ENOSYS), or a
 // seccomp filter that refuses it (EPERM, or ENOSYS), makes every later call walk.
@@ -50,7 +52,7 @@ std::string join(const std::vector<std::string>& parts, std::size_t count) {
 /// Why `name` in `dir` could not be opened as it had to be: a link, another kind of file,
 /// or the error itself.
 std::string explain(int dir, const std::string& name, int error, const char* wanted) {
-  struct stat st {};
+  struct stat st{};
   if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (S_ISLNK(st.st_mode)) return "a symbolic link is in the way (links are not followed in the workspace)";
     if (std::strcmp(wanted, "a directory") == 0 && !S_ISDIR(st.st_mode)) return "a part of it is not a directory";
@@ -61,7 +63,7 @@ std::string explain(int dir, const std::string& name, int error, const char* wan
 
 /// A regular file with a single link, or why not.
 bool acceptable(int fd, std::string& why) {
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0) {
     why = errno_text(errno);
     return false;
@@ -188,9 +190,12 @@ Fd Workspace::open_for_reading(const std::vector<std::string>& parts, std::strin
   if (resolver_ == Resolver::automatic && g_openat2.load(std::memory_order_relaxed) >= 0) {
     file = Fd(openat2_beneath(root_.get(), join(parts, parts.size()), flags));
     if (!file && errno != ENOSYS) {
-      if (errno == ELOOP) why = "a symbolic link is in the way (links are not followed in the workspace)";
-      else if (errno == ENOTDIR) why = "a part of it is not a directory";
-      else why = errno_text(errno);
+      if (errno == ELOOP)
+        why = "a symbolic link is in the way (links are not followed in the workspace)";
+      else if (errno == ENOTDIR)
+        why = "a part of it is not a directory";
+      else
+        why = errno_text(errno);
       return Fd();
     }
   }
@@ -243,7 +248,7 @@ bool Workspace::remove(const std::vector<std::string>& parts, std::string& why) 
   Fd dir = open_directory(parts, parts.size() - 1, nullptr, why);
   if (!dir) return false;
   const std::string& leaf = parts.back();
-  struct stat st {};
+  struct stat st{};
   if (::fstatat(dir.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     why = errno_text(errno);
     return false;

@@ -3,8 +3,8 @@
 // calls that run in the host's own threads and calls that run in a worker process.
 #pragma once
 
-#include <machina/ds_state.hpp>
 #include <machina/plugin_abi.h>
+#include <machina/ds_state.hpp>
 
 #include <memory>
 #include <string>
@@ -13,8 +13,7 @@
 namespace machina {
 
 struct CallContext {
-  CallContext(std::size_t max_output_bytes, const Session* session)
-      : max_output(max_output_bytes), session_(session) {}
+  CallContext(std::size_t max_output_bytes, const Session* session) : max_output(max_output_bytes), session_(session) {}
   CallContext(std::size_t max_output_bytes, std::shared_ptr<const Slots> state)
       : max_output(max_output_bytes), base(std::move(state)) {}
 

@@ -35,13 +35,13 @@ struct ChildSpec {
     pipes,
   };
   std::string executable;
-  std::vector<std::string> argv;          // argv[0] included
-  std::vector<std::string> env;           // the child's whole environment ("NAME=value")
-  bool inherit_env = false;               // ignore `env`: the child gets this process's environment
-  std::vector<std::pair<int, int>> fds;   // (descriptor here, descriptor in the child), above 2
-  std::size_t tail_bytes = 2048;          // how much of its last output is kept
+  std::vector<std::string> argv;         // argv[0] included
+  std::vector<std::string> env;          // the child's whole environment ("NAME=value")
+  bool inherit_env = false;              // ignore `env`: the child gets this process's environment
+  std::vector<std::pair<int, int>> fds;  // (descriptor here, descriptor in the child), above 2
+  std::size_t tail_bytes = 2048;         // how much of its last output is kept
   Stdio stdio = Stdio::shared_output;
-  std::string cwd;                        // its working directory ("": this process's)
+  std::string cwd;  // its working directory ("": this process's)
 };
 
 /// The child could not be started; `error` is the errno of the failure.
@@ -143,11 +143,11 @@ class ChildProcess {
   mutable std::mutex tail_mu_;
   std::string tail_;
   std::thread drainer_;
-  int wake_[2] = {-1, -1};               // stops the drainer
+  int wake_[2] = {-1, -1};              // stops the drainer
   std::condition_variable drained_cv_;  // with tail_mu_: the drainer saw the pipe close
   bool drained_ = false;
-  std::mutex end_mu_;                   // one end() at a time
-  std::mutex reap_mu_;                  // kill() never signals a reaped (reusable) pid
+  std::mutex end_mu_;   // one end() at a time
+  std::mutex reap_mu_;  // kill() never signals a reaped (reusable) pid
   std::atomic<bool> reaped_{false};
   int status_ = 0;
   std::string how_;
@@ -169,7 +169,7 @@ struct ChildOutcome {
 /// group is killed. Every path reaps it, after killing what is left of its group (what a
 /// stuck grandchild may still hold open). Throws as ChildProcess's constructor.
 ChildOutcome run_to_completion(ChildSpec spec, std::string_view input, std::chrono::milliseconds limit,
-                             std::size_t max_stdout);
+                               std::size_t max_stdout);
 
 /// write(2) that never raises SIGPIPE in this process (the caller sees EPIPE instead),
 /// whatever this process does with the signal: for writing to a child's stdin.

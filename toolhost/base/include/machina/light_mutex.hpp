@@ -46,7 +46,8 @@ class LightMutex {
       }
     }
     // From here on the word says someone waits, so that the holder's unlock wakes one.
-    while (state_.exchange(kWaited, std::memory_order_acquire) != kFree) state_.wait(kWaited, std::memory_order_relaxed);
+    while (state_.exchange(kWaited, std::memory_order_acquire) != kFree)
+      state_.wait(kWaited, std::memory_order_relaxed);
   }
 
   std::atomic<int> state_{kFree};

@@ -157,8 +157,7 @@ class RapidToNlohmann {
   // does: integers that fit 64 bits are integers, everything else is a float.
   bool RawNumber(const char* s, rapidjson::SizeType n, bool) {
     const char* end = s + n;
-    if (std::memchr(s, '.', n) == nullptr && std::memchr(s, 'e', n) == nullptr &&
-        std::memchr(s, 'E', n) == nullptr) {
+    if (std::memchr(s, '.', n) == nullptr && std::memchr(s, 'e', n) == nullptr && std::memchr(s, 'E', n) == nullptr) {
       if (*s == '-') {
         std::int64_t v = 0;
         auto [p, ec] = std::from_chars(s, end, v);

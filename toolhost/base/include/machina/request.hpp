@@ -83,11 +83,11 @@ struct Request {
   std::optional<DsUpdate> ds_state;
   std::optional<std::string> idempotency_key;
   std::optional<std::string> lease_token;
-  std::string id_json;  // the request's `id` as JSON text, echoed verbatim; empty: none
+  std::string id_json;                     // the request's `id` as JSON text, echoed verbatim; empty: none
   std::optional<std::int64_t> timeout_ms;  // the caller's deadline for this call
   std::optional<std::string> trace_id;     // the caller's correlation id, echoed in a trace
   std::optional<std::string> user;         // who calls: selects the tool packs' policy scope
-  std::string_view caller;  // without `user`: who calls as the front knows it, for the audit store only
+  std::string_view caller;                 // without `user`: who calls as the front knows it, for the audit store only
   Front front = Front::unknown;            // set by the front that decoded it
   // Set by a front whose own parse showed that validate_json accepts input_json (the
   // host then does not check it again); never set for text it did not parse itself.
@@ -110,7 +110,7 @@ struct Response {
   // What the caller can do about the failure (the nearest aid to an unknown one, how to get a
   // lease); empty: nothing to add. Encoded as the response's `hint`, beside the error it explains.
   std::string hint;
-  std::string id_json;      // echoed request id
+  std::string id_json;  // echoed request id
   // What the runner reports of the call (runner kind, timings, enforcement...), as a JSON
   // object's text; empty: none (native plugin tools). Encoded as the response's `trace`.
   std::string trace_json;

@@ -53,8 +53,7 @@ void set_capabilities(std::uint32_t low_bits) {
 
 /// Sets (or clears) mount attributes on the mount at `path` (and, `recursive`, on those
 /// beneath). EPERM on clearing: a mount the host itself has locked, which stays as it is.
-void set_mount_attr(const std::string& path, std::uint64_t set, std::uint64_t clear, bool recursive,
-                    const char* step) {
+void set_mount_attr(const std::string& path, std::uint64_t set, std::uint64_t clear, bool recursive, const char* step) {
   mount_attr attr{};
   attr.attr_set = set;
   attr.attr_clr = clear;
@@ -68,7 +67,7 @@ void set_mount_attr(const std::string& path, std::uint64_t set, std::uint64_t cl
 std::vector<std::string> bind_in_place(const std::vector<std::string>& paths, unsigned long flags) {
   std::vector<std::string> bound;
   for (const auto& path : paths) {
-    struct stat st {};
+    struct stat st{};
     if (::stat(path.c_str(), &st) != 0) continue;  // nothing there
     if (::mount(path.c_str(), path.c_str(), nullptr, MS_BIND | flags, nullptr) != 0) fail("cannot bind " + path);
     bound.push_back(path);
@@ -93,7 +92,7 @@ void make_no_exec(const std::vector<std::string>& no_exec, const std::vector<std
   }
   std::vector<std::string> files;
   for (const auto& path : executable) {
-    struct stat st {};
+    struct stat st{};
     if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) files.push_back(path);
   }
   for (const auto& path : bind_in_place(files, 0)) {
@@ -117,7 +116,7 @@ void enter(const Walls& walls) {
   // lease key): looked at before anything is covered, since a covered file looks like /dev/null.
   std::vector<std::pair<std::string, struct stat>> to_hide;
   for (const auto& path : walls.hidden_files) {
-    struct stat st {};
+    struct stat st{};
     if (::stat(path.c_str(), &st) != 0) continue;  // nothing there to hide
     const bool seen = std::any_of(to_hide.begin(), to_hide.end(), [&](const auto& h) {
       return h.second.st_dev == st.st_dev && h.second.st_ino == st.st_ino;
@@ -127,7 +126,8 @@ void enter(const Walls& walls) {
   for (const auto& [path, st] : to_hide) {
     if (S_ISDIR(st.st_mode)) {
       // A directory: covered by an empty, read-only one.
-      if (::mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") != 0)
+      if (::mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") !=
+          0)
         fail("cannot hide " + path);
       continue;
     }
@@ -166,8 +166,8 @@ void restrict_template() {
   // No exec, setuid or file capability gives anything back: root keeps no capability on
   // exec, and the bits cannot be unset.
   const unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                             SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-                             SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+                             SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+                             SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
   if (::prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) != 0) fail("cannot lock the securebits");
   for (unsigned long cap = 0; cap <= CAP_LAST_CAP; ++cap) {
     if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) fail("cannot empty the bounding set");
@@ -177,7 +177,9 @@ void restrict_template() {
   set_capabilities(1u << CAP_SYS_ADMIN);
 }
 
-void drop_last_capability() { set_capabilities(0); }
+void drop_last_capability() {
+  set_capabilities(0);
+}
 
 int thread_count() {
   std::FILE* f = std::fopen("/proc/self/status", "re");

@@ -42,8 +42,8 @@ constexpr std::uint64_t kReadFile = 1ULL << 2;
 constexpr std::uint64_t kReadDir = 1ULL << 3;
 constexpr std::uint64_t kWriteTreeV1 = (1ULL << 4) | (1ULL << 5) | (1ULL << 6) | (1ULL << 7) | (1ULL << 8) |
                                        (1ULL << 9) | (1ULL << 10) | (1ULL << 11) | (1ULL << 12);  // remove, make
-constexpr std::uint64_t kRefer = 1ULL << 13;     // ABI 2
-constexpr std::uint64_t kTruncate = 1ULL << 14;  // ABI 3
+constexpr std::uint64_t kRefer = 1ULL << 13;                                                      // ABI 2
+constexpr std::uint64_t kTruncate = 1ULL << 14;                                                   // ABI 3
 constexpr std::uint64_t kFileRights = kExecute | kWriteFile | kReadFile | kTruncate;
 
 void say(const std::string& what) {
@@ -51,7 +51,9 @@ void say(const std::string& what) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
-[[noreturn]] void fail(const std::string& step) { throw HostError(step + ": " + std::strerror(errno)); }
+[[noreturn]] void fail(const std::string& step) {
+  throw HostError(step + ": " + std::strerror(errno));
+}
 
 int landlock_abi_now() {
   const long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
@@ -86,7 +88,7 @@ void apply_landlock(const ExecSpec& spec) {
     if (rights == 0) return;
     const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
     if (fd < 0) return;  // nothing there: nothing to allow
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode)) rights &= kFileRights;
     landlock_path_beneath_attr rule{};
     rule.allowed_access = rights;
@@ -140,8 +142,14 @@ void apply_seccomp(const ExecSpec& spec) {
     // set-ID bit on one would hand that user's rights to whoever runs it. Refused wherever
     // a mode is given: chmod and file creation (the mode's argument position per call).
     const std::pair<int, unsigned> mode_at[] = {
-        {SCMP_SYS(chmod), 1}, {SCMP_SYS(fchmod), 1}, {SCMP_SYS(fchmodat), 2}, {SCMP_SYS(open), 2},
-        {SCMP_SYS(openat), 3}, {SCMP_SYS(creat), 1}, {SCMP_SYS(mknod), 1},  {SCMP_SYS(mknodat), 2},
+        {SCMP_SYS(chmod), 1},
+        {SCMP_SYS(fchmod), 1},
+        {SCMP_SYS(fchmodat), 2},
+        {SCMP_SYS(open), 2},
+        {SCMP_SYS(openat), 3},
+        {SCMP_SYS(creat), 1},
+        {SCMP_SYS(mknod), 1},
+        {SCMP_SYS(mknodat), 2},
 #if defined(__x86_64__) || defined(__aarch64__)
         {452, 2},  // fchmodat2 (newer than some libseccomp's tables)
 #endif
@@ -179,8 +187,8 @@ void set_limit(int resource, std::uint64_t value, const char* what) {
 [[noreturn]] void run_program(const ExecSpec& spec, char** argv) {
   try {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    restrict_template();      // securebits locked, bounding set empty, no_new_privs ...
-    drop_last_capability();   // ... and no capability left, even in the sandbox's namespaces
+    restrict_template();     // securebits locked, bounding set empty, no_new_privs ...
+    drop_last_capability();  // ... and no capability left, even in the sandbox's namespaces
     if (spec.restrict_read || spec.restrict_write || spec.restrict_exec) apply_landlock(spec);
     apply_seccomp(spec);
     set_limit(RLIMIT_AS, spec.address_space_mb << 20, "address space");
@@ -199,16 +207,18 @@ void set_limit(int resource, std::uint64_t value, const char* what) {
   ::_exit(kCannotConfine);
 }
 
-
 /// Bytes allocated to the files beneath `path` (links not followed, other filesystems not
 /// entered).
 std::uint64_t allocated_bytes(const std::string& path) {
   static thread_local std::uint64_t total = 0;
   total = 0;
-  ::nftw(path.c_str(), [](const char*, const struct stat* st, int type, FTW*) {
-    if (type == FTW_F || type == FTW_D || type == FTW_SL) total += static_cast<std::uint64_t>(st->st_blocks) * 512;
-    return 0;
-  }, 16, FTW_PHYS | FTW_MOUNT);
+  ::nftw(
+      path.c_str(),
+      [](const char*, const struct stat* st, int type, FTW*) {
+        if (type == FTW_F || type == FTW_D || type == FTW_SL) total += static_cast<std::uint64_t>(st->st_blocks) * 512;
+        return 0;
+      },
+      16, FTW_PHYS | FTW_MOUNT);
   return total;
 }
 
@@ -244,8 +254,10 @@ int wait_for(pid_t pid, const ExecSpec& spec) {
     // Nothing ended: look at the program's memory and its folders, then sleep a little.
     if (spec.memory_mb > 0) {
       if (const auto mb = resident_mb(pid); mb > spec.memory_mb) {
-        stop(pid, "the program grew past its memory cap of " + std::to_string(spec.memory_mb) + " MiB (resident " +
-                      std::to_string(mb) + " MiB) and was killed", kMemoryCapStatus);
+        stop(pid,
+             "the program grew past its memory cap of " + std::to_string(spec.memory_mb) + " MiB (resident " +
+                 std::to_string(mb) + " MiB) and was killed",
+             kMemoryCapStatus);
       }
     }
     if (spec.write_quota_mb > 0 && monotonic_ms() >= next_measure_ms) {
@@ -254,8 +266,10 @@ int wait_for(pid_t pid, const ExecSpec& spec) {
       for (const auto& path : spec.write_paths) held += allocated_bytes(path);
       next_measure_ms = monotonic_ms() + 19 * (monotonic_ms() - started);
       if (held > (spec.write_quota_mb << 20)) {
-        stop(pid, "the program's writable folders grew past their quota of " + std::to_string(spec.write_quota_mb) +
-                      " MiB (they hold " + std::to_string(held >> 20) + " MiB) and it was killed", kWriteQuotaStatus);
+        stop(pid,
+             "the program's writable folders grew past their quota of " + std::to_string(spec.write_quota_mb) +
+                 " MiB (they hold " + std::to_string(held >> 20) + " MiB) and it was killed",
+             kWriteQuotaStatus);
       }
     }
     ::poll(nullptr, 0, kMemoryCheckMs);
@@ -307,14 +321,14 @@ std::uint64_t resident_mb(pid_t pid) {
 }
 
 std::string ExecSpec::to_json() const {
-  return nlohmann::json{{"own_network", own_network},     {"no_sockets", no_sockets},
-                        {"no_processes", no_processes},   {"restrict_read", restrict_read},
+  return nlohmann::json{{"own_network", own_network},       {"no_sockets", no_sockets},
+                        {"no_processes", no_processes},     {"restrict_read", restrict_read},
                         {"restrict_write", restrict_write}, {"restrict_exec", restrict_exec},
-                        {"read_paths", read_paths},       {"write_paths", write_paths},
-                        {"exec_paths", exec_paths},       {"no_exec_paths", no_exec_paths},
-                        {"hidden_files", hidden_files},   {"write_quota_mb", write_quota_mb},
-                        {"memory_mb", memory_mb},         {"address_space_mb", address_space_mb},
-                        {"open_files", open_files},       {"file_size_mb", file_size_mb},
+                        {"read_paths", read_paths},         {"write_paths", write_paths},
+                        {"exec_paths", exec_paths},         {"no_exec_paths", no_exec_paths},
+                        {"hidden_files", hidden_files},     {"write_quota_mb", write_quota_mb},
+                        {"memory_mb", memory_mb},           {"address_space_mb", address_space_mb},
+                        {"open_files", open_files},         {"file_size_mb", file_size_mb},
                         {"cpu_seconds", cpu_seconds}}
       .dump();
 }
@@ -361,8 +375,7 @@ const Support& support() {
     const pid_t child = ::fork();
     if (child == 0) {
       int err = 0;
-      if (::unshare(CLONE_NEWUSER) != 0 ||
-          ::unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET) != 0)
+      if (::unshare(CLONE_NEWUSER) != 0 || ::unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET) != 0)
         err = errno;
       (void)!::write(pipe_fds[1], &err, sizeof err);
       ::_exit(0);
@@ -416,8 +429,8 @@ std::string elf_interpreter(const std::string& program) {
   if (fd < 0) return {};
   std::string found;
   Elf64_Ehdr eh{};
-  if (::pread(fd, &eh, sizeof eh, 0) == static_cast<ssize_t>(sizeof eh) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
-      eh.e_ident[EI_CLASS] == ELFCLASS64) {
+  if (::pread(fd, &eh, sizeof eh, 0) == static_cast<ssize_t>(sizeof eh) &&
+      std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64) {
     for (unsigned i = 0; i < eh.e_phnum && i < 256; ++i) {
       Elf64_Phdr ph{};
       if (::pread(fd, &ph, sizeof ph, static_cast<off_t>(eh.e_phoff + i * eh.e_phentsize)) !=

@@ -48,14 +48,14 @@ enum class AuditRequired {
 AuditRequired parse_audit_required(std::string_view text);
 
 struct AuditOptions {
-  std::string db_path;     // the SQLite database ("" with jsonl_path "": no audit)
-  std::string jsonl_path;  // also one JSON line per call ("" : none)
-  std::int64_t retention_days = 30;        // older calls are deleted
-  std::int64_t max_rows = 10'000'000;      // the oldest calls beyond this are deleted
+  std::string db_path;                         // the SQLite database ("" with jsonl_path "": no audit)
+  std::string jsonl_path;                      // also one JSON line per call ("" : none)
+  std::int64_t retention_days = 30;            // older calls are deleted
+  std::int64_t max_rows = 10'000'000;          // the oldest calls beyond this are deleted
   std::uint64_t jsonl_max_bytes = 100u << 20;  // the JSON lines file is rotated (to FILE.1) past this
-  std::size_t buffer_bytes = 8u << 20;     // per recording thread: past this it waits for the writer
-  std::int64_t flush_interval_ms = 5;      // how often the writer takes what the threads recorded (sooner
-                                           // when a thread has recorded 2 MiB, or a quarter of buffer_bytes)
+  std::size_t buffer_bytes = 8u << 20;         // per recording thread: past this it waits for the writer
+  std::int64_t flush_interval_ms = 5;          // how often the writer takes what the threads recorded (sooner
+                                               // when a thread has recorded 2 MiB, or a quarter of buffer_bytes)
   AuditRequired required = AuditRequired::leased;
   // Each call is appended to the pending file (db_path + "-pending") instead, in one write,
   // and no database is opened: for a process of one call. The next process that opens the

@@ -12,9 +12,9 @@ namespace machina {
 class CircuitBreaker {
  public:
   struct Options {
-    std::uint32_t threshold = 5;       // failures within the window that trip it
-    std::int64_t window_ms = 30'000;   // rolling window
-    std::int64_t cooldown_ms = 10'000; // open for this long; then calls pass until one fails
+    std::uint32_t threshold = 5;        // failures within the window that trip it
+    std::int64_t window_ms = 30'000;    // rolling window
+    std::int64_t cooldown_ms = 10'000;  // open for this long; then calls pass until one fails
   };
 
   explicit CircuitBreaker(Options options) : options_(options) {}
@@ -32,7 +32,7 @@ class CircuitBreaker {
   Options options_;
   std::atomic<std::int64_t> open_until_{0};  // 0: closed
   std::mutex mu_;
-  std::deque<std::int64_t> failures_;        // at most `threshold` timestamps
+  std::deque<std::int64_t> failures_;  // at most `threshold` timestamps
 };
 
 }  // namespace machina

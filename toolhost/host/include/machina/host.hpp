@@ -5,14 +5,14 @@
 
 #include <machina/audit.hpp>
 #include <machina/circuit_breaker.hpp>
-#include <machina/host_options.hpp>
 #include <machina/clock.hpp>
+#include <machina/host_options.hpp>
 #include <machina/http_client.hpp>
 #include <machina/idempotency_cache.hpp>
 #include <machina/lease.hpp>
+#include <machina/policy.hpp>
 #include <machina/request.hpp>
 #include <machina/runner.hpp>
-#include <machina/policy.hpp>
 #include <machina/runners/inline_runner.hpp>
 #include <machina/runners/pack_runner.hpp>
 #include <machina/runners/process_runner.hpp>
@@ -46,12 +46,12 @@ class Takeover {
 };
 
 struct HostStats {
-  std::uint64_t calls = 0;        // tool runs started
-  std::uint64_t timeouts = 0;     // calls answered `timeout`
-  std::uint64_t crashes = 0;      // calls answered `tool_crashed`
-  std::uint64_t stuck_now = 0;    // inline: threads still inside a tool past its deadline
+  std::uint64_t calls = 0;      // tool runs started
+  std::uint64_t timeouts = 0;   // calls answered `timeout`
+  std::uint64_t crashes = 0;    // calls answered `tool_crashed`
+  std::uint64_t stuck_now = 0;  // inline: threads still inside a tool past its deadline
   std::uint64_t stuck_peak = 0;
-  ProcessRunner::Stats workers;   // process isolation
+  ProcessRunner::Stats workers;  // process isolation
 };
 
 class Host {
@@ -177,11 +177,11 @@ class Host {
   // watchdog stops (first, in its destructor) before anything its callbacks use goes.
   std::unique_ptr<ProcessRunner> process_;
   std::unique_ptr<PackRunner> packs_;
-  std::mutex manifest_mu_;  // one load_tools() at a time
-  std::vector<std::unique_ptr<Runner>> manifest_runners_;  // a runner per manifest tool
+  std::mutex manifest_mu_;                                                 // one load_tools() at a time
+  std::vector<std::unique_ptr<Runner>> manifest_runners_;                  // a runner per manifest tool
   std::map<std::string, std::shared_ptr<PythonWorkerPool>> python_pools_;  // by interpreter and set-up
   std::map<std::string, std::shared_ptr<http::Client>> http_clients_;      // HTTP tool services, by origin
-  std::vector<std::shared_ptr<JsonRpcToolset>> toolsets_;                   // skills and MCP servers
+  std::vector<std::shared_ptr<JsonRpcToolset>> toolsets_;                  // skills and MCP servers
   ToolRegistry registry_;
   InlineRunner inline_;
 };

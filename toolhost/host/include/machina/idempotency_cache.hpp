@@ -34,10 +34,10 @@ namespace machina {
 class IdempotencyCache final : public IdempotencyStore {
  public:
   struct Options {
-    std::size_t max_entries = 1024;           // the dispatch contract's bound (docs/protocol.md)
-    std::int64_t ttl_ms = 60'000;             // the dispatch contract's expiry
-    std::size_t max_key_bytes = 1024;         // longest idempotency_key accepted
-    std::size_t max_stored_bytes = 64u << 20; // responses kept, in all (a larger one is not kept)
+    std::size_t max_entries = 1024;            // the dispatch contract's bound (docs/protocol.md)
+    std::int64_t ttl_ms = 60'000;              // the dispatch contract's expiry
+    std::size_t max_key_bytes = 1024;          // longest idempotency_key accepted
+    std::size_t max_stored_bytes = 64u << 20;  // responses kept, in all (a larger one is not kept)
   };
   /// What binds a key to its input: the input itself when it is at most 32 bytes (byte 0
   /// holds its length), else 0xFF and the input's SHA-256. Exact either way, short inputs
@@ -76,8 +76,8 @@ class IdempotencyCache final : public IdempotencyStore {
   /// so that an entry is never left running.
   void complete(const Ticket& ticket, const Response& response, bool keep, std::int64_t now_ms) noexcept override;
 
-  std::size_t size() const;            // entries kept or running
-  std::size_t stored_bytes() const;    // bytes of the responses kept
+  std::size_t size() const;          // entries kept or running
+  std::size_t stored_bytes() const;  // bytes of the responses kept
   /// The most entries that share a bucket of the index (what a lookup may have to walk):
   /// for tests and diagnostics.
   std::size_t longest_chain() const;
@@ -111,15 +111,15 @@ class IdempotencyCache final : public IdempotencyStore {
   };
   struct Entry {
     // What prune() and a key comparison read lie in the first 64 bytes.
-    std::uint32_t next = kNone;        // the free list, or the queue of kept entries (towards the newest)
-    std::uint32_t waiters = 0;         // duplicates waiting for this call
+    std::uint32_t next = kNone;  // the free list, or the queue of kept entries (towards the newest)
+    std::uint32_t waiters = 0;   // duplicates waiting for this call
     State state = State::free;
     ErrorKind kind = ErrorKind::none;  // the kept result's
     std::int64_t expires_at = 0;
     std::size_t aid_len = 0, key_len = 0;
-    Buffer data;                       // aid, key, output, error, lease aid, lease reason, end to end
+    Buffer data;  // aid, key, output, error, lease aid, lease reason, end to end
     Fingerprint fp{};
-    int lease_tier = -1;               // the kept result's
+    int lease_tier = -1;  // the kept result's
     // The kept result's parts, after the aid and the key in `data`.
     std::size_t output_len = 0, error_len = 0, lease_aid_len = 0, lease_reason_len = 0;
     std::shared_ptr<const Response> handoff;  // for waiters, when there are any
@@ -152,12 +152,12 @@ class IdempotencyCache final : public IdempotencyStore {
   void rehash(std::size_t buckets);
   std::uint32_t take_slot();
   void append_kept(std::uint32_t slot);
-  void release(std::uint32_t slot);        // takes a running entry off the index and retires it
+  void release(std::uint32_t slot);  // takes a running entry off the index and retires it
   void free_slot(std::uint32_t slot);
-  std::uint32_t unindex_oldest();          // takes the oldest kept entry off the queue and the index (kNone: none)
-  void retire(std::uint32_t slot);         // an entry taken off the index: freed once no waiter needs it
-  bool evict_oldest();                     // false if no kept entry can go
-  std::uint32_t reuse_oldest();            // evicts the oldest kept entry for a new key: the new key's slot (kNone: none)
+  std::uint32_t unindex_oldest();   // takes the oldest kept entry off the queue and the index (kNone: none)
+  void retire(std::uint32_t slot);  // an entry taken off the index: freed once no waiter needs it
+  bool evict_oldest();              // false if no kept entry can go
+  std::uint32_t reuse_oldest();     // evicts the oldest kept entry for a new key: the new key's slot (kNone: none)
   void prune(std::int64_t now_ms);
   /// Keeps `response` in `e` if its `bytes` fit the budget (evicting the oldest for room).
   bool keep_result(Entry& e, const Response& response, std::size_t bytes);
@@ -168,15 +168,15 @@ class IdempotencyCache final : public IdempotencyStore {
 
   Options options_;
   mutable LightMutex mu_;
-  std::condition_variable_any done_;       // a call that had waiters completed
-  std::vector<Entry> entries_;             // the slab (grows to max_entries)
-  std::vector<Link> links_;                // one per entry
-  std::vector<std::uint32_t> buckets_;     // heads of the chains: a power of two, at least buckets_for(entries)
-  std::uint32_t free_ = kNone;             // free entries, chained through `next`
+  std::condition_variable_any done_;               // a call that had waiters completed
+  std::vector<Entry> entries_;                     // the slab (grows to max_entries)
+  std::vector<Link> links_;                        // one per entry
+  std::vector<std::uint32_t> buckets_;             // heads of the chains: a power of two, at least buckets_for(entries)
+  std::uint32_t free_ = kNone;                     // free entries, chained through `next`
   std::uint32_t oldest_ = kNone, newest_ = kNone;  // kept entries, in expiry order
-  std::size_t in_use_ = 0;                 // running + kept
+  std::size_t in_use_ = 0;                         // running + kept
   std::size_t stored_bytes_ = 0;
-  std::uint64_t seed_ = 0;                 // of the key hash
+  std::uint64_t seed_ = 0;  // of the key hash
 };
 
 }  // namespace machina

@@ -45,11 +45,11 @@ std::int64_t lease_ttl_ms(double seconds, std::int64_t max_ttl_ms);
 class LeaseAuthority {
  public:
   struct Options {
-    std::size_t max_consumed = 65'536;          // bound on remembered (used, unexpired) leases
-    std::int64_t max_ttl_ms = 24 * 3'600'000LL; // longest lease that may be issued
-    std::string ledger_dir;                     // if set: consumed leases are also recorded
-                                                // here, so single use holds across processes
-    std::int64_t ledger_bucket_ms = 1'000;      // the ledger files leases by expiry, this long each
+    std::size_t max_consumed = 65'536;           // bound on remembered (used, unexpired) leases
+    std::int64_t max_ttl_ms = 24 * 3'600'000LL;  // longest lease that may be issued
+    std::string ledger_dir;                      // if set: consumed leases are also recorded
+                                                 // here, so single use holds across processes
+    std::int64_t ledger_bucket_ms = 1'000;       // the ledger files leases by expiry, this long each
   };
 
   LeaseAuthority(std::string secret, Options options);
@@ -66,8 +66,7 @@ class LeaseAuthority {
  private:
   std::string mac_hex(std::string_view payload) const;
   bool consume(const std::string& nonce, std::int64_t expires_at, std::int64_t now_ms);
-  std::optional<std::string> consume_in_ledger(const std::string& nonce, std::int64_t expires_at,
-                                               std::int64_t now_ms);
+  std::optional<std::string> consume_in_ledger(const std::string& nonce, std::int64_t expires_at, std::int64_t now_ms);
 
   void sweep_ledger(std::int64_t now_ms);
 

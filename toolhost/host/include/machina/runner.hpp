@@ -33,13 +33,13 @@ class Overrun {
 /// tool's schema.
 struct RunSpec {
   const Tool& tool;
-  std::string_view input_json;  // NUL-terminated (input_json.data()[size] == '\0')
-  std::int64_t deadline_ms;     // on the steady clock (steady_now_ms)
-  std::int64_t timeout_ms;      // the deadline's length (for messages)
-  CallContext& call;            // output, error and ds_state reads and writes
-  Overrun* overrun;             // never null
-  std::string_view trace_id = {};  // the caller's, if the request carried one
-  CancelToken* cancel = nullptr;   // the caller may stop the call (null: it cannot)
+  std::string_view input_json;       // NUL-terminated (input_json.data()[size] == '\0')
+  std::int64_t deadline_ms;          // on the steady clock (steady_now_ms)
+  std::int64_t timeout_ms;           // the deadline's length (for messages)
+  CallContext& call;                 // output, error and ds_state reads and writes
+  Overrun* overrun;                  // never null
+  std::string_view trace_id = {};    // the caller's, if the request carried one
+  CancelToken* cancel = nullptr;     // the caller may stop the call (null: it cannot)
   ProgressSink* progress = nullptr;  // where to report progress (null: nobody asked)
   std::string_view user = {};        // who calls (the request's `user`; a policy's scope)
 };

@@ -3,8 +3,8 @@
 // runs its calls. Native plugin tools also carry their C entry point.
 #pragma once
 
-#include <machina/circuit_breaker.hpp>
 #include <machina/plugin_abi.h>
+#include <machina/circuit_breaker.hpp>
 #include <machina/schema_validator.hpp>
 
 #include <atomic>
@@ -33,8 +33,8 @@ struct ToolInfo {
   // What a tool hosted from a skill or an MCP server says of itself besides (listed by
   // --list and the MCP front; empty: nothing said).
   std::string title;
-  std::string output_schema;   // JSON text
-  std::string annotations;     // JSON object text (MCP's readOnlyHint, destructiveHint ...)
+  std::string output_schema;  // JSON text
+  std::string annotations;    // JSON object text (MCP's readOnlyHint, destructiveHint ...)
   // The input schema listed for a tool whose schema the host does not check (it uses
   // keywords the host's validator does not have; the tool checks its input itself).
   std::string listed_schema;

@@ -50,8 +50,8 @@ class ToolRegistry {
   /// `runner`). The same checks as for a plugin (aid, tier, schema, duplicates); all or
   /// none. Throws HostError naming `source`. `host_own`: the host's own tools (the packs),
   /// whose schemas are checked at their first call (see Tool::compile_schema).
-  std::vector<std::string> add_described(const std::string& source, std::vector<ToolInfo> tools,
-                                         Runner* runner, bool host_own = false);
+  std::vector<std::string> add_described(const std::string& source, std::vector<ToolInfo> tools, Runner* runner,
+                                         bool host_own = false);
 
   /// A tool known by its description, with the runner that runs it.
   struct Described {
@@ -91,8 +91,7 @@ class ToolRegistry {
   /// Why `tool` may not be registered under its aid or name ("" if it may): its aid or its
   /// name is a built-in tool's name, or its aid is a name another tool answers to (`batch`:
   /// the names of the tools registered with it). Under mu_.
-  std::string name_taken(const Tool& tool,
-                         const std::unordered_map<std::string_view, const Tool*>& batch) const;
+  std::string name_taken(const Tool& tool, const std::unordered_map<std::string_view, const Tool*>& batch) const;
 
   CircuitBreaker::Options breaker_options_;
   // Unique for the life of the process (unlike the registry's address): names this

@@ -16,8 +16,8 @@ inline constexpr std::size_t kMaxIndexedLine = 2000;  // bytes of a line that ar
 inline constexpr std::size_t kMaxSnippet = 500;       // bytes of a snippet
 inline constexpr std::size_t kMaxQueryBytes = 1000;
 inline constexpr std::size_t kMaxQueryWords = 32;
-inline constexpr double kHalfScore = 10;              // the BM25 score shown as similarity 0.5
-inline constexpr char kHitOpen = '\x01';              // around hits in FTS5's highlight() of a chunk
+inline constexpr double kHalfScore = 10;  // the BM25 score shown as similarity 0.5
+inline constexpr char kHitOpen = '\x01';  // around hits in FTS5's highlight() of a chunk
 inline constexpr char kHitClose = '\x02';
 
 struct Chunk {

@@ -15,9 +15,9 @@ class DeadlineWatchdog {
  public:
   /// One running call. Lives on the calling thread's stack between arm() and disarm().
   struct Watch {
-    std::int64_t deadline_ms = 0;          // steady clock
-    void (*fire)(Watch&) = nullptr;        // on the watchdog thread, if the deadline wins
-    void* context = nullptr;               // for `fire`
+    std::int64_t deadline_ms = 0;    // steady clock
+    void (*fire)(Watch&) = nullptr;  // on the watchdog thread, if the deadline wins
+    void* context = nullptr;         // for `fire`
 
    private:
     friend class DeadlineWatchdog;
@@ -45,7 +45,7 @@ class DeadlineWatchdog {
   std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable fired_;
-  Watch head_;                 // sentinel of the list of armed watches
+  Watch head_;  // sentinel of the list of armed watches
   bool started_ = false;
   bool stopping_ = false;
   std::int64_t planned_wake_ms_ = INT64_MAX;  // when the thread means to look next

@@ -111,8 +111,7 @@ class Client {
   Connection take_idle();
   void give_back(Connection c);
   static void close(Connection& c);
-  Reply exchange(Connection& c, const std::string& request, std::int64_t deadline_ms, std::size_t max_body,
-                 bool& keep);
+  Reply exchange(Connection& c, const std::string& request, std::int64_t deadline_ms, std::size_t max_body, bool& keep);
 
   Url origin_;
   std::size_t max_idle_;

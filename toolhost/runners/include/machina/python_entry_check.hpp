@@ -15,6 +15,6 @@ namespace machina {
 /// module that binds no such name); entries not in the map passed or could not be judged.
 /// `python`: the interpreter (an absolute path); `root`: the folder modules are imported from.
 std::map<std::string, std::string> find_bad_python_entries(const std::string& python, const std::string& root,
-                                                            const std::vector<std::string>& entries);
+                                                           const std::vector<std::string>& entries);
 
 }  // namespace machina

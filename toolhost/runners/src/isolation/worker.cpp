@@ -8,9 +8,9 @@
 #include <machina/call_context.hpp>
 #include <machina/errors.hpp>
 #include <machina/fd_io.hpp>
-#include <machina/tool_registry.hpp>
 #include <machina/isolation/worker.hpp>
 #include <machina/isolation/worker_protocol.hpp>
+#include <machina/tool_registry.hpp>
 
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -39,7 +39,9 @@ constexpr int kResultFd = 4;
 
 // When the host dies, take every process this worker started with it: the launcher leads
 // the process group of the launcher and the template.
-void on_host_gone(int) { kill(0, SIGKILL); }
+void on_host_gone(int) {
+  kill(0, SIGKILL);
+}
 
 /// Reads exactly `n` bytes; false at end of input or on an error.
 bool read_exact(int fd, char* data, std::size_t n) {
@@ -85,7 +87,7 @@ void on_fatal_signal(int sig) {
 }
 
 void stand_in_for_default_signal_actions() {
-  struct sigaction sa {};
+  struct sigaction sa{};
   sa.sa_handler = on_fatal_signal;
   sa.sa_flags = SA_RESETHAND | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
@@ -94,13 +96,18 @@ void stand_in_for_default_signal_actions() {
     // init ignores those too), and whatever the process already ignores (SIGPIPE: a
     // write to a closed pipe fails with EPIPE, as it always has in a worker).
     switch (sig) {
-      case SIGKILL: case SIGSTOP: case SIGCHLD: case SIGCONT: case SIGURG: case SIGWINCH:
-      case SIGTSTP: case SIGTTIN: case SIGTTOU:
-        continue;
-      default:
-        break;
+      case SIGKILL:
+      case SIGSTOP:
+      case SIGCHLD:
+      case SIGCONT:
+      case SIGURG:
+      case SIGWINCH:
+      case SIGTSTP:
+      case SIGTTIN:
+      case SIGTTOU: continue;
+      default: break;
     }
-    struct sigaction old {};
+    struct sigaction old{};
     if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;  // (glibc's own: EINVAL)
     sigaction(sig, &sa, nullptr);
   }
@@ -141,8 +148,7 @@ void stand_in_for_default_signal_actions() {
       _exit(2);
     }
     const Tool* tool = registry.find(call_frame.aid);
-    CallContext ctx(config.max_output_bytes,
-                    call_frame.state ? call_frame.state : std::make_shared<const Slots>());
+    CallContext ctx(config.max_output_bytes, call_frame.state ? call_frame.state : std::make_shared<const Slots>());
     int rc = MACHINA_TOOL_FAULT;
     if (tool == nullptr) {
       ctx.error = "the worker has no tool " + call_frame.aid;
@@ -173,7 +179,8 @@ struct CallProcess {
 /// Makes one call process and hands the host its pipes. False if the host is gone.
 bool make_call_process(const WorkerConfig& config, const ToolRegistry& registry, std::vector<CallProcess>& children) {
   int cp[2] = {-1, -1}, rp[2] = {-1, -1};
-  if (pipe2(cp, O_CLOEXEC) != 0 || pipe2(rp, O_CLOEXEC) != 0) throw HostError(std::string("cannot create a pipe: ") + std::strerror(errno));
+  if (pipe2(cp, O_CLOEXEC) != 0 || pipe2(rp, O_CLOEXEC) != 0)
+    throw HostError(std::string("cannot create a pipe: ") + std::strerror(errno));
   int pidfd = -1;
   clone_args args{};
   args.flags = CLONE_NEWPID | CLONE_PIDFD;
@@ -282,7 +289,7 @@ bool reap(const WorkerConfig& config, CallProcess& child) {
 }  // namespace
 
 int run_worker(const WorkerConfig& config) {
-  struct sigaction sa {};
+  struct sigaction sa{};
   sa.sa_handler = on_host_gone;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGHUP, &sa, nullptr);

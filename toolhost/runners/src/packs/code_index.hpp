@@ -34,7 +34,7 @@ struct Hit {
   double bm25 = 0;        // FTS5's bm25() (negative; lower is better)
   std::size_t index = 0;  // which of the searched indexes
   std::int64_t rowid = 0;
-  std::string path;       // beneath its root
+  std::string path;  // beneath its root
   std::int64_t first_line = 0, last_line = 0;
   std::int64_t line = 0;
   std::string snippet;
@@ -67,6 +67,8 @@ class CodeIndex {
 };
 
 /// Whether a handler's Result is a success.
-inline bool ok(const Result& r) { return r.kind == ErrorKind::none && r.ending == RunOutcome::Ending::ran; }
+inline bool ok(const Result& r) {
+  return r.kind == ErrorKind::none && r.ending == RunOutcome::Ending::ran;
+}
 
 }  // namespace machina::packs

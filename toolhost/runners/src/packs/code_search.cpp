@@ -69,7 +69,7 @@ Result code_search(const Call& c) {
     if (known == c.policy.codebases.end() || std::find(granted->begin(), granted->end(), codebase) == granted->end()) {
       return denied("codebase '" + excerpt(codebase) + "' is not available to this caller");
     }
-    struct stat st {};
+    struct stat st{};
     if (::stat(known->second.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       return missing("codebase '" + excerpt(codebase) + "': its directory is missing");
     }
@@ -122,7 +122,9 @@ Result code_search(const Call& c) {
     std::vector<std::string> parts;
     if (!workspace::split(h.path, parts, why) || denied_by_name(c.policy, parts)) continue;  // (never indexed)
     std::string path = by_codebase || h.index == 0 ? h.path : roots[h.index] + "/" + h.path;
-    json one = {{"path", std::move(path)}, {"line", h.line}, {"snippet", h.snippet},
+    json one = {{"path", std::move(path)},
+                {"line", h.line},
+                {"snippet", h.snippet},
                 {"similarity", code_search::similarity(h.bm25)}};
     if (c.shape == Shape::detailed) {
       one["score"] = -h.bm25;

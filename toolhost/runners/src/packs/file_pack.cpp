@@ -35,9 +35,9 @@ const std::string* denied_by(const Policy& policy, const std::vector<std::string
   for (const auto& glob : policy.files.deny) {
     const bool whole = glob.find('/') != std::string::npos;
     for (std::size_t i = 0; i < parts.size(); ++i) {
-      const bool hit = whole ? ::fnmatch(glob.c_str(), joined(parts, i + 1).c_str(),
-                                         FNM_PATHNAME | FNM_PERIOD | FNM_CASEFOLD) == 0
-                             : ::fnmatch(glob.c_str(), parts[i].c_str(), FNM_CASEFOLD) == 0;
+      const bool hit =
+          whole ? ::fnmatch(glob.c_str(), joined(parts, i + 1).c_str(), FNM_PATHNAME | FNM_PERIOD | FNM_CASEFOLD) == 0
+                : ::fnmatch(glob.c_str(), parts[i].c_str(), FNM_CASEFOLD) == 0;
       if (hit) return &glob;
     }
   }
@@ -119,7 +119,9 @@ Result open_failed(const std::string& path, const std::string& why) {
 
 namespace {
 
-bool open_root(const Target& t, workspace::Workspace& ws, std::string& why) { return ws.open(*t.root, why); }
+bool open_root(const Target& t, workspace::Workspace& ws, std::string& why) {
+  return ws.open(*t.root, why);
+}
 
 std::string string_field(const json& in, const char* name) {
   auto it = in.find(name);
@@ -155,7 +157,7 @@ Result file_read(const Call& c) {
   Fd fd;
   if (open_root(t, ws, why)) fd = ws.open_for_reading(t.parts, why);
   if (!fd) return open_failed(path, why);
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return system_error(excerpt(path) + ": " + std::strerror(errno));
   if (c.policy.is_protected(st.st_dev, st.st_ino)) return denied(excerpt(path) + " is protected (the lease key)");
   if (c.shape == Shape::service && static_cast<std::uint64_t>(st.st_size) > limit) {
@@ -177,8 +179,10 @@ Result file_read(const Call& c) {
     return invalid(excerpt(path) + " grew past the read limit of " + std::to_string(limit) + " bytes while read");
   }
   json out = c.shape == Shape::service ? json(content)
-                                    : json{{"path", path}, {"content", content}, {"truncated", truncated},
-                                           {"size", static_cast<std::uint64_t>(st.st_size)}};
+                                       : json{{"path", path},
+                                              {"content", content},
+                                              {"truncated", truncated},
+                                              {"size", static_cast<std::uint64_t>(st.st_size)}};
   try {
     (void)out.dump();
   } catch (const json::type_error&) {
@@ -204,7 +208,7 @@ Result file_write(const Call& c) {
   if (!c.policy.protected_files.empty()) {
     std::string ignored;
     if (Fd existing = ws.open_for_reading(t.parts, ignored)) {
-      struct stat st {};
+      struct stat st{};
       if (::fstat(existing.get(), &st) == 0 && c.policy.is_protected(st.st_dev, st.st_ino)) {
         return denied(excerpt(path) + " is protected (the lease key)");
       }
@@ -225,7 +229,7 @@ Result file_delete(const Call& c) {
   if (!open_root(t, ws, why)) return system_error(why);
   if (!c.policy.protected_files.empty()) {
     if (Fd existing = ws.open_for_reading(t.parts, why)) {
-      struct stat st {};
+      struct stat st{};
       if (::fstat(existing.get(), &st) == 0 && c.policy.is_protected(st.st_dev, st.st_ino)) {
         return denied(excerpt(path) + " is protected (the lease key)");
       }
@@ -271,8 +275,8 @@ namespace {
 
 struct Lister {
   const Call& c;
-  const std::string& shown;      // the caller's path, as entries start
-  const std::string& pattern;    // "" for every name
+  const std::string& shown;    // the caller's path, as entries start
+  const std::string& pattern;  // "" for every name
   bool recursive;
   std::vector<std::string> parts;  // beneath the root, of the directory being read
   json entries = json::array();
@@ -289,10 +293,13 @@ struct Lister {
         parts.pop_back();
         continue;
       }
-      struct stat st {};
+      struct stat st{};
       if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
           !c.policy.is_protected(st.st_dev, st.st_ino)) {
-        const char* type = S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "symlink" : "other";
+        const char* type = S_ISREG(st.st_mode)   ? "file"
+                           : S_ISDIR(st.st_mode) ? "directory"
+                           : S_ISLNK(st.st_mode) ? "symlink"
+                                                 : "other";
         if (pattern.empty() || ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0) {
           if (entries.size() >= c.policy.files.max_list_entries) {
             truncated = true;
@@ -337,7 +344,7 @@ bool scan(const Policy& policy, int dir_fd, const std::string& root, std::vector
     if (denied_by(policy, parts) != nullptr) {
       found.push_back(root + "/" + joined(parts, parts.size()));
     } else if (parts.size() < 256) {
-      struct stat st {};
+      struct stat st{};
       if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
         const int sub = ::openat(dir_fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub >= 0) {

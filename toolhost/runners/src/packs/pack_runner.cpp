@@ -20,15 +20,28 @@ constexpr const char* kPathSchema =
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> list = {
-      {"files", "AID.FILE.READ.v1", "tools.file.read", "readFile", "file_read", file_read,
+      {"files",
+       "AID.FILE.READ.v1",
+       "tools.file.read",
+       "readFile",
+       "file_read",
+       file_read,
        "Reads a UTF-8 text file beneath the policy's roots (ours: up to max_bytes, default 65536, with "
        "`truncated`; its service names: the whole file, refused past the read limit). Never follows a symbolic "
        "link; reads only regular files with a single link; refuses denied names (.env, *.pem, id_* ...).",
        R"({"type":"object","properties":{"path":{"type":"string","minLength":1},)"
        R"("max_bytes":{"type":"integer","minimum":0,"maximum":1000000}},)"
        R"("required":["path"],"additionalProperties":false})",
-       kPathSchema, 0, {}, true},
-      {"files", "AID.FILE.WRITE.v1", "tools.file.write", "writeFile", "file_write", file_write,
+       kPathSchema,
+       0,
+       {},
+       true},
+      {"files",
+       "AID.FILE.WRITE.v1",
+       "tools.file.write",
+       "writeFile",
+       "file_write",
+       file_write,
        "Writes (or appends) text to a file beneath the policy's roots, making the folders it needs. Never "
        "follows a symbolic link; writes only regular files with a single link; refuses denied names.",
        R"({"type":"object","properties":{"path":{"type":"string","minLength":1},)"
@@ -36,13 +49,28 @@ const std::vector<Entry>& entries() {
        R"("required":["path","content"],"additionalProperties":false})",
        R"({"type":"object","properties":{"path":{"type":"string","minLength":1},"content":{"type":"string"}},)"
        R"("required":["path","content"]})",
-       1, {"fs_write"}, false},
-      {"files", "AID.FILE.DELETE.v1", "tools.file.delete", "deleteFile", "file_delete", file_delete,
+       1,
+       {"fs_write"},
+       false},
+      {"files",
+       "AID.FILE.DELETE.v1",
+       "tools.file.delete",
+       "deleteFile",
+       "file_delete",
+       file_delete,
        "Deletes a file (or a symbolic link itself) beneath the policy's roots; never a directory.",
        R"({"type":"object","properties":{"path":{"type":"string","minLength":1}},)"
        R"("required":["path"],"additionalProperties":false})",
-       kPathSchema, 1, {"fs_write"}, false},
-      {"files", "AID.FILE.LIST.v1", "tools.file.list", "listFiles", "file_list", file_list,
+       kPathSchema,
+       1,
+       {"fs_write"},
+       false},
+      {"files",
+       "AID.FILE.LIST.v1",
+       "tools.file.list",
+       "listFiles",
+       "file_list",
+       file_list,
        "Lists a directory beneath the policy's roots (recursive on request, names filtered by a glob pattern): "
        "each entry's path, size and type (file, directory, symlink, other). Links are listed, never followed; "
        "denied names are left out.",
@@ -50,8 +78,15 @@ const std::vector<Entry>& entries() {
        R"("pattern":{"type":"string"}},"additionalProperties":false})",
        R"({"type":"object","properties":{"path":{"type":"string"},"recursive":{"type":"boolean"},)"
        R"("pattern":{"type":"string"}}})",
-       0, {}, true},
-      {"shell", "AID.SHELL.EXEC.v1", "tools.shell.exec", "execCommand", "shell_exec", shell_exec,
+       0,
+       {},
+       true},
+      {"shell",
+       "AID.SHELL.EXEC.v1",
+       "tools.shell.exec",
+       "execCommand",
+       "shell_exec",
+       shell_exec,
        "Runs one program with its arguments (never through a shell) if the policy allows it: no network, no "
        "new processes, writes only beneath the policy's roots, CPU, memory and file-size limits, killed with "
        "its process group at its timeout (default 60 s). Returns stdout, stderr (capped; `truncated`) and "
@@ -61,8 +96,15 @@ const std::vector<Entry>& entries() {
        R"("required":["command"],"additionalProperties":false})",
        R"({"type":"object","properties":{"command":{"type":"string","minLength":1},)"
        R"("args":{"type":"array","items":{"type":"string"}},"cwd":{"type":"string"}},"required":["command"]})",
-       2, {"process"}, false},
-      {"code", "AID.CODE.GREP.v1", "tools.code.grep", "grepCode", "code_grep", code_grep,
+       2,
+       {"process"},
+       false},
+      {"code",
+       "AID.CODE.GREP.v1",
+       "tools.code.grep",
+       "grepCode",
+       "code_grep",
+       code_grep,
        "Searches the files beneath the policy's roots (or `path` beneath them) for a regular expression "
        "(ripgrep's syntax), respecting .gitignore, skipping hidden and binary files and denied names, following "
        "no link: each match's path, line number and content (at most 500 characters), at most max_results "
@@ -72,8 +114,15 @@ const std::vector<Entry>& entries() {
        R"("required":["pattern"],"additionalProperties":false})",
        R"({"type":"object","properties":{"pattern":{"type":"string","minLength":1},"path":{"type":"string"},)"
        R"("ignore_case":{"type":"boolean"}},"required":["pattern"]})",
-       0, {}, true},
-      {"code", "AID.CODE.SEARCH.v1", "tools.code.search", "searchCode", "code_search", code_search,
+       0,
+       {},
+       true},
+      {"code",
+       "AID.CODE.SEARCH.v1",
+       "tools.code.search",
+       "searchCode",
+       "code_search",
+       code_search,
        "Ranked search (SQLite FTS5, BM25) over the files beneath the policy's roots, or over a codebase the "
        "policy grants the caller (codebase_id), for plain words: identifiers are found whole and by their "
        "camelCase and snake_case parts. Each result is a path, the best line of the hit (a number and a snippet "
@@ -85,8 +134,15 @@ const std::vector<Entry>& entries() {
        R"("additionalProperties":false})",
        R"({"type":"object","properties":{"query":{"type":"string"},"limit":{"type":["integer","null"]},)"
        R"("codebase_id":{"type":["string","null"]}},"required":["query"]})",
-       0, {}, true},
-      {"python", "AID.PYTHON.EXECUTE.v1", "tools.python.execute", "execute_python", "python_execute", python_execute,
+       0,
+       {},
+       true},
+      {"python",
+       "AID.PYTHON.EXECUTE.v1",
+       "tools.python.execute",
+       "execute_python",
+       "python_execute",
+       python_execute,
        "Runs Python code (CPython) in a sandbox: no network, no new processes, writing only its own folder, with "
        "time, CPU and memory limits. The value of the last expression is the result (like a REPL); stdout and "
        "stderr are returned too. A session_id keeps variables between calls. install_packages installs packages "
@@ -99,8 +155,14 @@ const std::vector<Entry>& entries() {
        R"({"type":"object","properties":{"code":{"type":"string"},)"
        R"("install_packages":{"type":"array","items":{"type":"string"}},"sync_workspace":{"type":"boolean"},)"
        R"("session_id":{"type":"string"}},"required":["code"]})",
-       2, {"process"}, false},
-      {"python", "AID.PYTHON.INSTALL.v1", "tools.python.install", "install_python_package", "python_install",
+       2,
+       {"process"},
+       false},
+      {"python",
+       "AID.PYTHON.INSTALL.v1",
+       "tools.python.install",
+       "install_python_package",
+       "python_install",
        python_install,
        "Installs a Python package (a name with optional extras and version, like 'numpy>=1.26') with pip into "
        "this workspace's environment, for execute_python; skips it when it is installed already. On failure: "
@@ -108,11 +170,22 @@ const std::vector<Entry>& entries() {
        R"({"type":"object","properties":{"package":{"type":"string","minLength":1}},"required":["package"],)"
        R"("additionalProperties":false})",
        R"({"type":"object","properties":{"package":{"type":"string"}},"required":["package"]})",
-       2, {"network", "fs_write"}, false},
-      {"python", "AID.PYTHON.LIST.v1", "tools.python.list", "list_python_packages", "python_list", python_list,
+       2,
+       {"network", "fs_write"},
+       false},
+      {"python",
+       "AID.PYTHON.LIST.v1",
+       "tools.python.list",
+       "list_python_packages",
+       "python_list",
+       python_list,
        "Lists the Python packages execute_python can import in this workspace (name and version; ours also marks "
        "those installed with install_python_package).",
-       R"({"type":"object","properties":{},"additionalProperties":false})", R"({"type":"object"})", 0, {}, true},
+       R"({"type":"object","properties":{},"additionalProperties":false})",
+       R"({"type":"object"})",
+       0,
+       {},
+       true},
   };
   return list;
 }
@@ -153,7 +226,9 @@ PackRunner::PackRunner(Policy policy, std::string executable)
 
 PackRunner::~PackRunner() = default;
 
-void PackRunner::close() { python_->close(); }
+void PackRunner::close() {
+  python_->close();
+}
 
 std::vector<ToolInfo> PackRunner::tools(const std::vector<std::string>& wanted) const {
   std::vector<ToolInfo> out;
@@ -170,7 +245,8 @@ std::vector<ToolInfo> PackRunner::tools(const std::vector<std::string>& wanted) 
       info.tags = {"pack", e.pack};
       if (name != e.aid) info.alias_of = e.aid;
       if (std::string_view(e.pack) == "shell") {
-        info.default_timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(policy_.shell.timeout_ms, UINT32_MAX));
+        info.default_timeout_ms =
+            static_cast<std::uint32_t>(std::min<std::int64_t>(policy_.shell.timeout_ms, UINT32_MAX));
       }
       if (std::string_view(e.pack) == "python" && e.handler != packs::python_list) {
         // The code's (or pip's) own limit comes first, answered as the tool's result; the
@@ -203,7 +279,8 @@ bool PackRunner::admit(const std::string& tool, const std::string& primary, std:
       // starts again (a flood of user names must not grow it without end).
       for (auto i = buckets_.begin(); i != buckets_.end();) {
         const RateLimit& its = policy_.rate_limits.at(i->first.first);
-        const double refilled = std::chrono::duration<double>(now - i->second.last).count() * its.calls / its.per_seconds;
+        const double refilled =
+            std::chrono::duration<double>(now - i->second.last).count() * its.calls / its.per_seconds;
         i = i->second.tokens + refilled >= its.calls ? buckets_.erase(i) : std::next(i);
       }
       if (buckets_.size() >= kMaxBuckets) buckets_.clear();
@@ -211,12 +288,14 @@ bool PackRunner::admit(const std::string& tool, const std::string& primary, std:
     b = buckets_.emplace(key, Bucket{limit.calls, now}).first;
   }
   Bucket& bucket = b->second;
-  bucket.tokens = std::min(limit.calls, bucket.tokens + std::chrono::duration<double>(now - bucket.last).count() * rate);
+  bucket.tokens =
+      std::min(limit.calls, bucket.tokens + std::chrono::duration<double>(now - bucket.last).count() * rate);
   bucket.last = now;
   if (bucket.tokens < 1) {
     char text[64];
     std::snprintf(text, sizeof text, "%g calls per %g s", limit.calls, limit.per_seconds);
-    why = "rate limit of " + std::string(text) + " for " + it->first + (user.empty() ? "" : " (user " + std::string(user.substr(0, 100)) + ")") + " reached; try again later";
+    why = "rate limit of " + std::string(text) + " for " + it->first +
+          (user.empty() ? "" : " (user " + std::string(user.substr(0, 100)) + ")") + " reached; try again later";
     return false;
   }
   bucket.tokens -= 1;
@@ -235,7 +314,8 @@ RunOutcome PackRunner::run(const RunSpec& spec) {
   };
   if (entry == nullptr) return refuse(ErrorKind::internal_error, "no pack tool " + spec.tool.info.aid);
   std::string why;
-  if (!admit(spec.tool.info.aid, entry->aid, spec.user, why)) return refuse(ErrorKind::rate_limited, "AccessDenied: " + why);
+  if (!admit(spec.tool.info.aid, entry->aid, spec.user, why))
+    return refuse(ErrorKind::rate_limited, "AccessDenied: " + why);
   nlohmann::json input;
   try {
     input = nlohmann::json::parse(spec.input_json);

@@ -17,7 +17,7 @@ namespace machina {
 class Spawner;
 class ChildProcess;
 struct ChildSpec;
-}
+}  // namespace machina
 
 namespace machina::packs {
 
@@ -31,7 +31,7 @@ enum class Shape { detailed, service };
 struct Call {
   const nlohmann::json& input;  // an object (the schema said so)
   const Policy& policy;
-  std::string_view user;        // the request's `user` ("" when none)
+  std::string_view user;  // the request's `user` ("" when none)
   const RunSpec& spec;
   Shape shape;
   const std::string& executable;  // machina-toolhost (shell.exec's launcher); "" if unknown
@@ -66,11 +66,15 @@ struct Result {
   }
 };
 
-inline Result denied(const std::string& why) { return Result::fail(ErrorKind::access_denied, "AccessDenied: " + why); }
+inline Result denied(const std::string& why) {
+  return Result::fail(ErrorKind::access_denied, "AccessDenied: " + why);
+}
 inline Result missing(const std::string& why) {
   return Result::fail(ErrorKind::target_not_found, "NotFound: " + why);
 }
-inline Result invalid(const std::string& why) { return Result::fail(ErrorKind::invalid_input, "InvalidInput: " + why); }
+inline Result invalid(const std::string& why) {
+  return Result::fail(ErrorKind::invalid_input, "InvalidInput: " + why);
+}
 inline Result system_error(const std::string& why) {
   return Result::fail(ErrorKind::system_error, "SystemError: " + why);
 }
@@ -79,14 +83,14 @@ using Handler = Result (*)(const Call&);
 
 /// One tool of a pack, with its three names.
 struct Entry {
-  const char* pack;       // "files", "shell", "code", "python"
-  const char* aid;        // AID.FILE.READ.v1
-  const char* subject;    // tools.file.read (the file/shell service's NATS subject)
-  const char* function;   // readFile (the function name an LLM calls)
-  const char* name;       // file_read (for listings)
+  const char* pack;      // "files", "shell", "code", "python"
+  const char* aid;       // AID.FILE.READ.v1
+  const char* subject;   // tools.file.read (the file/shell service's NATS subject)
+  const char* function;  // readFile (the function name an LLM calls)
+  const char* name;      // file_read (for listings)
   Handler handler;
   const char* description;
-  const char* schema;       // the aid's (detailed answers)
+  const char* schema;          // the aid's (detailed answers)
   const char* service_schema;  // the service names'
   int tier;
   std::vector<std::string> side_effects;

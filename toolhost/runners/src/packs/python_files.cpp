@@ -21,10 +21,12 @@ namespace {
 
 using workspace::Fd;
 
-constexpr int kMaxOpenDepth = 48;     // folders held open at once while removing
+constexpr int kMaxOpenDepth = 48;  // folders held open at once while removing
 constexpr int kMaxRemovePasses = 10'000;
 
-std::string error_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string error_text(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
 
 /// Opens the folder `name` in `dir` following no link; one the code made unreadable is
 /// made readable again first (it is ours: the sandbox maps the code to our user).
@@ -129,7 +131,7 @@ Fd dest_dir(int dst, const std::string& name, std::string& why) {
     why = error_text("cannot make " + name);
     return Fd();
   }
-  struct stat st {};
+  struct stat st{};
   if (::fstatat(dst, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
     if (!remove_at(dst, name, why)) return Fd();
     if (::mkdirat(dst, name.c_str(), 0700) != 0) {
@@ -196,7 +198,7 @@ struct Copier {
   }
 
   bool entry(int src, int dst, const std::string& name, std::uint64_t depth, CopyEnd& end) {
-    struct stat st {};
+    struct stat st{};
     if (denied_by_name(policy, parts) || ::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       ++copied.skipped;
       return true;
@@ -237,7 +239,7 @@ struct Copier {
       return true;
     }
     Fd in(::openat(src, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    struct stat again {};
+    struct stat again{};
     if (!in || ::fstat(in.get(), &again) != 0 || again.st_ino != st.st_ino || again.st_dev != st.st_dev ||
         !S_ISREG(again.st_mode) || again.st_nlink != 1) {
       ++copied.skipped;  // (changed since it was looked at)
@@ -265,7 +267,7 @@ bool make_dirs(const std::string& path, std::string& why) {
       return false;
     }
   }
-  struct stat st {};
+  struct stat st{};
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     why = path + " is not a folder";
     return false;

@@ -37,17 +37,37 @@ constexpr std::size_t kMaxReportBytes = 8 << 20;
 
 // What pip reads besides the interpreters' own files: the system libraries, the name
 // service, certificates, and what its platform probes open without expecting a refusal.
-const char* const kInstallReadPaths[] = {
-    "/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/etc/localtime",
-    "/etc/ssl", "/etc/pki", "/etc/ca-certificates", "/usr/share/ca-certificates", "/etc/resolv.conf", "/etc/hosts",
-    "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/host.conf", "/etc/services", "/etc/protocols", "/etc/os-release",
-    "/etc/debian_version", "/etc/mime.types", "/etc/passwd", "/etc/group"};
+const char* const kInstallReadPaths[] = {"/lib",
+                                         "/lib64",
+                                         "/usr/lib",
+                                         "/usr/lib64",
+                                         "/usr/local/lib",
+                                         "/etc/ld.so.cache",
+                                         "/etc/localtime",
+                                         "/etc/ssl",
+                                         "/etc/pki",
+                                         "/etc/ca-certificates",
+                                         "/usr/share/ca-certificates",
+                                         "/etc/resolv.conf",
+                                         "/etc/hosts",
+                                         "/etc/nsswitch.conf",
+                                         "/etc/gai.conf",
+                                         "/etc/host.conf",
+                                         "/etc/services",
+                                         "/etc/protocols",
+                                         "/etc/os-release",
+                                         "/etc/debian_version",
+                                         "/etc/mime.types",
+                                         "/etc/passwd",
+                                         "/etc/group"};
 
 // File endings pip takes for an archive to install from (a path, not a name).
-const char* const kArchiveEndings[] = {".whl",  ".zip", ".tar",  ".tar.gz",  ".tgz",      ".tar.bz2",
+const char* const kArchiveEndings[] = {".whl", ".zip",    ".tar", ".tar.gz", ".tgz", ".tar.bz2",
                                        ".tbz", ".tar.xz", ".txz", ".tar.lz", ".tlz", ".tar.lzma"};
 
-bool name_char(char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'; }
+bool name_char(char ch) {
+  return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+}
 
 /// A name as pip compares names (PEP 503): lower case, each run of '-', '_', '.' one '-'.
 std::string canonical(const std::string& name) {
@@ -246,7 +266,7 @@ std::string find_pip_runner(const std::string& base_python, std::string& why) {
 /// How one pip run ended.
 struct PipRun {
   enum class End { installed, failed, out_of_time, system } end = End::failed;
-  std::string text;  // failed, system: why
+  std::string text;                // failed, system: why
   json installed = json::array();  // installed: [{name, version}] (empty: it was there already)
 };
 
@@ -275,9 +295,27 @@ PipRun run_pip(const PythonPolicy& p, const std::string& executable, const Pytho
   }
   ChildSpec child;
   child.executable = executable;
-  child.argv = {executable, "--sandbox-exec", walls.to_json(), "--", ws.python, "-I", "-S", "-c", kPipBoot,
-                ws.pip_runner, ws.env, "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir",
-                "--no-warn-script-location", "--progress-bar", "off", "--quiet", "--report", "-"};
+  child.argv = {executable,
+                "--sandbox-exec",
+                walls.to_json(),
+                "--",
+                ws.python,
+                "-I",
+                "-S",
+                "-c",
+                kPipBoot,
+                ws.pip_runner,
+                ws.env,
+                "install",
+                "--no-input",
+                "--disable-pip-version-check",
+                "--no-cache-dir",
+                "--no-warn-script-location",
+                "--progress-bar",
+                "off",
+                "--quiet",
+                "--report",
+                "-"};
   if (p.only_binary) child.argv.insert(child.argv.end(), {"--only-binary", ":all:"});
   if (!p.index_url.empty()) child.argv.insert(child.argv.end(), {"--index-url", p.index_url});
   if (p.no_index) child.argv.emplace_back("--no-index");
@@ -285,12 +323,12 @@ PipRun run_pip(const PythonPolicy& p, const std::string& executable, const Pytho
   child.argv.insert(child.argv.end(), {"--", spec});
   child.env = pick_environment({"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
                                 "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE"});
-  child.env.insert(child.env.end(), {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws.pip_tmp,
-                                     "TMPDIR=" + ws.pip_tmp, "LANG=C.UTF-8", "LC_ALL=C.UTF-8",
-                                     "PIP_CONFIG_FILE=/dev/null", "PYTHONNOUSERSITE=1",
-                                     // (what is installed read through importlib.metadata, not
-                                     // pkg_resources, which finds nothing where nothing imports)
-                                     "_PIP_USE_IMPORTLIB_METADATA=1"});
+  child.env.insert(child.env.end(),
+                   {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws.pip_tmp, "TMPDIR=" + ws.pip_tmp, "LANG=C.UTF-8",
+                    "LC_ALL=C.UTF-8", "PIP_CONFIG_FILE=/dev/null", "PYTHONNOUSERSITE=1",
+                    // (what is installed read through importlib.metadata, not
+                    // pkg_resources, which finds nothing where nothing imports)
+                    "_PIP_USE_IMPORTLIB_METADATA=1"});
   child.cwd = ws.pip_tmp;
   child.tail_bytes = 8192;
   ChildOutcome run;
@@ -330,7 +368,8 @@ PipRun run_pip(const PythonPolicy& p, const std::string& executable, const Pytho
   }
   for (const auto& item : report.value("install", json::array())) {
     const json meta = item.value("metadata", json::object());
-    out.installed.push_back({{"name", meta.value("name", std::string())}, {"version", meta.value("version", std::string())}});
+    out.installed.push_back(
+        {{"name", meta.value("name", std::string())}, {"version", meta.value("version", std::string())}});
   }
   out.end = PipRun::End::installed;
   return out;
@@ -357,7 +396,8 @@ Result PythonPack::install_all(const Call& c, Workspace& ws, const std::vector<s
   while ((shared_lock = python_files::lock_file(ws.dir + "/install.lock", false, why)) < 0) {
     if (errno != EWOULDBLOCK) return system_error(why);
     if (steady_now_ms() >= deadline) {
-      return Result::stopped(RunOutcome::Ending::timed_out, "another host's install in this workspace ran until the deadline");
+      return Result::stopped(RunOutcome::Ending::timed_out,
+                             "another host's install in this workspace ran until the deadline");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -27,8 +27,8 @@ enum Code : int {
 /// One member of a JSON object, as for_each_member() finds it.
 struct Member {
   enum class Type { null, boolean, number, string, object, array };
-  std::string_view key;     // decoded
-  std::string_view raw;     // the value's JSON text, as written
+  std::string_view key;  // decoded
+  std::string_view raw;  // the value's JSON text, as written
   Type type = Type::null;
   std::string_view string;  // a string value, decoded
 };
@@ -42,7 +42,7 @@ struct Message {
     invalid        // JSON, but not a JSON-RPC 2.0 message: `why`
   };
   Kind kind = Kind::invalid;
-  std::string_view id;      // the raw JSON of the id (a number or a string); "" when absent, "null" for null
+  std::string_view id;  // the raw JSON of the id (a number or a string); "" when absent, "null" for null
   std::string method;
   std::string_view params;  // raw JSON of params; "" when absent
   std::string_view result;  // raw JSON of result

@@ -4,8 +4,8 @@
 // and the `trace` object the host adds to every such call's response.
 #pragma once
 
-#include <machina/call_context.hpp>
 #include <cstdint>
+#include <machina/call_context.hpp>
 #include <string>
 #include <string_view>
 

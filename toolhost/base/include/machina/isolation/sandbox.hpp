@@ -13,8 +13,8 @@
 namespace machina::sandbox {
 
 struct Walls {
-  bool own_network = false;                // a network namespace with no interface up
-  std::vector<std::string> hidden_files;   // covered by /dev/null (e.g. the lease key file)
+  bool own_network = false;               // a network namespace with no interface up
+  std::vector<std::string> hidden_files;  // covered by /dev/null (e.g. the lease key file)
   // Every mount read-only but the writable paths (each bound onto itself and left writable):
   // metadata (mode, times, owner, extended attributes) cannot be changed anywhere else,
   // which Landlock does not govern.

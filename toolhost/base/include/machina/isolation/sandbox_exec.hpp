@@ -19,28 +19,29 @@
 namespace machina::sandbox {
 
 struct ExecSpec {
-  bool own_network = false;    // a network namespace with no interface up
-  bool no_sockets = false;     // seccomp: socket(2) refused (socketpair still works)
-  bool no_processes = false;   // seccomp: fork, vfork, clone without CLONE_THREAD, clone3 refused
-  bool restrict_read = false;  // Landlock: reading only beneath read_paths and write_paths
-  bool restrict_write = false; // Landlock: writing only beneath write_paths; every other mount read-only
-  bool restrict_exec = false;  // Landlock: executing only exec_paths
+  bool own_network = false;     // a network namespace with no interface up
+  bool no_sockets = false;      // seccomp: socket(2) refused (socketpair still works)
+  bool no_processes = false;    // seccomp: fork, vfork, clone without CLONE_THREAD, clone3 refused
+  bool restrict_read = false;   // Landlock: reading only beneath read_paths and write_paths
+  bool restrict_write = false;  // Landlock: writing only beneath write_paths; every other mount read-only
+  bool restrict_exec = false;   // Landlock: executing only exec_paths
   std::vector<std::string> read_paths;
   std::vector<std::string> write_paths;
   std::vector<std::string> exec_paths;
   // Mounted without exec, but exec_paths: nothing beneath them runs, not even through the
   // dynamic loader (which maps a program rather than executing it, out of Landlock's sight).
   std::vector<std::string> no_exec_paths;
-  std::vector<std::string> hidden_files;  // files covered by /dev/null (the lease key file), directories by an empty one
-  std::uint64_t memory_mb = 0;            // the init kills the program resident past this; 0: no cap
+  std::vector<std::string>
+      hidden_files;             // files covered by /dev/null (the lease key file), directories by an empty one
+  std::uint64_t memory_mb = 0;  // the init kills the program resident past this; 0: no cap
   // The init kills the program when write_paths hold more than this (allocated blocks,
   // measured with the memory); no file may grow past it either (RLIMIT_FSIZE). 0: no cap.
   std::uint64_t write_quota_mb = 0;
   // Resource limits set on the program before it is executed (0: none).
-  std::uint64_t address_space_mb = 0;     // RLIMIT_AS
-  std::uint64_t open_files = 0;           // RLIMIT_NOFILE
-  std::uint64_t file_size_mb = 0;         // RLIMIT_FSIZE
-  std::uint64_t cpu_seconds = 0;          // RLIMIT_CPU
+  std::uint64_t address_space_mb = 0;  // RLIMIT_AS
+  std::uint64_t open_files = 0;        // RLIMIT_NOFILE
+  std::uint64_t file_size_mb = 0;      // RLIMIT_FSIZE
+  std::uint64_t cpu_seconds = 0;       // RLIMIT_CPU
 
   std::string to_json() const;
   /// Throws HostError for a spec that is not one.
@@ -56,9 +57,9 @@ inline constexpr int kWriteQuotaStatus = 124;
 
 /// What this machine offers, probed once.
 struct Support {
-  bool namespaces = false;    // unprivileged user namespaces, with PID, mount, IPC and network ones
-  std::string namespaces_why; // why not
-  int landlock_abi = 0;       // 0: no Landlock (or MACHINA_TOOLHOST_NO_LANDLOCK=1)
+  bool namespaces = false;     // unprivileged user namespaces, with PID, mount, IPC and network ones
+  std::string namespaces_why;  // why not
+  int landlock_abi = 0;        // 0: no Landlock (or MACHINA_TOOLHOST_NO_LANDLOCK=1)
 };
 const Support& support();
 

@@ -5,8 +5,8 @@
 // own and ends. Nothing a call leaves behind outlives it; no call can see another's pipes.
 #pragma once
 
-#include <machina/os_limits.hpp>
 #include <machina/isolation/sandbox.hpp>
+#include <machina/os_limits.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -20,16 +20,16 @@ class ToolRegistry;
 namespace machina::worker {
 
 struct WorkerConfig {
-  int control_fd = 3;                // a stream socket to the host (see worker_protocol.hpp)
+  int control_fd = 3;  // a stream socket to the host (see worker_protocol.hpp)
   // Registers the host's tools (the program decides how: linked in, or plugin libraries
   // loaded in the host's order). Throws HostError if it cannot.
   std::function<void(ToolRegistry&)> load_tools;
   WorkerLimits limits;
   sandbox::Walls walls;
-  std::size_t spares = 2;            // call processes kept ready
+  std::size_t spares = 2;  // call processes kept ready
   std::size_t max_output_bytes = 0;
-  std::size_t max_frame_bytes = 0;   // largest call frame accepted
-  long parent_pid = 0;               // the host: if it is gone, so is this worker
+  std::size_t max_frame_bytes = 0;  // largest call frame accepted
+  long parent_pid = 0;              // the host: if it is gone, so is this worker
 };
 
 /// Runs the worker; returns the process exit code (0 when the host closed the socket).

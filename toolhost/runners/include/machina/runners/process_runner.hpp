@@ -26,19 +26,30 @@ namespace machina {
 /// What a worker's environment is made of (those of these variables that are set in the
 /// host), plus what the operator names (ProcessRunnerOptions::pass_env): nothing else of the
 /// host's environment reaches tool code.
-inline constexpr const char* kWorkerEnvironment[] = {
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
-    "MACHINA_TOOLHOST_WORKSPACE", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
+inline constexpr const char* kWorkerEnvironment[] = {"PATH",
+                                                     "HOME",
+                                                     "USER",
+                                                     "LOGNAME",
+                                                     "LANG",
+                                                     "LC_ALL",
+                                                     "LC_CTYPE",
+                                                     "TZ",
+                                                     "TMPDIR",
+                                                     "LD_LIBRARY_PATH",
+                                                     "MACHINA_TOOLHOST_WORKSPACE",
+                                                     "ASAN_OPTIONS",
+                                                     "UBSAN_OPTIONS",
+                                                     "LSAN_OPTIONS"};
 
 class ProcessRunner final : public Runner {
  public:
   struct Stats {
-    std::uint64_t started = 0;     // workers (sandboxes) started
-    std::uint64_t calls = 0;       // call processes used, one per call
-    std::uint64_t crashed = 0;     // calls whose process crashed or exited
-    std::uint64_t timed_out = 0;   // calls killed at their deadline
-    std::uint64_t lost_idle = 0;   // workers found ended while idle, replaced before a call
-    std::size_t live = 0;          // workers now running
+    std::uint64_t started = 0;    // workers (sandboxes) started
+    std::uint64_t calls = 0;      // call processes used, one per call
+    std::uint64_t crashed = 0;    // calls whose process crashed or exited
+    std::uint64_t timed_out = 0;  // calls killed at their deadline
+    std::uint64_t lost_idle = 0;  // workers found ended while idle, replaced before a call
+    std::size_t live = 0;         // workers now running
   };
   struct Worker;  // one sandboxed worker, as the host sees it (process_runner.cpp)
 
@@ -80,7 +91,7 @@ class ProcessRunner final : public Runner {
   ProcessRunnerOptions options_;
   std::size_t max_result_bytes_;
   std::vector<std::string> env_;  // the workers' whole environment
-  Spawner spawner_;  // workers die with the host (PR_SET_PDEATHSIG on this thread)
+  Spawner spawner_;               // workers die with the host (PR_SET_PDEATHSIG on this thread)
 
   mutable std::mutex mu_;
   std::condition_variable freed_;
@@ -88,8 +99,8 @@ class ProcessRunner final : public Runner {
   std::vector<std::string> aids_;     // sorted: what each worker must register
   bool started_ = false;              // workers have started: the lists above are fixed
   std::vector<std::unique_ptr<Worker>> idle_;
-  std::size_t live_ = 0;       // idle + busy + starting
-  std::vector<pid_t> busy_;    // workers running a call
+  std::size_t live_ = 0;     // idle + busy + starting
+  std::vector<pid_t> busy_;  // workers running a call
   bool closing_ = false;
   Stats stats_;
 };

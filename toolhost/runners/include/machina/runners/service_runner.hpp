@@ -19,14 +19,14 @@
 namespace machina {
 
 struct ServiceToolFields {
-  std::string url;                        // the run endpoint
-  std::string name;                       // the protocol's tool_name
-  std::string entry;                      // sent as the request's entry ("" for none)
-  std::map<std::string, bool> guarantees; // required by the tool
-  bool unsafe_override = false;           // call even when the service does not cover them
-  std::string token;                      // bearer token ("" for none)
-  std::string app_root;                   // the request's project.app_root (the manifest's folder)
-  std::size_t max_answer_bytes = 0;       // largest answer body read
+  std::string url;                         // the run endpoint
+  std::string name;                        // the protocol's tool_name
+  std::string entry;                       // sent as the request's entry ("" for none)
+  std::map<std::string, bool> guarantees;  // required by the tool
+  bool unsafe_override = false;            // call even when the service does not cover them
+  std::string token;                       // bearer token ("" for none)
+  std::string app_root;                    // the request's project.app_root (the manifest's folder)
+  std::size_t max_answer_bytes = 0;        // largest answer body read
 };
 
 class ServiceRunner final : public Runner {
@@ -40,11 +40,11 @@ class ServiceRunner final : public Runner {
  private:
   /// What the service said of the tool's guarantees.
   struct Handshake {
-    bool covered = false;       // every required guarantee is enforced
-    std::string state;          // "ok", "not_covered", "failed" (for the trace)
-    std::string enforcement;    // the service's word
+    bool covered = false;     // every required guarantee is enforced
+    std::string state;        // "ok", "not_covered", "failed" (for the trace)
+    std::string enforcement;  // the service's word
     std::string service_version;
-    std::string detail;         // why not covered
+    std::string detail;  // why not covered
   };
   Handshake handshake(std::int64_t deadline_ms);
 
