@@ -1,14 +1,15 @@
-// Host::load_tools: the tools of a tool manifest, each registered with the runner its kind
+// ToolHost::load_tools: the tools of a tool manifest, each registered with the runner its kind
 // needs. Python tools share a pool of warm workers per interpreter and set-up (import root,
 // environment, sandbox, limits).
 #include <machina/errors.hpp>
-#include <machina/host.hpp>
 #include <machina/http_client.hpp>
 #include <machina/python_entry_check.hpp>
 #include <machina/python_sandbox.hpp>
-#include <machina/runners/jsonrpc_runner.hpp>
+#include <machina/runners/python_interpreter.hpp>
+#include <machina/runners/hosted_server.hpp>
 #include <machina/runners/service_runner.hpp>
 #include <machina/schema_validator.hpp>
+#include <machina/tool_host.hpp>
 #include <machina/tool_manifest.hpp>
 
 #include <nlohmann/json.hpp>
@@ -23,8 +24,8 @@ namespace machina {
 namespace {
 
 /// The error of a tool's field, as the manifest loader words its own.
-[[noreturn]] void refuse_field(const ToolManifest& m, const ManifestTool& t, std::size_t index,
-                               const std::string& field, const std::string& why) {
+[[noreturn]] void refuse_field(const ToolManifest& m, const ManifestTool& t, std::size_t index, const std::string& field,
+                               const std::string& why) {
   if (!t.pack.source.empty()) {  // a pack's tool: its binding in tools.yaml
     throw HostError(t.pack.bindings_path + ":" + std::to_string(t.line) + ": tool '" + t.info.name + "': field '" +
                     field + "': " + why);
@@ -36,10 +37,12 @@ namespace {
 std::string capability_context(const ManifestTool& t, const std::string& runner) {
   nlohmann::ordered_json guarantees = nlohmann::ordered_json::object();
   for (const auto& [name, required] : t.guarantees) guarantees[name] = required;
-  nlohmann::ordered_json c = {
-      {"tool_name", t.info.name}, {"resolved_source", t.pack.source.empty() ? "binding" : t.pack.source},
-      {"runner", runner},         {"protocol_version", 1},
-      {"guarantees", guarantees}, {"sources", nlohmann::ordered_json::object()}};
+  nlohmann::ordered_json c = {{"tool_name", t.info.name},
+                              {"resolved_source", t.pack.source.empty() ? "binding" : t.pack.source},
+                              {"runner", runner},
+                              {"protocol_version", 1},
+                              {"guarantees", guarantees},
+                              {"sources", nlohmann::ordered_json::object()}};
   for (const auto& [name, required] : t.guarantees) c["sources"][name] = "tool";
   if (!t.write_root.empty()) c["filesystem_root"] = t.write_root;
   if (!t.read_roots.empty()) c["filesystem_read_roots"] = t.read_roots;
@@ -91,28 +94,11 @@ ToolInfo remote_info(const ToolManifest& m, const ManifestChild& c, const Remote
 
 }  // namespace
 
-void Host::session_started(const std::string& id) {
-  std::vector<std::shared_ptr<JsonRpcToolset>> toolsets;
-  {
-    std::lock_guard lock(manifest_mu_);
-    toolsets = toolsets_;
-  }
-  for (auto& t : toolsets) t->session_started(id);
-}
-
-void Host::session_ended(const std::string& id) {
-  std::vector<std::shared_ptr<JsonRpcToolset>> toolsets;
-  {
-    std::lock_guard lock(manifest_mu_);
-    toolsets = toolsets_;
-  }
-  for (auto& t : toolsets) t->session_ended(id);
-}
-
-std::vector<std::shared_ptr<JsonRpcToolset>> Host::start_children(const ToolManifest& manifest,
-                                                                  std::vector<ToolRegistry::Described>& described,
-                                                                  std::vector<std::unique_ptr<Runner>>& runners) {
-  std::vector<std::shared_ptr<JsonRpcToolset>> started;
+std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolManifest& manifest,
+                                                                      std::vector<ToolRegistry::Described>& described,
+                                                                      std::vector<std::unique_ptr<Runner>>& runners) {
+  const HostOptions& options = host_.options();
+  std::vector<std::shared_ptr<HostedServer>> started;
   try {
     for (const ManifestChild& c : manifest.children) {
       std::string program;
@@ -123,39 +109,37 @@ std::vector<std::shared_ptr<JsonRpcToolset>> Host::start_children(const ToolMani
       }
       SandboxPlan plan;
       try {
-        plan = plan_child_sandbox(c, program, options_.workers.executable, options_.workers.limits);
+        plan = plan_child_sandbox(c, program, options.workers.executable, options.workers.limits);
       } catch (const HostError& e) {
         refuse_child(manifest, c, std::string("cannot be confined as asked: ") + e.what());
       }
-      JsonRpcToolsetOptions o;
-      using Dialect = JsonRpcToolsetOptions::Dialect;
-      o.dialect = c.kind == "mcp_server" ? Dialect::mcp
-                  : c.methods == "skill" ? Dialect::skill_runtime
-                                         : Dialect::skill;
+      HostedServerOptions o;
+      using Dialect = HostedServerOptions::Dialect;
+      o.dialect = c.kind == "mcp_server" ? Dialect::mcp : c.methods == "skill" ? Dialect::runtime_skill : Dialect::lifecycle_skill;
       o.name = c.name;
       o.child.argv = plan.launcher;
       o.child.argv.push_back(program);
       o.child.argv.insert(o.child.argv.end(), c.command.begin() + 1, c.command.end());
       if (const std::string warning = asked_env_warning(c); !warning.empty()) event(warning);
       std::vector<std::string> pass(std::begin(kWorkerEnvironment), std::end(kWorkerEnvironment));
-      pass.insert(pass.end(), options_.workers.pass_env.begin(), options_.workers.pass_env.end());
+      pass.insert(pass.end(), options.workers.pass_env.begin(), options.workers.pass_env.end());
       pass.insert(pass.end(), c.env.begin(), c.env.end());
       o.child.env = plan.empty_environment ? std::vector<std::string>{} : pick_environment(pass);
       o.child.cwd = c.dir;
       o.child.name = (c.kind == "mcp_server" ? "MCP server " : "skill ") + c.name;
-      o.child.on_event = options_.on_event;
-      o.child.max_line_bytes = options_.max_output_bytes + (1u << 20);
+      o.child.on_event = options.on_event;
+      o.child.max_line_bytes = options.max_output_bytes + (1u << 20);
       o.start_timeout_ms = c.start_timeout_ms;
-      o.tick_interval_ms = c.tick_interval_ms >= 0                    ? c.tick_interval_ms
-                           : c.kind == "skill" && c.methods == "seed" ? options_.skill_tick_ms
+      o.tick_interval_ms = c.tick_interval_ms >= 0                          ? c.tick_interval_ms
+                           : c.kind == "skill" && c.methods == "lifecycle" ? options.skill_tick_ms
                                                                       : 0;
       o.data_dir = c.data_dir;
       o.skill_manifest_json = c.skill_manifest_json;
-      o.on_event = options_.on_event;
-      std::shared_ptr<JsonRpcToolset> toolset;
+      o.on_event = options.on_event;
+      std::shared_ptr<HostedServer> toolset;
       std::vector<RemoteTool> tools;
       try {
-        toolset = std::make_shared<JsonRpcToolset>(std::move(o));
+        toolset = std::make_shared<HostedServer>(std::move(o));
         started.push_back(toolset);
         tools = toolset->start();
       } catch (const HostError& e) {
@@ -163,7 +147,7 @@ std::vector<std::shared_ptr<JsonRpcToolset>> Host::start_children(const ToolMani
       }
       if (tools.empty()) refuse_child(manifest, c, "it offers no tools");
       for (const RemoteTool& r : tools) {
-        runners.push_back(std::make_unique<JsonRpcToolRunner>(toolset, r.name, plan.enforcement_json));
+        runners.push_back(std::make_unique<HostedServerToolRunner>(toolset, r.name, plan.enforcement_json));
         described.push_back({remote_info(manifest, c, r), runners.back().get()});
       }
     }
@@ -174,7 +158,8 @@ std::vector<std::shared_ptr<JsonRpcToolset>> Host::start_children(const ToolMani
   return started;
 }
 
-std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
+std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) {
+  const HostOptions& options = host_.options();
   const ToolManifest manifest = load_tool_manifest(manifest_path);
   std::lock_guard lock(manifest_mu_);
   std::vector<std::unique_ptr<Runner>> runners;
@@ -192,10 +177,10 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
       } catch (const HostError& e) {
         refuse_field(manifest, t, index, "python", e.what());
       }
-      const std::uint64_t memory_mb = t.memory_mb != 0 ? t.memory_mb : options_.python_memory_mb;
+      const std::uint64_t memory_mb = t.memory_mb != 0 ? t.memory_mb : options.python_memory_mb;
       SandboxPlan plan;
       try {
-        plan = plan_python_sandbox(t, python, options_.workers.executable, memory_mb);
+        plan = plan_python_sandbox(t, python, options.workers.executable, memory_mb);
       } catch (const HostError& e) {
         refuse_field(manifest, t, index, "python", e.what());
       }
@@ -204,26 +189,23 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
       po.python = plan.interpreter.empty() ? python : plan.interpreter;
       po.roots = {t.root};
       std::vector<std::string> pass(std::begin(kWorkerEnvironment), std::end(kWorkerEnvironment));
-      pass.insert(pass.end(), options_.workers.pass_env.begin(), options_.workers.pass_env.end());
+      pass.insert(pass.end(), options.workers.pass_env.begin(), options.workers.pass_env.end());
       pass.insert(pass.end(), t.env.begin(), t.env.end());
       po.env = plan.empty_environment ? std::vector<std::string>{} : pick_environment(pass);
       po.launcher = plan.launcher;
-      po.workers = t.workers != 0 ? t.workers : std::max<std::size_t>(1, options_.python_workers);
+      po.workers = t.workers != 0 ? t.workers : std::max<std::size_t>(1, options.python_workers);
       po.memory_mb = memory_mb;
       // The output cap, and room for the trace (what the tool printed: 64 KiB a stream).
-      po.max_answer_bytes = options_.max_output_bytes + (1u << 20);
-      po.on_event = options_.on_event;
+      po.max_answer_bytes = options.max_output_bytes + (1u << 20);
+      po.on_event = options.on_event;
       // Tools that would start their workers alike share them.
       std::string key = po.python + '\n' + t.root + '\n' + plan.key + '\n' + std::to_string(po.workers) + '\n' +
                         std::to_string(po.memory_mb);
       for (const auto& e : po.env) key += '\n' + e;
       std::shared_ptr<PythonWorkerPool> pool;
-      if (auto it = python_pools_.find(key); it != python_pools_.end())
-        pool = it->second;
-      else if (auto jt = new_pools.find(key); jt != new_pools.end())
-        pool = jt->second;
-      else
-        pool = new_pools.emplace(key, std::make_shared<PythonWorkerPool>(po)).first->second;
+      if (auto it = python_pools_.find(key); it != python_pools_.end()) pool = it->second;
+      else if (auto jt = new_pools.find(key); jt != new_pools.end()) pool = jt->second;
+      else pool = new_pools.emplace(key, std::make_shared<PythonWorkerPool>(po)).first->second;
       PythonRunner::ToolFields fields;
       fields.name = t.info.name;
       fields.entry = t.entry;
@@ -257,7 +239,7 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
         fields.token = token;
       }
       fields.app_root = t.root.empty() ? std::filesystem::path(manifest.path).parent_path().string() : t.root;
-      fields.max_answer_bytes = options_.max_output_bytes + (1u << 20);
+      fields.max_answer_bytes = options.max_output_bytes + (1u << 20);
       // Tools of one origin verified alike share its kept-alive connections.
       std::shared_ptr<http::Client>& client = http_clients_[url.origin() + '\n' + t.ca_file];
       if (!client) {
@@ -285,7 +267,7 @@ std::vector<std::string> Host::load_tools(const std::string& manifest_path) {
   const auto toolsets = start_children(manifest, described, runners);
   std::vector<std::string> added;
   try {
-    added = registry_.add_described(manifest.path, std::move(described), "tool manifest");
+    added = host_.registry_to_fill().add_described(manifest.path, std::move(described), "tool manifest");
   } catch (...) {
     for (auto& t : toolsets) t->close();
     throw;

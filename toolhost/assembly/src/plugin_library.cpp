@@ -2,7 +2,7 @@
 // statically linked machina-toolhost, whose tools are linked in, contains no dynamic
 // loading at all (a static program cannot safely dlopen code that needs the C library).
 #include <machina/errors.hpp>
-#include <machina/host.hpp>
+#include <machina/tool_host.hpp>
 #include <machina/tool_registry.hpp>
 
 #include <dlfcn.h>
@@ -19,8 +19,7 @@ std::vector<std::string> ToolRegistry::load_plugin(const std::string& path, Runn
     throw HostError(where + "cannot load: " + (why ? why : "unknown error"));
   }
   PluginEntryPoints entry;
-  entry.abi_version =
-      reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(lib.get(), MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
+  entry.abi_version = reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(lib.get(), MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
   if (entry.abi_version == nullptr) throw HostError(where + "missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
   entry.register_tools = reinterpret_cast<machina_plugin_register_fn>(dlsym(lib.get(), MACHINA_PLUGIN_REGISTER_SYMBOL));
   auto added = add_plugin(path, entry, runner);  // on a throw, `lib` closes the library
@@ -29,10 +28,11 @@ std::vector<std::string> ToolRegistry::load_plugin(const std::string& path, Runn
   return added;
 }
 
-std::vector<std::string> Host::load_plugin(const std::string& path) {
+std::vector<std::string> ToolHost::load_plugin(const std::string& path) {
   // An isolated plugin is loaded in a sandboxed worker, never here.
-  if (process_) return registry_.add_described(path, process_->describe(path), process_.get());
-  return registry_.load_plugin(path, &inline_);
+  ToolRegistry& registry = host_.registry_to_fill();
+  if (process_) return registry.add_described(path, process_->describe(path), process_.get());
+  return registry.load_plugin(path, &inline_);
 }
 
 }  // namespace machina

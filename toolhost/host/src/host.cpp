@@ -6,14 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <iterator>
 #include <type_traits>
-
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace machina {
 
@@ -28,9 +21,9 @@ struct Host::Scope final : Overrun {
   const Request* request = nullptr;
   Session* session = nullptr;
   std::int64_t timeout_ms = 0;
-  std::int64_t started_ns = 0;                       // when the host took the request (steady clock)
-  std::int64_t returned_ms = 0;                      // when the runner returned (steady_now_ms_not_after), if it ran
-  std::shared_ptr<const Slots> base;                 // the state the request set, if it sent one
+  std::int64_t started_ns = 0;        // when the host took the request (steady clock)
+  std::int64_t returned_ms = 0;       // when the runner returned (steady_now_ms_not_after), if it ran
+  std::shared_ptr<const Slots> base;  // the state the request set, if it sent one
   IdempotencyStore* store = nullptr;                 // where `ticket` is held
   const IdempotencyStore::Ticket* ticket = nullptr;  // set: complete it
   Takeover* takeover = nullptr;
@@ -41,19 +34,16 @@ struct Host::Scope final : Overrun {
   void overrun() noexcept override;
 };
 
-Host::Host(HostOptions options)
+Host::Host(HostOptions options, Hooks hooks)
     : options_(std::move(options)),
+      hooks_(std::move(hooks)),
       idempotency_(options_.idempotency),
-      registry_(options_.breaker),
-      inline_(options_.max_stuck_calls, options_.on_event) {
+      registry_(options_.breaker) {
   options_.check();
   // Before any tool of this host can run (its plugins are not loaded yet). machina-toolhost
   // has already taken the variable out of its environment; an embedding program keeps it.
   protect_lease_secret(/*unset=*/false);
-  if (options_.lease_enforce) {
-    refuse_key_file_in_workspace();
-    leases_ = std::make_unique<LeaseAuthority>(load_lease_secret(), options_.lease);
-  }
+  if (options_.lease_enforce) leases_ = std::make_unique<LeaseAuthority>(load_lease_secret(), options_.lease);
   if (options_.audit.enabled()) {
     try {
       audit_ = std::make_unique<AuditLog>(options_.audit);
@@ -67,151 +57,17 @@ Host::Host(HostOptions options)
                    why.c_str());
     }
   }
-  if (options_.isolation == Isolation::process) {
-    options_.workers.max_output_bytes = options_.max_output_bytes;
-    options_.workers.max_request_bytes = options_.max_request_bytes;
-    // Tools never see the lease key file, wherever it is.
-    if (const char* key_file = std::getenv("MACHINA_LEASE_KEY_FILE"); key_file != nullptr && *key_file != '\0') {
-      options_.workers.hidden_files.emplace_back(key_file);
-    }
-    process_ = std::make_unique<ProcessRunner>(options_.workers);
-  }
 }
 
 Host::~Host() = default;
-
-void Host::refuse_key_file_in_workspace() const {
-  // The built-in file tools read anything under their workspace (nothing outside it):
-  // the key file must not be there for them to find.
-  const char* key_file = std::getenv("MACHINA_LEASE_KEY_FILE");
-  if (key_file == nullptr || *key_file == '\0') return;
-  const char* root = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
-  std::error_code ec1, ec2;
-  const auto key = std::filesystem::weakly_canonical(key_file, ec1);
-  const auto workspace = std::filesystem::weakly_canonical(root != nullptr && *root != '\0' ? root : ".", ec2);
-  if (ec1 || ec2) return;  // (a key file that cannot be read is refused when it is read)
-  const auto rel = key.lexically_relative(workspace);
-  if (!rel.empty() && *rel.begin() != "..") {
-    throw HostError("the lease key file " + key.string() + " lies inside the tools' workspace " + workspace.string() +
-                    ": move it out (the file tools would read it)");
-  }
-}
-
-void Host::keep_audit_out_of_reach(Policy& policy) const {
-  // The store records what every tool did: no tool may read, change or remove it. Roots
-  // that hold it are refused; its files are protected by identity as the lease key is.
-  std::vector<std::string> roots = policy.files.roots;
-  for (const auto& [name, scope] : policy.users) roots.insert(roots.end(), scope.roots.begin(), scope.roots.end());
-  for (const auto& [id, root] : policy.codebases) roots.push_back(root);
-  std::vector<std::filesystem::path> bases;
-  for (const auto& root : roots) {
-    std::error_code ec;
-    auto base = std::filesystem::weakly_canonical(root, ec);
-    if (!ec) bases.push_back(std::move(base));
-  }
-  // The store's files share a folder or two: each folder is resolved once, and a file by
-  // itself only when it is a symbolic link.
-  std::vector<std::pair<std::filesystem::path, std::filesystem::path>> folders;  // as named, resolved
-  for (const auto& file : audit_->files()) {
-    std::error_code ec;
-    const std::filesystem::path named(file);
-    std::filesystem::path path;
-    struct stat link{};
-    if (::lstat(file.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
-      path = std::filesystem::weakly_canonical(named, ec);
-    } else {
-      const auto folder = named.parent_path();
-      auto it = std::find_if(folders.begin(), folders.end(), [&](const auto& f) { return f.first == folder; });
-      if (it == folders.end()) {
-        folders.emplace_back(folder, std::filesystem::weakly_canonical(folder.empty() ? "." : folder, ec));
-        it = std::prev(folders.end());
-      }
-      if (it->second.empty()) continue;  // (a folder that could not be resolved)
-      path = it->second / named.filename();
-    }
-    if (ec || path.is_relative()) continue;
-    for (const auto& base : bases) {
-      const auto rel = path.lexically_relative(base);
-      if (!rel.empty() && *rel.begin() != "..") {
-        throw HostError("the audit store's file " + path.string() + " lies inside the tools' root " + base.string() +
-                        ": put it where no tool reaches");
-      }
-    }
-    // Protected by identity too (against a link made to it), but for the files that come
-    // and go: an inode they leave is another file's next.
-    struct stat st{};
-    if (!AuditLog::comes_and_goes(file) && ::stat(path.c_str(), &st) == 0)
-      policy.protected_files.emplace_back(st.st_dev, st.st_ino);
-  }
-}
-
-Runner* Host::plugin_runner() {
-  if (process_) return process_.get();
-  return &inline_;
-}
-
-// Host::load_plugin is in plugin_library.cpp, with the rest of dynamic loading.
-
-std::vector<std::string> Host::add_packs(const std::vector<std::string>& packs, Policy policy) {
-  std::lock_guard lock(manifest_mu_);
-  if (packs_) throw HostError("the tool packs are already registered");
-  for (const auto& p : packs) {
-    const auto& known = PackRunner::pack_names();
-    if (std::find(known.begin(), known.end(), p) == known.end()) {
-      std::string names;
-      for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
-      throw HostError("unknown tool pack '" + p + "' (there are: " + names + ")");
-    }
-  }
-  if (audit_) {
-    try {
-      keep_audit_out_of_reach(policy);
-    } catch (const HostError& e) {
-      // The default store where the tools reach it: not kept, rather than the host stopped.
-      if (!options_.audit.optional || !options_.audit.jsonl_path.empty()) throw;
-      std::fprintf(stderr,
-                   "machina-toolhost: %s; running without the audit store (--audit-db FILE: a store elsewhere)\n",
-                   e.what());
-      audit_.reset();
-    }
-  }
-  auto runner = std::make_unique<PackRunner>(std::move(policy), options_.workers.executable);
-  const auto added = registry_.add_described("tool packs", runner->tools(packs), runner.get(), /*host_own=*/true);
-  packs_ = std::move(runner);
-  return added;
-}
-
-std::vector<std::string> Host::add_linked_plugin(PluginEntryPoints entry) {
-  auto added = registry_.add_plugin(std::string(kLinkedPluginSource), entry, plugin_runner());
-  if (process_) {
-    std::vector<ToolInfo> infos;
-    for (const auto& aid : added) infos.push_back(registry_.find(aid)->info);
-    process_->add_linked(infos);
-  }
-  return added;
-}
-
-void Host::close() {
-  if (process_) process_->close();
-  {
-    std::lock_guard lock(manifest_mu_);
-    if (packs_) packs_->close();
-    for (auto& runner : manifest_runners_) runner->close();
-  }
-  flush_audit();  // what was recorded is in the store once the owner is done with the host
-}
 
 HostStats Host::stats() const {
   HostStats s;
   s.calls = calls_.load();
   s.timeouts = timeouts_.load();
   s.crashes = crashes_.load();
-  s.stuck_now = inline_.stuck_now();
-  s.stuck_peak = inline_.stuck_peak();
-  if (process_) s.workers = process_->stats();
   return s;
 }
-
 void Host::event(const std::string& line) const {
   if (options_.on_event) options_.on_event(line);
 }
@@ -283,12 +139,9 @@ AuditCall Host::audit_call(const Request& request, const Response& response, std
   call.started_ns = started_ns;
   call.ended_ticks = audit_->ticks();
   call.aid = request.aid;
-  if (request.user)
-    call.user = *request.user;
-  else if (!request.caller.empty())
-    call.user = request.caller;
-  else
-    call.os_user = request.front != Front::http && request.front != Front::nats && request.front != Front::unknown;
+  if (request.user) call.user = *request.user;
+  else if (!request.caller.empty()) call.user = request.caller;
+  else call.os_user = request.front != Front::http && request.front != Front::nats && request.front != Front::unknown;
   call.input_json = request.input_json;
   call.output_bytes = response.output_json.size();
   return call;
@@ -347,9 +200,9 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
     return Response::failure(ErrorKind::malformed_request, std::string("malformed request: ") + kTimeoutRuleText);
   }
   if (request.idempotency_key && request.idempotency_key->size() > options_.idempotency.max_key_bytes) {
-    return Response::failure(ErrorKind::malformed_request, "malformed request: idempotency_key is longer than " +
-                                                               std::to_string(options_.idempotency.max_key_bytes) +
-                                                               " bytes");
+    return Response::failure(ErrorKind::malformed_request,
+                             "malformed request: idempotency_key is longer than " +
+                                 std::to_string(options_.idempotency.max_key_bytes) + " bytes");
   }
   if (request.trace_id && (request.trace_id->empty() || request.trace_id->size() > kMaxTraceIdBytes)) {
     return Response::failure(ErrorKind::malformed_request, "malformed request: trace_id must be from 1 to " +
@@ -365,8 +218,7 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   if (request.ds_state) base = session.apply(*request.ds_state);
 
   const Tool* tool = registry_.find(request.aid);
-  if (tool == nullptr) [[unlikely]]
-    return tool_not_found(request.aid);
+  if (tool == nullptr) [[unlikely]] return tool_not_found(request.aid);
 
   // A call the audit store must record is refused while it cannot (before a lease is used).
   if (audit_ && audit_->must_record(tool->info.tier) && !audit_->can_record()) [[unlikely]] {
@@ -382,8 +234,7 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
       Response r = Response::failure(ErrorKind::lease_required, "lease_required");
       r.lease_tier = tool->info.tier;
       r.lease_aid = tool->info.aid;
-      r.hint = "a tier-" + std::to_string(tool->info.tier) +
-               " tool runs only with a single-use lease: the operator issues " +
+      r.hint = "a tier-" + std::to_string(tool->info.tier) + " tool runs only with a single-use lease: the operator issues " +
                "one with `machina-toolhost lease issue --aid " + tool->info.aid + "` (with the host's " +
                "lease secret) and the request sends it as `_lease_token`";
       return r;
@@ -401,12 +252,9 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   const std::int64_t now = started_ns / 1'000'000;
   return [&] {  // (one Response, built in the caller's return slot)
     Response r;
-    if (!request.idempotency_key)
-      execute(*tool, request, session, now, scope, r);
-    else if (!shared_store_) [[likely]]
-      run_keyed(idempotency_, *tool, request, session, now, scope, r);
-    else
-      run_keyed<IdempotencyStore>(*shared_store_, *tool, request, session, now, scope, r);
+    if (!request.idempotency_key) execute(*tool, request, session, now, scope, r);
+    else if (!shared_store_) [[likely]] run_keyed(idempotency_, *tool, request, session, now, scope, r);
+    else run_keyed<IdempotencyStore>(*shared_store_, *tool, request, session, now, scope, r);
     return r;
   }();
 }
@@ -419,8 +267,9 @@ void Host::run_keyed(Store& store, const Tool& tool, const Request& request, Ses
   if constexpr (std::is_same_v<Store, IdempotencyCache>) {
     ticket = store.begin(tool.info.aid, *request.idempotency_key, request.input_json, now, r);
   } else {
-    ticket = store.begin(
-        KeyedCall{tool.info.aid, *request.idempotency_key, request.input_json, now, timeout_for(tool, request)}, r);
+    ticket = store.begin(KeyedCall{tool.info.aid, *request.idempotency_key, request.input_json, now,
+                                   timeout_for(tool, request)},
+                         r);
   }
   if (ticket.outcome != IdempotencyStore::Outcome::run) [[unlikely]] {
     if (!answer_without_running(store, tool, session, ticket, r)) return;
@@ -465,12 +314,15 @@ bool Host::answer_without_running(IdempotencyStore& store, const Tool& tool, Ses
                                                        " idempotency entries are calls still running; new keys "
                                                        "are refused until one finishes");
       return false;
-    case IdempotencyStore::Outcome::hit: r.idempotent_hit = true; [[fallthrough]];
+    case IdempotencyStore::Outcome::hit:
+      r.idempotent_hit = true;
+      [[fallthrough]];
     case IdempotencyStore::Outcome::answered:
       r.ds_state = report(session, nullptr);  // no state changed: an empty delta in serve mode
       return false;
     case IdempotencyStore::Outcome::wait:  // (wait() never answers `wait`)
-    case IdempotencyStore::Outcome::run: break;
+    case IdempotencyStore::Outcome::run:
+      break;
   }
   return false;
 }
@@ -513,10 +365,11 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
   scope.timeout_ms = timeout_ms;
   calls_.fetch_add(1, std::memory_order_relaxed);
   const std::int64_t deadline_ms = now + timeout_ms + 1;
-  RunOutcome outcome = tool.runner->run(
-      RunSpec{tool, request.input_json, deadline_ms, timeout_ms, call, &scope,
-              request.trace_id ? std::string_view(*request.trace_id) : std::string_view(), request.cancel,
-              request.progress, request.user ? std::string_view(*request.user) : std::string_view()});
+  RunOutcome outcome =
+      tool.runner->run(RunSpec{tool, request.input_json, deadline_ms, timeout_ms, call, &scope,
+                               request.trace_id ? std::string_view(*request.trace_id) : std::string_view(),
+                               request.cancel, request.progress,
+                               request.user ? std::string_view(*request.user) : std::string_view()});
   // A call that returns past its deadline is a timeout, whatever ran it and whether or not
   // its runner's timer could act in time (a watchdog thread kept off the CPU on a loaded
   // machine, a worker's answer read as its time ran out): whether a late call succeeds
@@ -530,7 +383,8 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
   }
   const int rc = outcome.rc;
   switch (outcome.ending) {
-    case RunOutcome::Ending::ran: break;
+    case RunOutcome::Ending::ran:
+      break;
     case RunOutcome::Ending::timed_out:
       timeouts_.fetch_add(1, std::memory_order_relaxed);
       r = timeout_response(tool, timeout_ms, outcome.detail);
@@ -540,9 +394,15 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
       r = Response::failure(ErrorKind::tool_crashed, "tool crashed: " + tool.info.aid + ": " + outcome.detail);
       event(r.error);
       break;
-    case RunOutcome::Ending::overloaded: refuse(ErrorKind::overloaded, outcome.detail); return;
-    case RunOutcome::Ending::closed: refuse(ErrorKind::internal_error, "internal error: the host is closed"); return;
-    case RunOutcome::Ending::failed: r = Response::failure(outcome.failure, outcome.detail); break;
+    case RunOutcome::Ending::overloaded:
+      refuse(ErrorKind::overloaded, outcome.detail);
+      return;
+    case RunOutcome::Ending::closed:
+      refuse(ErrorKind::internal_error, "internal error: the host is closed");
+      return;
+    case RunOutcome::Ending::failed:
+      r = Response::failure(outcome.failure, outcome.detail);
+      break;
     case RunOutcome::Ending::cancelled:
       r = Response::failure(ErrorKind::cancelled, "cancelled: " + tool.info.aid +
                                                       (outcome.detail.empty() ? "" : " (" + outcome.detail + ")"));
@@ -560,8 +420,8 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
 
   if (r.ok()) {
     if (call.output_overflow) {
-      r = Response::failure(ErrorKind::output_too_large,
-                            "tool output exceeds the " + std::to_string(options_.max_output_bytes) + "-byte cap");
+      r = Response::failure(ErrorKind::output_too_large, "tool output exceeds the " +
+                                                             std::to_string(options_.max_output_bytes) + "-byte cap");
     } else if (rc == MACHINA_TOOL_OK) {
       if (!call.output_set) {
         r = Response::failure(ErrorKind::invalid_output, "tool reported success without an output");
@@ -582,10 +442,8 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
   }
 
   // Reading the clock costs about as much as a small call here: only when needed.
-  if (error_info(r.kind).counts_for_breaker)
-    tool.breaker.record_failure(steady_now_ms());
-  else if (tool.breaker.engaged())
-    tool.breaker.record_success(steady_now_ms());
+  if (error_info(r.kind).counts_for_breaker) tool.breaker.record_failure(steady_now_ms());
+  else if (tool.breaker.engaged()) tool.breaker.record_success(steady_now_ms());
 
   // A failed call changes no state.
   r.ds_state = report(session, r.ok() && call.changes ? session.commit(*call.changes, call.base.get()) : nullptr);

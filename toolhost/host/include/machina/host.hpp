@@ -7,32 +7,20 @@
 #include <machina/circuit_breaker.hpp>
 #include <machina/clock.hpp>
 #include <machina/host_options.hpp>
-#include <machina/http_client.hpp>
 #include <machina/idempotency_cache.hpp>
 #include <machina/lease.hpp>
-#include <machina/policy.hpp>
 #include <machina/request.hpp>
 #include <machina/runner.hpp>
-#include <machina/runners/inline_runner.hpp>
-#include <machina/runners/pack_runner.hpp>
-#include <machina/runners/process_runner.hpp>
-#include <machina/runners/python_runner.hpp>
 #include <machina/tool_registry.hpp>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
 namespace machina {
-
-class JsonRpcToolset;
-struct ToolManifest;
-
-inline constexpr std::string_view kBuiltinPluginFile = "machina_builtin_tools.so";
 
 /// How a front answers on time when a tool overruns its deadline on the front's own
 /// thread (inline mode): see Host::handle.
@@ -45,45 +33,45 @@ class Takeover {
   virtual void deliver_overrun(Response response) = 0;
 };
 
+/// The pipeline's counters.
 struct HostStats {
-  std::uint64_t calls = 0;      // tool runs started
-  std::uint64_t timeouts = 0;   // calls answered `timeout`
-  std::uint64_t crashes = 0;    // calls answered `tool_crashed`
-  std::uint64_t stuck_now = 0;  // inline: threads still inside a tool past its deadline
-  std::uint64_t stuck_peak = 0;
-  ProcessRunner::Stats workers;  // process isolation
+  std::uint64_t calls = 0;        // tool runs started
+  std::uint64_t timeouts = 0;     // calls answered `timeout`
+  std::uint64_t crashes = 0;      // calls answered `tool_crashed`
 };
 
+/// The rule pipeline. It runs every tool through the tool's Runner and knows no concrete
+/// runner: the tool host (tool_host.hpp) builds the runners, registers the tools and fills
+/// the hooks through which the fronts reach what it owns.
 class Host {
  public:
-  /// Throws HostError if lease enforcement is on and no usable secret is configured.
-  explicit Host(HostOptions options = {});
+  /// What the fronts reach through the host that its owner provides; each may be empty.
+  struct Hooks {
+    /// A connection of a front's opened or closed (a --serve stream, an MCP or skill
+    /// connection, a Python transport): the hosted skills are told.
+    std::function<void(const std::string& id)> connection_opened;
+    std::function<void(const std::string& id)> connection_closed;
+    /// Inline calls still running past their deadline.
+    std::function<std::uint64_t()> stuck_calls;
+  };
+
+  /// Throws HostError for options no host can run with (HostOptions::check), if lease
+  /// enforcement is on and no usable secret is configured, or if an audit store named on
+  /// purpose cannot be opened.
+  explicit Host(HostOptions options = {}, Hooks hooks = {});
   ~Host();
   Host(const Host&) = delete;
   Host& operator=(const Host&) = delete;
 
-  /// Throws HostError naming the file (see ToolRegistry::load_plugin), or if process
-  /// isolation has already started its workers. With process isolation the library is
-  /// loaded in a sandboxed worker, never in this process (ProcessRunner::describe).
-  std::vector<std::string> load_plugin(const std::string& path);
-  /// Registers tools linked into this program (machina-toolhost's built-in pack). Isolated
-  /// workers, being this program too, are told to do the same (`--linked-tools`).
-  std::vector<std::string> add_linked_plugin(PluginEntryPoints entry);
-  /// Registers the tools a tool manifest declares (tool_manifest.hpp), each with the runner
-  /// its kind needs (Python tools: warm worker pools, shared by tools of one interpreter and
-  /// set-up). Throws HostError "FILE:LINE: …" for a bad manifest or an interpreter that is
-  /// not there, or naming the aid already registered; registers all of the file's tools or
-  /// none. Returns the aids added.
-  std::vector<std::string> load_tools(const std::string& manifest_path);
-  /// Registers the built-in tool packs (`packs`: of PackRunner::pack_names(); empty: all)
-  /// under each tool's every name, run in this process under `policy`. Throws HostError
-  /// for an unknown pack, a name already registered, or packs added before.
-  std::vector<std::string> add_packs(const std::vector<std::string>& packs, Policy policy);
-  /// A session of a front's began or ended (a --serve stream, an MCP or skill connection,
-  /// a Python transport): the hosted skills are told (lifecycle/onSessionStart, onSessionEnd).
-  void session_started(const std::string& id);
-  void session_ended(const std::string& id);
+  void connection_opened(const std::string& id) {
+    if (hooks_.connection_opened) hooks_.connection_opened(id);
+  }
+  void connection_closed(const std::string& id) {
+    if (hooks_.connection_closed) hooks_.connection_closed(id);
+  }
   const ToolRegistry& registry() const { return registry_; }
+  /// The registry to register tools in (the tool host's, while it loads them).
+  ToolRegistry& registry_to_fill() { return registry_; }
   const HostOptions& options() const { return options_; }
 
   /// Runs one request, applying every rule (see docs/protocol.md, the order of rules: the request's size, its
@@ -110,21 +98,18 @@ class Host {
   std::size_t idempotency_entries() const { return idempotency_.size(); }
   HostStats stats() const;
 
-  /// Ends the isolated worker processes (calls running in them fail with
-  /// `tool_crashed`; later isolated calls fail too) and writes out the audit store. Inline
-  /// tools are unaffected. For owners that must release processes before the host object
-  /// itself goes away.
-  void close();
-  /// The audit store (null unless HostOptions::audit names one). Its files are out of every
-  /// tool pack's reach (add_packs refuses roots that hold them).
+  /// The audit store (null unless HostOptions::audit names one).
   AuditLog* audit() const { return audit_.get(); }
+  /// Records nothing from here on (the tool host's choice, before the first call, for a
+  /// default store the tools could reach).
+  void drop_audit() { audit_.reset(); }
   /// Writes out what the audit store has been given (before a quick exit).
   void flush_audit() const {
     if (audit_) audit_->flush();
   }
 
-  /// Inline calls still running past their deadline (cheap; see HostStats::stuck_now).
-  std::uint64_t stuck_calls() const { return inline_.stuck_now(); }
+  /// Inline calls still running past their deadline (cheap).
+  std::uint64_t stuck_calls() const { return hooks_.stuck_calls ? hooks_.stuck_calls() : 0; }
 
   /// The deadline a request for `tool` gets, in milliseconds.
   std::int64_t timeout_for(const Tool& tool, const Request& request) const;
@@ -156,34 +141,16 @@ class Host {
                                                 IdempotencyStore::Ticket& ticket, Response& r);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
-  void refuse_key_file_in_workspace() const;
-  void keep_audit_out_of_reach(Policy& policy) const;
-  /// The runner for native plugin tools (the isolation option chooses).
-  Runner* plugin_runner();
-  /// Starts a manifest's skills and MCP servers and describes their tools (all or none).
-  std::vector<std::shared_ptr<JsonRpcToolset>> start_children(const ToolManifest& manifest,
-                                                              std::vector<ToolRegistry::Described>& described,
-                                                              std::vector<std::unique_ptr<Runner>>& runners);
   void event(const std::string& line) const;
 
   HostOptions options_;
-  std::unique_ptr<AuditLog> audit_;  // goes last of all: runners may record until they stop
+  Hooks hooks_;
+  std::unique_ptr<AuditLog> audit_;
   IdempotencyCache idempotency_;
   std::shared_ptr<IdempotencyStore> shared_store_;  // set: used in place of idempotency_
   std::unique_ptr<LeaseAuthority> leases_;
   std::atomic<std::uint64_t> calls_{0}, timeouts_{0}, crashes_{0};
-
-  // The runners outlive the registry's tools that point at them, and the inline runner's
-  // watchdog stops (first, in its destructor) before anything its callbacks use goes.
-  std::unique_ptr<ProcessRunner> process_;
-  std::unique_ptr<PackRunner> packs_;
-  std::mutex manifest_mu_;                                                 // one load_tools() at a time
-  std::vector<std::unique_ptr<Runner>> manifest_runners_;                  // a runner per manifest tool
-  std::map<std::string, std::shared_ptr<PythonWorkerPool>> python_pools_;  // by interpreter and set-up
-  std::map<std::string, std::shared_ptr<http::Client>> http_clients_;      // HTTP tool services, by origin
-  std::vector<std::shared_ptr<JsonRpcToolset>> toolsets_;                  // skills and MCP servers
   ToolRegistry registry_;
-  InlineRunner inline_;
 };
 
 }  // namespace machina
