@@ -5,6 +5,7 @@
 
 #include <machina/clock.hpp>
 #include <machina/errors.hpp>
+#include <machina/isolation/worker_flags.hpp>
 #include <machina/runners/process_runner.hpp>
 
 #include <sys/socket.h>
@@ -29,26 +30,35 @@ std::unique_ptr<ProcessRunner::Worker> ProcessRunner::start_worker(const std::ve
   w->control = sv[0];
   ChildSpec spec;
   spec.executable = options_.executable;
-  spec.argv = {options_.executable,   "--isolation-worker",
-               "--parent-pid",        std::to_string(getpid()),
-               "--max-output-bytes",  std::to_string(options_.max_output_bytes),
-               "--max-request-bytes", std::to_string(options_.max_request_bytes),
-               "--isolation-spares",  std::to_string(options_.spares)};
+  namespace flag = worker_flags;
+  const auto arg = [](std::string_view f) { return std::string(f); };
+  spec.argv = {options_.executable,
+               arg(flag::kWorker),
+               arg(flag::kParentPid),
+               std::to_string(getpid()),
+               arg(flag::kMaxOutputBytes),
+               std::to_string(options_.max_output_bytes),
+               arg(flag::kMaxRequestBytes),
+               std::to_string(options_.max_request_bytes),
+               arg(flag::kSpares),
+               std::to_string(options_.spares)};
   for (const auto& p : plugins) {
     if (p.empty()) {
-      spec.argv.push_back("--linked-tools");  // the host's own linked tools (it is this program too)
+      spec.argv.push_back(arg(flag::kLinkedTools));  // the host's own linked tools (it is this program too)
     } else {
-      spec.argv.push_back("--plugin");
+      spec.argv.push_back(arg(flag::kPlugin));
       spec.argv.push_back(p);
     }
   }
   const WorkerLimits& l = options_.limits;
-  if (l.cpu_seconds) spec.argv.insert(spec.argv.end(), {"--limit-cpu-s", std::to_string(l.cpu_seconds)});
-  if (l.address_space_mb) spec.argv.insert(spec.argv.end(), {"--limit-memory-mb", std::to_string(l.address_space_mb)});
-  if (l.open_files) spec.argv.insert(spec.argv.end(), {"--limit-open-files", std::to_string(l.open_files)});
-  if (l.file_size_mb) spec.argv.insert(spec.argv.end(), {"--limit-file-size-mb", std::to_string(l.file_size_mb)});
-  if (l.no_network) spec.argv.push_back("--no-network");
-  for (const auto& f : options_.hidden_files) spec.argv.insert(spec.argv.end(), {"--isolation-hide", f});
+  if (l.cpu_seconds) spec.argv.insert(spec.argv.end(), {arg(flag::kLimitCpuS), std::to_string(l.cpu_seconds)});
+  if (l.address_space_mb)
+    spec.argv.insert(spec.argv.end(), {arg(flag::kLimitMemoryMb), std::to_string(l.address_space_mb)});
+  if (l.open_files) spec.argv.insert(spec.argv.end(), {arg(flag::kLimitOpenFiles), std::to_string(l.open_files)});
+  if (l.file_size_mb)
+    spec.argv.insert(spec.argv.end(), {arg(flag::kLimitFileSizeMb), std::to_string(l.file_size_mb)});
+  if (l.no_network) spec.argv.push_back(arg(flag::kNoNetwork));
+  for (const auto& f : options_.hidden_files) spec.argv.insert(spec.argv.end(), {arg(flag::kHide), f});
   spec.env = env_;
   spec.fds = {{sv[1], 3}};
   spec.tail_bytes = options_.stderr_tail_bytes;
