@@ -5,18 +5,18 @@
 
 #include "nats_durable.hpp"
 #include "nats_kv_store.hpp"
+#include "nats_subjects.hpp"
+#include "stop_signal.hpp"
 
 #include <machina/errors.hpp>
 #include <machina/ndjson_front.hpp>
 #include <machina/tool_list.hpp>
-#include <machina/wire.hpp>
+#include <machina/ndjson_wire.hpp>
 
 #include <nats/nats.h>
 #include <nlohmann/json.hpp>
 
 #include <poll.h>
-#include <signal.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,108 +58,11 @@ constexpr char kToolsWildcard[] = "tools.>";
 constexpr std::int64_t kConnectTimeoutMs = 2000;
 constexpr std::int64_t kFlushTimeoutMs = 2000;
 
-int g_stop_fd = -1;  // an eventfd, written once to stop serving
-
-void on_stop_signal(int) {
-  const std::uint64_t one = 1;
-  if (g_stop_fd >= 0) (void)!::write(g_stop_fd, &one, sizeof one);
-}
+int g_stop_fd = -1;  // readable once SIGINT or SIGTERM came: stop serving (watch_stop_signals)
 
 void say(const std::string& text) {
   const std::string line = "machina-toolhost: " + text + "\n";
   (void)!::write(STDERR_FILENO, line.data(), line.size());
-}
-
-/// A server URL (or a comma-separated list of them) fit for a log: any user name, password
-/// or token before an '@' is left out.
-std::string without_credentials(std::string_view urls) {
-  std::string out;
-  while (!urls.empty()) {
-    const std::size_t comma = urls.find(',');
-    std::string_view url = urls.substr(0, comma);
-    const std::size_t scheme = url.find("://");
-    const std::size_t start = scheme == std::string_view::npos ? 0 : scheme + 3;
-    const std::size_t at = url.find('@', start);
-    if (!out.empty()) out.push_back(',');
-    if (at != std::string_view::npos && url.find('/', start) > at) {
-      out.append(url.substr(0, start)).append("***@").append(url.substr(at + 1));
-    } else {
-      out.append(url);
-    }
-    urls = comma == std::string_view::npos ? std::string_view() : urls.substr(comma + 1);
-  }
-  return out;
-}
-
-/// NATS subject tokens: letters, digits, '_' and '-', joined by single dots.
-bool subject_safe(std::string_view s) {
-  if (s.empty() || s.front() == '.' || s.back() == '.') return false;
-  char prev = '.';
-  for (char c : s) {
-    const bool word =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-    if (!word && !(c == '.' && prev != '.')) return false;
-    prev = c;
-  }
-  return true;
-}
-
-std::string endpoint_name(std::string_view aid) {
-  std::string out;
-  for (char c : aid.substr(0, 200)) {
-    const bool keep =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-    out.push_back(keep ? c : '_');
-  }
-  return out.empty() ? "tool" : out;
-}
-
-/// At most `max` bytes of `text`, cut at a character boundary, line breaks as spaces.
-std::string header_text(std::string_view text, std::size_t max) {
-  if (text.size() > max) {
-    std::size_t end = max;
-    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-    text = text.substr(0, end);
-  }
-  std::string out(text);
-  for (char& c : out) {
-    if (c == '\r' || c == '\n') c = ' ';
-  }
-  return out;
-}
-
-/// The numeric Nats-Service-Error-Code of a failed response (HTTP's meanings).
-const char* service_error_code(const std::string& status, const std::string& code) {
-  if (status == "INVALID_PICK") return code == "tool_not_found" ? "404" : "400";
-  if (status == "BREAKER_TRIP" || code == "service_unavailable" || code == "audit_unavailable") return "503";
-  static const std::unordered_map<std::string_view, const char*> by_code = {
-      {"timeout", "504"},        {"access_denied", "403"},     {"lease_required", "401"},
-      {"lease_rejected", "403"}, {"guarantee_blocked", "403"}, {"target_not_found", "404"},
-      {"rate_limited", "429"},   {"overloaded", "429"},        {"idempotency_conflict", "409"}};
-  const auto it = by_code.find(code);
-  return it == by_code.end() ? "500" : it->second;
-}
-
-/// A failure worded "Type: message", as the `tools.*` subjects answer it: a pack tool's
-/// message starts with its type already; otherwise the type of its code (error_kinds.def).
-std::string typed_error(const std::string& error, const std::string& code) {
-  static const std::unordered_map<std::string_view, std::string_view> by_code = [] {
-    std::unordered_map<std::string_view, std::string_view> m;
-    for (const auto& k : all_error_kinds()) m.emplace(k.code, k.error_type);
-    return m;
-  }();
-  for (const auto& [_, type] : by_code) {
-    if (error.size() > type.size() && error.starts_with(type) && error[type.size()] == ':') return error;
-  }
-  const auto it = by_code.find(code);
-  const std::string_view type = it == by_code.end() ? std::string_view("SystemError") : it->second;
-  // A message that starts with its type in lower case ("timeout: …") is worded once.
-  if (error.size() > type.size() && error[type.size()] == ':' &&
-      std::equal(type.begin(), type.end(), error.begin(),
-                 [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; })) {
-    return std::string(type) + error.substr(type.size());
-  }
-  return std::string(type) + ": " + error;
 }
 
 std::string random_id() {
@@ -222,7 +125,7 @@ struct Call final : Takeover {
   Clock::time_point start;
   Form form = Form::envelope;
   std::string tool_call_id, function_name;  // Form::openai
-  std::atomic<bool> delivered{false};       // the takeover has sent the answer
+  std::atomic<bool> delivered{false};  // the takeover has sent the answer
 
   std::unique_ptr<DurableReceipt> receipt;  // durable mode: acknowledged once answered
 
@@ -276,8 +179,7 @@ class NatsServer final : public DurableSink {
   std::string resolve(const std::string& name) const;
   /// The aid of the tool `aid` is another name of, else `aid`.
   std::string canonical(const std::string& aid) const;
-  void publish(const char* reply, std::string_view body,
-               const std::vector<std::pair<const char*, std::string>>& headers);
+  void publish(const char* reply, std::string_view body, const std::vector<std::pair<const char*, std::string>>& headers);
   bool may_answer(const char* reply) const;
   json identity(const char* kind) const;
   void add_endpoint(std::string name, std::string subject, std::string aid, json metadata, bool lists = false);
@@ -300,10 +202,10 @@ class NatsServer final : public DurableSink {
   std::deque<std::unique_ptr<Call>> queue_;
   std::size_t busy_ = 0;  // calls taken from the queue and not yet answered
   bool stopping_ = false;
-  std::size_t workers_ = 0;                        // worker threads, those left inside a tool not counted
-  bool dispatch_waits_ = false;                    // the subscriptions hold more than the queue had room for
-  std::atomic<bool> dispatching_{false};           // the subscriptions are all made
-  std::size_t dispatch_from_ = 0;                  // event loop thread: the subscription read first
+  std::size_t workers_ = 0;  // worker threads, those left inside a tool not counted
+  bool dispatch_waits_ = false;  // the subscriptions hold more than the queue had room for
+  std::atomic<bool> dispatching_{false};          // the subscriptions are all made
+  std::size_t dispatch_from_ = 0;                 // event loop thread: the subscription read first
   std::vector<std::unique_ptr<Call>> dispatched_;  // event loop thread: a batch for the queue
   Endpoint* durable_ep_ = nullptr;
   std::unique_ptr<DurableConsumer> durable_;  // --nats-durable
@@ -332,7 +234,7 @@ NatsServer::~NatsServer() {
     room_.notify_all();
     idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0 && workers_ == 0; });
   }
-  durable_.reset();                                  // (every receipt is gone with its call)
+  durable_.reset();  // (every receipt is gone with its call)
   if (store_) host_.set_idempotency_store(nullptr);  // (before the connection it uses goes)
   store_.reset();
   for (auto& s : subs_) natsSubscription_Destroy(s->sub);
@@ -457,8 +359,9 @@ void NatsServer::finish(Call& call, std::string_view line) {
     if (error.empty()) error = "failed";
     code = r.is_object() && r.contains("code") && r["code"].is_string() ? r["code"].get<std::string>() : "";
     status = r.is_object() && r.contains("status") && r["status"].is_string() ? r["status"].get<std::string>() : "";
-    headers = {
-        {kHdrError, header_text(error, 1024)}, {kHdrErrorCode, service_error_code(status, code)}, {kHdrWireCode, code}};
+    headers = {{kHdrError, header_text(error, 1024)},
+               {kHdrErrorCode, service_error_code(status, code)},
+               {kHdrWireCode, code}};
   }
   const std::string output = ok && r.contains("output_json") && r["output_json"].is_string() &&
                                      !r["output_json"].get_ref<const std::string&>().empty()
@@ -466,7 +369,9 @@ void NatsServer::finish(Call& call, std::string_view line) {
                                  : std::string("null");
   std::string body;
   switch (call.form) {
-    case Form::envelope: body = line; break;
+    case Form::envelope:
+      body = line;
+      break;
     case Form::tool_input:
       body = ok ? "{\"data\":" + output + ",\"error\":null}"
                 : json{{"data", nullptr}, {"error", typed_error(error, code)}}.dump();
@@ -477,10 +382,8 @@ void NatsServer::finish(Call& call, std::string_view line) {
         const json value = json::parse(output, nullptr, false);
         content = value.is_string() ? value.get<std::string>() : output;
       }
-      body =
-          json{
-              {"tool_call_id", call.tool_call_id}, {"role", "tool"}, {"name", call.function_name}, {"content", content}}
-              .dump();
+      body = json{{"tool_call_id", call.tool_call_id}, {"role", "tool"}, {"name", call.function_name}, {"content", content}}
+                 .dump();
       break;
     }
   }
@@ -515,8 +418,8 @@ bool NatsServer::serve_one(std::unique_ptr<Call> call) {
     std::string request, run_aid;
     if (parse(*call, request, run_aid, line)) {
       Session session(/*respond_with_delta=*/true);  // calls over NATS carry their own state
-      const auto handled =
-          ndjson::respond(host_, request, session, line, call.get(), run_aid, /*nul_terminated=*/true, Front::nats);
+      const auto handled = ndjson::respond(host_, request, session, line, call.get(), run_aid, /*nul_terminated=*/true,
+                                           Front::nats);
       if (handled.abandoned) {
         call->delivered.wait(false);
         return false;
@@ -603,8 +506,7 @@ void NatsServer::take(Endpoint* ep, natsMsg* msg, std::unique_ptr<DurableReceipt
 void NatsServer::answer_unknown(natsMsg* msg) {
   const char* reply = natsMsg_GetReply(msg);
   if (may_answer(reply)) {
-    const std::string error =
-        "InvalidInput: no tool is served on the subject " + header_text(natsMsg_GetSubject(msg), 200);
+    const std::string error = "InvalidInput: no tool is served on the subject " + header_text(natsMsg_GetSubject(msg), 200);
     publish(reply, json{{"data", nullptr}, {"error", error}}.dump(),
             {{kHdrError, error}, {kHdrErrorCode, "400"}, {kHdrWireCode, "malformed_request"}});
   }
@@ -706,10 +608,7 @@ void NatsServer::on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, 
     body["description"] = "machina-toolhost: every registered tool, one endpoint each (docs/nats.md)";
     json eps = json::array();
     for (const auto& ep : self.endpoints_)
-      eps.push_back({{"name", ep->name},
-                     {"subject", ep->subject},
-                     {"queue_group", self.o_.queue_group},
-                     {"metadata", ep->metadata}});
+      eps.push_back({{"name", ep->name}, {"subject", ep->subject}, {"queue_group", self.o_.queue_group}, {"metadata", ep->metadata}});
     body["endpoints"] = std::move(eps);
   } else {
     body = self.identity("stats");
@@ -736,8 +635,7 @@ void NatsServer::on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, 
 
 void NatsServer::on_error(natsConnection*, natsSubscription* sub, natsStatus s, void*) {
   if (s == NATS_SLOW_CONSUMER) {
-    say("SlowConsumerError: messages dropped on " +
-        std::string(sub ? natsSubscription_GetSubject(sub) : "a subscription") +
+    say("SlowConsumerError: messages dropped on " + std::string(sub ? natsSubscription_GetSubject(sub) : "a subscription") +
         " (more waiting than its pending limit)");
     return;
   }
@@ -795,10 +693,9 @@ int NatsServer::run() {
   natsOptions_Destroy(opts);
   if (st != NATS_OK) {
     throw HostError("--nats: cannot connect to " + without_credentials(o_.url) + ": " + natsStatus_GetText(st) +
-                    (st == NATS_NO_SERVER
-                         ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
-                                       "starts one; pip install 'machina-toolhost[nats]' brings it)")
-                         : std::string()));
+                    (st == NATS_NO_SERVER ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
+                                                        "starts one; pip install 'machina-toolhost[nats]' brings it)")
+                                          : std::string()));
   }
   if (o_.shared_store) {
     store_ = std::make_shared<NatsKvStore>(
@@ -806,20 +703,13 @@ int NatsServer::run() {
     host_.set_idempotency_store(store_);
   }
 
-  g_stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  struct sigaction sa{};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  g_stop_fd = watch_stop_signals();
 
   // Subjects under `tools.` all arrive through one wildcard subscription, so that an unknown
   // one is answered too, and a known one once (not by a second, exact subscription).
   for (const auto& ep : endpoints_) {
-    if (ep->subject.starts_with("tools."))
-      tools_subjects_[ep->subject] = ep.get();
-    else
-      subscribe(ep->subject, ep.get());
+    if (ep->subject.starts_with("tools.")) tools_subjects_[ep->subject] = ep.get();
+    else subscribe(ep->subject, ep.get());
   }
   subscribe(kToolsWildcard, nullptr);
   if (o_.durable) {  // an endpoint for its statistics, fed by the stream
@@ -844,8 +734,8 @@ int NatsServer::run() {
   }
   st = natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
   if (st != NATS_OK) {
-    throw HostError("--nats: " + without_credentials(o_.url) +
-                    " did not confirm the subscriptions: " + natsStatus_GetText(st));
+    throw HostError("--nats: " + without_credentials(o_.url) + " did not confirm the subscriptions: " +
+                    natsStatus_GetText(st));
   }
   say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " +
       without_credentials(o_.url));
@@ -876,8 +766,7 @@ int NatsServer::run() {
 
 void check_nats_front_options(const NatsFrontOptions& options) {
   if (!subject_safe(options.prefix))
-    throw HostError("--nats-prefix " + options.prefix +
-                    ": expected subject tokens (letters, digits, _ and -) joined by dots");
+    throw HostError("--nats-prefix " + options.prefix + ": expected subject tokens (letters, digits, _ and -) joined by dots");
   if (!subject_safe(options.queue_group) || options.queue_group.find('.') != std::string::npos)
     throw HostError("--nats-queue-group " + options.queue_group + ": expected one token (letters, digits, _ and -)");
   if (!subject_safe(options.stream) || options.stream.find('.') != std::string::npos)

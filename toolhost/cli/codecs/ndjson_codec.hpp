@@ -1,8 +1,8 @@
-// The original wire format (docs/protocol.md) on stdio: --serve's lines (a LineCodec for the serving kit) and
+// The NDJSON wire format (docs/protocol.md) on stdio: --serve's lines (a LineCodec for the line server) and
 // --run's one request on stdin.
 #pragma once
 
-#include "../serve_kit.hpp"
+#include "../line_server.hpp"
 
 namespace machina::cli {
 

@@ -1,10 +1,12 @@
-// The serving kit of the stdio fronts, generic over a line codec: bounded line reading,
+// The line server of the stdio fronts, generic over a line codec: bounded line reading,
 // calls run on one thread or on N worker threads, responses in request order (those with
 // an id may overtake), output batched until the reader would block, and the takeover of
-// a thread stuck in a tool past its deadline. A front is a codec: NDJSON (the original
-// wire format) today; a JSON-RPC front is a codec and its method table.
+// a thread stuck in a tool past its deadline. Each stdio front is a codec: NDJSON
+// (--serve, codecs/ndjson_codec) and MCP or skill JSON-RPC (--mcp, --skill,
+// codecs/mcp_skill_codec).
 #pragma once
 
+#include <machina/fd_io.hpp>
 #include <machina/host.hpp>
 
 #include <chrono>
@@ -34,7 +36,8 @@ class LineCodec {
   virtual ~LineCodec() = default;
   /// Answers one line (appending zero or more output lines to `out`), calling the host
   /// with `takeover` for the calls it makes. `line.data()[line.size()]` is '\0'.
-  virtual Handled handle(Host& host, std::string_view line, Session& session, std::string& out, Takeover* takeover) = 0;
+  virtual Handled handle(Host& host, std::string_view line, Session& session, std::string& out,
+                         Takeover* takeover) = 0;
   /// The answer to a line longer than the host's request cap: `head` is its start (at most
   /// LineReader::kHeadBytes; the rest is never read).
   virtual void answer_too_large(Host& host, std::string_view head, std::string& out) = 0;
@@ -59,7 +62,7 @@ struct ServeOptions {
 /// Serves until end of input; returns the process exit code.
 int serve(Host& host, LineCodec& codec, const ServeOptions& options);
 
-/// Writes all of `data`; false if the reader is gone.
-bool write_all(int fd, std::string_view data);
+/// Writes all of `data`; false if the reader is gone (fd_io.hpp).
+using machina::write_all;
 
 }  // namespace machina::cli

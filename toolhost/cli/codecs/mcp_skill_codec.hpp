@@ -2,12 +2,13 @@
 // handshake revisions — initialize with version negotiation, tools/list, tools/call, ping —
 // and the 2026-07-28 revision — server/discover, each request carrying its protocol version
 // in `_meta`, no session — the connection's first request choosing, with cancellation and
-// progress in both) and --skill (a seed-001 skill: initialize with its tools, tools/call,
-// lifecycle/*, shutdown). Both are codecs of the serving kit; every call goes through
-// Host::handle like any other front's. One codec serves one connection. See docs/jsonrpc.md.
+// progress in both) and --skill (a skill of the lifecycle/* layout: initialize with its
+// tools, tools/call, lifecycle/*, shutdown). Both are codecs of the line server; every call
+// goes through Host::handle like any other front's. One codec serves one connection. See
+// docs/mcp-and-skills.md.
 #pragma once
 
-#include "../serve_kit.hpp"
+#include "../line_server.hpp"
 
 #include <machina/jsonrpc.hpp>
 
@@ -20,11 +21,11 @@
 
 namespace machina::cli {
 
-class JsonRpcCodec final : public LineCodec {
+class McpSkillCodec final : public LineCodec {
  public:
   enum class Dialect { mcp, skill };
   /// `page_size`: tools per tools/list page (MCP).
-  explicit JsonRpcCodec(Dialect dialect, std::size_t page_size = 100);
+  explicit McpSkillCodec(Dialect dialect, std::size_t page_size = 100);
 
   Handled handle(Host& host, std::string_view line, Session& session, std::string& out, Takeover* takeover) override;
   void answer_too_large(Host& host, std::string_view head, std::string& out) override;
@@ -41,8 +42,8 @@ class JsonRpcCodec final : public LineCodec {
   void call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session, std::string& out,
             Takeover* takeover, Handled& handled);
   /// A request on a 2026-07-28 connection: its envelope checked, then served.
-  void serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session, std::string& out,
-                    Takeover* takeover, Handled& handled);
+  void serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
+                    std::string& out, Takeover* takeover, Handled& handled);
   void initialize(Host& host, const std::string& id, std::string_view params, std::string& out);
   void list_tools(Host& host, const std::string& id, std::string_view params, std::string& out);
   bool modern() const { return era_.load(std::memory_order_acquire) == Era::modern; }

@@ -1,5 +1,5 @@
-// See serve_kit.hpp.
-#include "serve_kit.hpp"
+// See line_server.hpp.
+#include "line_server.hpp"
 
 #include "line_reader.hpp"
 
@@ -10,8 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -42,12 +42,7 @@ void write_unsent() {
   const char* data = g_unsent_data.exchange(nullptr);
   const std::size_t size = g_unsent_size.load();
   if (data == nullptr || g_wire_fd < 0) return;
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(g_wire_fd, data + done, size - done);
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
+  (void)write_all(g_wire_fd, std::string_view(data, size));
 }
 
 void on_fatal_signal(int sig) {
@@ -63,7 +58,7 @@ void install_unsent_handlers(int wire_fd) {
   installed = true;
   std::atexit(write_unsent);
   for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_fatal_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESETHAND | SA_NODEFER;
@@ -128,12 +123,12 @@ class ServingThreads {
   int running_ = 0;
 };
 
-/// The session one serving thread handles a line in: the stream's, or with
+/// The ds_state one serving thread handles a line with: the stream's, or with
 /// state_per_call one that starts empty for every line (each thread has its own, so a
 /// thread left in a stuck tool keeps the one its call runs with).
-class LineSession {
+class StreamState {
  public:
-  LineSession(Session& stream, bool per_call) : stream_(stream), per_call_(per_call) {
+  StreamState(Session& stream, bool per_call) : stream_(stream), per_call_(per_call) {
     if (per_call_) own_.emplace(/*respond_with_delta=*/true);
   }
   Session& get() { return per_call_ ? *own_ : stream_; }
@@ -155,12 +150,8 @@ class LineSession {
 class InlineServer final : public Takeover {
  public:
   InlineServer(Host& host, LineCodec& codec, const ServeOptions& o)
-      : host_(host),
-        codec_(codec),
-        o_(o),
-        reader_(o.in_fd, host.options().max_request_bytes, o.spin),
-        session_(true),
-        wire_(o.out_fd) {
+      : host_(host), codec_(codec), o_(o), reader_(o.in_fd, host.options().max_request_bytes, o.spin),
+        session_(true), wire_(o.out_fd) {
     out_.reserve(2 * kFlushAt);
     codec_.attach([this](std::string_view lines) { wire_.write(lines); });
   }
@@ -190,7 +181,7 @@ class InlineServer final : public Takeover {
 
   void serve() {
     auto before_block = [this] { flush(); };
-    LineSession session(session_, o_.state_per_call);
+    StreamState session(session_, o_.state_per_call);
     std::string_view line;
     while (!stopped_) {
       const auto next = reader_.next(line, before_block);
@@ -280,10 +271,8 @@ class OrderedWriter {
     if (open_ && !text.empty()) open_ = wire_.write(text);
   }
   void mark_done(std::uint64_t seq) {
-    if (seq == next_)
-      ++next_;
-    else
-      done_ahead_.insert(seq);
+    if (seq == next_) ++next_;
+    else done_ahead_.insert(seq);
   }
 
   Wire& wire_;
@@ -311,12 +300,7 @@ struct Job {
 class WorkerServer {
  public:
   WorkerServer(Host& host, LineCodec& codec, const ServeOptions& o)
-      : host_(host),
-        codec_(codec),
-        o_(o),
-        session_(true),
-        wire_(o.out_fd),
-        writer_(wire_, o.max_in_flight),
+      : host_(host), codec_(codec), o_(o), session_(true), wire_(o.out_fd), writer_(wire_, o.max_in_flight),
         reader_(o.in_fd, host.options().max_request_bytes, o.spin) {
     codec_.attach([this](std::string_view lines) { wire_.write(lines); });
   }
@@ -367,7 +351,7 @@ class WorkerServer {
   void work() {
     using Clock = std::chrono::steady_clock;
     std::string out;
-    LineSession session(session_, o_.state_per_call);
+    StreamState session(session_, o_.state_per_call);
     std::unique_lock lock(mu_);
     for (;;) {
       Job job;
@@ -460,7 +444,7 @@ class WorkerServer {
 
   /// Runs one line's call and writes its answer; false if the thread was lost to a stuck
   /// tool (it must leave: another serves in its place).
-  bool run_job(Job& job, std::string& out, LineSession& session) {
+  bool run_job(Job& job, std::string& out, StreamState& session) {
     out.clear();
     LineCodec::Handled handled;
     if (job.too_large) {
@@ -485,9 +469,9 @@ class WorkerServer {
   Session session_;
   Wire wire_;
   OrderedWriter writer_;
-  LineReader reader_;        // used by the one thread reading
-  std::uint64_t seq_ = 0;    // (the reading thread's)
-  bool stop_after_ = false;  // (the reading thread's) a line said to read no further
+  LineReader reader_;          // used by the one thread reading
+  std::uint64_t seq_ = 0;      // (the reading thread's)
+  bool stop_after_ = false;    // (the reading thread's) a line said to read no further
   // A call left unattended (run by the thread that read it, nobody reading) is taken over
   // once it has run kTakeOver; the standby looks every kStandbyPollMin while requests
   // come, up to every kStandbyPollMax while it finds nothing to take over, and sleeps once
@@ -500,15 +484,15 @@ class WorkerServer {
   std::mutex mu_;
   std::condition_variable turn_;        // followers
   std::condition_variable standby_cv_;  // the standby
-  bool standby_ = false;                // a thread stands by
-  bool standby_idle_ = false;           // ... asleep until woken
-  bool unattended_ = false;             // nobody reads: the reader runs a call (since unattended_at_)
+  bool standby_ = false;       // a thread stands by
+  bool standby_idle_ = false;  // ... asleep until woken
+  bool unattended_ = false;    // nobody reads: the reader runs a call (since unattended_at_)
   std::chrono::steady_clock::time_point unattended_at_{}, last_read_{};
   std::uint64_t unattended_serial_ = 0;  // which run left it so
-  bool reading_ = false;                 // a thread is reading
-  bool ended_ = false;                   // nothing more will be read
-  unsigned busy_ = 0;                    // calls running
-  std::deque<Job> waiting_;              // read, waiting for a call slot
+  bool reading_ = false;       // a thread is reading
+  bool ended_ = false;         // nothing more will be read
+  unsigned busy_ = 0;          // calls running
+  std::deque<Job> waiting_;    // read, waiting for a call slot
   ServingThreads threads_;
 };
 
@@ -518,18 +502,6 @@ int serve_workers(Host& host, LineCodec& codec, const ServeOptions& o) {
 }
 
 }  // namespace
-
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
 
 int serve(Host& host, LineCodec& codec, const ServeOptions& options) {
   return options.workers <= 1 ? serve_inline(host, codec, options) : serve_workers(host, codec, options);

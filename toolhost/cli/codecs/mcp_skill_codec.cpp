@@ -1,10 +1,10 @@
-// See jsonrpc_codec.hpp.
-#include "jsonrpc_codec.hpp"
+// See mcp_skill_codec.hpp.
+#include "mcp_skill_codec.hpp"
 
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
 #include <machina/tool_names.hpp>
-#include <machina/wire.hpp>
+#include <machina/ndjson_wire.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -274,9 +274,9 @@ void unsupported_version(std::string& out, std::string_view id, std::string_view
 
 }  // namespace
 
-JsonRpcCodec::JsonRpcCodec(Dialect dialect, std::size_t page_size) : dialect_(dialect), page_size_(page_size) {}
+McpSkillCodec::McpSkillCodec(Dialect dialect, std::size_t page_size) : dialect_(dialect), page_size_(page_size) {}
 
-JsonRpcCodec::Era JsonRpcCodec::settle_era(const jsonrpc::Message& m) {
+McpSkillCodec::Era McpSkillCodec::settle_era(const jsonrpc::Message& m) {
   Era era = era_.load(std::memory_order_acquire);
   if (era != Era::open || dialect_ != Dialect::mcp || m.kind != jsonrpc::Message::Kind::request) return era;
   const Era chosen = m.method != "initialize" && read_envelope(m).has_version ? Era::modern : Era::handshake;
@@ -285,7 +285,7 @@ JsonRpcCodec::Era JsonRpcCodec::settle_era(const jsonrpc::Message& m) {
   return era;
 }
 
-LineCodec::Peek JsonRpcCodec::peek(std::string_view line) {
+LineCodec::Peek McpSkillCodec::peek(std::string_view line) {
   if (dialect_ == Dialect::mcp && era_.load(std::memory_order_acquire) == Era::open) {
     // Lines are peeked in the order they are read: the connection's first request settles
     // its era before any later line is handled.
@@ -317,7 +317,7 @@ LineCodec::Peek JsonRpcCodec::peek(std::string_view line) {
   return Peek::handle;
 }
 
-void JsonRpcCodec::cancel(const std::string& id) {
+void McpSkillCodec::cancel(const std::string& id) {
   CancelToken* token = nullptr;
   {
     std::lock_guard lock(mu_);
@@ -334,26 +334,25 @@ void JsonRpcCodec::cancel(const std::string& id) {
   }
 }
 
-bool JsonRpcCodec::forget_if_cancelled(const std::string& id) {
+bool McpSkillCodec::forget_if_cancelled(const std::string& id) {
   std::lock_guard lock(mu_);
   return cancelled_.count(id) != 0;
 }
 
-LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Session& session, std::string& out,
+LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Session& session, std::string& out,
                                         Takeover* takeover) {
   Handled handled;
   handled.has_id = true;  // every answer is matched by its id: none waits for another
   jsonrpc::Message m;
   std::string why;
   if (!jsonrpc::parse(line, m, why)) {
-    jsonrpc::append_error(out, "null", jsonrpc::kParseError, "Parse error: " + why,
-                          error_data(ErrorKind::malformed_request));
+    jsonrpc::append_error(out, "null", jsonrpc::kParseError, "Parse error: " + why, error_data(ErrorKind::malformed_request));
     return handled;
   }
   using Kind = jsonrpc::Message::Kind;
   if (m.kind == Kind::invalid) {
-    const bool usable_id =
-        !m.id.empty() && (m.id.front() == '"' || m.id.front() == '-' || (m.id.front() >= '0' && m.id.front() <= '9'));
+    const bool usable_id = !m.id.empty() && (m.id.front() == '"' || m.id.front() == '-' ||
+                                             (m.id.front() >= '0' && m.id.front() <= '9'));
     jsonrpc::append_error(out, usable_id ? m.id : "null", jsonrpc::kInvalidRequest, "Invalid Request: " + m.why,
                           error_data(ErrorKind::malformed_request));
     return handled;
@@ -361,15 +360,13 @@ LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Sessi
   if (m.kind == Kind::request && !m.id.empty() && m.id.front() != '"' &&
       m.id.find_first_of(".eE") != std::string_view::npos) {
     // (JSON-RPC says an id SHOULD NOT hold a fraction; this front takes integers and strings.)
-    jsonrpc::append_error(out, "null", jsonrpc::kInvalidRequest,
-                          "Invalid Request: the id must be a string or an integer",
+    jsonrpc::append_error(out, "null", jsonrpc::kInvalidRequest, "Invalid Request: the id must be a string or an integer",
                           error_data(ErrorKind::malformed_request));
     return handled;
   }
   if (m.kind == Kind::result || m.kind == Kind::error) return handled;  // (we ask the client nothing)
   if (m.kind == Kind::notification) {
-    if (m.method == "notifications/cancelled")
-      peek(line);  // (inline serving: read here, not before)
+    if (m.method == "notifications/cancelled") peek(line);  // (inline serving: read here, not before)
     else if (dialect_ == Dialect::skill && m.method.rfind("lifecycle/", 0) == 0) {
       // (a lifecycle notification: nothing to answer)
     }
@@ -400,8 +397,8 @@ LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Sessi
     jsonrpc::append_result(out, id, "{}");
   } else if (method == "tools/list") {
     list_tools(host, id, m.params, out);
-  } else if (dialect_ == Dialect::skill &&
-             (method.rfind("lifecycle/", 0) == 0 || method.rfind("skill/", 0) == 0 || method == "shutdown")) {
+  } else if (dialect_ == Dialect::skill && (method.rfind("lifecycle/", 0) == 0 || method.rfind("skill/", 0) == 0 ||
+                                            method == "shutdown")) {
     // A session's start and end reach the skills this host itself hosts.
     if (method == "lifecycle/onSessionStart" || method == "lifecycle/onSessionEnd" || method == "skill/sessionStart" ||
         method == "skill/sessionEnd") {
@@ -409,16 +406,13 @@ LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Sessi
       jsonrpc::for_each_member(
           m.params,
           [&](const Member& member) {
-            if (member.key == "sessionId" && member.type == Member::Type::string)
-              session_id = std::string(member.string);
+            if (member.key == "sessionId" && member.type == Member::Type::string) session_id = std::string(member.string);
             return true;
           },
           why);
       if (!session_id.empty()) {
-        if (method.find("Start") != std::string::npos)
-          host.session_started(session_id);
-        else
-          host.session_ended(session_id);
+        if (method.find("Start") != std::string::npos) host.connection_opened(session_id);
+        else host.connection_closed(session_id);
       }
     }
     jsonrpc::append_result(out, id, R"({"ok":true})");
@@ -430,7 +424,7 @@ LineCodec::Handled JsonRpcCodec::handle(Host& host, std::string_view line, Sessi
   return handled;
 }
 
-void JsonRpcCodec::serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
+void McpSkillCodec::serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
                                 std::string& out, Takeover* takeover, Handled& handled) {
   const std::string& method = m.method;
   std::string why;
@@ -439,8 +433,7 @@ void JsonRpcCodec::serve_modern(Host& host, const std::string& id, const jsonrpc
     jsonrpc::for_each_member(
         m.params,
         [&](const Member& member) {
-          if (member.key == "protocolVersion" && member.type == Member::Type::string)
-            requested = std::string(member.string);
+          if (member.key == "protocolVersion" && member.type == Member::Type::string) requested = std::string(member.string);
           return true;
         },
         why);
@@ -478,7 +471,7 @@ void JsonRpcCodec::serve_modern(Host& host, const std::string& id, const jsonrpc
                         json(method).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-void JsonRpcCodec::initialize(Host& host, const std::string& id, std::string_view params, std::string& out) {
+void McpSkillCodec::initialize(Host& host, const std::string& id, std::string_view params, std::string& out) {
   if (dialect_ == Dialect::skill) {
     json tools = json::array();
     for (const Tool* t : host.registry().tools()) {
@@ -486,11 +479,10 @@ void JsonRpcCodec::initialize(Host& host, const std::string& id, std::string_vie
       if (!i.alias_of.empty()) continue;
       tools.push_back({{"name", i.aid}, {"description", i.description}, {"parameters", advertised_input_schema(i)}});
     }
-    const json result = {
-        {"name", "machina-toolhost"},
-        {"description", "The tools of a machina-toolhost, each run with its deadline, caps and checks"},
-        {"version", MACHINA_VERSION},
-        {"tools", tools}};
+    const json result = {{"name", "machina-toolhost"},
+                         {"description", "The tools of a machina-toolhost, each run with its deadline, caps and checks"},
+                         {"version", MACHINA_VERSION},
+                         {"tools", tools}};
     jsonrpc::append_result(out, id, result.dump(-1, ' ', false, json::error_handler_t::replace));
     return;
   }
@@ -512,7 +504,7 @@ void JsonRpcCodec::initialize(Host& host, const std::string& id, std::string_vie
   jsonrpc::append_result(out, id, result.dump());
 }
 
-void JsonRpcCodec::list_tools(Host& host, const std::string& id, std::string_view params, std::string& out) {
+void McpSkillCodec::list_tools(Host& host, const std::string& id, std::string_view params, std::string& out) {
   std::size_t from = 0;
   std::string bad, why;
   if (!params.empty()) {
@@ -532,7 +524,7 @@ void JsonRpcCodec::list_tools(Host& host, const std::string& id, std::string_vie
         why);
   }
   if (!bad.empty()) return jsonrpc::append_error(out, id, jsonrpc::kInvalidParams, bad);
-  // Another name of a tool (a pack tool's seed names) would show a model the same tool
+  // Another name of a tool (a pack tool's dispatch names) would show a model the same tool
   // twice: only primary names are listed (the others still answer calls).
   std::vector<const Tool*> all;
   for (const Tool* t : host.registry().tools()) {
@@ -568,7 +560,7 @@ void JsonRpcCodec::list_tools(Host& host, const std::string& id, std::string_vie
   jsonrpc::append_result(out, id, text);
 }
 
-void JsonRpcCodec::call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
+void McpSkillCodec::call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
                         std::string& out, Takeover* takeover, Handled& handled) {
   Request request;
   std::string token, why;
@@ -603,13 +595,12 @@ void JsonRpcCodec::call(Host& host, const std::string& id, const jsonrpc::Messag
   encode_result(r, id, out);
 }
 
-void JsonRpcCodec::encode(const Response& response, std::string& out) {
+void McpSkillCodec::encode(const Response& response, std::string& out) {
   if (!response.id_json.empty() && forget_if_cancelled(response.id_json)) return;
-  encode_result(response, response.id_json.empty() ? std::string_view("null") : std::string_view(response.id_json),
-                out);
+  encode_result(response, response.id_json.empty() ? std::string_view("null") : std::string_view(response.id_json), out);
 }
 
-void JsonRpcCodec::encode_result(const Response& r, std::string_view id, std::string& out) const {
+void McpSkillCodec::encode_result(const Response& r, std::string_view id, std::string& out) const {
   const ErrorKindInfo& info = error_info(r.kind);
   if (is_request_error(r.kind)) {
     const int code = r.kind == ErrorKind::request_too_large ? jsonrpc::kInvalidRequest : jsonrpc::kInvalidParams;
@@ -633,7 +624,7 @@ void JsonRpcCodec::encode_result(const Response& r, std::string_view id, std::st
     append_json_string(out, text);
     put(out, "}]");
   } else {
-    append_json_string(out, text);  // the seed's: a string
+    append_json_string(out, text);  // a skill's: a string
   }
   // MCP's structured content is an object (2025 revisions); a skill's may be any JSON.
   if (r.ok() && (dialect_ == Dialect::skill || starts_object(r.output_json))) {
@@ -691,7 +682,7 @@ void JsonRpcCodec::encode_result(const Response& r, std::string_view id, std::st
   put(out, "}}\n");
 }
 
-void JsonRpcCodec::answer_too_large(Host& host, std::string_view head, std::string& out) {
+void McpSkillCodec::answer_too_large(Host& host, std::string_view head, std::string& out) {
   const std::string id = jsonrpc::find_id(head);
   const Response r = host.request_too_large();
   jsonrpc::append_error(out, id.empty() ? "null" : id, jsonrpc::kInvalidRequest, r.error, error_data(r.kind));
