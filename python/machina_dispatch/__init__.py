@@ -163,10 +163,8 @@ class Host(_core.Host):
         elif plugins is None and not options.get("worker_executable"):
             options["worker_executable"] = find_executable() or ""  # shell.exec's walls
         super().__init__(**options)  # type: ignore[arg-type]
-        for path in plugins if plugins is not None else [builtin_plugin_path()]:
-            self.load_plugin(os.fspath(path))
-        if plugins is None:
-            self.add_packs()
+        self.load_default_tools(plugins=None if plugins is None else [os.fspath(p) for p in plugins],
+                                builtin_plugin=os.fspath(builtin_plugin_path()))
 
     def call(self, aid: str, input_json: str, session: Session, idempotency_key: str | None = None,
              lease_token: str | None = None, timeout_ms: int | None = None,

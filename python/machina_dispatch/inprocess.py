@@ -74,20 +74,19 @@ class InProcess(Transport):
             if found_exe is not None:
                 options["worker_executable"] = found_exe
         self.host = _core.Host(isolation=isolation, **options)
-        for path in plugins if plugins is not None else [builtin_plugin_path()]:
-            self.host.load_plugin(os.fspath(path))
-        if packs if packs is not None else plugins is None:
-            self.host.add_packs(packs or [], None if policy is None else os.fspath(policy))
-        for path in tools or []:
-            self.host.load_tools(os.fspath(path))
+        self.host.load_default_tools(plugins=None if plugins is None else [os.fspath(p) for p in plugins],
+                                     packs=packs, policy=None if policy is None else os.fspath(policy),
+                                     tools=[os.fspath(p) for p in tools or []],
+                                     builtin_plugin=os.fspath(builtin_plugin_path()))
         # The transport's life is a session of the hosted skills' (lifecycle/onSessionStart).
         self._session: str | None = None
         if tools:
             self._session = f"python-{os.getpid()}-{id(self):x}"
             self.host.session_started(self._session)
         # What the compiled call needs; None once closed.
-        self._fast: tuple[Any, ...] | None = (self.host, timeout_ms(self.timeout), input_text, state_text,
-                                              apply_state, timeout_ms)
+        self._fast: _core.InProcessState | None = _core.InProcessState(
+            host=self.host, default_timeout_ms=timeout_ms(self.timeout), input_text=input_text,
+            state_text=state_text, apply_state=apply_state, timeout_ms=timeout_ms)
 
     # call(aid, inputs=None, *, state=None, idempotency_key=None, lease_token=None,
     # timeout=None, check=True, user=None): Transport.call, compiled in _core — a Python method cost

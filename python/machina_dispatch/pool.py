@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from . import _core
 from ._arguments import check_list_argument
 from ._locate import check_setup, find_executable, not_found_message
 from ._pool_host import Prepared
@@ -89,7 +90,8 @@ class Pool(Transport):
             raise ValueError("processes, workers and max_in_flight must be at least 1")
         if not isinstance(spin_us, int) or not 0 <= spin_us <= MAX_SPIN_US:
             raise ValueError(f"spin_us must be a whole number from 0 to {MAX_SPIN_US}")
-        exe = find_executable(executable, loads_plugins=bool(plugins))
+        exe = find_executable(executable, loads_plugins=_core.loads_plugin_libraries(
+            None if plugins is None else [os.fspath(p) for p in plugins]))
         if exe is None:
             from ._errors import ExecutableNotFound
 

@@ -74,7 +74,8 @@ class Spawn(Transport):
         check_list_argument("plugins", plugins)
         check_list_argument("tools", tools)
         check_list_argument("args", args)
-        found = find_executable(executable, loads_plugins=bool(plugins))
+        found = find_executable(executable, loads_plugins=_core.loads_plugin_libraries(
+            None if plugins is None else [os.fspath(p) for p in plugins]))
         if found is None:
             raise ExecutableNotFound(ToolResult.failure("", "not_found", not_found_message(executable)))
         self.executable = found

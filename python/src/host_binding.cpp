@@ -1,12 +1,13 @@
-// Host and Session: the host built from keyword options, its loaders, and the JSON
+// Host and Session: the host built from keyword options (host_options_binding.hpp), its loaders, and the JSON
 // call of the other fronts.
+#include "host_options_binding.hpp"
 #include "module_parts.hpp"
 
+#include <machina/ds_state_codec.hpp>
 #include <machina/ndjson_front.hpp>
 #include <machina/policy.hpp>
 #include <machina/tool_host.hpp>
 #include <machina/tool_list.hpp>
-#include <machina/wire.hpp>
 
 #include <pybind11/stl.h>
 
@@ -27,103 +28,6 @@ using namespace py::literals;
 
 namespace {
 
-/// The keyword options of Host(): each sets one field of the core's HostOptions, whose
-/// own defaults (HostOptions{}, with the environment's, see HostOptions::from_env) are the
-/// defaults; an option not given is left as it is.
-using OptionSetter = void (*)(machina::HostOptions&, py::handle);
-template <class T>
-T as(py::handle v, const char* name, const char* what) {
-  try {
-    return v.cast<T>();
-  } catch (const py::cast_error&) {
-    throw py::type_error(std::string("Host option '") + name + "' must be " + what + ", not " +
-                         std::string(py::str(py::type::of(v).attr("__name__"))));
-  }
-}
-const std::vector<std::pair<const char*, OptionSetter>>& host_options() {
-  using O = machina::HostOptions;
-  static const std::vector<std::pair<const char*, OptionSetter>> table = {
-      {"max_request_bytes",
-       [](O& o, py::handle v) { o.max_request_bytes = as<std::size_t>(v, "max_request_bytes", "an int"); }},
-      {"max_output_bytes",
-       [](O& o, py::handle v) { o.max_output_bytes = as<std::size_t>(v, "max_output_bytes", "an int"); }},
-      {"idempotency_ttl_ms",
-       [](O& o, py::handle v) { o.idempotency.ttl_ms = as<std::int64_t>(v, "idempotency_ttl_ms", "an int"); }},
-      {"idempotency_max_entries",
-       [](O& o, py::handle v) { o.idempotency.max_entries = as<std::size_t>(v, "idempotency_max_entries", "an int"); }},
-      {"idempotency_max_key_bytes",
-       [](O& o, py::handle v) {
-         o.idempotency.max_key_bytes = as<std::size_t>(v, "idempotency_max_key_bytes", "an int");
-       }},
-      {"idempotency_max_bytes",
-       [](O& o, py::handle v) {
-         o.idempotency.max_stored_bytes = as<std::size_t>(v, "idempotency_max_bytes", "an int");
-       }},
-      {"breaker_threshold",
-       [](O& o, py::handle v) { o.breaker.threshold = as<std::uint32_t>(v, "breaker_threshold", "an int"); }},
-      {"breaker_window_ms",
-       [](O& o, py::handle v) { o.breaker.window_ms = as<std::int64_t>(v, "breaker_window_ms", "an int"); }},
-      {"breaker_cooldown_ms",
-       [](O& o, py::handle v) { o.breaker.cooldown_ms = as<std::int64_t>(v, "breaker_cooldown_ms", "an int"); }},
-      {"timeout_ms", [](O& o, py::handle v) { o.default_timeout_ms = as<std::int64_t>(v, "timeout_ms", "an int"); }},
-      {"max_timeout_ms",
-       [](O& o, py::handle v) { o.max_timeout_ms = as<std::int64_t>(v, "max_timeout_ms", "an int"); }},
-      {"tool_timeouts_ms",
-       [](O& o, py::handle v) {
-         for (const auto& [aid, ms] :
-              as<std::map<std::string, std::int64_t>>(v, "tool_timeouts_ms", "a dict of aid to int")) {
-           o.tool_timeouts_ms[aid] = ms;
-         }
-       }},
-      {"max_stuck_calls",
-       [](O& o, py::handle v) { o.max_stuck_calls = as<std::size_t>(v, "max_stuck_calls", "an int"); }},
-      {"isolation",
-       [](O& o, py::handle v) {
-         const auto mode = as<std::string>(v, "isolation", "a str");
-         if (mode == "process")
-           o.isolation = machina::Isolation::process;
-         else if (mode == "inline")
-           o.isolation = machina::Isolation::inline_threads;
-         else
-           throw machina::HostError("isolation must be 'inline' or 'process', not '" + mode + "'");
-       }},
-      {"worker_executable",
-       [](O& o, py::handle v) { o.workers.executable = as<std::string>(v, "worker_executable", "a str"); }},
-      {"isolation_workers",
-       [](O& o, py::handle v) { o.workers.size = as<std::size_t>(v, "isolation_workers", "an int"); }},
-      {"limit_cpu_s",
-       [](O& o, py::handle v) { o.workers.limits.cpu_seconds = as<std::uint64_t>(v, "limit_cpu_s", "an int"); }},
-      {"limit_memory_mb",
-       [](O& o, py::handle v) {
-         o.workers.limits.address_space_mb = as<std::uint64_t>(v, "limit_memory_mb", "an int");
-       }},
-      {"limit_open_files",
-       [](O& o, py::handle v) { o.workers.limits.open_files = as<std::uint64_t>(v, "limit_open_files", "an int"); }},
-      {"limit_file_size_mb",
-       [](O& o, py::handle v) {
-         o.workers.limits.file_size_mb = as<std::uint64_t>(v, "limit_file_size_mb", "an int");
-       }},
-      {"no_network", [](O& o, py::handle v) { o.workers.limits.no_network = as<bool>(v, "no_network", "a bool"); }},
-      {"worker_env",
-       [](O& o, py::handle v) { o.workers.pass_env = as<std::vector<std::string>>(v, "worker_env", "a list of str"); }},
-      {"python_workers", [](O& o, py::handle v) { o.python_workers = as<std::size_t>(v, "python_workers", "an int"); }},
-      {"python_memory_mb",
-       [](O& o, py::handle v) { o.python_memory_mb = as<std::uint64_t>(v, "python_memory_mb", "an int"); }},
-      {"skill_tick_ms", [](O& o, py::handle v) { o.skill_tick_ms = as<std::int64_t>(v, "skill_tick_ms", "an int"); }},
-      {"audit_db", [](O& o, py::handle v) { o.audit.db_path = as<std::string>(v, "audit_db", "a str"); }},
-      {"audit_jsonl", [](O& o, py::handle v) { o.audit.jsonl_path = as<std::string>(v, "audit_jsonl", "a str"); }},
-      {"audit_retention_days",
-       [](O& o, py::handle v) { o.audit.retention_days = as<std::int64_t>(v, "audit_retention_days", "an int"); }},
-      {"audit_max_rows",
-       [](O& o, py::handle v) { o.audit.max_rows = as<std::int64_t>(v, "audit_max_rows", "an int"); }},
-      {"audit_required",
-       [](O& o, py::handle v) {
-         o.audit.required = machina::parse_audit_required(as<std::string>(v, "audit_required", "a str"));
-       }},
-  };
-  return table;
-}
-
 machina::Front front_named(const std::string& name) {
   for (auto f : {machina::Front::run, machina::Front::serve, machina::Front::mcp, machina::Front::skill,
                  machina::Front::http, machina::Front::python, machina::Front::nats}) {
@@ -132,33 +36,18 @@ machina::Front front_named(const std::string& name) {
   throw machina::HostError("unknown front '" + name + "' (run, serve, mcp, skill, http, python, nats)");
 }
 
-machina::HostOptions make_options(const py::kwargs& kwargs) {
-  machina::HostOptions o = machina::HostOptions::from_env();
-  const auto& table = host_options();
-  for (const auto& [key, value] : kwargs) {
-    const std::string name = py::str(key);
-    auto it = std::find_if(table.begin(), table.end(), [&](const auto& entry) { return name == entry.first; });
-    if (it == table.end()) {
-      std::string known;
-      for (const auto& entry : table) known += std::string(known.empty() ? "" : ", ") + entry.first;
-      throw py::type_error("Host() got an unexpected keyword argument '" + name + "' (options: " + known + ")");
-    }
-    if (!value.is_none()) it->second(o, value);
-  }
-  return o;
-}
-
 }  // namespace
 
 void bind_host(py::module_& m) {
+  bind_host_options(m);
   m.def(
-      "host_options",
-      [] {
-        py::list names;
-        for (const auto& entry : host_options()) names.append(entry.first);
-        return names;
+      "loads_plugin_libraries",
+      [](const std::optional<std::vector<std::string>>& plugins) {
+        machina::ToolChoice choice;
+        choice.plugins = plugins;
+        return machina::loads_plugin_libraries(choice);
       },
-      "The keyword options Host() takes.");
+      "plugins"_a, "Whether these plugins (None: the built-in tools) need a build that loads plugin libraries.");
 
   py::class_<machina::Session>(m, "Session", "One caller's ds_state; delta=True answers with deltas (serve).")
       .def(py::init<bool>(), "delta"_a = true)
@@ -173,8 +62,9 @@ void bind_host(py::module_& m) {
           "The full state as JSON text ({\"slots\": {...}}).");
 
   py::class_<machina::ToolHost>(m, "Host", "The host: load plugins, then call tools. Thread-safe.")
-      .def(py::init(
-               [](const py::kwargs& options) { return std::make_unique<machina::ToolHost>(make_options(options)); }),
+      .def(py::init([](const py::kwargs& options) {
+             return std::make_unique<machina::ToolHost>(host_options_from_kwargs(options));
+           }),
            "Host(**options): the options of machina_dispatch.host_options(), each defaulting to the core's own.")
       .def("load_plugin", &machina::ToolHost::load_plugin, "path"_a,
            "Loads a plugin library; returns the aids it added. Raises HostError naming the file.")
@@ -184,19 +74,32 @@ void bind_host(py::module_& m) {
       .def(
           "add_packs",
           [](machina::ToolHost& host, const std::vector<std::string>& packs, const std::optional<std::string>& policy) {
-            machina::Policy p = policy
-                                    ? machina::load_policy(*policy,
-                                                           [] {
-                                                             const char* ws = std::getenv("MACHINA_TOOLHOST_WORKSPACE");
-                                                             return std::string(ws != nullptr ? ws : "");
-                                                           }())
-                                    : machina::policy_from_env();
-            return host.add_packs(packs, std::move(p));
+            return host.add_packs(packs, machina::pack_policy(policy.value_or("")));
           },
           "packs"_a = std::vector<std::string>{}, "policy"_a = py::none(),
           "Registers the built-in tool packs (names: files, shell; empty: all) under every name, with the policy "
           "file `policy` (None: $MACHINA_TOOLHOST_POLICY, else the safe defaults); returns the names added. Raises "
           "HostError for an unknown pack, a bad policy file or a name already registered.")
+      .def(
+          "load_default_tools",
+          [](machina::ToolHost& host, std::optional<std::vector<std::string>> plugins,
+             std::optional<std::vector<std::string>> packs, const std::optional<std::string>& policy,
+             std::vector<std::string> tools, std::string builtin_plugin) {
+            machina::ToolChoice choice;
+            choice.plugins = std::move(plugins);
+            choice.packs = std::move(packs);
+            choice.policy_file = policy.value_or("");
+            choice.manifests = std::move(tools);
+            choice.builtin_plugin = std::move(builtin_plugin);
+            choice.load_library = &machina::ToolHost::load_plugin;
+            return host.load_default_tools(choice);
+          },
+          "plugins"_a = py::none(), "packs"_a = py::none(), "policy"_a = py::none(),
+          "tools"_a = std::vector<std::string>{}, "builtin_plugin"_a,
+          "Loads the tools asked for, as every front does: the plugin libraries (None: the built-in plugin at "
+          "`builtin_plugin`), the tool packs (None: every pack when no plugin is named, else none) under the policy "
+          "file `policy` (None: $MACHINA_TOOLHOST_POLICY, else the safe defaults), then the tool manifests `tools`. "
+          "Returns the names added. Raises HostError as load_plugin, add_packs and load_tools do.")
       .def(
           "list_tools",
           [](const machina::ToolHost& h) {

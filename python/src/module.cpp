@@ -9,7 +9,6 @@
 #include <machina/lease.hpp>
 #include <machina/tool_host.hpp>
 #include <machina/tool_names.hpp>
-#include <machina/wire.hpp>
 
 #include <pybind11/stl.h>
 
@@ -73,11 +72,16 @@ PYBIND11_MODULE(_core, m) {
         return out;
       },
       "Every error kind as (code, status, counts_for_breaker, error_type), in the core's order.");
+  using machina::binding::ResultFactory;
+  static const std::string configure_results_doc =
+      "Registers the result class (a tuple subclass whose _fields are those of RESULT_FIELDS, " +
+      std::to_string(ResultFactory::kFields) +
+      " of them) and the error kind each wire code maps to. Raises TypeError for another class shape.";
+  m.attr("RESULT_FIELDS") = ResultFactory::field_names();
   m.def(
       "_configure_results",
       [](py::type cls, py::dict kinds) { machina::binding::results().configure(std::move(cls), kinds); }, "cls"_a,
-      "kinds"_a,
-      "Registers the result class (a tuple subclass of 10 fields) and the error kind each wire code maps to.");
+      "kinds"_a, configure_results_doc.c_str());
 
   machina::binding::bind_processes(m);
   machina::binding::bind_pool(m);

@@ -1,12 +1,12 @@
 // The pool's wire in C++: one pooled call's round trip, request lines for many calls,
 // response lines decoded into ToolResults, and the delta between two states.
+#include "call_arguments.hpp"
 #include "module_parts.hpp"
 #include "result_factory.hpp"
 
+#include <machina/ndjson_client.hpp>
 #include <machina/request.hpp>
 #include <machina/spin_wait.hpp>
-#include <machina/wire.hpp>
-#include <machina/wire_client.hpp>
 
 #include <pybind11/stl.h>
 
@@ -20,24 +20,6 @@
 namespace machina::binding {
 
 using namespace py::literals;
-
-namespace {
-
-/// Appends the request line of one pooled call.
-void encode_call(std::int64_t id, std::string aid, std::string input_json, std::optional<std::string> key,
-                 std::optional<std::string> token, std::optional<std::int64_t> timeout_ms,
-                 const std::optional<std::string>& ds_state_json, std::optional<std::string> user, std::string& out) {
-  machina::Request r;
-  r.aid = std::move(aid);
-  r.input_json = std::move(input_json);
-  r.idempotency_key = std::move(key);
-  r.lease_token = std::move(token);
-  r.timeout_ms = timeout_ms;
-  r.user = std::move(user);
-  machina::encode_request(r, id, ds_state_json ? std::string_view(*ds_state_json) : std::string_view(), out);
-}
-
-}  // namespace
 
 void bind_pool(py::module_& m) {
   m.def(
@@ -87,15 +69,20 @@ void bind_pool(py::module_& m) {
   m.def(
       "encode_requests",
       [](const py::list& calls) {
-        // Each item: (id, aid, input_json, idempotency_key, lease_token, timeout_ms, ds_state_json, user).
+        // Each item: the arguments of encode_request, as a tuple.
+        const RequestLayout& layout = encode_request_layout();
         std::string out;
         out.reserve(calls.size() * 64);
         for (const py::handle item : calls) {
-          const auto t = item.cast<py::tuple>();
-          encode_call(t[0].cast<std::int64_t>(), t[1].cast<std::string>(), t[2].cast<std::string>(),
-                      t[3].cast<std::optional<std::string>>(), t[4].cast<std::optional<std::string>>(),
-                      t[5].cast<std::optional<std::int64_t>>(), t[6].cast<std::optional<std::string>>(),
-                      t.size() > 7 ? t[7].cast<std::optional<std::string>>() : std::nullopt, out);
+          const py::object items =
+              py::reinterpret_steal<py::object>(PySequence_Fast(item.ptr(), "a call must be a tuple"));
+          if (!items) throw py::error_already_set();
+          const Arguments<RequestArgument> a =
+              layout.parse(PySequence_Fast_ITEMS(items.ptr()), PySequence_Fast_GET_SIZE(items.ptr()));
+          const long long id = PyLong_AsLongLong(a[RequestArgument::id]);
+          if (id == -1 && PyErr_Occurred()) throw py::error_already_set();
+          std::optional<std::string_view> state;
+          encode_request(request_from(a, state), id, state.value_or(std::string_view()), out);
         }
         return py::bytes(out);
       },

@@ -1,7 +1,7 @@
 // ResultFactory: the ToolResult tuple filled field by field from a response.
 #include "result_factory.hpp"
 
-#include <machina/wire.hpp>
+#include <machina/ds_state_codec.hpp>
 
 #include <stdexcept>
 
@@ -13,8 +13,8 @@ namespace {
 
 constexpr std::string_view kEmptyDelta = R"({"delta":true,"slots":{},"removed_slots":[]})";
 
-void set(PyObject* tuple, Py_ssize_t i, const py::object& value) {
-  PyTuple_SET_ITEM(tuple, i, value.inc_ref().ptr());
+void set(PyObject* tuple, ResultField field, const py::object& value) {
+  PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(field), value.inc_ref().ptr());
 }
 
 // A result holds strings, bools and None, plus the `details` dict on some failures:
@@ -23,7 +23,8 @@ void set(PyObject* tuple, Py_ssize_t i, const py::object& value) {
 // hundred thousand in a batch, and every tracked one is scanned again by each
 // collection the batch's allocations set off.
 void untrack_if_acyclic(PyObject* obj) {
-  if (PyTuple_GET_ITEM(obj, 9) == Py_None && PyObject_GC_IsTracked(obj)) PyObject_GC_UnTrack(obj);
+  if (PyTuple_GET_ITEM(obj, static_cast<Py_ssize_t>(ResultField::details)) == Py_None && PyObject_GC_IsTracked(obj))
+    PyObject_GC_UnTrack(obj);
 }
 
 }  // namespace
@@ -33,7 +34,27 @@ ResultFactory& results() {
   return *factory;
 }
 
+py::tuple ResultFactory::field_names() {
+  static const char* const names[] = {
+#define MACHINA_NAME_ENTRY(name) #name,
+      MACHINA_RESULT_FIELDS(MACHINA_NAME_ENTRY)
+#undef MACHINA_NAME_ENTRY
+  };
+  py::tuple out(kFields);
+  for (std::size_t i = 0; i < kFields; ++i) out[i] = py::str(names[i]);
+  return out;
+}
+
 void ResultFactory::configure(py::type cls, const py::dict& kinds) {
+  if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls.ptr()), &PyTuple_Type)) {
+    throw py::type_error("the result class must be a tuple subclass");
+  }
+  const py::tuple expected = field_names();
+  const py::object fields = py::getattr(cls, "_fields", py::none());
+  if (!fields.equal(expected)) {
+    throw py::type_error("the result class's fields " + py::repr(fields).cast<std::string>() +
+                         " differ from the ones the core fills " + py::repr(expected).cast<std::string>());
+  }
   cls_ = std::move(cls);
   for (const auto& info : machina::all_error_kinds()) {
     const std::string code(info.code);
@@ -60,20 +81,21 @@ py::object ResultFactory::make(const py::object& aid, const machina::ResponseFie
     }
     k = it->second;
   }
-  set(obj, 0, aid);
-  set(obj, 1, py::bool_(f.ok));
-  set(obj, 2, f.status ? (k == 0 ? py::object(py::str(*f.status)) : statuses_[k]) : py::object(py::none()));
-  set(obj, 3, f.output_json.empty() ? empty_ : py::object(py::str(f.output_json)));
-  set(obj, 4, f.error.empty() ? empty_ : py::object(py::str(f.error)));
-  set(obj, 5, f.ok ? py::object(py::none()) : codes_[k]);
-  set(obj, 6, f.ok ? py::object(py::none()) : kinds_[k]);
-  set(obj, 7, py::bool_(f.idempotent_hit));
+  set(obj, ResultField::aid, aid);
+  set(obj, ResultField::ok, py::bool_(f.ok));
+  set(obj, ResultField::status,
+      f.status ? (k == 0 ? py::object(py::str(*f.status)) : statuses_[k]) : py::object(py::none()));
+  set(obj, ResultField::output_json, f.output_json.empty() ? empty_ : py::object(py::str(f.output_json)));
+  set(obj, ResultField::error, f.error.empty() ? empty_ : py::object(py::str(f.error)));
+  set(obj, ResultField::code, f.ok ? py::object(py::none()) : codes_[k]);
+  set(obj, ResultField::kind, f.ok ? py::object(py::none()) : kinds_[k]);
+  set(obj, ResultField::idempotent_hit, py::bool_(f.idempotent_hit));
   if (f.ds_state.empty())
-    set(obj, 8, py::none());
+    set(obj, ResultField::ds_state_json, py::none());
   else if (f.ds_state == kEmptyDelta)
-    set(obj, 8, empty_);
+    set(obj, ResultField::ds_state_json, empty_);
   else
-    set(obj, 8, py::str(std::string(f.ds_state)));
+    set(obj, ResultField::ds_state_json, py::str(std::string(f.ds_state)));
   py::object details = py::none();
   if (f.lease_tier || f.lease_aid) {
     details = py::dict("tier"_a = f.lease_tier.value_or(-1), "aid"_a = f.lease_aid.value_or(""));
@@ -84,8 +106,9 @@ py::object ResultFactory::make(const py::object& aid, const machina::ResponseFie
     if (details.is_none()) details = py::dict();
     details["hint"] = *f.hint;
   }
-  set(obj, 9, details);
-  set(obj, 10, f.trace.empty() ? py::object(py::none()) : py::object(py::str(std::string(f.trace))));
+  set(obj, ResultField::details, details);
+  set(obj, ResultField::trace_json,
+      f.trace.empty() ? py::object(py::none()) : py::object(py::str(std::string(f.trace))));
   untrack_if_acyclic(obj);
   return result;
 }
@@ -95,23 +118,23 @@ py::object ResultFactory::make(const py::object& aid, const machina::Response& r
   py::object result = py::reinterpret_steal<py::object>(obj);
   const std::size_t k = index(r.kind);
   const bool call_response = machina::error_info(r.kind).call_response;
-  set(obj, 0, aid);
-  set(obj, 1, py::bool_(r.ok()));
-  set(obj, 2, statuses_[k]);
-  set(obj, 3, r.output_json.empty() ? empty_ : py::object(py::str(r.output_json)));
-  set(obj, 4, r.error.empty() ? empty_ : py::object(py::str(r.error)));
-  set(obj, 5, r.ok() ? py::object(py::none()) : codes_[k]);
-  set(obj, 6, r.ok() ? py::object(py::none()) : kinds_[k]);
-  set(obj, 7, py::bool_(r.idempotent_hit));
+  set(obj, ResultField::aid, aid);
+  set(obj, ResultField::ok, py::bool_(r.ok()));
+  set(obj, ResultField::status, statuses_[k]);
+  set(obj, ResultField::output_json, r.output_json.empty() ? empty_ : py::object(py::str(r.output_json)));
+  set(obj, ResultField::error, r.error.empty() ? empty_ : py::object(py::str(r.error)));
+  set(obj, ResultField::code, r.ok() ? py::object(py::none()) : codes_[k]);
+  set(obj, ResultField::kind, r.ok() ? py::object(py::none()) : kinds_[k]);
+  set(obj, ResultField::idempotent_hit, py::bool_(r.idempotent_hit));
   if (!call_response) {
-    set(obj, 8, py::none());
+    set(obj, ResultField::ds_state_json, py::none());
   } else if (r.ds_state.mode == machina::DsReport::Mode::delta &&
              (!r.ds_state.changes || r.ds_state.changes->empty())) {
-    set(obj, 8, empty_);  // the common case: no change
+    set(obj, ResultField::ds_state_json, empty_);  // the common case: no change
   } else {
     std::string ds;
     machina::encode_ds_state(r.ds_state, ds);
-    set(obj, 8, py::str(ds));
+    set(obj, ResultField::ds_state_json, py::str(ds));
   }
   py::object details = py::none();
   if (r.kind == machina::ErrorKind::lease_required) {
@@ -123,8 +146,8 @@ py::object ResultFactory::make(const py::object& aid, const machina::Response& r
     if (details.is_none()) details = py::dict();
     details["hint"] = r.hint;
   }
-  set(obj, 9, details);
-  set(obj, 10, r.trace_json.empty() ? py::object(py::none()) : py::object(py::str(r.trace_json)));
+  set(obj, ResultField::details, details);
+  set(obj, ResultField::trace_json, r.trace_json.empty() ? py::object(py::none()) : py::object(py::str(r.trace_json)));
   untrack_if_acyclic(obj);
   return result;
 }

@@ -2,13 +2,14 @@
 #pragma once
 
 #include <machina/errors.hpp>
+#include <machina/ndjson_client.hpp>
 #include <machina/request.hpp>
-#include <machina/wire_client.hpp>
 
 #include <pybind11/pybind11.h>
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -21,10 +22,36 @@ namespace py = pybind11;
 /// Builds result objects of the Python result class (a tuple subclass registered by
 /// machina_dispatch) straight from a core Response. Strings that repeat (statuses,
 /// codes, kinds) are made once.
+/// The fields of machina_dispatch._result.ToolResult, in its order.
+#define MACHINA_RESULT_FIELDS(X) \
+  X(aid)                         \
+  X(ok)                          \
+  X(status)                      \
+  X(output_json)                 \
+  X(error)                       \
+  X(code)                        \
+  X(kind)                        \
+  X(idempotent_hit)              \
+  X(ds_state_json)               \
+  X(details)                     \
+  X(trace_json)
+
+enum class ResultField : std::uint8_t {
+#define MACHINA_ENUM_ENTRY(name) name,
+  MACHINA_RESULT_FIELDS(MACHINA_ENUM_ENTRY)
+#undef MACHINA_ENUM_ENTRY
+      count
+};
+
 class ResultFactory {
  public:
-  static constexpr std::size_t kFields = 11;  // see machina_dispatch._result.ToolResult
+  static constexpr std::size_t kFields = static_cast<std::size_t>(ResultField::count);
 
+  /// The field names, in order (what the result class's `_fields` must be).
+  static py::tuple field_names();
+
+  /// Registers the result class and the error kind each wire code maps to. Throws
+  /// TypeError when the class is not a tuple subclass with exactly these fields.
   void configure(py::type cls, const py::dict& kinds);
 
   /// From a response read off the wire: the same object the in-process call makes.
