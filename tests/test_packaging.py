@@ -1,7 +1,7 @@
 """Packaging: an editable install works (executable, plugins and _core found from the
 build) and `pip install --no-build-isolation -e .` again rebuilds what changed, and only
 that (pip's isolated build would start over: scikit-build-core clears the build folder's
-CMake files for every new temporary build environment)."""
+CMake files for every new temporary build environment); a wheel carries no test hooks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,20 @@ def test_editable_install_rebuilds_on_change(tmp_path: Path) -> None:
     assert set(compiled(again)) == {"builtin_tools.cpp"}, compiled(again)
     assert description() == "Returns its input, rebuilt."
     assert pack_description() == "Returns its input, rebuilt."
+
+
+@not_sanitized
+@pytest.mark.rebuild
+@pytest.mark.timeout(900)  # a build of the whole project
+def test_wheel_holds_no_testing_hooks(tmp_path: Path) -> None:
+    """A wheel built as users build it carries _core but not the _testing module (test and
+    benchmark hooks: MACHINA_TESTING_HOOKS, off unless scripts/install.sh asks for it) nor its stub."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=IGNORE)
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
+                    str(src)], check=True, capture_output=True)
+    (wheel,) = dist.glob("machina_toolhost-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("machina_dispatch/_core.") for n in names), names
+    assert [n for n in names if n.rsplit("/", 1)[-1].startswith("_testing")] == []

@@ -15,8 +15,14 @@ import pytest
 from conftest import TRANSCRIPTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from machina_dispatch import _core, _testing
+from machina_dispatch import _core
 from test_bad_input import RUN_CASES, SERVE_CASES
+
+try:
+    from machina_dispatch import _testing
+except ImportError as e:  # a build without the hooks (a plain `pip install .`, the wheel)
+    raise ImportError("machina_dispatch._testing is missing: install with the test hooks "
+                      "(scripts/install.sh test, or pip install -C cmake.define.MACHINA_TESTING_HOOKS=ON)") from e
 
 CAP = 1024 * 1024  # larger corpus entries (the 12 MB line) are left to test_bad_input
 

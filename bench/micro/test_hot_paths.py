@@ -17,7 +17,13 @@ from typing import Any
 
 import machina_dispatch as md
 import pytest
-from machina_dispatch import _core, _testing
+from machina_dispatch import _core
+
+try:
+    from machina_dispatch import _testing
+except ImportError as e:  # a build without the hooks (a plain `pip install .`, the wheel)
+    raise ImportError("machina_dispatch._testing is missing: install with the test hooks "
+                      "(scripts/install.sh test, or pip install -C cmake.define.MACHINA_TESTING_HOOKS=ON)") from e
 
 ECHO = json.dumps({"aid": "AID.ECHO.v1", "input_json": json.dumps({"msg": "hello", "n": 1})})
 SECRET = "micro-benchmark-secret-0123456789abcdef"
