@@ -36,7 +36,7 @@ TEST_CASE("every row of the table with a flag is an option, in its group") {
     if (!row.on_command_line()) continue;
     const CLI::Option* option = p.app.get_option_no_throw("--" + std::string(row.flag));
     REQUIRE_MESSAGE(option != nullptr, row.name);
-    CHECK(option->get_group() == (row.group.empty() ? std::string("OPTIONS") : std::string(row.group)));
+    CHECK(option->get_group() == (row.group.empty() ? std::string("Options") : std::string(row.group)));
   }
 }
 
