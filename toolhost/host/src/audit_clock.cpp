@@ -16,7 +16,7 @@ namespace machina {
 
 namespace audit_detail {
 
-std::int64_t realtime_minus_steady_now_ns() {
+std::int64_t realtime_minus_steady_ns() {
   timespec rt{}, mono{};
   clock_gettime(CLOCK_REALTIME, &rt);
   clock_gettime(CLOCK_MONOTONIC, &mono);
