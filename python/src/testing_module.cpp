@@ -1,9 +1,9 @@
 // machina_dispatch._testing: hooks for the test suite and the benchmarks, kept out of the
 // production module (_core). Each reaches a part of the core that no public call isolates.
 #include <machina/errors.hpp>
-#include <machina/host.hpp>
 #include <machina/json_text.hpp>
-#include <machina/wire.hpp>
+#include <machina/ndjson_wire.hpp>
+#include <machina/tool_host.hpp>
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -51,8 +51,9 @@ PYBIND11_MODULE(_testing, m) {
       [](const std::string& plugin, const std::string& aid, const std::string& input_json, int n) {
         // Seconds per call of the core alone (no Python, a host of its own with `plugin`
         // loaded), for the in-process overhead figure.
-        machina::Host host{machina::HostOptions{}};
-        host.load_plugin(plugin);
+        machina::ToolHost tools{machina::HostOptions{}};
+        tools.load_plugin(plugin);
+        machina::Host& host = tools.host();
         machina::Session session(/*respond_with_delta=*/true);
         machina::Request req;
         const auto t0 = std::chrono::steady_clock::now();
