@@ -62,7 +62,7 @@ def test_encode_request_refuses_arguments_by_name(args: tuple[Any, ...], message
 
 
 def test_encode_requests_reads_items_as_encode_request_does() -> None:
-    items = [(1, "A", "1"), (2, "B", "2", "key", "tok", 1500, '{"slots":{}}', "ann")]
+    items: list[tuple[Any, ...]] = [(1, "A", "1"), (2, "B", "2", "key", "tok", 1500, '{"slots":{}}', "ann")]
     assert _core.encode_requests(list(items)) == b"".join(_core.encode_request(*i) for i in items)
     with pytest.raises(TypeError, match="^lease_token must be a str or None$"):
         _core.encode_requests([(1, "A", "1", None, 4)])

@@ -82,7 +82,8 @@ void bind_pool(py::module_& m) {
           const long long id = PyLong_AsLongLong(a[RequestArgument::id]);
           if (id == -1 && PyErr_Occurred()) throw py::error_already_set();
           std::optional<std::string_view> state;
-          encode_request(request_from(a, state), id, state.value_or(std::string_view()), out);
+          const Request req = request_from(a, state);  // (fills `state`: read it after)
+          encode_request(req, id, state.value_or(std::string_view()), out);
         }
         return py::bytes(out);
       },
