@@ -66,7 +66,7 @@ def powers(text: str) -> int:
     text = text.replace(" ", "")
     if "^" in text:
         base, exp = text.split("^")
-        return int(base) ** int(exp)
+        return int(int(base) ** int(exp))
     return int(text)
 
 
@@ -112,13 +112,13 @@ def test_the_request_cap_of_one_byte_is_refused_by_both() -> None:
 
 def test_python_keywords_take_the_table_types() -> None:
     with pytest.raises(TypeError, match="'max_output_bytes' must be an int, not str"):
-        _core.Host(max_output_bytes="10")
+        _core.Host(max_output_bytes="10")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="'no_network' must be a bool, not int"):
-        _core.Host(no_network=1)
+        _core.Host(no_network=1)  # type: ignore[arg-type]
     with pytest.raises(md.HostError, match="audit_required must be 'leased', 'all' or 'none', not 'some'"):
         _core.Host(audit_required="some")
     with pytest.raises(TypeError, match="unexpected keyword argument 'lease_enforce'"):
-        _core.Host(lease_enforce=True)
+        _core.Host(lease_enforce=True)  # type: ignore[call-arg]
 
 
 def test_the_audit_lines_cap_is_given_in_mib_from_python_too(tmp_path: Path) -> None:

@@ -208,7 +208,7 @@ def test_audit_required_takes_only_its_three_values(tmp_path: Path) -> None:
 
 def test_the_python_binding_takes_the_requirement_and_raises_audit_unavailable(small_fs: Path,
                                                                                  tmp_path: Path) -> None:
-    with pytest.raises(md.HostError, match="must be none, leased or all, not 'some'"):
+    with pytest.raises(md.HostError, match="audit_required must be 'leased', 'all' or 'none', not 'some'"):
         md.InProcess(audit_db=str(tmp_path / "x.db"), audit_required="some")
     with md.InProcess(audit_db=str(small_fs / "py.db"), audit_required="all") as inproc:
         assert inproc.call(ECHO, {"n": 0}).ok

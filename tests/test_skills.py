@@ -127,7 +127,7 @@ def test_a_lifecycle_skill_is_ticked_by_default_unless_its_manifest_says_never(
         t.call("echo")
         time.sleep(0.4)
     assert len(events(skill_dir, "lifecycle/onTick")) == before
-    with pytest.raises(md.HostError, match="tick interval"):
+    with pytest.raises(md.HostError, match="skill_tick_ms must be 0 to 86400000, not -1"):
         md.Skill(skill_dir, skill_tick_ms=-1)
 
 

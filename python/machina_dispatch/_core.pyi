@@ -95,6 +95,8 @@ class Host:
         max_output_bytes: int = ...,
         idempotency_ttl_ms: int = ...,
         idempotency_max_entries: int = ...,
+        idempotency_max_key_bytes: int = ...,
+        idempotency_max_bytes: int = ...,
         breaker_threshold: int = ...,
         breaker_window_ms: int = ...,
         breaker_cooldown_ms: int = ...,

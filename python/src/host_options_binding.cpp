@@ -21,7 +21,9 @@ struct is_timeout_map : std::false_type {};
 template <class C>
 struct is_timeout_map<std::map<std::string, std::int64_t, C>> : std::true_type {};
 
-std::string type_of(py::handle v) { return py::str(py::type::of(v).attr("__name__")); }
+std::string type_of(py::handle v) {
+  return py::str(py::type::of(v).attr("__name__"));
+}
 
 [[noreturn]] void wrong_type(const HostOptionInfo& row, const char* what, py::handle v) {
   throw py::type_error("Host option '" + std::string(row.name) + "' must be " + what + ", not " + type_of(v));
@@ -38,8 +40,7 @@ std::int64_t ranged_int(const HostOptionInfo& row, py::handle v, const std::stri
   }
   if (!host_option_in_range(row, value)) {
     throw HostError(what + " must be " + (row.kind == HostOptionKind::limit ? "0 (none) or " : "") +
-                    std::to_string(row.min) + " to " + std::to_string(row.max) + ", not " +
-                    std::string(py::str(v)));
+                    std::to_string(row.min) + " to " + std::to_string(row.max) + ", not " + std::string(py::str(v)));
   }
   return value;
 }
@@ -82,7 +83,7 @@ void set_member(const HostOptionInfo& row, T& field, py::handle v) {
     if (!py::isinstance<py::dict>(v)) wrong_type(row, "a dict of aid to int", v);
     for (const auto& [aid, ms] : v.cast<py::dict>()) {
       if (!py::isinstance<py::str>(aid)) wrong_type(row, "a dict of aid to int", v);
-      const std::string key = aid.cast<std::string>();
+      const std::string key = py::cast<std::string>(aid);
       field[key] = ranged_int(row, ms, name + "['" + key + "']");
     }
   } else {
@@ -105,12 +106,17 @@ py::object python_value(const HostOptionInfo& row, const T& field) {
 }
 
 template <class T>
-const char* python_type(const HostOptionInfo& row) {
-  if constexpr (std::is_same_v<T, bool>) return "bool";
-  else if constexpr (std::is_integral_v<T>) return "int";
-  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return "list[str]";
-  else if constexpr (is_timeout_map<T>::value) return "dict[str, int]";
-  else return "str";
+const char* python_type([[maybe_unused]] const HostOptionInfo& row) {
+  if constexpr (std::is_same_v<T, bool>)
+    return "bool";
+  else if constexpr (std::is_integral_v<T>)
+    return "int";
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+    return "list[str]";
+  else if constexpr (is_timeout_map<T>::value)
+    return "dict[str, int]";
+  else
+    return "str";
 }
 
 template <class T>
@@ -161,7 +167,8 @@ HostOptions host_options_from_kwargs(const py::kwargs& kwargs) {
     const std::string name = py::str(key);
     const HostOptionInfo* row = find_host_option(name);
     if (row == nullptr || !row->python_keyword()) {
-      throw py::type_error("Host() got an unexpected keyword argument '" + name + "' (options: " + keyword_list() + ")");
+      throw py::type_error("Host() got an unexpected keyword argument '" + name + "' (options: " + keyword_list() +
+                           ")");
     }
     if (value.is_none()) continue;
     visit_host_options(options, [&](const HostOptionInfo& r, auto& field) {
