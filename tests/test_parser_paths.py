@@ -89,15 +89,15 @@ def test_paths_agree_on_generated_documents(value: object) -> None:
     agree(json.dumps({"aid": "AID.ECHO.v1", "input_json": text.decode(), "x": value}).encode())
 
 
-SEED_REQUEST = (b'{"id":"r1","aid":"AID.ECHO.v1","input_json":"{\\"a\\":[1,2.5e3,\\"\\\\u00e9\\"]}",'
+BASE_REQUEST = (b'{"id":"r1","aid":"AID.ECHO.v1","input_json":"{\\"a\\":[1,2.5e3,\\"\\\\u00e9\\"]}",'
                 b'"ds_state":{"slots":{"DS0":{"type":"t","content_json":"{}","size_bytes":2}}}}')
 
 
 @settings(max_examples=1500, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, len(SEED_REQUEST)), st.integers(0, 3), st.binary(min_size=1, max_size=3)),
+@given(st.lists(st.tuples(st.integers(0, len(BASE_REQUEST)), st.integers(0, 3), st.binary(min_size=1, max_size=3)),
                 min_size=1, max_size=4))
 def test_paths_agree_on_mutated_requests(edits: list[tuple[int, int, bytes]]) -> None:
-    text = bytearray(SEED_REQUEST)
+    text = bytearray(BASE_REQUEST)
     for pos, mode, data in edits:
         pos = min(pos, len(text))
         if mode == 0:

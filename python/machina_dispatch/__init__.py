@@ -7,7 +7,7 @@ result type (:class:`ToolResult`) and one exception hierarchy (:class:`ToolhostE
 - :class:`Pool` — a pool of ``machina-toolhost --serve`` processes, pipelined;
 - :class:`Nats` — the hosts of a ``machina-toolhost --nats`` group, over NATS (docs/nats.md);
 - :class:`Spawn` — one ``machina-toolhost --run`` process per call
-  (and :func:`run_machina_toolhost`, the seed's dispatch function, which returns dicts).
+  (and :func:`run_machina_toolhost`, the dispatch client's function, which returns dicts).
 
 See docs/python.md.
 """

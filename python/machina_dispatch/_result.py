@@ -83,7 +83,7 @@ class ToolResult(NamedTuple):
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        """The seed's dispatch dict: the response on success; on failure
+        """The dispatch contract's dict: the response on success; on failure
         ``{"error": True, "aid", "type", "detail"}`` plus ``code``, ``status`` and any details."""
         if self.ok:
             out: dict[str, Any] = {"ok": True, "status": self.status, "output_json": self.output_json, "error": ""}

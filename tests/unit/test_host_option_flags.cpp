@@ -60,8 +60,7 @@ TEST_CASE("per-tool deadlines are AID=MS, each in the deadline's range") {
   CHECK(p.options.tool_timeouts_ms.at("AID.B=v1") == 7);  // the last '=' splits
   for (const char* bad : {"AID.A.v1=0", "=5", "AID.A.v1", "AID.A.v1=1000000000", "AID.A.v1=5ms"}) {
     Parsed q;
-    CHECK_THROWS_WITH_AS(q.parse({"--tool-timeout", bad}),
-                         doctest::Contains("expected AID=MILLISECONDS"), HostError);
+    CHECK_THROWS_WITH_AS(q.parse({"--tool-timeout", bad}), doctest::Contains("expected AID=MILLISECONDS"), HostError);
   }
 }
 

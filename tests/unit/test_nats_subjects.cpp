@@ -46,7 +46,7 @@ TEST_CASE("service error codes carry HTTP's meanings") {
 
 TEST_CASE("typed errors are worded Type: message, once") {
   CHECK(typed_error("deadline passed", "timeout") == "Timeout: deadline passed");
-  CHECK(typed_error("timeout: slow", "timeout") == "Timeout: slow");  // the type's spelling, once
+  CHECK(typed_error("timeout: slow", "timeout") == "Timeout: slow");                       // the type's spelling, once
   CHECK(typed_error("NotFound: no such file", "tool_error") == "NotFound: no such file");  // typed by the tool
   CHECK(typed_error("ValueError: bad", "tool_error") == "SystemError: ValueError: bad");
   CHECK(typed_error("x", "no_such_code") == "SystemError: x");

@@ -126,18 +126,19 @@ void CommandLine::finish_host_options() {
 std::optional<Invocation> CommandLine::invocation() {
   FrontFlags& f = front_;
   if (!f.any_mode_but_run() && !run_mode_) {
-    std::cerr << "machina-toolhost: choose one of --list, --run, --serve, --http, --mcp, --skill, --nats (see --help)\n";
+    std::cerr
+        << "machina-toolhost: choose one of --list, --run, --serve, --http, --mcp, --skill, --nats (see --help)\n";
     return std::nullopt;
   }
   Invocation inv;
   using Mode = Invocation::Mode;
-  inv.mode = f.list                      ? Mode::list
-             : run_mode_                 ? Mode::run
-             : f.http_opt->count() > 0   ? Mode::http
-             : f.mcp_opt->count() > 0    ? Mode::mcp
-             : f.skill_opt->count() > 0  ? Mode::skill
-             : f.nats_opt->count() > 0   ? Mode::nats
-                                         : Mode::serve;
+  inv.mode = f.list                     ? Mode::list
+             : run_mode_                ? Mode::run
+             : f.http_opt->count() > 0  ? Mode::http
+             : f.mcp_opt->count() > 0   ? Mode::mcp
+             : f.skill_opt->count() > 0 ? Mode::skill
+             : f.nats_opt->count() > 0  ? Mode::nats
+                                        : Mode::serve;
   // The JSON-RPC fronts read on while calls run (a cancellation must reach them); NATS
   // requests arrive from many callers at once.
   if ((inv.mode == Mode::mcp || inv.mode == Mode::skill || inv.mode == Mode::nats) &&
@@ -172,8 +173,9 @@ std::optional<Invocation> CommandLine::invocation() {
 #ifdef MACHINA_WITH_NATS
     if (inv.nats.shared_store) {
       if (f.kv_key_file.empty())
-        throw HostError("--nats-idempotency kv needs --kv-key-file FILE: the key (at least 32 bytes) the "
-                        "group's hosts sign the shared store's entries with");
+        throw HostError(
+            "--nats-idempotency kv needs --kv-key-file FILE: the key (at least 32 bytes) the "
+            "group's hosts sign the shared store's entries with");
       inv.nats.kv_key = load_kv_key(f.kv_key_file);
     }
     check_nats_front_options(inv.nats);  // before any tool is loaded

@@ -10,7 +10,8 @@ void FrontFlags::add(CLI::App& app) {
                  "plugins' (repeatable; docs/python-tools.md)")
       ->type_name("FILE");
   app.add_option("--packs", packs_text,
-                 "The built-in tool packs to serve, comma-separated (files, shell, code, python), or none (default: all of them "
+                 "The built-in tool packs to serve, comma-separated (files, shell, code, python), or none (default: "
+                 "all of them "
                  "when no plugin is named, else none; docs/tool-packs.md)")
       ->type_name("LIST");
   app.add_option("--policy", policy_file,
@@ -18,14 +19,13 @@ void FrontFlags::add(CLI::App& app) {
                  "defaults: files under the workspace, no command allowed; docs/tool-packs.md)")
       ->type_name("FILE");
   list_opt = app.add_flag("--list", list, "Print the registered tools as JSON and exit");
-  run_opt = app.add_option("--run", run_args,
-                                 "Run one call: read a JSON request from stdin, write one JSON response")
-                      ->expected(1, 2)
-                      ->type_name("[PLUGIN] AID");
-  serve_opt = app.add_option("--serve", serve_args,
-                                   "Serve NDJSON requests from stdin, one response line each, until EOF")
-                        ->expected(0, 1)
-                        ->type_name("[PLUGIN]");
+  run_opt = app.add_option("--run", run_args, "Run one call: read a JSON request from stdin, write one JSON response")
+                ->expected(1, 2)
+                ->type_name("[PLUGIN] AID");
+  serve_opt =
+      app.add_option("--serve", serve_args, "Serve NDJSON requests from stdin, one response line each, until EOF")
+          ->expected(0, 1)
+          ->type_name("[PLUGIN]");
   app.add_option("--workers", workers, "Calls run concurrently in --serve (responses with an id may come out of order)")
       ->check(CLI::Range(1u, 256u))
       ->capture_default_str();
@@ -38,12 +38,12 @@ void FrontFlags::add(CLI::App& app) {
       ->capture_default_str();
 
   http_opt = app.add_option("--http", http_address,
-                                  "Serve tools over HTTP (tool protocol v1's service runner and capability handshake) on "
-                                  "this address (numeric, or localhost) and port (port 0: any free "
-                                  "one, said on stderr); bearer token from MACHINA_TOOLHOST_HTTP_TOKEN if set, required "
-                                  "off loopback; only JSON bodies, "
-                                  "the host's own Host names and no foreign Origin are served (docs/python-tools.md)")
-                       ->type_name("HOST:PORT");
+                            "Serve tools over HTTP (tool protocol v1's service runner and capability handshake) on "
+                            "this address (numeric, or localhost) and port (port 0: any free "
+                            "one, said on stderr); bearer token from MACHINA_TOOLHOST_HTTP_TOKEN if set, required "
+                            "off loopback; only JSON bodies, "
+                            "the host's own Host names and no foreign Origin are served (docs/python-tools.md)")
+                 ->type_name("HOST:PORT");
   app.add_option("--http-max-connections", http.max_connections, "In --http, connections at once (more: 503)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
       ->capture_default_str();
@@ -65,12 +65,12 @@ void FrontFlags::add(CLI::App& app) {
                  "beside the bound address and, on loopback, localhost (any other Host: 403)")
       ->type_name("NAME");
   nats_opt = app.add_option("--nats", nats_url,
-                                  "Serve every tool as a NATS micro service on the server at this URL (subjects "
-                                  "PREFIX.call, PREFIX.tools, PREFIX.tool.<aid>, the tools.* names; $SRV discovery; "
-                                  "docs/nats.md). Idempotency keys: this host's own cache, or one store shared by a "
-                                  "group of hosts (--nats-idempotency kv). "
-                                  "Default --workers: 32")
-                       ->type_name("URL");
+                            "Serve every tool as a NATS micro service on the server at this URL (subjects "
+                            "PREFIX.call, PREFIX.tools, PREFIX.tool.<aid>, the tools.* names; $SRV discovery; "
+                            "docs/nats.md). Idempotency keys: this host's own cache, or one store shared by a "
+                            "group of hosts (--nats-idempotency kv). "
+                            "Default --workers: 32")
+                 ->type_name("URL");
   app.add_option("--nats-prefix", nats.prefix, "In --nats, the subjects' prefix")->capture_default_str();
   app.add_option("--nats-queue-group", nats.queue_group,
                  "In --nats, the queue group: the hosts of one group share the calls")
@@ -121,14 +121,15 @@ void FrontFlags::add(CLI::App& app) {
       ->check(CLI::Range(1, 1'000'000))
       ->capture_default_str();
   mcp_opt = app.add_flag("--mcp", mcp,
-                               "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
-                               "concurrent calls, cancellation, progress; docs/mcp-and-skills.md). Default --workers: 32");
+                         "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
+                         "concurrent calls, cancellation, progress; docs/mcp-and-skills.md). Default --workers: 32");
   app.add_option("--mcp-page-size", mcp_page_size, "In --mcp, tools per tools/list page (nextCursor for the rest)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
       ->capture_default_str();
-  skill_opt = app.add_flag("--skill", skill,
-                                 "Serve every tool as a skill of the lifecycle/* layout on stdio (initialize, tools/call, lifecycle/*, "
-                                 "shutdown; docs/mcp-and-skills.md). Default --workers: 32");
+  skill_opt = app.add_flag(
+      "--skill", skill,
+      "Serve every tool as a skill of the lifecycle/* layout on stdio (initialize, tools/call, lifecycle/*, "
+      "shutdown; docs/mcp-and-skills.md). Default --workers: 32");
   app.add_flag("--state-per-call", state_per_call,
                "In --serve, each request runs with the ds_state it carries, or an empty one, and nothing is "
                "kept for the next (by default one state lives for the whole stream)");
@@ -142,8 +143,12 @@ void FrontFlags::add_no_audit(CLI::App& app) {
 }
 
 void FrontFlags::exclude_modes() const {
-  list_opt->excludes(run_opt)->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt)->excludes(
-      nats_opt);
+  list_opt->excludes(run_opt)
+      ->excludes(serve_opt)
+      ->excludes(http_opt)
+      ->excludes(mcp_opt)
+      ->excludes(skill_opt)
+      ->excludes(nats_opt);
   run_opt->excludes(serve_opt)->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
   serve_opt->excludes(http_opt)->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);
   http_opt->excludes(mcp_opt)->excludes(skill_opt)->excludes(nats_opt);

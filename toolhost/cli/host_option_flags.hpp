@@ -26,7 +26,7 @@ class HostOptionFlags {
 
  private:
   std::map<std::string_view, std::vector<std::string>> timeouts_;  // per row: the AID=MS given
-  std::map<std::string_view, std::uint64_t> mebibytes_;             // per row: the MiB given (or the default's)
+  std::map<std::string_view, std::uint64_t> mebibytes_;            // per row: the MiB given (or the default's)
 };
 
 /// A decimal integer of at most 9 digits, above 0.

@@ -6,10 +6,10 @@
 #include <machina/json_text.hpp>
 #include <machina/tool_list.hpp>
 
+#include <nettle/sha2.h>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <nettle/sha2.h>
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
@@ -50,12 +50,14 @@ void put(std::string& out, const char (&literal)[N]) {
 }
 
 /// A field's value as a standard string view.
-std::string_view as_view(boost::beast::string_view v) { return {v.data(), v.size()}; }
+std::string_view as_view(boost::beast::string_view v) {
+  return {v.data(), v.size()};
+}
 
 /// What an answer to an allowed cross-origin request carries for the browser.
 struct Cors {
-  std::string_view origin;      // "": not a cross-origin request (no CORS fields)
-  bool preflight = false;       // an OPTIONS preflight: which methods and fields may follow
+  std::string_view origin;       // "": not a cross-origin request (no CORS fields)
+  bool preflight = false;        // an OPTIONS preflight: which methods and fields may follow
   bool private_network = false;  // the preflight asked for a private-network address
 };
 
@@ -115,7 +117,8 @@ bool write_all_fd(int fd, std::string_view data) {
 
 std::string lowercase(std::string_view text) {
   std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -146,7 +149,9 @@ bool is_loopback(const std::string& host) {
   return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
 }
 
-bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "::"; }
+bool is_wildcard(const std::string& host) {
+  return host == "0.0.0.0" || host == "::";
+}
 
 /// A Host field's value (or an allowed name) split into its name, lowercase, IPv6 literals in
 /// brackets, and its port ("" when it names none). False when it is not of that form.
@@ -202,8 +207,10 @@ std::string peer_text(const sockaddr_storage& peer) {
     ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr, text, sizeof text);
   } else if (peer.ss_family == AF_INET6) {
     const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr;
-    if (IN6_IS_ADDR_V4MAPPED(&a)) ::inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof text);
-    else ::inet_ntop(AF_INET6, &a, text, sizeof text);
+    if (IN6_IS_ADDR_V4MAPPED(&a))
+      ::inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof text);
+    else
+      ::inet_ntop(AF_INET6, &a, text, sizeof text);
   }
   return text;
 }
@@ -255,8 +262,7 @@ std::string protocol_answer(const Response& r) {
 
 class HttpServer {
  public:
-  HttpServer(Host& host, const HttpFrontOptions& o)
-      : host_(host), o_(o), token_caller_(token_identity(o.token)) {}
+  HttpServer(Host& host, const HttpFrontOptions& o) : host_(host), o_(o), token_caller_(token_identity(o.token)) {}
 
   int run();
 
@@ -313,8 +319,10 @@ struct HttpServer::Connection final : Takeover {
 void HttpServer::learn_own_names(const std::string& bound_host, unsigned port) {
   port_ = std::to_string(port);
   auto own = [&](const std::string& name) { own_authorities_.push_back(lowercase(name) + ":" + port_); };
-  if (is_wildcard(bound_host)) any_ip_literal_ = true;
-  else own(is_ipv6(bound_host) ? "[" + bound_host + "]" : bound_host);
+  if (is_wildcard(bound_host))
+    any_ip_literal_ = true;
+  else
+    own(is_ipv6(bound_host) ? "[" + bound_host + "]" : bound_host);
   if (is_loopback(bound_host) || is_wildcard(bound_host)) {
     own("localhost");
     own("127.0.0.1");
@@ -323,8 +331,10 @@ void HttpServer::learn_own_names(const std::string& bound_host, unsigned port) {
   for (const auto& name : o_.allow_hosts) {
     std::string n, p;
     (void)split_authority(name, n, p);  // (checked at start)
-    if (p.empty()) allowed_names_.push_back(n);
-    else own_authorities_.push_back(n + ":" + p);
+    if (p.empty())
+      allowed_names_.push_back(n);
+    else
+      own_authorities_.push_back(n + ":" + p);
   }
 }
 
@@ -399,8 +409,10 @@ std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target,
   req.front = Front::http;
   req.caller = conn.caller;
   std::string name;
-  if (j.contains("tool_name") && j["tool_name"].is_string()) name = j["tool_name"].get<std::string>();
-  else if (target.rfind("/tools/", 0) == 0) name = target.substr(7);
+  if (j.contains("tool_name") && j["tool_name"].is_string())
+    name = j["tool_name"].get<std::string>();
+  else if (target.rfind("/tools/", 0) == 0)
+    name = target.substr(7);
   if (name.empty()) return {400, refusal("malformed_request", "the request names no tool (tool_name)")};
   std::string why_shared;
   const Tool* tool = find_tool(name, why_shared);
@@ -485,7 +497,8 @@ std::pair<unsigned, std::string> HttpServer::dispatch(const HttpRequest& req, Co
     return {404, refusal("not_found", "no such resource: " + excerpt(target))};
   }
   if (req.method() != beast_http::verb::post) return {405, refusal("method_not_allowed", "use POST")};
-  if (req.count(beast_http::field::content_type) != 1 || !is_json_media_type(as_view(req[beast_http::field::content_type])))
+  if (req.count(beast_http::field::content_type) != 1 ||
+      !is_json_media_type(as_view(req[beast_http::field::content_type])))
     return {415, refusal("unsupported_media_type", "the request body must be sent as Content-Type: application/json")};
   if (target == "/capabilities/handshake") return handshake(req.body());
   return run_call(target, req.body(), conn);
@@ -566,10 +579,11 @@ void HttpServer::handle(int fd, const std::string& peer) {
       const int ready = left <= 0 ? 0 : ::poll(p, 2, left);
       if (ready == 0 && begun && !parser.is_header_done()) {
         std::lock_guard lock(conn.write_mu);
-        (void)write_all_fd(fd, http_response(408, refusal("request_timeout",
-                                                          "the request's headers did not arrive within " +
-                                                              std::to_string(o_.header_timeout_ms) + " ms"),
-                                             false));
+        (void)write_all_fd(fd,
+                           http_response(408,
+                                         refusal("request_timeout", "the request's headers did not arrive within " +
+                                                                        std::to_string(o_.header_timeout_ms) + " ms"),
+                                         false));
         closed = true;
         break;
       }
@@ -634,7 +648,8 @@ int HttpServer::run() {
     a4->sin_family = AF_INET;
     a4->sin_port = htons(static_cast<std::uint16_t>(port));
     addr_len = sizeof(sockaddr_in);
-  } else if (auto* a6 = reinterpret_cast<sockaddr_in6*>(&addr); ::inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) == 1) {
+  } else if (auto* a6 = reinterpret_cast<sockaddr_in6*>(&addr);
+             ::inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) == 1) {
     a6->sin6_family = AF_INET6;
     a6->sin6_port = htons(static_cast<std::uint16_t>(port));
     addr_len = sizeof(sockaddr_in6);
@@ -644,7 +659,8 @@ int HttpServer::run() {
   const int listener = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
   ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 || ::listen(listener, 128) != 0) {
+  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 ||
+      ::listen(listener, 128) != 0) {
     throw HostError("--http: cannot listen on " + o_.host + ":" + o_.port + ": " + std::strerror(errno));
   }
   sockaddr_storage bound{};
@@ -673,7 +689,8 @@ int HttpServer::run() {
     {
       std::lock_guard lock(mu_);
       std::string why;
-      if (active_ >= o_.max_connections) why = "too many connections";
+      if (active_ >= o_.max_connections)
+        why = "too many connections";
       else if (per_peer_[peer] >= o_.max_connections_per_peer)
         why = "too many connections from " + peer + " (--http-max-connections-per-peer " +
               std::to_string(o_.max_connections_per_peer) + ")";
@@ -704,15 +721,17 @@ int HttpServer::run() {
 
 void check_http_front_options(const HttpFrontOptions& options) {
   if (options.token.empty() && !is_loopback(options.host))
-    throw HostError("--http " + options.host + ": not a loopback address, so every request must carry a bearer token: "
+    throw HostError("--http " + options.host +
+                    ": not a loopback address, so every request must carry a bearer token: "
                     "set MACHINA_TOOLHOST_HTTP_TOKEN (or serve on 127.0.0.1 behind a proxy)");
   for (const auto& origin : options.allow_origins) {
     const auto scheme_end = origin.find("://");
-    const bool ok = origin == "null" || (scheme_end != std::string::npos && scheme_end > 0 &&
-                                         scheme_end + 3 < origin.size() &&
-                                         origin.find_first_of("/ ?#", scheme_end + 3) == std::string::npos);
+    const bool ok =
+        origin == "null" || (scheme_end != std::string::npos && scheme_end > 0 && scheme_end + 3 < origin.size() &&
+                             origin.find_first_of("/ ?#", scheme_end + 3) == std::string::npos);
     if (!ok)
-      throw HostError("--http-allow-origin " + origin + ": expected an origin as a browser sends it, "
+      throw HostError("--http-allow-origin " + origin +
+                      ": expected an origin as a browser sends it, "
                       "SCHEME://HOST[:PORT] without a path (e.g. http://localhost:3000)");
   }
   for (const auto& name : options.allow_hosts) {

@@ -3,8 +3,8 @@
 
 #include "codecs/mcp_skill_codec.hpp"
 #include "codecs/ndjson_codec.hpp"
-#include "package_paths.hpp"
 #include "line_server.hpp"
+#include "package_paths.hpp"
 
 #include <machina/lease.hpp>
 #include <machina/spin_wait.hpp>
@@ -29,7 +29,9 @@ extern "C" int machina_plugin_register(const machina_registrar_api* api, machina
 namespace machina::cli {
 
 #ifdef MACHINA_LINKED_TOOLS
-PluginEntryPoints linked_tools() { return {&machina_plugin_abi_version, &machina_plugin_register}; }
+PluginEntryPoints linked_tools() {
+  return {&machina_plugin_abi_version, &machina_plugin_register};
+}
 #endif
 
 namespace {
@@ -39,8 +41,10 @@ namespace {
 ToolChoice tool_choice(const Invocation& inv) {
   ToolChoice choice;
   if (!inv.plugins.empty()) choice.plugins = inv.plugins;
-  if (inv.packs && !(inv.packs->size() == 1 && inv.packs->front() == "none")) choice.packs = inv.packs;
-  else if (inv.packs) choice.packs = std::vector<std::string>{};
+  if (inv.packs && !(inv.packs->size() == 1 && inv.packs->front() == "none"))
+    choice.packs = inv.packs;
+  else if (inv.packs)
+    choice.packs = std::vector<std::string>{};
   choice.policy_file = inv.policy_file;
   choice.manifests = inv.manifests;
 #ifdef MACHINA_LINKED_TOOLS
@@ -124,7 +128,7 @@ int execute(Invocation& inv) {
   if (inv.mode == Invocation::Mode::mcp || inv.mode == Invocation::Mode::skill) {
     const bool mcp = inv.mode == Invocation::Mode::mcp;
     codec = std::make_unique<McpSkillCodec>(mcp ? McpSkillCodec::Dialect::mcp : McpSkillCodec::Dialect::skill,
-                                           inv.mcp_page_size);
+                                            inv.mcp_page_size);
     session = mcp ? "mcp-" : "skill-";
   } else {
     codec = std::make_unique<NdjsonCodec>();

@@ -10,8 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -58,7 +58,7 @@ void install_unsent_handlers(int wire_fd) {
   installed = true;
   std::atexit(write_unsent);
   for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) {
-    struct sigaction sa {};
+    struct sigaction sa{};
     sa.sa_handler = on_fatal_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESETHAND | SA_NODEFER;
@@ -150,8 +150,12 @@ class StreamState {
 class InlineServer final : public Takeover {
  public:
   InlineServer(Host& host, LineCodec& codec, const ServeOptions& o)
-      : host_(host), codec_(codec), o_(o), reader_(o.in_fd, host.options().max_request_bytes, o.spin),
-        session_(true), wire_(o.out_fd) {
+      : host_(host),
+        codec_(codec),
+        o_(o),
+        reader_(o.in_fd, host.options().max_request_bytes, o.spin),
+        session_(true),
+        wire_(o.out_fd) {
     out_.reserve(2 * kFlushAt);
     codec_.attach([this](std::string_view lines) { wire_.write(lines); });
   }
@@ -271,8 +275,10 @@ class OrderedWriter {
     if (open_ && !text.empty()) open_ = wire_.write(text);
   }
   void mark_done(std::uint64_t seq) {
-    if (seq == next_) ++next_;
-    else done_ahead_.insert(seq);
+    if (seq == next_)
+      ++next_;
+    else
+      done_ahead_.insert(seq);
   }
 
   Wire& wire_;
@@ -300,7 +306,12 @@ struct Job {
 class WorkerServer {
  public:
   WorkerServer(Host& host, LineCodec& codec, const ServeOptions& o)
-      : host_(host), codec_(codec), o_(o), session_(true), wire_(o.out_fd), writer_(wire_, o.max_in_flight),
+      : host_(host),
+        codec_(codec),
+        o_(o),
+        session_(true),
+        wire_(o.out_fd),
+        writer_(wire_, o.max_in_flight),
         reader_(o.in_fd, host.options().max_request_bytes, o.spin) {
     codec_.attach([this](std::string_view lines) { wire_.write(lines); });
   }
@@ -469,9 +480,9 @@ class WorkerServer {
   Session session_;
   Wire wire_;
   OrderedWriter writer_;
-  LineReader reader_;          // used by the one thread reading
-  std::uint64_t seq_ = 0;      // (the reading thread's)
-  bool stop_after_ = false;    // (the reading thread's) a line said to read no further
+  LineReader reader_;        // used by the one thread reading
+  std::uint64_t seq_ = 0;    // (the reading thread's)
+  bool stop_after_ = false;  // (the reading thread's) a line said to read no further
   // A call left unattended (run by the thread that read it, nobody reading) is taken over
   // once it has run kTakeOver; the standby looks every kStandbyPollMin while requests
   // come, up to every kStandbyPollMax while it finds nothing to take over, and sleeps once
@@ -484,15 +495,15 @@ class WorkerServer {
   std::mutex mu_;
   std::condition_variable turn_;        // followers
   std::condition_variable standby_cv_;  // the standby
-  bool standby_ = false;       // a thread stands by
-  bool standby_idle_ = false;  // ... asleep until woken
-  bool unattended_ = false;    // nobody reads: the reader runs a call (since unattended_at_)
+  bool standby_ = false;                // a thread stands by
+  bool standby_idle_ = false;           // ... asleep until woken
+  bool unattended_ = false;             // nobody reads: the reader runs a call (since unattended_at_)
   std::chrono::steady_clock::time_point unattended_at_{}, last_read_{};
   std::uint64_t unattended_serial_ = 0;  // which run left it so
-  bool reading_ = false;       // a thread is reading
-  bool ended_ = false;         // nothing more will be read
-  unsigned busy_ = 0;          // calls running
-  std::deque<Job> waiting_;    // read, waiting for a call slot
+  bool reading_ = false;                 // a thread is reading
+  bool ended_ = false;                   // nothing more will be read
+  unsigned busy_ = 0;                    // calls running
+  std::deque<Job> waiting_;              // read, waiting for a call slot
   ServingThreads threads_;
 };
 

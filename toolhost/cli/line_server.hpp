@@ -36,8 +36,7 @@ class LineCodec {
   virtual ~LineCodec() = default;
   /// Answers one line (appending zero or more output lines to `out`), calling the host
   /// with `takeover` for the calls it makes. `line.data()[line.size()]` is '\0'.
-  virtual Handled handle(Host& host, std::string_view line, Session& session, std::string& out,
-                         Takeover* takeover) = 0;
+  virtual Handled handle(Host& host, std::string_view line, Session& session, std::string& out, Takeover* takeover) = 0;
   /// The answer to a line longer than the host's request cap: `head` is its start (at most
   /// LineReader::kHeadBytes; the rest is never read).
   virtual void answer_too_large(Host& host, std::string_view head, std::string& out) = 0;

@@ -22,7 +22,7 @@ namespace {
 using machina::cli::Invocation;
 
 /// `--run AID` and `--run PLUGIN AID` with nothing else are most of what spawning clients
-/// send, and building the full parser costs about as much as the call: these two shapes are
+/// send, and building the full parser costs as much as such a call: these two shapes are
 /// recognised directly and mean exactly what the parser would make of them.
 bool fast_run(int argc, char** argv, Invocation& inv) {
   if (argc < 3 || argc > 4 || std::strcmp(argv[1], "--run") != 0) return false;
@@ -35,7 +35,8 @@ bool fast_run(int argc, char** argv, Invocation& inv) {
   inv.options = machina::HostOptions::from_env();
   machina::cli::default_audit(inv.options.audit, /*run=*/true, /*off=*/false, /*required_named=*/false);
   std::error_code ec;
-  inv.options.workers.executable = std::filesystem::read_symlink("/proc/self/exe", ec).string();  // shell.exec's launcher
+  inv.options.workers.executable =
+      std::filesystem::read_symlink("/proc/self/exe", ec).string();  // shell.exec's launcher
   machina::cli::report_events(inv.options);
   return true;
 }

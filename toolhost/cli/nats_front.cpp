@@ -10,8 +10,8 @@
 
 #include <machina/errors.hpp>
 #include <machina/ndjson_front.hpp>
-#include <machina/tool_list.hpp>
 #include <machina/ndjson_wire.hpp>
+#include <machina/tool_list.hpp>
 
 #include <nats/nats.h>
 #include <nlohmann/json.hpp>
@@ -125,7 +125,7 @@ struct Call final : Takeover {
   Clock::time_point start;
   Form form = Form::envelope;
   std::string tool_call_id, function_name;  // Form::openai
-  std::atomic<bool> delivered{false};  // the takeover has sent the answer
+  std::atomic<bool> delivered{false};       // the takeover has sent the answer
 
   std::unique_ptr<DurableReceipt> receipt;  // durable mode: acknowledged once answered
 
@@ -179,7 +179,8 @@ class NatsServer final : public DurableSink {
   std::string resolve(const std::string& name) const;
   /// The aid of the tool `aid` is another name of, else `aid`.
   std::string canonical(const std::string& aid) const;
-  void publish(const char* reply, std::string_view body, const std::vector<std::pair<const char*, std::string>>& headers);
+  void publish(const char* reply, std::string_view body,
+               const std::vector<std::pair<const char*, std::string>>& headers);
   bool may_answer(const char* reply) const;
   json identity(const char* kind) const;
   void add_endpoint(std::string name, std::string subject, std::string aid, json metadata, bool lists = false);
@@ -202,10 +203,10 @@ class NatsServer final : public DurableSink {
   std::deque<std::unique_ptr<Call>> queue_;
   std::size_t busy_ = 0;  // calls taken from the queue and not yet answered
   bool stopping_ = false;
-  std::size_t workers_ = 0;  // worker threads, those left inside a tool not counted
-  bool dispatch_waits_ = false;  // the subscriptions hold more than the queue had room for
-  std::atomic<bool> dispatching_{false};          // the subscriptions are all made
-  std::size_t dispatch_from_ = 0;                 // event loop thread: the subscription read first
+  std::size_t workers_ = 0;                        // worker threads, those left inside a tool not counted
+  bool dispatch_waits_ = false;                    // the subscriptions hold more than the queue had room for
+  std::atomic<bool> dispatching_{false};           // the subscriptions are all made
+  std::size_t dispatch_from_ = 0;                  // event loop thread: the subscription read first
   std::vector<std::unique_ptr<Call>> dispatched_;  // event loop thread: a batch for the queue
   Endpoint* durable_ep_ = nullptr;
   std::unique_ptr<DurableConsumer> durable_;  // --nats-durable
@@ -234,7 +235,7 @@ NatsServer::~NatsServer() {
     room_.notify_all();
     idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0 && workers_ == 0; });
   }
-  durable_.reset();  // (every receipt is gone with its call)
+  durable_.reset();                                  // (every receipt is gone with its call)
   if (store_) host_.set_idempotency_store(nullptr);  // (before the connection it uses goes)
   store_.reset();
   for (auto& s : subs_) natsSubscription_Destroy(s->sub);
@@ -359,9 +360,8 @@ void NatsServer::finish(Call& call, std::string_view line) {
     if (error.empty()) error = "failed";
     code = r.is_object() && r.contains("code") && r["code"].is_string() ? r["code"].get<std::string>() : "";
     status = r.is_object() && r.contains("status") && r["status"].is_string() ? r["status"].get<std::string>() : "";
-    headers = {{kHdrError, header_text(error, 1024)},
-               {kHdrErrorCode, service_error_code(status, code)},
-               {kHdrWireCode, code}};
+    headers = {
+        {kHdrError, header_text(error, 1024)}, {kHdrErrorCode, service_error_code(status, code)}, {kHdrWireCode, code}};
   }
   const std::string output = ok && r.contains("output_json") && r["output_json"].is_string() &&
                                      !r["output_json"].get_ref<const std::string&>().empty()
@@ -369,9 +369,7 @@ void NatsServer::finish(Call& call, std::string_view line) {
                                  : std::string("null");
   std::string body;
   switch (call.form) {
-    case Form::envelope:
-      body = line;
-      break;
+    case Form::envelope: body = line; break;
     case Form::tool_input:
       body = ok ? "{\"data\":" + output + ",\"error\":null}"
                 : json{{"data", nullptr}, {"error", typed_error(error, code)}}.dump();
@@ -382,8 +380,10 @@ void NatsServer::finish(Call& call, std::string_view line) {
         const json value = json::parse(output, nullptr, false);
         content = value.is_string() ? value.get<std::string>() : output;
       }
-      body = json{{"tool_call_id", call.tool_call_id}, {"role", "tool"}, {"name", call.function_name}, {"content", content}}
-                 .dump();
+      body =
+          json{
+              {"tool_call_id", call.tool_call_id}, {"role", "tool"}, {"name", call.function_name}, {"content", content}}
+              .dump();
       break;
     }
   }
@@ -418,8 +418,8 @@ bool NatsServer::serve_one(std::unique_ptr<Call> call) {
     std::string request, run_aid;
     if (parse(*call, request, run_aid, line)) {
       Session session(/*respond_with_delta=*/true);  // calls over NATS carry their own state
-      const auto handled = ndjson::respond(host_, request, session, line, call.get(), run_aid, /*nul_terminated=*/true,
-                                           Front::nats);
+      const auto handled =
+          ndjson::respond(host_, request, session, line, call.get(), run_aid, /*nul_terminated=*/true, Front::nats);
       if (handled.abandoned) {
         call->delivered.wait(false);
         return false;
@@ -506,7 +506,8 @@ void NatsServer::take(Endpoint* ep, natsMsg* msg, std::unique_ptr<DurableReceipt
 void NatsServer::answer_unknown(natsMsg* msg) {
   const char* reply = natsMsg_GetReply(msg);
   if (may_answer(reply)) {
-    const std::string error = "InvalidInput: no tool is served on the subject " + header_text(natsMsg_GetSubject(msg), 200);
+    const std::string error =
+        "InvalidInput: no tool is served on the subject " + header_text(natsMsg_GetSubject(msg), 200);
     publish(reply, json{{"data", nullptr}, {"error", error}}.dump(),
             {{kHdrError, error}, {kHdrErrorCode, "400"}, {kHdrWireCode, "malformed_request"}});
   }
@@ -608,7 +609,10 @@ void NatsServer::on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, 
     body["description"] = "machina-toolhost: every registered tool, one endpoint each (docs/nats.md)";
     json eps = json::array();
     for (const auto& ep : self.endpoints_)
-      eps.push_back({{"name", ep->name}, {"subject", ep->subject}, {"queue_group", self.o_.queue_group}, {"metadata", ep->metadata}});
+      eps.push_back({{"name", ep->name},
+                     {"subject", ep->subject},
+                     {"queue_group", self.o_.queue_group},
+                     {"metadata", ep->metadata}});
     body["endpoints"] = std::move(eps);
   } else {
     body = self.identity("stats");
@@ -635,7 +639,8 @@ void NatsServer::on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, 
 
 void NatsServer::on_error(natsConnection*, natsSubscription* sub, natsStatus s, void*) {
   if (s == NATS_SLOW_CONSUMER) {
-    say("SlowConsumerError: messages dropped on " + std::string(sub ? natsSubscription_GetSubject(sub) : "a subscription") +
+    say("SlowConsumerError: messages dropped on " +
+        std::string(sub ? natsSubscription_GetSubject(sub) : "a subscription") +
         " (more waiting than its pending limit)");
     return;
   }
@@ -693,9 +698,10 @@ int NatsServer::run() {
   natsOptions_Destroy(opts);
   if (st != NATS_OK) {
     throw HostError("--nats: cannot connect to " + without_credentials(o_.url) + ": " + natsStatus_GetText(st) +
-                    (st == NATS_NO_SERVER ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
-                                                        "starts one; pip install 'machina-toolhost[nats]' brings it)")
-                                          : std::string()));
+                    (st == NATS_NO_SERVER
+                         ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
+                                       "starts one; pip install 'machina-toolhost[nats]' brings it)")
+                         : std::string()));
   }
   if (o_.shared_store) {
     store_ = std::make_shared<NatsKvStore>(
@@ -708,8 +714,10 @@ int NatsServer::run() {
   // Subjects under `tools.` all arrive through one wildcard subscription, so that an unknown
   // one is answered too, and a known one once (not by a second, exact subscription).
   for (const auto& ep : endpoints_) {
-    if (ep->subject.starts_with("tools.")) tools_subjects_[ep->subject] = ep.get();
-    else subscribe(ep->subject, ep.get());
+    if (ep->subject.starts_with("tools."))
+      tools_subjects_[ep->subject] = ep.get();
+    else
+      subscribe(ep->subject, ep.get());
   }
   subscribe(kToolsWildcard, nullptr);
   if (o_.durable) {  // an endpoint for its statistics, fed by the stream
@@ -734,8 +742,8 @@ int NatsServer::run() {
   }
   st = natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
   if (st != NATS_OK) {
-    throw HostError("--nats: " + without_credentials(o_.url) + " did not confirm the subscriptions: " +
-                    natsStatus_GetText(st));
+    throw HostError("--nats: " + without_credentials(o_.url) +
+                    " did not confirm the subscriptions: " + natsStatus_GetText(st));
   }
   say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " +
       without_credentials(o_.url));
@@ -766,7 +774,8 @@ int NatsServer::run() {
 
 void check_nats_front_options(const NatsFrontOptions& options) {
   if (!subject_safe(options.prefix))
-    throw HostError("--nats-prefix " + options.prefix + ": expected subject tokens (letters, digits, _ and -) joined by dots");
+    throw HostError("--nats-prefix " + options.prefix +
+                    ": expected subject tokens (letters, digits, _ and -) joined by dots");
   if (!subject_safe(options.queue_group) || options.queue_group.find('.') != std::string::npos)
     throw HostError("--nats-queue-group " + options.queue_group + ": expected one token (letters, digits, _ and -)");
   if (!subject_safe(options.stream) || options.stream.find('.') != std::string::npos)

@@ -32,7 +32,8 @@ bool subject_safe(std::string_view s) {
   if (s.empty() || s.front() == '.' || s.back() == '.') return false;
   char prev = '.';
   for (char c : s) {
-    const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    const bool word =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
     if (!word && !(c == '.' && prev != '.')) return false;
     prev = c;
   }
@@ -42,7 +43,8 @@ bool subject_safe(std::string_view s) {
 std::string endpoint_name(std::string_view aid) {
   std::string out;
   for (char c : aid.substr(0, 200)) {
-    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    const bool keep =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
     out.push_back(keep ? c : '_');
   }
   return out.empty() ? "tool" : out;
@@ -65,9 +67,9 @@ const char* service_error_code(const std::string& status, const std::string& cod
   if (status == "INVALID_PICK") return code == "tool_not_found" ? "404" : "400";
   if (status == "BREAKER_TRIP" || code == "service_unavailable" || code == "audit_unavailable") return "503";
   static const std::unordered_map<std::string_view, const char*> by_code = {
-      {"timeout", "504"},          {"access_denied", "403"},    {"lease_required", "401"},
-      {"lease_rejected", "403"},   {"guarantee_blocked", "403"}, {"target_not_found", "404"},
-      {"rate_limited", "429"},     {"overloaded", "429"},        {"idempotency_conflict", "409"}};
+      {"timeout", "504"},        {"access_denied", "403"},     {"lease_required", "401"},
+      {"lease_rejected", "403"}, {"guarantee_blocked", "403"}, {"target_not_found", "404"},
+      {"rate_limited", "429"},   {"overloaded", "429"},        {"idempotency_conflict", "409"}};
   const auto it = by_code.find(code);
   return it == by_code.end() ? "500" : it->second;
 }

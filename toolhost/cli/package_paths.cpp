@@ -87,7 +87,9 @@ void hand_over_to_nats_build(char** argv) {
 #endif
 
 #ifdef MACHINA_LINKED_TOOLS
-bool needs_plugin_loader(bool plugins_named) { return plugins_named || builtin_plugin_dir() != nullptr; }
+bool needs_plugin_loader(bool plugins_named) {
+  return plugins_named || builtin_plugin_dir() != nullptr;
+}
 
 void hand_over_to_plugin_loader(char** argv) {
   hand_over(argv, "libexec/machina-toolhost", "the plugin-loading build of machina-toolhost", "load plugins");

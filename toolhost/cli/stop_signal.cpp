@@ -23,7 +23,7 @@ void on_stop_signal(int) {
 int watch_stop_signals() {
   if (g_stop_fd >= 0) return g_stop_fd;
   g_stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  struct sigaction sa {};
+  struct sigaction sa{};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);

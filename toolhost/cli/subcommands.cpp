@@ -14,12 +14,13 @@ namespace machina::cli {
 void Subcommands::add(CLI::App& app) {
   // The command line a dispatch layer builds for `machina_cli`: `tool_exec [PLUGIN] AID`,
   // the request on stdin, served as --run.
-  tool_exec = app.add_subcommand("tool_exec", "Run one call as --run [PLUGIN] AID does (the command line "
-                                              "a dispatch layer gives machina_cli; docs/operations.md)");
+  tool_exec = app.add_subcommand("tool_exec",
+                                 "Run one call as --run [PLUGIN] AID does (the command line "
+                                 "a dispatch layer gives machina_cli; docs/operations.md)");
   tool_exec->add_option("aid", tool_exec_args, "[PLUGIN] AID")->expected(1, 2)->required();
   tool_exec->fallthrough();
-  lease = app.add_subcommand("lease",
-                             "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
+  lease =
+      app.add_subcommand("lease", "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
   lease->require_subcommand(1);
   lease_issue = lease->add_subcommand("issue", "Print a single-use lease token for one tool");
   lease_issue->add_option("--aid", lease_aid, "The tool the lease is for")->required();
@@ -28,13 +29,13 @@ void Subcommands::add(CLI::App& app) {
   audit = app.add_subcommand("audit", "Questions about the audit store");
   audit->require_subcommand(1);
   audit_report = audit->add_subcommand(
-      "report", "Most used tools, most accessed paths, error rates and latency percentiles per tool, over a time range");
+      "report",
+      "Most used tools, most accessed paths, error rates and latency percentiles per tool, over a time range");
   audit_report
       ->add_option("--db", report.db_path,
                    "The audit database (default: $MACHINA_TOOLHOST_AUDIT_DB, else the default store)")
       ->type_name("FILE");
-  audit_report->add_option("--since", report_since,
-                           "From this time (UTC YYYY-MM-DD[THH:MM[:SS]], or 24h, 7d ... ago)");
+  audit_report->add_option("--since", report_since, "From this time (UTC YYYY-MM-DD[THH:MM[:SS]], or 24h, 7d ... ago)");
   audit_report->add_option("--until", report_until, "Until this time (excluded), as --since");
   audit_report->add_option("--top", report.top, "How many tools, paths and users to list")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}))

@@ -30,7 +30,9 @@ void WorkerFlags::add(CLI::App& app) {
   app.add_flag(std::string(worker_flags::kWorker), worker_mode)->group("");
   app.add_flag(std::string(worker_flags::kLinkedTools), with_linked_tools)->group("");
   app.add_option(std::string(worker_flags::kParentPid), parent_pid)->group("");
-  app.add_option(std::string(worker_flags::kSpares), spares)->check(CLI::Range(std::size_t{1}, std::size_t{64}))->group("");
+  app.add_option(std::string(worker_flags::kSpares), spares)
+      ->check(CLI::Range(std::size_t{1}, std::size_t{64}))
+      ->group("");
   app.add_option(std::string(worker_flags::kHide), hidden_files)->group("");
 }
 

@@ -5,8 +5,8 @@
 #include <machina/http_client.hpp>
 #include <machina/python_entry_check.hpp>
 #include <machina/python_sandbox.hpp>
-#include <machina/runners/python_interpreter.hpp>
 #include <machina/runners/hosted_server.hpp>
+#include <machina/runners/python_interpreter.hpp>
 #include <machina/runners/service_runner.hpp>
 #include <machina/schema_validator.hpp>
 #include <machina/tool_host.hpp>
@@ -24,8 +24,8 @@ namespace machina {
 namespace {
 
 /// The error of a tool's field, as the manifest loader words its own.
-[[noreturn]] void refuse_field(const ToolManifest& m, const ManifestTool& t, std::size_t index, const std::string& field,
-                               const std::string& why) {
+[[noreturn]] void refuse_field(const ToolManifest& m, const ManifestTool& t, std::size_t index,
+                               const std::string& field, const std::string& why) {
   if (!t.pack.source.empty()) {  // a pack's tool: its binding in tools.yaml
     throw HostError(t.pack.bindings_path + ":" + std::to_string(t.line) + ": tool '" + t.info.name + "': field '" +
                     field + "': " + why);
@@ -37,12 +37,10 @@ namespace {
 std::string capability_context(const ManifestTool& t, const std::string& runner) {
   nlohmann::ordered_json guarantees = nlohmann::ordered_json::object();
   for (const auto& [name, required] : t.guarantees) guarantees[name] = required;
-  nlohmann::ordered_json c = {{"tool_name", t.info.name},
-                              {"resolved_source", t.pack.source.empty() ? "binding" : t.pack.source},
-                              {"runner", runner},
-                              {"protocol_version", 1},
-                              {"guarantees", guarantees},
-                              {"sources", nlohmann::ordered_json::object()}};
+  nlohmann::ordered_json c = {
+      {"tool_name", t.info.name}, {"resolved_source", t.pack.source.empty() ? "binding" : t.pack.source},
+      {"runner", runner},         {"protocol_version", 1},
+      {"guarantees", guarantees}, {"sources", nlohmann::ordered_json::object()}};
   for (const auto& [name, required] : t.guarantees) c["sources"][name] = "tool";
   if (!t.write_root.empty()) c["filesystem_root"] = t.write_root;
   if (!t.read_roots.empty()) c["filesystem_read_roots"] = t.read_roots;
@@ -95,8 +93,8 @@ ToolInfo remote_info(const ToolManifest& m, const ManifestChild& c, const Remote
 }  // namespace
 
 std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolManifest& manifest,
-                                                                      std::vector<ToolRegistry::Described>& described,
-                                                                      std::vector<std::unique_ptr<Runner>>& runners) {
+                                                                    std::vector<ToolRegistry::Described>& described,
+                                                                    std::vector<std::unique_ptr<Runner>>& runners) {
   const HostOptions& options = host_.options();
   std::vector<std::shared_ptr<HostedServer>> started;
   try {
@@ -115,7 +113,9 @@ std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolMa
       }
       HostedServerOptions o;
       using Dialect = HostedServerOptions::Dialect;
-      o.dialect = c.kind == "mcp_server" ? Dialect::mcp : c.methods == "skill" ? Dialect::runtime_skill : Dialect::lifecycle_skill;
+      o.dialect = c.kind == "mcp_server" ? Dialect::mcp
+                  : c.methods == "skill" ? Dialect::runtime_skill
+                                         : Dialect::lifecycle_skill;
       o.name = c.name;
       o.child.argv = plan.launcher;
       o.child.argv.push_back(program);
@@ -130,9 +130,9 @@ std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolMa
       o.child.on_event = options.on_event;
       o.child.max_line_bytes = options.max_output_bytes + (1u << 20);
       o.start_timeout_ms = c.start_timeout_ms;
-      o.tick_interval_ms = c.tick_interval_ms >= 0                          ? c.tick_interval_ms
+      o.tick_interval_ms = c.tick_interval_ms >= 0                         ? c.tick_interval_ms
                            : c.kind == "skill" && c.methods == "lifecycle" ? options.skill_tick_ms
-                                                                      : 0;
+                                                                           : 0;
       o.data_dir = c.data_dir;
       o.skill_manifest_json = c.skill_manifest_json;
       o.on_event = options.on_event;
@@ -203,9 +203,12 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
                         std::to_string(po.memory_mb);
       for (const auto& e : po.env) key += '\n' + e;
       std::shared_ptr<PythonWorkerPool> pool;
-      if (auto it = python_pools_.find(key); it != python_pools_.end()) pool = it->second;
-      else if (auto jt = new_pools.find(key); jt != new_pools.end()) pool = jt->second;
-      else pool = new_pools.emplace(key, std::make_shared<PythonWorkerPool>(po)).first->second;
+      if (auto it = python_pools_.find(key); it != python_pools_.end())
+        pool = it->second;
+      else if (auto jt = new_pools.find(key); jt != new_pools.end())
+        pool = jt->second;
+      else
+        pool = new_pools.emplace(key, std::make_shared<PythonWorkerPool>(po)).first->second;
       PythonRunner::ToolFields fields;
       fields.name = t.info.name;
       fields.entry = t.entry;

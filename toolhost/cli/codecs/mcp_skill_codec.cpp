@@ -3,8 +3,8 @@
 
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
-#include <machina/tool_names.hpp>
 #include <machina/ndjson_wire.hpp>
+#include <machina/tool_names.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -340,19 +340,20 @@ bool McpSkillCodec::forget_if_cancelled(const std::string& id) {
 }
 
 LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Session& session, std::string& out,
-                                        Takeover* takeover) {
+                                         Takeover* takeover) {
   Handled handled;
   handled.has_id = true;  // every answer is matched by its id: none waits for another
   jsonrpc::Message m;
   std::string why;
   if (!jsonrpc::parse(line, m, why)) {
-    jsonrpc::append_error(out, "null", jsonrpc::kParseError, "Parse error: " + why, error_data(ErrorKind::malformed_request));
+    jsonrpc::append_error(out, "null", jsonrpc::kParseError, "Parse error: " + why,
+                          error_data(ErrorKind::malformed_request));
     return handled;
   }
   using Kind = jsonrpc::Message::Kind;
   if (m.kind == Kind::invalid) {
-    const bool usable_id = !m.id.empty() && (m.id.front() == '"' || m.id.front() == '-' ||
-                                             (m.id.front() >= '0' && m.id.front() <= '9'));
+    const bool usable_id =
+        !m.id.empty() && (m.id.front() == '"' || m.id.front() == '-' || (m.id.front() >= '0' && m.id.front() <= '9'));
     jsonrpc::append_error(out, usable_id ? m.id : "null", jsonrpc::kInvalidRequest, "Invalid Request: " + m.why,
                           error_data(ErrorKind::malformed_request));
     return handled;
@@ -360,13 +361,15 @@ LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Sess
   if (m.kind == Kind::request && !m.id.empty() && m.id.front() != '"' &&
       m.id.find_first_of(".eE") != std::string_view::npos) {
     // (JSON-RPC says an id SHOULD NOT hold a fraction; this front takes integers and strings.)
-    jsonrpc::append_error(out, "null", jsonrpc::kInvalidRequest, "Invalid Request: the id must be a string or an integer",
+    jsonrpc::append_error(out, "null", jsonrpc::kInvalidRequest,
+                          "Invalid Request: the id must be a string or an integer",
                           error_data(ErrorKind::malformed_request));
     return handled;
   }
   if (m.kind == Kind::result || m.kind == Kind::error) return handled;  // (we ask the client nothing)
   if (m.kind == Kind::notification) {
-    if (m.method == "notifications/cancelled") peek(line);  // (inline serving: read here, not before)
+    if (m.method == "notifications/cancelled")
+      peek(line);  // (inline serving: read here, not before)
     else if (dialect_ == Dialect::skill && m.method.rfind("lifecycle/", 0) == 0) {
       // (a lifecycle notification: nothing to answer)
     }
@@ -397,8 +400,8 @@ LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Sess
     jsonrpc::append_result(out, id, "{}");
   } else if (method == "tools/list") {
     list_tools(host, id, m.params, out);
-  } else if (dialect_ == Dialect::skill && (method.rfind("lifecycle/", 0) == 0 || method.rfind("skill/", 0) == 0 ||
-                                            method == "shutdown")) {
+  } else if (dialect_ == Dialect::skill &&
+             (method.rfind("lifecycle/", 0) == 0 || method.rfind("skill/", 0) == 0 || method == "shutdown")) {
     // A session's start and end reach the skills this host itself hosts.
     if (method == "lifecycle/onSessionStart" || method == "lifecycle/onSessionEnd" || method == "skill/sessionStart" ||
         method == "skill/sessionEnd") {
@@ -406,13 +409,16 @@ LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Sess
       jsonrpc::for_each_member(
           m.params,
           [&](const Member& member) {
-            if (member.key == "sessionId" && member.type == Member::Type::string) session_id = std::string(member.string);
+            if (member.key == "sessionId" && member.type == Member::Type::string)
+              session_id = std::string(member.string);
             return true;
           },
           why);
       if (!session_id.empty()) {
-        if (method.find("Start") != std::string::npos) host.connection_opened(session_id);
-        else host.connection_closed(session_id);
+        if (method.find("Start") != std::string::npos)
+          host.connection_opened(session_id);
+        else
+          host.connection_closed(session_id);
       }
     }
     jsonrpc::append_result(out, id, R"({"ok":true})");
@@ -425,7 +431,7 @@ LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Sess
 }
 
 void McpSkillCodec::serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
-                                std::string& out, Takeover* takeover, Handled& handled) {
+                                 std::string& out, Takeover* takeover, Handled& handled) {
   const std::string& method = m.method;
   std::string why;
   if (method == "initialize") {
@@ -433,7 +439,8 @@ void McpSkillCodec::serve_modern(Host& host, const std::string& id, const jsonrp
     jsonrpc::for_each_member(
         m.params,
         [&](const Member& member) {
-          if (member.key == "protocolVersion" && member.type == Member::Type::string) requested = std::string(member.string);
+          if (member.key == "protocolVersion" && member.type == Member::Type::string)
+            requested = std::string(member.string);
           return true;
         },
         why);
@@ -479,10 +486,11 @@ void McpSkillCodec::initialize(Host& host, const std::string& id, std::string_vi
       if (!i.alias_of.empty()) continue;
       tools.push_back({{"name", i.aid}, {"description", i.description}, {"parameters", advertised_input_schema(i)}});
     }
-    const json result = {{"name", "machina-toolhost"},
-                         {"description", "The tools of a machina-toolhost, each run with its deadline, caps and checks"},
-                         {"version", MACHINA_VERSION},
-                         {"tools", tools}};
+    const json result = {
+        {"name", "machina-toolhost"},
+        {"description", "The tools of a machina-toolhost, each run with its deadline, caps and checks"},
+        {"version", MACHINA_VERSION},
+        {"tools", tools}};
     jsonrpc::append_result(out, id, result.dump(-1, ' ', false, json::error_handler_t::replace));
     return;
   }
@@ -561,7 +569,7 @@ void McpSkillCodec::list_tools(Host& host, const std::string& id, std::string_vi
 }
 
 void McpSkillCodec::call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
-                        std::string& out, Takeover* takeover, Handled& handled) {
+                         std::string& out, Takeover* takeover, Handled& handled) {
   Request request;
   std::string token, why;
   ErrorKind kind = ErrorKind::malformed_request;
@@ -597,7 +605,8 @@ void McpSkillCodec::call(Host& host, const std::string& id, const jsonrpc::Messa
 
 void McpSkillCodec::encode(const Response& response, std::string& out) {
   if (!response.id_json.empty() && forget_if_cancelled(response.id_json)) return;
-  encode_result(response, response.id_json.empty() ? std::string_view("null") : std::string_view(response.id_json), out);
+  encode_result(response, response.id_json.empty() ? std::string_view("null") : std::string_view(response.id_json),
+                out);
 }
 
 void McpSkillCodec::encode_result(const Response& r, std::string_view id, std::string& out) const {

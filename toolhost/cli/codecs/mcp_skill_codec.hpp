@@ -42,8 +42,8 @@ class McpSkillCodec final : public LineCodec {
   void call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session, std::string& out,
             Takeover* takeover, Handled& handled);
   /// A request on a 2026-07-28 connection: its envelope checked, then served.
-  void serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
-                    std::string& out, Takeover* takeover, Handled& handled);
+  void serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session, std::string& out,
+                    Takeover* takeover, Handled& handled);
   void initialize(Host& host, const std::string& id, std::string_view params, std::string& out);
   void list_tools(Host& host, const std::string& id, std::string_view params, std::string& out);
   bool modern() const { return era_.load(std::memory_order_acquire) == Era::modern; }

@@ -21,9 +21,9 @@ struct Host::Scope final : Overrun {
   const Request* request = nullptr;
   Session* session = nullptr;
   std::int64_t timeout_ms = 0;
-  std::int64_t started_ns = 0;        // when the host took the request (steady clock)
-  std::int64_t returned_ms = 0;       // when the runner returned (steady_now_ms_not_after), if it ran
-  std::shared_ptr<const Slots> base;  // the state the request set, if it sent one
+  std::int64_t started_ns = 0;                       // when the host took the request (steady clock)
+  std::int64_t returned_ms = 0;                      // when the runner returned (steady_now_ms_not_after), if it ran
+  std::shared_ptr<const Slots> base;                 // the state the request set, if it sent one
   IdempotencyStore* store = nullptr;                 // where `ticket` is held
   const IdempotencyStore::Ticket* ticket = nullptr;  // set: complete it
   Takeover* takeover = nullptr;
@@ -115,8 +115,8 @@ Response Host::timeout_response(const Tool& tool, std::int64_t timeout_ms, const
 Response Host::handle(Request& request, Session& session, Takeover* takeover) {
   // One clock read serves the deadline and the audit record.
   const std::int64_t started_ns = steady_now_ns();
-  // Built where it is returned: a Response is five strings and a state, and moving it
-  // twice per call showed in the profile.
+  // Built where it is returned: a Response is five strings and a state, too much to move
+  // twice per call.
   Response r = [&]() -> Response {
     try {
       return handle_checked(request, session, takeover, started_ns);
@@ -139,9 +139,12 @@ AuditCall Host::audit_call(const Request& request, const Response& response, std
   call.started_ns = started_ns;
   call.ended_ticks = audit_->ticks();
   call.aid = request.aid;
-  if (request.user) call.user = *request.user;
-  else if (!request.caller.empty()) call.user = request.caller;
-  else call.os_user = request.front != Front::http && request.front != Front::nats && request.front != Front::unknown;
+  if (request.user)
+    call.user = *request.user;
+  else if (!request.caller.empty())
+    call.user = request.caller;
+  else
+    call.os_user = request.front != Front::http && request.front != Front::nats && request.front != Front::unknown;
   call.input_json = request.input_json;
   call.output_bytes = response.output_json.size();
   return call;
@@ -200,9 +203,9 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
     return Response::failure(ErrorKind::malformed_request, std::string("malformed request: ") + kTimeoutRuleText);
   }
   if (request.idempotency_key && request.idempotency_key->size() > options_.idempotency.max_key_bytes) {
-    return Response::failure(ErrorKind::malformed_request,
-                             "malformed request: idempotency_key is longer than " +
-                                 std::to_string(options_.idempotency.max_key_bytes) + " bytes");
+    return Response::failure(ErrorKind::malformed_request, "malformed request: idempotency_key is longer than " +
+                                                               std::to_string(options_.idempotency.max_key_bytes) +
+                                                               " bytes");
   }
   if (request.trace_id && (request.trace_id->empty() || request.trace_id->size() > kMaxTraceIdBytes)) {
     return Response::failure(ErrorKind::malformed_request, "malformed request: trace_id must be from 1 to " +
@@ -218,7 +221,8 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   if (request.ds_state) base = session.apply(*request.ds_state);
 
   const Tool* tool = registry_.find(request.aid);
-  if (tool == nullptr) [[unlikely]] return tool_not_found(request.aid);
+  if (tool == nullptr) [[unlikely]]
+    return tool_not_found(request.aid);
 
   // A call the audit store must record is refused while it cannot (before a lease is used).
   if (audit_ && audit_->must_record(tool->info.tier) && !audit_->can_record()) [[unlikely]] {
@@ -234,7 +238,8 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
       Response r = Response::failure(ErrorKind::lease_required, "lease_required");
       r.lease_tier = tool->info.tier;
       r.lease_aid = tool->info.aid;
-      r.hint = "a tier-" + std::to_string(tool->info.tier) + " tool runs only with a single-use lease: the operator issues " +
+      r.hint = "a tier-" + std::to_string(tool->info.tier) +
+               " tool runs only with a single-use lease: the operator issues " +
                "one with `machina-toolhost lease issue --aid " + tool->info.aid + "` (with the host's " +
                "lease secret) and the request sends it as `_lease_token`";
       return r;
@@ -252,9 +257,12 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
   const std::int64_t now = started_ns / 1'000'000;
   return [&] {  // (one Response, built in the caller's return slot)
     Response r;
-    if (!request.idempotency_key) execute(*tool, request, session, now, scope, r);
-    else if (!shared_store_) [[likely]] run_keyed(idempotency_, *tool, request, session, now, scope, r);
-    else run_keyed<IdempotencyStore>(*shared_store_, *tool, request, session, now, scope, r);
+    if (!request.idempotency_key)
+      execute(*tool, request, session, now, scope, r);
+    else if (!shared_store_) [[likely]]
+      run_keyed(idempotency_, *tool, request, session, now, scope, r);
+    else
+      run_keyed<IdempotencyStore>(*shared_store_, *tool, request, session, now, scope, r);
     return r;
   }();
 }
@@ -267,9 +275,8 @@ void Host::run_keyed(Store& store, const Tool& tool, const Request& request, Ses
   if constexpr (std::is_same_v<Store, IdempotencyCache>) {
     ticket = store.begin(tool.info.aid, *request.idempotency_key, request.input_json, now, r);
   } else {
-    ticket = store.begin(KeyedCall{tool.info.aid, *request.idempotency_key, request.input_json, now,
-                                   timeout_for(tool, request)},
-                         r);
+    ticket = store.begin(
+        KeyedCall{tool.info.aid, *request.idempotency_key, request.input_json, now, timeout_for(tool, request)}, r);
   }
   if (ticket.outcome != IdempotencyStore::Outcome::run) [[unlikely]] {
     if (!answer_without_running(store, tool, session, ticket, r)) return;
@@ -314,23 +321,20 @@ bool Host::answer_without_running(IdempotencyStore& store, const Tool& tool, Ses
                                                        " idempotency entries are calls still running; new keys "
                                                        "are refused until one finishes");
       return false;
-    case IdempotencyStore::Outcome::hit:
-      r.idempotent_hit = true;
-      [[fallthrough]];
+    case IdempotencyStore::Outcome::hit: r.idempotent_hit = true; [[fallthrough]];
     case IdempotencyStore::Outcome::answered:
       r.ds_state = report(session, nullptr);  // no state changed: an empty delta in serve mode
       return false;
     case IdempotencyStore::Outcome::wait:  // (wait() never answers `wait`)
-    case IdempotencyStore::Outcome::run:
-      break;
+    case IdempotencyStore::Outcome::run: break;
   }
   return false;
 }
 
 void Host::execute(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope,
                    Response& r) {
-  // `r` is the caller's (fresh) return object: a Response moved or made twice per call
-  // showed in the profile.
+  // `r` is the caller's (fresh) return object: a Response is not moved or made twice per
+  // call.
   auto refuse = [&](ErrorKind kind, std::string message) {
     r = Response::failure(kind, std::move(message));
     r.ds_state = report(session, nullptr);
@@ -365,11 +369,10 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
   scope.timeout_ms = timeout_ms;
   calls_.fetch_add(1, std::memory_order_relaxed);
   const std::int64_t deadline_ms = now + timeout_ms + 1;
-  RunOutcome outcome =
-      tool.runner->run(RunSpec{tool, request.input_json, deadline_ms, timeout_ms, call, &scope,
-                               request.trace_id ? std::string_view(*request.trace_id) : std::string_view(),
-                               request.cancel, request.progress,
-                               request.user ? std::string_view(*request.user) : std::string_view()});
+  RunOutcome outcome = tool.runner->run(
+      RunSpec{tool, request.input_json, deadline_ms, timeout_ms, call, &scope,
+              request.trace_id ? std::string_view(*request.trace_id) : std::string_view(), request.cancel,
+              request.progress, request.user ? std::string_view(*request.user) : std::string_view()});
   // A call that returns past its deadline is a timeout, whatever ran it and whether or not
   // its runner's timer could act in time (a watchdog thread kept off the CPU on a loaded
   // machine, a worker's answer read as its time ran out): whether a late call succeeds
@@ -383,8 +386,7 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
   }
   const int rc = outcome.rc;
   switch (outcome.ending) {
-    case RunOutcome::Ending::ran:
-      break;
+    case RunOutcome::Ending::ran: break;
     case RunOutcome::Ending::timed_out:
       timeouts_.fetch_add(1, std::memory_order_relaxed);
       r = timeout_response(tool, timeout_ms, outcome.detail);
@@ -394,15 +396,9 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
       r = Response::failure(ErrorKind::tool_crashed, "tool crashed: " + tool.info.aid + ": " + outcome.detail);
       event(r.error);
       break;
-    case RunOutcome::Ending::overloaded:
-      refuse(ErrorKind::overloaded, outcome.detail);
-      return;
-    case RunOutcome::Ending::closed:
-      refuse(ErrorKind::internal_error, "internal error: the host is closed");
-      return;
-    case RunOutcome::Ending::failed:
-      r = Response::failure(outcome.failure, outcome.detail);
-      break;
+    case RunOutcome::Ending::overloaded: refuse(ErrorKind::overloaded, outcome.detail); return;
+    case RunOutcome::Ending::closed: refuse(ErrorKind::internal_error, "internal error: the host is closed"); return;
+    case RunOutcome::Ending::failed: r = Response::failure(outcome.failure, outcome.detail); break;
     case RunOutcome::Ending::cancelled:
       r = Response::failure(ErrorKind::cancelled, "cancelled: " + tool.info.aid +
                                                       (outcome.detail.empty() ? "" : " (" + outcome.detail + ")"));
@@ -420,8 +416,8 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
 
   if (r.ok()) {
     if (call.output_overflow) {
-      r = Response::failure(ErrorKind::output_too_large, "tool output exceeds the " +
-                                                             std::to_string(options_.max_output_bytes) + "-byte cap");
+      r = Response::failure(ErrorKind::output_too_large,
+                            "tool output exceeds the " + std::to_string(options_.max_output_bytes) + "-byte cap");
     } else if (rc == MACHINA_TOOL_OK) {
       if (!call.output_set) {
         r = Response::failure(ErrorKind::invalid_output, "tool reported success without an output");
@@ -441,9 +437,11 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
     }
   }
 
-  // Reading the clock costs about as much as a small call here: only when needed.
-  if (error_info(r.kind).counts_for_breaker) tool.breaker.record_failure(steady_now_ms());
-  else if (tool.breaker.engaged()) tool.breaker.record_success(steady_now_ms());
+  // Reading the clock costs as much as a small call: only when needed.
+  if (error_info(r.kind).counts_for_breaker)
+    tool.breaker.record_failure(steady_now_ms());
+  else if (tool.breaker.engaged())
+    tool.breaker.record_success(steady_now_ms());
 
   // A failed call changes no state.
   r.ds_state = report(session, r.ok() && call.changes ? session.commit(*call.changes, call.base.get()) : nullptr);

@@ -9,7 +9,7 @@
 
 namespace machina {
 
-/// The original host's step statuses (docs/protocol.md).
+/// The dispatch contract's step statuses (docs/protocol.md).
 enum class Status { OK, INVALID_PICK, TOOL_ERROR, BREAKER_TRIP };
 
 std::string_view status_name(Status s) noexcept;

@@ -35,9 +35,9 @@ class Takeover {
 
 /// The pipeline's counters.
 struct HostStats {
-  std::uint64_t calls = 0;        // tool runs started
-  std::uint64_t timeouts = 0;     // calls answered `timeout`
-  std::uint64_t crashes = 0;      // calls answered `tool_crashed`
+  std::uint64_t calls = 0;     // tool runs started
+  std::uint64_t timeouts = 0;  // calls answered `timeout`
+  std::uint64_t crashes = 0;   // calls answered `tool_crashed`
 };
 
 /// The rule pipeline. It runs every tool through the tool's Runner and knows no concrete

@@ -38,8 +38,8 @@ struct ToolInfo {
   // The input schema listed for a tool whose schema the host does not check (it uses
   // keywords the host's validator does not have; the tool checks its input itself).
   std::string listed_schema;
-  // Another name of the tool `alias_of` (a pack tool's seed names), answering in the
-  // seed's shapes; fronts that list tools for a model list only the primary name.
+  // Another name of the tool `alias_of` (a pack tool's service names), answering in the
+  // service's shapes; fronts that list tools for a model list only the primary name.
   std::string alias_of;
 
   bool operator==(const ToolInfo&) const = default;

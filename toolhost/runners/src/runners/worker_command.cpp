@@ -32,16 +32,11 @@ std::unique_ptr<ProcessRunner::Worker> ProcessRunner::start_worker(const std::ve
   spec.executable = options_.executable;
   namespace flag = worker_flags;
   const auto arg = [](std::string_view f) { return std::string(f); };
-  spec.argv = {options_.executable,
-               arg(flag::kWorker),
-               arg(flag::kParentPid),
-               std::to_string(getpid()),
-               arg(flag::kMaxOutputBytes),
-               std::to_string(options_.max_output_bytes),
-               arg(flag::kMaxRequestBytes),
-               std::to_string(options_.max_request_bytes),
-               arg(flag::kSpares),
-               std::to_string(options_.spares)};
+  spec.argv = {options_.executable,         arg(flag::kWorker),
+               arg(flag::kParentPid),       std::to_string(getpid()),
+               arg(flag::kMaxOutputBytes),  std::to_string(options_.max_output_bytes),
+               arg(flag::kMaxRequestBytes), std::to_string(options_.max_request_bytes),
+               arg(flag::kSpares),          std::to_string(options_.spares)};
   for (const auto& p : plugins) {
     if (p.empty()) {
       spec.argv.push_back(arg(flag::kLinkedTools));  // the host's own linked tools (it is this program too)
@@ -55,8 +50,7 @@ std::unique_ptr<ProcessRunner::Worker> ProcessRunner::start_worker(const std::ve
   if (l.address_space_mb)
     spec.argv.insert(spec.argv.end(), {arg(flag::kLimitMemoryMb), std::to_string(l.address_space_mb)});
   if (l.open_files) spec.argv.insert(spec.argv.end(), {arg(flag::kLimitOpenFiles), std::to_string(l.open_files)});
-  if (l.file_size_mb)
-    spec.argv.insert(spec.argv.end(), {arg(flag::kLimitFileSizeMb), std::to_string(l.file_size_mb)});
+  if (l.file_size_mb) spec.argv.insert(spec.argv.end(), {arg(flag::kLimitFileSizeMb), std::to_string(l.file_size_mb)});
   if (l.no_network) spec.argv.push_back(arg(flag::kNoNetwork));
   for (const auto& f : options_.hidden_files) spec.argv.insert(spec.argv.end(), {arg(flag::kHide), f});
   spec.env = env_;

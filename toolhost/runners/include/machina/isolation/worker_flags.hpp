@@ -8,12 +8,12 @@
 
 namespace machina::worker_flags {
 
-inline constexpr std::string_view kWorker = "--isolation-worker";    // run as a worker
-inline constexpr std::string_view kParentPid = "--parent-pid";       // the host's pid (the worker ends with it)
-inline constexpr std::string_view kSpares = "--isolation-spares";    // call processes kept ready
-inline constexpr std::string_view kLinkedTools = "--linked-tools";   // register the tools linked into the program
-inline constexpr std::string_view kHide = "--isolation-hide";        // a file covered inside the sandbox
-inline constexpr std::string_view kPlugin = "--plugin";              // a plugin library to load
+inline constexpr std::string_view kWorker = "--isolation-worker";   // run as a worker
+inline constexpr std::string_view kParentPid = "--parent-pid";      // the host's pid (the worker ends with it)
+inline constexpr std::string_view kSpares = "--isolation-spares";   // call processes kept ready
+inline constexpr std::string_view kLinkedTools = "--linked-tools";  // register the tools linked into the program
+inline constexpr std::string_view kHide = "--isolation-hide";       // a file covered inside the sandbox
+inline constexpr std::string_view kPlugin = "--plugin";             // a plugin library to load
 // Host options the worker enforces too.
 inline constexpr std::string_view kMaxOutputBytes = "--max-output-bytes";
 inline constexpr std::string_view kMaxRequestBytes = "--max-request-bytes";
