@@ -44,6 +44,8 @@ PY
   '.[test]'
 
 export MACHINA_TEST_SANITIZED=1
+# Wall-clock upper bounds left in the tests (conftest.scaled) stretch under the sanitizers.
+export MACHINA_TEST_TIME_SCALE="${MACHINA_TEST_TIME_SCALE:-3}"
 export MACHINA_TEST_SANITIZE_FLAGS="$san_flags -Wl,-rpath,$rtdir"
 # Fatal signals are the tools' to send (crash tests expect SIGSEGV/SIGABRT as such);
 # the quarantine is kept small so memory tests still mean something.
