@@ -24,9 +24,13 @@ pip install -q "${build_requires[@]}" "cmake>=3.25" ninja
 mkdir -p build
 log=build/install.log
 target=".${1:+[$1]}"
+# The test and bench extras get the _testing module (hooks the tests and benchmarks reach the
+# core through); a plain install and the wheel leave it out.
+testing_hooks=()
+case ",${1:-}," in *,test,*|*,bench,*) testing_hooks=(-C cmake.define.MACHINA_TESTING_HOOKS=ON) ;; esac
 echo "machina-toolhost: building and installing $target (the first build takes about three minutes on" \
      "two cores; its compile steps follow, the whole log goes to $log)"
-if ! pip install --no-build-isolation -v "$target" 2>&1 | tee "$log" |
+if ! pip install --no-build-isolation -v "${testing_hooks[@]}" "$target" 2>&1 | tee "$log" |
        { grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\] |^Successfully installed' || true; }; then
   echo "machina-toolhost: the install failed; the end of $log:" >&2
   tail -n 40 "$log" >&2

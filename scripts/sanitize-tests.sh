@@ -38,6 +38,7 @@ PY
 "$venv/bin/pip" install -q \
   -C build-dir=build/sanitize-package \
   "${preset_defines[@]}" \
+  -C cmake.define.MACHINA_TESTING_HOOKS=ON \
   -C "cmake.define.CMAKE_SHARED_LINKER_FLAGS=-shared-libasan -Wl,-rpath,$rtdir" \
   -C "cmake.define.CMAKE_EXE_LINKER_FLAGS=-shared-libasan -Wl,-rpath,$rtdir" \
   -C "cmake.define.CMAKE_MODULE_LINKER_FLAGS=-shared-libasan -Wl,-rpath,$rtdir" \
