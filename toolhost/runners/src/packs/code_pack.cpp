@@ -139,8 +139,8 @@ Result code_grep(const Call& c) {
                 "2000",
                 "--max-filesize",
                 std::to_string(c.policy.code.max_file_bytes),
-                "--max-count",
-                std::to_string(limit)};
+                "--max-count",  // (per file: one past the limit, so one file's extra match shows as truncated)
+                std::to_string(limit + 1)};
   if (ignore_case) child.argv.push_back("--ignore-case");
   for (const auto& glob : c.policy.files.deny) {
     child.argv.push_back("--glob");
