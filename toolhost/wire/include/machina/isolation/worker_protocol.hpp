@@ -7,7 +7,7 @@
 
 #include <machina/call_context.hpp>
 #include <machina/ds_state.hpp>
-#include <machina/tool.hpp>
+#include <machina/tool_info.hpp>
 
 #include <cstdint>
 #include <string>
