@@ -27,9 +27,9 @@ HostOptions ToolHost::prepared(HostOptions options) {
 
 ToolHost::ToolHost(HostOptions options)
     : host_(prepared(std::move(options)), Host::Hooks{[this](const std::string& id) { connection_opened(id); },
-                                                      [this](const std::string& id) { connection_closed(id); },
-                                                      [this] { return inline_.stuck_now(); }}),
+                                                      [this](const std::string& id) { connection_closed(id); }}),
       inline_(host_.options().max_stuck_calls, host_.options().on_event) {
+  host_.set_stuck_counter(&inline_.stuck_counter());
   if (host_.options().isolation == Isolation::process) {
     process_ = std::make_unique<ProcessRunner>(host_.options().workers);
   }

@@ -51,8 +51,6 @@ class Host {
     /// connection, a Python transport): the hosted skills are told.
     std::function<void(const std::string& id)> connection_opened;
     std::function<void(const std::string& id)> connection_closed;
-    /// Inline calls still running past their deadline.
-    std::function<std::uint64_t()> stuck_calls;
   };
 
   /// Throws HostError for options no host can run with (HostOptions::check), if lease
@@ -108,8 +106,15 @@ class Host {
     if (audit_) audit_->flush();
   }
 
-  /// Inline calls still running past their deadline (cheap).
-  std::uint64_t stuck_calls() const { return hooks_.stuck_calls ? hooks_.stuck_calls() : 0; }
+  /// Counts the inline calls still running past their deadline in `counter` (the inline
+  /// runner's, which its owner builds after the host); null: none. Call it before the first
+  /// call is handled.
+  void set_stuck_counter(const std::atomic<std::uint64_t>* counter) { stuck_counter_ = counter; }
+  /// Inline calls still running past their deadline (one load: the fronts ask after every
+  /// answer).
+  std::uint64_t stuck_calls() const {
+    return stuck_counter_ != nullptr ? stuck_counter_->load(std::memory_order_relaxed) : 0;
+  }
 
   /// The deadline a request for `tool` gets, in milliseconds.
   std::int64_t timeout_for(const Tool& tool, const Request& request) const;
@@ -145,6 +150,7 @@ class Host {
 
   HostOptions options_;
   Hooks hooks_;
+  const std::atomic<std::uint64_t>* stuck_counter_ = nullptr;  // see set_stuck_counter
   std::unique_ptr<AuditLog> audit_;
   IdempotencyCache idempotency_;
   std::shared_ptr<IdempotencyStore> shared_store_;  // set: used in place of idempotency_
