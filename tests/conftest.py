@@ -130,7 +130,7 @@ not_sanitized = pytest.mark.skipif(SANITIZED, reason="builds the project itself:
 # a lower bound); such a bound is scaled by MACHINA_TEST_TIME_SCALE (default 1; the
 # sanitizer run sets more), so that a slow machine or build cannot fail a correct host.
 TIME_SCALE = float(os.environ.get("MACHINA_TEST_TIME_SCALE", "1"))
-HANG_GUARD_S = 10.0  # against a wait that never ends: far beyond any deadline a test sets
+HANG_GUARD_S = 10.0  # against a wait that never ends (scaled: see scaled())
 
 
 def scaled(seconds: float) -> float:
@@ -138,9 +138,10 @@ def scaled(seconds: float) -> float:
     return seconds * TIME_SCALE
 
 
-# How long a tool sleeps where a test shows that something else (a deadline, a kill, a
-# close) ends its call: past the guard, so that a call left to the tool fails the test.
+# How long a tool sleeps, or a deadline or timeout lasts, where a test shows that something
+# else ends the call first: past the scaled guard, so that a call left to it fails the test.
 PAST_GUARD_MS = int(scaled(HANG_GUARD_S) * 1000) + 5000
+PAST_GUARD_S = PAST_GUARD_MS / 1000
 
 
 def most_at_once(outputs: Iterable[Mapping[str, Any]]) -> int:

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import HANG_GUARD_S, TOOLHOST, base_env, run, scaled, serve, serve_raw
+from conftest import HANG_GUARD_S, PAST_GUARD_S, TOOLHOST, base_env, run, scaled, serve, serve_raw
 
 HANG = "AID.TEST.HANG.v1"
 SLOW = "AID.TEST.SLOW.v1"
@@ -102,8 +102,8 @@ def test_tool_timeout_option_is_checked(value: str, ok: bool) -> None:
 
 def test_run_answers_on_time_and_exits(misbehaving: str) -> None:
     started = time.monotonic()
-    proc = run(HANG, {"timeout_ms": 150}, "--plugin", misbehaving, timeout=10)
-    assert time.monotonic() - started < scaled(HANG_GUARD_S)
+    proc = run(HANG, {"timeout_ms": 150}, "--plugin", misbehaving, timeout=PAST_GUARD_S)
+    assert time.monotonic() - started < scaled(5)
     assert proc.returncode == 0
     [line] = proc.stdout.splitlines()
     assert json.loads(line) == {"ok": False, "status": "TOOL_ERROR", "output_json": "",

@@ -212,7 +212,7 @@ def test_a_claim_whose_host_died_answers_outcome_unknown_and_never_runs(url: str
     key = write_kv_key(tmp_path / "kv.key")
     pack = mark_pack(tmp_path)
     started = marks / "started"
-    text = json.dumps({"s": 5, "mark": str(marks / "dead"), "started": str(started)})
+    text = json.dumps({"s": scaled(5), "mark": str(marks / "dead"), "started": str(started)})
     common = ["--tools", str(pack), "--packs", "none", *kv_args(tmp_path, "dead_idem", "--nats-claim-grace-ms", "500",
                                                                   key=key)]
     with Front(url, ["--nats-prefix", "dying", *common], log_dir=tmp_path) as dying, \
@@ -241,7 +241,7 @@ def test_a_claim_whose_host_died_answers_outcome_unknown_and_never_runs(url: str
             finally:
                 await nc.close()
             waited = time.monotonic() - claimed_at
-            assert 1.2 < waited < scaled(4.5), waited  # until the claim's end (deadline + grace), not the tool's 5 s
+            assert 1.2 < waited < scaled(4.5), waited  # the claim's end (deadline + grace), not the tool's sleep
             return r
 
         r = asyncio.run(scenario())

@@ -63,8 +63,9 @@ def test_spin_range_is_checked(value: str) -> None:
 
 @needs_two_cpus
 def test_a_serve_host_spins_at_most_its_limit_after_each_answer() -> None:
-    # 20 gaps of 30 ms: spinning 10 ms in each costs about 0.2 s of CPU; a host that
-    # kept spinning would use 0.6 s, one that never spins next to nothing.
+    # 20 gaps of 30 ms with a 10 ms spin limit: a host that spins its limit after each
+    # answer uses 20 x 10 ms of CPU, one that kept spinning 20 x 30 ms, one that never
+    # spins next to nothing.
     spinning = host_cpu_over_spaced_calls("--spin-us", "10000")
     assert 0.1 <= spinning <= 0.35
     assert host_cpu_over_spaced_calls("--spin-us", "0") <= 0.05
@@ -94,8 +95,8 @@ def test_pool_passes_its_spin_to_its_hosts_and_checks_it() -> None:
 
 @needs_two_cpus
 def test_a_lone_caller_spins_at_most_its_limit(misbehaving: str) -> None:
-    # A 10 ms spin, then sleep: waiting 20 times for a 30 ms tool costs this process
-    # about 0.2 s of CPU, not the 0.6 s of waiting on the CPU throughout.
+    # A 10 ms spin, then sleep: waiting 20 times for a 30 ms tool takes 20 x 10 ms of
+    # this process's CPU, not the 20 x 30 ms of waiting on the CPU throughout.
     plugins = [misbehaving]
     with md.Pool(executable=TOOLHOST, plugins=plugins, env=base_env(), spin_us=10_000) as pool:
         pool.call("AID.TEST.SLOW.v1", {"ms": 1})
