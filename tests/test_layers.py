@@ -44,7 +44,7 @@ GENERATED = {"machina/python_worker_source.hpp": "runners", "machina/python_exec
 PLUGIN_ABI_ROOT = "plugins/include"
 
 # Known exceptions to the text rules below, each to be removed with the code it names (a test
-# fails when an entry no longer matches anything). String literals under the core layers that
+# fails when an entry matches nothing). String literals under the core layers that
 # name command-line flags, as (file, flag):
 PENDING_FLAG_WORDING: frozenset[tuple[str, str]] = frozenset({
     *(("toolhost/host/src/host.cpp", flag) for flag in ("--no-audit", "--list", "--aid")),
