@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import _core
+from ._arguments import fspaths
 from ._core import Session, issue_lease
 from ._errors import (
     AccessDenied,
@@ -49,7 +50,7 @@ from ._errors import (
     ToolNotFound,
     ToolTimeout,
 )
-from ._locate import find_executable
+from ._locate import find_executable, find_worker_executable
 from ._result import ToolResult
 from ._transport import Call, Transport
 from .ds_state import Artifact, DsDelta, DsState
@@ -142,14 +143,10 @@ class Host(_core.Host):
         plugins: plugin libraries to load; ``None`` loads the built-in plugin and the tool
             packs (files, shell, code, python; docs/tool-packs.md) under the policy
             ``$MACHINA_TOOLHOST_POLICY`` names, else safe defaults (add them by hand with ``add_packs``).
-        **options: caps and limits (``max_request_bytes``, ``max_output_bytes``,
-            ``idempotency_ttl_ms``, ``idempotency_max_entries``, ``breaker_threshold``,
-            ``breaker_window_ms``, ``breaker_cooldown_ms``, ``timeout_ms``,
-            ``max_timeout_ms``, ``tool_timeouts_ms``, ``max_stuck_calls``, ``isolation``
-            (``"inline"`` or ``"process"``), ``isolation_workers``, ``limit_cpu_s``,
-            ``limit_memory_mb``, ``limit_open_files``, ``limit_file_size_mb``,
-            ``no_network``; ``worker_executable`` defaults to the installed
-            ``machina-toolhost`` when ``isolation="process"``).
+        **options: the host's options, each a keyword of the option table: their types,
+            ranges and defaults are listed under "Host options" in docs/protocol.md and by
+            ``_core.host_option_table()``. ``worker_executable`` defaults to the installed
+            ``machina-toolhost`` when ``isolation="process"`` or the tool packs are loaded.
 
     Raises:
         HostError: a plugin cannot be loaded (the message names the file), an option is
@@ -158,12 +155,12 @@ class Host(_core.Host):
     """
 
     def __init__(self, plugins: Sequence[str | os.PathLike[str]] | None = None, **options: object) -> None:
-        if options.get("isolation") == "process" and not options.get("worker_executable"):
-            options["worker_executable"] = find_executable(loads_plugins=True) or ""
-        elif plugins is None and not options.get("worker_executable"):
-            options["worker_executable"] = find_executable() or ""  # shell.exec's walls
+        if not options.get("worker_executable"):
+            found = find_worker_executable(None, str(options.get("isolation", "inline")), plugins is None)
+            if found is not None:
+                options["worker_executable"] = found
         super().__init__(**options)  # type: ignore[arg-type]
-        self.load_default_tools(plugins=None if plugins is None else [os.fspath(p) for p in plugins],
+        self.load_default_tools(plugins=fspaths(plugins),
                                 builtin_plugin=os.fspath(builtin_plugin_path()))
 
     def call(self, aid: str, input_json: str, session: Session, idempotency_key: str | None = None,

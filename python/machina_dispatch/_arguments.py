@@ -4,9 +4,10 @@ surfacing later as a puzzling error of the host."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["check_list_argument"]
+__all__ = ["check_list_argument", "fspaths"]
 
 
 def check_list_argument(name: str, value: Any) -> None:
@@ -15,3 +16,8 @@ def check_list_argument(name: str, value: Any) -> None:
     if isinstance(value, (str, bytes, os.PathLike)):
         raise TypeError(f"{name} takes a list, not a single {type(value).__name__}: "
                         f"{name}=[{value!r}]")
+
+
+def fspaths(items: Sequence[str | os.PathLike[str]] | None) -> list[str] | None:
+    """The paths as strings, keeping ``None`` (the transports' "not named")."""
+    return None if items is None else [os.fspath(p) for p in items]

@@ -6,6 +6,7 @@ import os
 import shutil
 import sysconfig
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["check_setup", "find_executable", "not_found_message"]
@@ -57,6 +58,25 @@ def find_executable(explicit: str | os.PathLike[str] | None = None, *, loads_plu
                 return str(candidate)
     return shutil.which("machina-toolhost")
 
+
+
+def find_executable_for_plugins(explicit: str | os.PathLike[str] | None,
+                                plugins: Sequence[str | os.PathLike[str]] | None) -> str | None:
+    """find_executable for a host started with ``plugins`` (``None``: the built-in tools):
+    the plugin-loading build when they are libraries to load, by the core's one rule."""
+    from . import _core
+    from ._arguments import fspaths
+
+    return find_executable(explicit, loads_plugins=_core.loads_plugin_libraries(fspaths(plugins)))
+
+
+def find_worker_executable(explicit: str | os.PathLike[str] | None, isolation: str, launches: bool) -> str | None:
+    """The executable an in-process host starts: its isolated workers (``isolation="process"``:
+    they load plugins by path) or, with ``launches`` (packs or Python tools loaded), the launcher
+    of shell.exec's commands and sandboxed tools; ``None`` when there is none or none is needed."""
+    if isolation == "process":
+        return find_executable(explicit, loads_plugins=True)
+    return find_executable(explicit) if launches else None
 
 def check_setup(executable: str, args: list[str], env: dict[str, str] | None) -> None:
     """Makes sure a host started as ``executable *args`` can start at all — its flags are

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from . import _core
-from ._arguments import check_list_argument
+from ._arguments import check_list_argument, fspaths
 from ._errors import ExecutableNotFound
-from ._locate import find_executable, not_found_message
+from ._locate import find_worker_executable, not_found_message
 from ._result import ToolResult
 from ._transport import Transport, apply_state, input_text, state_text, timeout_ms
 
@@ -61,20 +61,16 @@ class InProcess(Transport):
         check_list_argument("plugins", plugins)
         check_list_argument("tools", tools)
         check_list_argument("packs", packs)
-        if isolation == "process":
-            found = find_executable(executable, loads_plugins=True)  # workers load plugins by path
-            if found is None:
+        if isolation == "process" or "worker_executable" not in options:
+            # Without a launcher, sandboxed Python tools and shell.exec's commands are refused
+            # (guarantee_blocked), never run unconfined.
+            found = find_worker_executable(executable, isolation, bool(tools or packs or plugins is None))
+            if found is not None:
+                options["worker_executable"] = found
+            elif isolation == "process":
                 raise ExecutableNotFound(ToolResult.failure("", "not_found", not_found_message(executable)))
-            options["worker_executable"] = found
-        elif (tools or packs or plugins is None) and "worker_executable" not in options:
-            # Sandboxed Python tools are started through the executable (its --sandbox-exec);
-            # without one, their calls are refused (guarantee_blocked), never run unconfined.
-            # So are shell.exec's commands.
-            found_exe = find_executable(executable)
-            if found_exe is not None:
-                options["worker_executable"] = found_exe
         self.host = _core.Host(isolation=isolation, **options)
-        self.host.load_default_tools(plugins=None if plugins is None else [os.fspath(p) for p in plugins],
+        self.host.load_default_tools(plugins=fspaths(plugins),
                                      packs=packs, policy=None if policy is None else os.fspath(policy),
                                      tools=[os.fspath(p) for p in tools or []],
                                      builtin_plugin=os.fspath(builtin_plugin_path()))

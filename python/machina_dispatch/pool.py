@@ -22,9 +22,8 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import _core
 from ._arguments import check_list_argument
-from ._locate import check_setup, find_executable, not_found_message
+from ._locate import check_setup, find_executable_for_plugins, not_found_message
 from ._pool_host import Prepared
 from ._pool_host_asyncio import AsyncioPoolHost, settle
 from ._pool_host_threaded import ThreadedPoolHost
@@ -43,7 +42,7 @@ from ._transport import (
 
 __all__ = ["Pool"]
 
-DEFAULT_SPIN_US = 50  # several times what a sleep and a cross-CPU wake-up cost
+DEFAULT_SPIN_US = 50  # longer than a sleep and a cross-CPU wake-up take, so a quick answer is caught spinning
 MAX_SPIN_US = 10_000  # the host's --spin-us range
 
 
@@ -90,8 +89,7 @@ class Pool(Transport):
             raise ValueError("processes, workers and max_in_flight must be at least 1")
         if not isinstance(spin_us, int) or not 0 <= spin_us <= MAX_SPIN_US:
             raise ValueError(f"spin_us must be a whole number from 0 to {MAX_SPIN_US}")
-        exe = find_executable(executable, loads_plugins=_core.loads_plugin_libraries(
-            None if plugins is None else [os.fspath(p) for p in plugins]))
+        exe = find_executable_for_plugins(executable, plugins)
         if exe is None:
             from ._errors import ExecutableNotFound
 

@@ -22,7 +22,7 @@ from . import _core
 from ._arguments import check_list_argument
 from ._errors import ExecutableNotFound, ToolhostError
 from ._locate import check_setup as check_host_setup
-from ._locate import find_executable, not_found_message
+from ._locate import find_executable_for_plugins, not_found_message
 from ._process import run_once
 from ._result import ToolResult
 from ._transport import (
@@ -74,8 +74,7 @@ class Spawn(Transport):
         check_list_argument("plugins", plugins)
         check_list_argument("tools", tools)
         check_list_argument("args", args)
-        found = find_executable(executable, loads_plugins=_core.loads_plugin_libraries(
-            None if plugins is None else [os.fspath(p) for p in plugins]))
+        found = find_executable_for_plugins(executable, plugins)
         if found is None:
             raise ExecutableNotFound(ToolResult.failure("", "not_found", not_found_message(executable)))
         self.executable = found
