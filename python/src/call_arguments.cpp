@@ -152,9 +152,10 @@ const RequestLayout& encode_request_layout() {
   return layout;
 }
 
-Request request_from(const Arguments<RequestArgument>& a, std::optional<std::string_view>& ds_state_json) {
+RequestFields request_from(const Arguments<RequestArgument>& a) {
   using A = RequestArgument;
-  Request r;
+  RequestFields fields;
+  Request& r = fields.request;
   r.aid = utf8(a.or_none(A::aid), "aid");
   r.input_json = utf8(a.or_none(A::input_json), "input_json");
   r.idempotency_key = optional_str(a.or_none(A::idempotency_key), "idempotency_key");
@@ -165,14 +166,13 @@ Request request_from(const Arguments<RequestArgument>& a, std::optional<std::str
     if (ms == -1 && PyErr_Occurred()) throw py::error_already_set();
     r.timeout_ms = ms;
   }
-  ds_state_json.reset();
   if (a.given(A::ds_state_json)) {
     Py_ssize_t n = 0;
     const char* p = PyUnicode_AsUTF8AndSize(a[A::ds_state_json], &n);
     if (p == nullptr) throw py::type_error("ds_state_json must be a str or None");
-    ds_state_json.emplace(p, static_cast<std::size_t>(n));
+    fields.ds_state_json.emplace(p, static_cast<std::size_t>(n));
   }
-  return r;
+  return fields;
 }
 
 }  // namespace machina::binding

@@ -113,9 +113,15 @@ const RequestLayout& call_layout();
 /// each item of _core.encode_requests.
 const RequestLayout& encode_request_layout();
 
-/// The request the fields aid .. user describe (host, session and id are the caller's),
-/// and its ds_state text (a view of the argument's UTF-8; nothing for None). Throws
-/// TypeError naming the field that has the wrong type.
-Request request_from(const Arguments<RequestArgument>& a, std::optional<std::string_view>& ds_state_json);
+/// A request as the fields aid .. user describe it.
+struct RequestFields {
+  Request request;
+  /// Its ds_state text: a view of the argument's UTF-8; nothing for None.
+  std::optional<std::string_view> ds_state_json;
+};
+
+/// The request the fields aid .. user describe (host, session and id are the caller's).
+/// Throws TypeError naming the field that has the wrong type.
+RequestFields request_from(const Arguments<RequestArgument>& a);
 
 }  // namespace machina::binding

@@ -60,10 +60,9 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept
     const Arguments<A> a = call_layout().parse(args, nargs);
     auto& host = bound<ToolHost>(a[A::host]).host();
     auto& session = bound<Session>(a[A::session]);
-    std::optional<std::string_view> state;
-    Request req = request_from(a, state);
-    req.front = Front::python;
-    const Response r = handle_in_process(host, req, session, state);
+    RequestFields call = request_from(a);
+    call.request.front = Front::python;
+    const Response r = handle_in_process(host, call.request, session, call.ds_state_json);
     return results().make(py::reinterpret_borrow<py::object>(a[A::aid]), r).release().ptr();
   } catch (...) {
     return python_error();
@@ -165,12 +164,11 @@ PyObject* fast_encode_request(PyObject*, PyObject* const* args, Py_ssize_t nargs
     const Arguments<A> a = encode_request_layout().parse(args, nargs);
     const long long id = PyLong_AsLongLong(a[A::id]);
     if (id == -1 && PyErr_Occurred()) throw py::error_already_set();
-    std::optional<std::string_view> state;
-    Request req = request_from(a, state);
-    req.front = Front::python;
+    RequestFields call = request_from(a);
+    call.request.front = Front::python;
     thread_local std::string out;
     out.clear();
-    encode_request(req, id, state.value_or(std::string_view()), out);
+    encode_request(call.request, id, call.ds_state_json.value_or(std::string_view()), out);
     return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
   } catch (...) {
     return python_error();
@@ -223,11 +221,7 @@ void bind_fast_calls(py::module_& m) {
            }),
            "host"_a, "default_timeout_ms"_a, "input_text"_a, "state_text"_a, "apply_state"_a, "timeout_ms"_a)
       .def_readonly("host", &InProcessState::host)
-      .def_readonly("default_timeout_ms", &InProcessState::default_timeout_ms)
-      .def_readonly("input_text", &InProcessState::input_text)
-      .def_readonly("state_text", &InProcessState::state_text)
-      .def_readonly("apply_state", &InProcessState::apply_state)
-      .def_readonly("timeout_ms", &InProcessState::timeout_ms);
+      .def_readonly("default_timeout_ms", &InProcessState::default_timeout_ms);
 }
 
 }  // namespace machina::binding

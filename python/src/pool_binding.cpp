@@ -81,9 +81,8 @@ void bind_pool(py::module_& m) {
               layout.parse(PySequence_Fast_ITEMS(items.ptr()), PySequence_Fast_GET_SIZE(items.ptr()));
           const long long id = PyLong_AsLongLong(a[RequestArgument::id]);
           if (id == -1 && PyErr_Occurred()) throw py::error_already_set();
-          std::optional<std::string_view> state;
-          const Request req = request_from(a, state);  // (fills `state`: read it after)
-          encode_request(req, id, state.value_or(std::string_view()), out);
+          const RequestFields call = request_from(a);
+          encode_request(call.request, id, call.ds_state_json.value_or(std::string_view()), out);
         }
         return py::bytes(out);
       },
