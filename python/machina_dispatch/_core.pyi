@@ -36,10 +36,6 @@ class InProcessState:
     """What InProcess.call needs of an open InProcess transport (its ``_fast``)."""
     host: Host
     default_timeout_ms: int
-    input_text: Callable[[str, Any], str | Any]
-    state_text: Callable[[str, Any], str | Any | None]
-    apply_state: Callable[[Any, Any], None]
-    timeout_ms: Callable[[float], int]
     def __init__(self, host: Host, default_timeout_ms: int, input_text: Callable[[str, Any], str | Any],
                  state_text: Callable[[str, Any], str | Any | None], apply_state: Callable[[Any, Any], None],
                  timeout_ms: Callable[[float], int]) -> None: ...

@@ -106,7 +106,7 @@ py::object python_value(const HostOptionInfo& row, const T& field) {
 }
 
 template <class T>
-const char* python_type([[maybe_unused]] const HostOptionInfo& row) {
+const char* python_type() {
   if constexpr (std::is_same_v<T, bool>)
     return "bool";
   else if constexpr (std::is_integral_v<T>)
@@ -200,7 +200,7 @@ void bind_host_options(py::module_& m) {
           entry["name"] = std::string(row.name);
           entry["flag"] = or_none(row.on_command_line() ? row.flag : std::string_view{}, "--");
           entry["keyword"] = row.python_keyword();
-          entry["type"] = python_type<T>(row);
+          entry["type"] = python_type<T>();
           entry["kind"] = kind_name(row.kind);
           entry["min"] = row.ranged() ? py::object(py::int_(row.min)) : py::object(py::none());
           entry["max"] = row.ranged() ? py::object(py::int_(row.max)) : py::object(py::none());

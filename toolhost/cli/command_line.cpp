@@ -167,7 +167,6 @@ std::optional<Invocation> CommandLine::invocation() {
   }
   if (inv.mode == Mode::nats) {
     inv.nats = f.nats;
-    inv.nats.url = f.nats_url;
     inv.nats.workers = f.workers;
     inv.nats.shared_store = f.nats_idempotency == "kv";
 #ifdef MACHINA_WITH_NATS

@@ -64,7 +64,7 @@ void FrontFlags::add(CLI::App& app) {
                  "In --http, serve requests whose Host is this name (any port; NAME:PORT pins one; repeatable) "
                  "beside the bound address and, on loopback, localhost (any other Host: 403)")
       ->type_name("NAME");
-  nats_opt = app.add_option("--nats", nats_url,
+  nats_opt = app.add_option("--nats", nats.url,
                             "Serve every tool as a NATS micro service on the server at this URL (subjects "
                             "PREFIX.call, PREFIX.tools, PREFIX.tool.<aid>, the tools.* names; $SRV discovery; "
                             "docs/nats.md). Idempotency keys: this host's own cache, or one store shared by a "
@@ -120,14 +120,13 @@ void FrontFlags::add(CLI::App& app) {
   app.add_option("--nats-max-deliver", nats.max_deliver, "In --nats-durable, deliveries of one message at most")
       ->check(CLI::Range(1, 1'000'000))
       ->capture_default_str();
-  mcp_opt = app.add_flag("--mcp", mcp,
-                         "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
-                         "concurrent calls, cancellation, progress; docs/mcp-and-skills.md). Default --workers: 32");
+  mcp_opt = app.add_flag("--mcp")->description(
+      "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
+      "concurrent calls, cancellation, progress; docs/mcp-and-skills.md). Default --workers: 32");
   app.add_option("--mcp-page-size", mcp_page_size, "In --mcp, tools per tools/list page (nextCursor for the rest)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
       ->capture_default_str();
-  skill_opt = app.add_flag(
-      "--skill", skill,
+  skill_opt = app.add_flag("--skill")->description(
       "Serve every tool as a skill of the lifecycle/* layout on stdio (initialize, tools/call, lifecycle/*, "
       "shutdown; docs/mcp-and-skills.md). Default --workers: 32");
   app.add_flag("--state-per-call", state_per_call,

@@ -26,13 +26,10 @@ struct FrontFlags {
   unsigned spin_us = 50;
   std::string http_address;  // --http HOST:PORT
   HttpFrontOptions http;
-  std::string nats_url;  // --nats URL
   std::string nats_idempotency = "local";
   std::string kv_key_file;
   NatsFrontOptions nats;
-  bool mcp = false;
   std::size_t mcp_page_size = 100;
-  bool skill = false;
   bool state_per_call = false;
   bool no_audit = false;
 

@@ -61,7 +61,4 @@ struct ServeOptions {
 /// Serves until end of input; returns the process exit code.
 int serve(Host& host, LineCodec& codec, const ServeOptions& options);
 
-/// Writes all of `data`; false if the reader is gone (fd_io.hpp).
-using machina::write_all;
-
 }  // namespace machina::cli

@@ -19,7 +19,7 @@ void Subcommands::add(CLI::App& app) {
                                  "a dispatch layer gives machina_cli; docs/operations.md)");
   tool_exec->add_option("aid", tool_exec_args, "[PLUGIN] AID")->expected(1, 2)->required();
   tool_exec->fallthrough();
-  lease =
+  CLI::App* lease =
       app.add_subcommand("lease", "Operator commands for leases (need MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE)");
   lease->require_subcommand(1);
   lease_issue = lease->add_subcommand("issue", "Print a single-use lease token for one tool");

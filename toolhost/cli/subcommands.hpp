@@ -14,7 +14,6 @@ namespace machina::cli {
 struct Subcommands {
   CLI::App* tool_exec = nullptr;
   std::vector<std::string> tool_exec_args;  // [PLUGIN] AID
-  CLI::App* lease = nullptr;
   CLI::App* lease_issue = nullptr;
   std::string lease_aid;
   double lease_ttl_s = 60;

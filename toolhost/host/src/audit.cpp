@@ -102,13 +102,6 @@ bool AuditLog::record_committed(const AuditCall& call) {
   return failed_writes_.load() == failed && healthy_.load();
 }
 
-AuditRequired parse_audit_required(std::string_view text) {
-  if (text == "none") return AuditRequired::none;
-  if (text == "leased") return AuditRequired::leased;
-  if (text == "all") return AuditRequired::all;
-  throw HostError("the audit requirement must be none, leased or all, not '" + std::string(text) + "'");
-}
-
 void AuditLog::flush() {
   if (pending_fd_ >= 0) return;  // (each call is written as it is recorded)
   std::unique_lock lock(mu_);

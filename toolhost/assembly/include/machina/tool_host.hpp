@@ -82,7 +82,6 @@ class ToolHost {
   Host& host() { return host_; }
   const Host& host() const { return host_; }
   const ToolRegistry& registry() const { return host_.registry(); }
-  const HostOptions& options() const { return host_.options(); }
 
   /// Registers the tools `choice` names, by the one rule for the default set: the plugins
   /// named, else the built-in tools; the packs named, else every pack when no plugin is
@@ -113,8 +112,6 @@ class ToolHost {
   void connection_closed(const std::string& id);
 
   ToolHostStats stats() const;
-  /// Inline calls still running past their deadline (cheap).
-  std::uint64_t stuck_calls() const { return inline_.stuck_now(); }
 
   /// Ends the isolated worker processes, Python workers, skills and MCP servers (calls
   /// running in them fail with `tool_crashed`; later calls fail too) and writes out the

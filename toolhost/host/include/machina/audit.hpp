@@ -44,8 +44,6 @@ enum class AuditRequired {
   leased,  // the calls of tools of tier > 0 (the ones a lease is for)
   all,     // every call that reaches a tool
 };
-/// "none", "leased", "all"; throws HostError for anything else.
-AuditRequired parse_audit_required(std::string_view text);
 
 struct AuditOptions {
   std::string db_path;                         // the SQLite database ("" with jsonl_path "": no audit)
