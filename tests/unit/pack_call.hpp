@@ -7,6 +7,7 @@
 #include <machina/runners/pack_runner.hpp>
 #include <machina/tool.hpp>
 
+#include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include <memory>
@@ -36,6 +37,13 @@ inline PackAnswer call_pack(PackRunner& runner, const std::string& name, const n
   answer.outcome = runner.run(spec);
   if (answer.ok() && ctx.output_set) answer.output = nlohmann::json::parse(ctx.output);
   return answer;
+}
+
+/// The call was refused with `kind`, its detail naming `detail_part`.
+inline void check_refused(const PackAnswer& a, ErrorKind kind, const std::string& detail_part) {
+  CHECK(a.outcome.ending == RunOutcome::Ending::failed);
+  CHECK(a.outcome.failure == kind);
+  CHECK_MESSAGE(a.outcome.detail.find(detail_part) != std::string::npos, a.outcome.detail);
 }
 
 }  // namespace machina::test

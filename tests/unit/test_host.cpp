@@ -6,21 +6,14 @@
 
 #include <doctest/doctest.h>
 
+#include "host_call.hpp"
+
 #include <string>
 
 using namespace machina;
 
-namespace {
-Response handle(Host& host, Request req) {
-  Session session(true);
-  return host.handle(req, session);
-}
-Request to(std::string aid) {
-  Request r;
-  r.aid = std::move(aid);
-  return r;
-}
-}  // namespace
+using machina::test::handle;
+using machina::test::to;
 
 TEST_CASE("request rules apply to a request no decoder has seen") {
   HostOptions options;

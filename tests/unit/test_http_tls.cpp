@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "temp_dir.hpp"
+#include "tiny_http_server.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -49,15 +50,7 @@ struct TlsServer {
       REQUIRE(SSL_CTX_use_certificate_file(ctx, cert.c_str(), SSL_FILETYPE_PEM) == 1);
       REQUIRE(SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) == 1);
     }
-    listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-    ::listen(listener, 8);
+    listener = machina::test::loopback_listener(port);
     thread = std::thread([this] {
       for (int fd; (fd = ::accept(listener, nullptr, nullptr)) >= 0; ::close(fd)) serve(fd);
     });

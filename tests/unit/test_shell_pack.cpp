@@ -18,17 +18,12 @@
 
 using namespace machina;
 using machina::test::call_pack;
+using machina::test::check_refused;
 using machina::test::PackAnswer;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-void check_refused(const PackAnswer& a, ErrorKind kind, const std::string& detail_part) {
-  CHECK(a.outcome.ending == RunOutcome::Ending::failed);
-  CHECK(a.outcome.failure == kind);
-  CHECK_MESSAGE(a.outcome.detail.find(detail_part) != std::string::npos, a.outcome.detail);
-}
 
 struct Shell {
   TempDir tmp;

@@ -4,6 +4,8 @@
 #include <machina/clock.hpp>
 #include <machina/http_client.hpp>
 
+#include "tiny_http_server.hpp"
+
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -18,42 +20,6 @@
 using namespace machina::http;
 
 namespace {
-
-/// A server on 127.0.0.1 that answers each connection's first request with 200 "ok".
-struct OneReplyServer {
-  int listener = -1;
-  int port = 0;
-  std::thread thread;
-  OneReplyServer() {
-    listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-    ::listen(listener, 8);
-    thread = std::thread([this] {
-      for (int fd; (fd = ::accept(listener, nullptr, nullptr)) >= 0; ::close(fd)) {
-        std::string in;
-        char buf[4096];
-        while (in.find("\r\n\r\n") == std::string::npos) {
-          const ssize_t n = ::read(fd, buf, sizeof buf);
-          if (n <= 0) break;
-          in.append(buf, static_cast<std::size_t>(n));
-        }
-        const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
-        (void)!::write(fd, reply.data(), reply.size());
-      }
-    });
-  }
-  ~OneReplyServer() {
-    ::shutdown(listener, SHUT_RDWR);
-    ::close(listener);
-    thread.join();
-  }
-};
 
 /// This machine's name if the system resolves it to 127.0.0.1 (its hosts file), else "".
 std::string loopback_host_name() {
@@ -77,7 +43,7 @@ Reply post_to(const std::string& host, int port) {
 
 TEST_CASE("with the system resolver, names resolve through the C library") {
   use_system_resolver();
-  OneReplyServer server;
+  machina::test::TinyServer server(machina::test::ok_reply("ok"));
 
   Reply r = post_to("127.0.0.1", server.port);
   REQUIRE(r.failure == Reply::Failure::none);

@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include "host_call.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,16 +21,10 @@
 
 using namespace machina;
 
+using machina::test::handle;
+using machina::test::to;
+
 namespace {
-Response handle(Host& host, Request req) {
-  Session session(true);
-  return host.handle(req, session);
-}
-Request to(std::string aid) {
-  Request r;
-  r.aid = std::move(aid);
-  return r;
-}
 
 /// The ABI version of the linked test plugins below.
 std::uint32_t test_plugin_abi() {

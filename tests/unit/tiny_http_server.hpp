@@ -17,6 +17,20 @@
 
 namespace machina::test {
 
+/// A listening socket on a free port of 127.0.0.1; `port` receives the port.
+inline int loopback_listener(int& port) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  ::listen(listener, 8);
+  return listener;
+}
+
 struct TinyServer {
   int listener = -1;
   int port = 0;
@@ -27,15 +41,7 @@ struct TinyServer {
   std::thread thread;
 
   explicit TinyServer(std::string r) : reply(std::move(r)) {
-    listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-    ::listen(listener, 8);
+    listener = loopback_listener(port);
     thread = std::thread([this] {
       for (;;) {
         const int fd = ::accept(listener, nullptr, nullptr);
