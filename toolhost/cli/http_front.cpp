@@ -44,11 +44,6 @@ using Clock = std::chrono::steady_clock;
 
 int g_stop_fd = -1;  // readable once SIGINT or SIGTERM came: every loop stops (watch_stop_signals)
 
-template <std::size_t N>
-void put(std::string& out, const char (&literal)[N]) {
-  out.append(literal, N - 1);
-}
-
 /// A field's value as a standard string view.
 std::string_view as_view(boost::beast::string_view v) {
   return {v.data(), v.size()};
@@ -89,11 +84,11 @@ std::string http_response(unsigned status, std::string body, bool keep_alive, co
 /// before it reached the host.
 std::string refusal(std::string_view type, std::string_view message) {
   std::string out;
-  put(out, "{\"ok\":false,\"protocol_version\":1,\"error\":{\"type\":");
+  append_literal(out, "{\"ok\":false,\"protocol_version\":1,\"error\":{\"type\":");
   append_json_string(out, type);
-  put(out, ",\"message\":");
+  append_literal(out, ",\"message\":");
   append_json_string(out, message);
-  put(out, "}}");
+  append_literal(out, "}}");
   return out;
 }
 
@@ -221,7 +216,7 @@ std::string protocol_answer(const Response& r) {
   std::string out;
   const ErrorKindInfo& info = error_info(r.kind);
   if (r.ok()) {
-    put(out, "{\"ok\":true,\"protocol_version\":1,\"status\":\"OK\",\"result\":");
+    append_literal(out, "{\"ok\":true,\"protocol_version\":1,\"status\":\"OK\",\"result\":");
     out.append(r.output_json.empty() ? std::string_view("null") : std::string_view(r.output_json));
   } else {
     // A tool's own error keeps its own type and message (the trace has them); the host's
@@ -237,23 +232,23 @@ std::string protocol_answer(const Response& r) {
     }
     if (reason.empty() && (r.kind == ErrorKind::guarantee_blocked || r.kind == ErrorKind::coverage_missing))
       reason = std::string(info.code);
-    put(out, "{\"ok\":false,\"protocol_version\":1,\"status\":\"");
+    append_literal(out, "{\"ok\":false,\"protocol_version\":1,\"status\":\"");
     out.append(status_name(info.status));
-    put(out, "\",\"code\":\"");
+    append_literal(out, "\",\"code\":\"");
     out.append(info.code);
-    put(out, "\",\"error\":{\"type\":");
+    append_literal(out, "\",\"error\":{\"type\":");
     append_json_string(out, type);
-    put(out, ",\"message\":");
+    append_literal(out, ",\"message\":");
     append_json_string(out, message);
     if (!reason.empty()) {
-      put(out, ",\"reason_code\":");
+      append_literal(out, ",\"reason_code\":");
       append_json_string(out, reason);
     }
     out.push_back('}');
   }
-  if (r.idempotent_hit) put(out, ",\"idempotent_hit\":true");
+  if (r.idempotent_hit) append_literal(out, ",\"idempotent_hit\":true");
   if (!r.trace_json.empty()) {
-    put(out, ",\"trace\":");
+    append_literal(out, ",\"trace\":");
     out.append(r.trace_json);
   }
   out.push_back('}');

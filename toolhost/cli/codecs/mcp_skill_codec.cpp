@@ -40,11 +40,6 @@ constexpr const char kModernCacheHints[] = R"("resultType":"complete","cacheScop
 constexpr const char kServerInfoStamp[] =
     R"("io.modelcontextprotocol/serverInfo":{"name":"machina-toolhost","version":")" MACHINA_VERSION R"("})";
 
-template <std::size_t N>
-void put(std::string& out, const char (&literal)[N]) {
-  out.append(literal, N - 1);
-}
-
 /// error.data of the errors that stand for a host response: its status and code.
 std::string error_data(ErrorKind kind) {
   const ErrorKindInfo& info = error_info(kind);
@@ -615,9 +610,9 @@ void McpSkillCodec::encode_result(const Response& r, std::string_view id, std::s
     const int code = r.kind == ErrorKind::request_too_large ? jsonrpc::kInvalidRequest : jsonrpc::kInvalidParams;
     return jsonrpc::append_error(out, id, code, r.error, error_data(r.kind));
   }
-  put(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+  append_literal(out, "{\"jsonrpc\":\"2.0\",\"id\":");
   out.append(id);
-  put(out, ",\"result\":{\"content\":");
+  append_literal(out, ",\"result\":{\"content\":");
   std::string_view text = r.ok() ? std::string_view(r.output_json) : std::string_view(r.error);
   // A tool that answers a string is read as that text, not as the JSON that quotes it.
   std::string decoded;
@@ -629,31 +624,31 @@ void McpSkillCodec::encode_result(const Response& r, std::string_view id, std::s
     }
   }
   if (dialect_ == Dialect::mcp) {
-    put(out, "[{\"type\":\"text\",\"text\":");
+    append_literal(out, "[{\"type\":\"text\",\"text\":");
     append_json_string(out, text);
-    put(out, "}]");
+    append_literal(out, "}]");
   } else {
     append_json_string(out, text);  // a skill's: a string
   }
   // MCP's structured content is an object (2025 revisions); a skill's may be any JSON.
   if (r.ok() && (dialect_ == Dialect::skill || starts_object(r.output_json))) {
-    put(out, ",\"structuredContent\":");
+    append_literal(out, ",\"structuredContent\":");
     out.append(r.output_json);
   }
   out.append(r.ok() ? std::string_view(",\"isError\":false") : std::string_view(",\"isError\":true"));
   const bool stamped = dialect_ == Dialect::mcp && modern();
-  if (stamped) put(out, ",\"resultType\":\"complete\"");
+  if (stamped) append_literal(out, ",\"resultType\":\"complete\"");
   // What MCP has no place for: the host's status and code, the ds_state delta, the trace.
   const bool has_state = info.call_response && r.ds_state.mode != DsReport::Mode::none && r.ds_state.changes;
   if (stamped || !r.ok() || has_state || r.idempotent_hit || !r.trace_json.empty()) {
-    put(out, ",\"_meta\":{");
+    append_literal(out, ",\"_meta\":{");
     bool first = true;
     auto key = [&](const char* name) {
       if (!first) out.push_back(',');
       first = false;
       out.push_back('"');
       out.append(name);
-      put(out, "\":");
+      append_literal(out, "\":");
     };
     if (!r.ok()) {
       key("machina/status");
@@ -676,7 +671,7 @@ void McpSkillCodec::encode_result(const Response& r, std::string_view id, std::s
     }
     if (r.idempotent_hit) {
       key("machina/idempotent_hit");
-      put(out, "true");
+      append_literal(out, "true");
     }
     if (!r.trace_json.empty()) {
       key("machina/trace");
@@ -688,7 +683,7 @@ void McpSkillCodec::encode_result(const Response& r, std::string_view id, std::s
     }
     out.push_back('}');
   }
-  put(out, "}}\n");
+  append_literal(out, "}}\n");
 }
 
 void McpSkillCodec::answer_too_large(Host& host, std::string_view head, std::string& out) {
