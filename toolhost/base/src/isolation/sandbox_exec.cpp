@@ -1,5 +1,6 @@
 // See sandbox_exec.hpp. Raw system calls for Landlock (no library wraps them here);
 // libseccomp for the seccomp filter.
+#include <machina/clock.hpp>
 #include <machina/errors.hpp>
 #include <machina/isolation/sandbox.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
@@ -19,7 +20,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -222,12 +222,6 @@ std::uint64_t allocated_bytes(const std::string& path) {
   return total;
 }
 
-std::int64_t monotonic_ms() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
-}
-
 /// Kills the program and ends the init with `status`, saying why.
 [[noreturn]] void stop(pid_t pid, const std::string& why, int exit_status) {
   say(why);
@@ -260,11 +254,11 @@ int wait_for(pid_t pid, const ExecSpec& spec) {
              kMemoryCapStatus);
       }
     }
-    if (spec.write_quota_mb > 0 && monotonic_ms() >= next_measure_ms) {
-      const std::int64_t started = monotonic_ms();
+    if (spec.write_quota_mb > 0 && steady_now_ms() >= next_measure_ms) {
+      const std::int64_t started = steady_now_ms();
       std::uint64_t held = 0;
       for (const auto& path : spec.write_paths) held += allocated_bytes(path);
-      next_measure_ms = monotonic_ms() + 19 * (monotonic_ms() - started);
+      next_measure_ms = steady_now_ms() + 19 * (steady_now_ms() - started);
       if (held > (spec.write_quota_mb << 20)) {
         stop(pid,
              "the program's writable folders grew past their quota of " + std::to_string(spec.write_quota_mb) +
