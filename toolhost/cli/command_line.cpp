@@ -110,14 +110,11 @@ std::optional<int> CommandLine::parse(int argc, char** argv) {
 
 void CommandLine::finish_host_options() {
   host_flags_.finish(options_);
-  // Isolated workers and sandboxed Python tools are started through this program.
-  std::error_code ec;
-  options_.workers.executable = fs::read_symlink("/proc/self/exe", ec).string();
+  set_up_for_this_program(options_);
   if (options_.isolation == Isolation::process && app_.get_option("--isolation-workers")->count() == 0) {
     options_.workers.size = front_.workers;
   }
   if (app_.get_option("--python-workers")->count() == 0) options_.python_workers = front_.workers;
-  report_events(options_);
   if (!*subcommands_.lease_issue) {
     default_audit(options_.audit, run_mode_, front_.no_audit, app_.get_option("--audit-required")->count() > 0);
   }

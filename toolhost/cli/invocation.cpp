@@ -5,6 +5,7 @@
 #include "codecs/ndjson_codec.hpp"
 #include "line_server.hpp"
 #include "package_paths.hpp"
+#include "say.hpp"
 
 #include <machina/lease.hpp>
 #include <machina/spin_wait.hpp>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 
 #ifdef MACHINA_LINKED_TOOLS
@@ -70,9 +72,7 @@ int leave(Host& host, int rc, bool exit_on_failure) {
   const auto stuck = host.stuck_calls();
   if (stuck == 0 && !(exit_on_failure && rc != 0)) return rc;
   if (stuck > 0) {
-    const std::string text = "machina-toolhost: exiting with " + std::to_string(stuck) +
-                             " call(s) still stuck in tools past their deadline\n";
-    (void)!::write(STDERR_FILENO, text.data(), text.size());
+    say("exiting with " + std::to_string(stuck) + " call(s) still stuck in tools past their deadline");
   }
   host.flush_audit();
   _exit(rc);
@@ -80,11 +80,10 @@ int leave(Host& host, int rc, bool exit_on_failure) {
 
 }  // namespace
 
-void report_events(HostOptions& options) {
-  options.on_event = [](std::string_view line) {
-    std::string text = "machina-toolhost: " + std::string(line) + "\n";
-    (void)!::write(STDERR_FILENO, text.data(), text.size());
-  };
+void set_up_for_this_program(HostOptions& options) {
+  std::error_code ec;
+  options.workers.executable = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  options.on_event = [](std::string_view line) { say(line); };
 }
 
 int execute(Invocation& inv) {

@@ -31,8 +31,10 @@ struct Invocation {
   HostOptions options;
 };
 
-/// Events of the host (a call overran, a worker was lost) as lines on stderr.
-void report_events(HostOptions& options);
+/// What every start of this program sets in the host's options: isolated workers and
+/// sandboxed Python tools are started through this program, and the host's events (a call
+/// overran, a worker was lost) are lines on stderr.
+void set_up_for_this_program(HostOptions& options);
 
 /// Sets the host up, loads the tools and runs the front; returns the exit code. Throws
 /// HostError for a setup that cannot be served.

@@ -5,6 +5,7 @@
 #include "default_audit.hpp"
 #include "invocation.hpp"
 #include "package_paths.hpp"
+#include "say.hpp"
 
 #include <machina/http_client.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
@@ -13,8 +14,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
-#include <iostream>
 #include <string>
 
 namespace {
@@ -22,8 +21,8 @@ namespace {
 using machina::cli::Invocation;
 
 /// `--run AID` and `--run PLUGIN AID` with nothing else are most of what spawning clients
-/// send, and building the full parser costs as much as such a call: these two shapes are
-/// recognised directly and mean exactly what the parser would make of them.
+/// send: these two shapes are recognised directly, without building the full parser, and
+/// mean exactly what the parser would make of them.
 bool fast_run(int argc, char** argv, Invocation& inv) {
   if (argc < 3 || argc > 4 || std::strcmp(argv[1], "--run") != 0) return false;
   for (int i = 2; i < argc; ++i) {
@@ -34,16 +33,12 @@ bool fast_run(int argc, char** argv, Invocation& inv) {
   inv.aid = argv[argc - 1];
   inv.options = machina::HostOptions::from_env();
   machina::cli::default_audit(inv.options.audit, /*run=*/true, /*off=*/false, /*required_named=*/false);
-  std::error_code ec;
-  inv.options.workers.executable =
-      std::filesystem::read_symlink("/proc/self/exe", ec).string();  // shell.exec's launcher
-  machina::cli::report_events(inv.options);
+  machina::cli::set_up_for_this_program(inv.options);
   return true;
 }
 
 int say_config_error(const machina::HostError& e) {
-  const std::string text = std::string("machina-toolhost: ") + e.what() + "\n";
-  (void)!::write(STDERR_FILENO, text.data(), text.size());
+  machina::cli::say(e.what());
   return 2;
 }
 
@@ -99,7 +94,6 @@ int main(int argc, char** argv) {
     if (!inv) return 2;
     return machina::cli::execute(*inv);
   } catch (const machina::HostError& e) {
-    std::cerr << "machina-toolhost: " << e.what() << "\n";
-    return 2;
+    return say_config_error(e);
   }
 }

@@ -1,6 +1,8 @@
 // See nats_durable.hpp.
 #include "nats_durable.hpp"
 
+#include "say.hpp"
+
 #include <machina/errors.hpp>
 
 #include <nlohmann/json.hpp>
@@ -32,11 +34,6 @@ constexpr auto kIdleWait = std::chrono::milliseconds(100);  // (then whether to 
 constexpr auto kMinProgressPeriod = std::chrono::milliseconds(50);
 constexpr unsigned kMaxAckPendingPerWorker = 4;    // unacknowledged messages per consumer, per host worker
 constexpr std::size_t kMaxAnsweredKept = 100'000;  // messages remembered as answered (the stream's cap)
-
-void say(const std::string& text) {
-  const std::string line = "machina-toolhost: " + text + "\n";
-  (void)!::write(STDERR_FILENO, line.data(), line.size());
-}
 
 std::string header(natsMsg* msg, const char* name) {
   const char* value = nullptr;

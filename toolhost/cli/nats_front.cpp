@@ -6,6 +6,7 @@
 #include "nats_durable.hpp"
 #include "nats_kv_store.hpp"
 #include "nats_subjects.hpp"
+#include "say.hpp"
 #include "stop_signal.hpp"
 
 #include <machina/errors.hpp>
@@ -59,11 +60,6 @@ constexpr std::int64_t kConnectTimeoutMs = 2000;
 constexpr std::int64_t kFlushTimeoutMs = 2000;
 
 int g_stop_fd = -1;  // readable once SIGINT or SIGTERM came: stop serving (watch_stop_signals)
-
-void say(const std::string& text) {
-  const std::string line = "machina-toolhost: " + text + "\n";
-  (void)!::write(STDERR_FILENO, line.data(), line.size());
-}
 
 std::string random_id() {
   static constexpr char kDigits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";

@@ -1,6 +1,8 @@
 // Where this build finds the package's files, and the hand-over to another build.
 #include "package_paths.hpp"
 
+#include "say.hpp"
+
 #include <machina/errors.hpp>
 #include <machina/tool_host.hpp>  // kBuiltinPluginFile
 
@@ -67,13 +69,11 @@ namespace {
   try {
     build = find_package_file(inside, what, "it is installed with the machina_dispatch package; reinstall it");
   } catch (const HostError& e) {
-    const std::string text = "machina-toolhost: cannot " + purpose + ": " + e.what() + "\n";
-    (void)!::write(STDERR_FILENO, text.data(), text.size());
+    say("cannot " + purpose + ": " + e.what());
     _exit(2);
   }
   ::execv(build.c_str(), argv);
-  const std::string text = "machina-toolhost: cannot start " + build + ": " + std::strerror(errno) + "\n";
-  (void)!::write(STDERR_FILENO, text.data(), text.size());
+  say("cannot start " + build + ": " + std::strerror(errno));
   _exit(2);
 }
 
