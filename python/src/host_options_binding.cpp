@@ -7,7 +7,6 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -15,11 +14,6 @@
 namespace machina::binding {
 
 namespace {
-
-template <class T>
-struct is_timeout_map : std::false_type {};
-template <class C>
-struct is_timeout_map<std::map<std::string, std::int64_t, C>> : std::true_type {};
 
 std::string type_of(py::handle v) {
   return py::str(py::type::of(v).attr("__name__"));
@@ -62,7 +56,7 @@ void set_member(const HostOptionInfo& row, T& field, py::handle v) {
     field = v.cast<bool>();
   } else if constexpr (std::is_integral_v<T>) {
     const std::int64_t value = ranged_int(row, v, name);
-    field = static_cast<T>(row.kind == HostOptionKind::mebibytes ? value << 20 : value);
+    field = static_cast<T>(row.kind == HostOptionKind::mebibytes ? mib_to_bytes(value) : value);
   } else if constexpr (std::is_same_v<T, std::string>) {
     field = text_of(row, v);
   } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
@@ -97,7 +91,7 @@ py::object python_value(const HostOptionInfo& row, const T& field) {
   if constexpr (std::is_enum_v<T>) {
     return py::str(std::string(choice_name(field)));
   } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    return py::int_(row.kind == HostOptionKind::mebibytes ? field >> 20 : field);
+    return py::int_(row.kind == HostOptionKind::mebibytes ? bytes_to_mib(field) : field);
   } else if constexpr (is_timeout_map<T>::value) {
     return py::dict();
   } else {
@@ -122,9 +116,7 @@ const char* python_type() {
 template <class T>
 py::object choices_of() {
   if constexpr (std::is_enum_v<T>) {
-    py::list names;
-    for (const auto& [name, value] : OptionChoices<T>::values) names.append(py::str(std::string(name)));
-    return names;
+    return py::cast(choice_names<T>());
   } else {
     return py::none();
   }

@@ -7,22 +7,6 @@
 
 namespace machina::cli {
 
-namespace {
-
-template <class T>
-struct is_timeout_map : std::false_type {};
-template <class C>
-struct is_timeout_map<std::map<std::string, std::int64_t, C>> : std::true_type {};
-
-template <class E>
-std::vector<std::string> choice_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, value] : OptionChoices<E>::values) names.emplace_back(name);
-  return names;
-}
-
-}  // namespace
-
 bool parse_positive(std::string_view text, std::int64_t& out) {
   if (text.empty() || text.size() > 9) return false;
   out = 0;
@@ -45,7 +29,7 @@ void HostOptionFlags::add(CLI::App& app, HostOptions& options, std::string_view 
     } else if constexpr (std::is_integral_v<T>) {
       if (row.kind == HostOptionKind::mebibytes) {
         std::uint64_t& mib = mebibytes_[row.name];
-        mib = static_cast<std::uint64_t>(field) >> 20;
+        mib = bytes_to_mib(static_cast<std::uint64_t>(field));
         option = app.add_option(flag, mib, help)
                      ->check(CLI::Range(static_cast<std::uint64_t>(row.min), static_cast<std::uint64_t>(row.max)))
                      ->capture_default_str();
@@ -90,7 +74,7 @@ void HostOptionFlags::finish(HostOptions& options) const {
     } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       if (row.kind != HostOptionKind::mebibytes) return;
       if (const auto given = mebibytes_.find(row.name); given != mebibytes_.end()) {
-        field = static_cast<T>(given->second << 20);
+        field = static_cast<T>(mib_to_bytes(given->second));
       }
     }
   });

@@ -7,10 +7,13 @@
 #include <machina/host_options.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace machina {
 
@@ -101,6 +104,14 @@ std::string_view choice_name(E value) {
   return {};
 }
 
+/// The names a `choice` option takes, in OptionChoices' order.
+template <class E>
+std::vector<std::string> choice_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : OptionChoices<E>::values) names.emplace_back(name);
+  return names;
+}
+
 /// "'inline' or 'process'", "'leased', 'all' or 'none'".
 template <class E>
 std::string choice_list() {
@@ -111,6 +122,22 @@ std::string choice_list() {
     out += "'" + std::string(OptionChoices<E>::values[i].first) + "'";
   }
   return out;
+}
+
+/// Whether T is the member type of a `timeouts` row (tool aid -> milliseconds).
+template <class T>
+struct is_timeout_map : std::false_type {};
+template <class C>
+struct is_timeout_map<std::map<std::string, std::int64_t, C>> : std::true_type {};
+
+/// A `mebibytes` row's member (bytes) as the MiB it is given in, and back.
+template <class T>
+constexpr T bytes_to_mib(T bytes) {
+  return bytes >> 20;
+}
+template <class T>
+constexpr T mib_to_bytes(T mib) {
+  return mib << 20;
 }
 
 /// Whether `value` is in the row's range (a `limit` also takes 0: none).
