@@ -120,7 +120,7 @@ std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolMa
       o.child.argv = plan.launcher;
       o.child.argv.push_back(program);
       o.child.argv.insert(o.child.argv.end(), c.command.begin() + 1, c.command.end());
-      if (const std::string warning = asked_env_warning(c); !warning.empty()) event(warning);
+      if (const std::string warning = asked_env_warning(c); !warning.empty()) host_.event(warning);
       std::vector<std::string> pass(std::begin(kWorkerEnvironment), std::end(kWorkerEnvironment));
       pass.insert(pass.end(), options.workers.pass_env.begin(), options.workers.pass_env.end());
       pass.insert(pass.end(), c.env.begin(), c.env.end());

@@ -12,7 +12,6 @@
 namespace machina {
 
 HostOptions ToolHost::prepared(HostOptions options) {
-  options.check();
   if (options.lease_enforce) refuse_key_file_in_workspace();
   if (options.isolation == Isolation::process) {
     options.workers.max_output_bytes = options.max_output_bytes;
@@ -40,10 +39,6 @@ ToolHost::~ToolHost() = default;
 Runner* ToolHost::plugin_runner() {
   if (process_) return process_.get();
   return &inline_;
-}
-
-void ToolHost::event(const std::string& line) const {
-  if (host_.options().on_event) host_.options().on_event(line);
 }
 
 std::vector<std::string> ToolHost::add_packs(const std::vector<std::string>& packs, Policy policy) {
@@ -88,22 +83,17 @@ std::vector<std::string> ToolHost::add_linked_plugin(PluginEntryPoints entry) {
   return added;
 }
 
+std::vector<std::shared_ptr<HostedServer>> ToolHost::hosted_servers() const {
+  std::lock_guard lock(manifest_mu_);
+  return toolsets_;
+}
+
 void ToolHost::connection_opened(const std::string& id) {
-  std::vector<std::shared_ptr<HostedServer>> toolsets;
-  {
-    std::lock_guard lock(manifest_mu_);
-    toolsets = toolsets_;
-  }
-  for (auto& t : toolsets) t->session_started(id);
+  for (auto& t : hosted_servers()) t->session_started(id);
 }
 
 void ToolHost::connection_closed(const std::string& id) {
-  std::vector<std::shared_ptr<HostedServer>> toolsets;
-  {
-    std::lock_guard lock(manifest_mu_);
-    toolsets = toolsets_;
-  }
-  for (auto& t : toolsets) t->session_ended(id);
+  for (auto& t : hosted_servers()) t->session_ended(id);
 }
 
 ToolHostStats ToolHost::stats() const {

@@ -131,9 +131,10 @@ class ToolHost {
   std::vector<std::shared_ptr<HostedServer>> start_children(const ToolManifest& manifest,
                                                             std::vector<ToolRegistry::Described>& described,
                                                             std::vector<std::unique_ptr<Runner>>& runners);
-  void event(const std::string& line) const;
-  /// The options as the host and the process runner use them (checked, the caps handed to
-  /// the isolated workers, the lease key file hidden from them).
+  /// The skills and MCP servers started so far (a copy: told of connections without the lock).
+  std::vector<std::shared_ptr<HostedServer>> hosted_servers() const;
+  /// The options as the host (which checks them) and the process runner use them: the caps
+  /// handed to the isolated workers, the lease key file hidden from them.
   static HostOptions prepared(HostOptions options);
 
   // Destroyed bottom up: the inline runner's watchdog stops first (its callbacks reach into

@@ -116,6 +116,9 @@ class Host {
     return stuck_counter_ != nullptr ? stuck_counter_->load(std::memory_order_relaxed) : 0;
   }
 
+  /// Hands `line` to HostOptions::on_event, if set.
+  void event(const std::string& line) const;
+
   /// The deadline a request for `tool` gets, in milliseconds.
   std::int64_t timeout_for(const Tool& tool, const Request& request) const;
 
@@ -146,7 +149,6 @@ class Host {
                                                 IdempotencyStore::Ticket& ticket, Response& r);
   DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
-  void event(const std::string& line) const;
 
   HostOptions options_;
   Hooks hooks_;
