@@ -65,7 +65,7 @@ void bind_host(py::module_& m) {
       .def(py::init([](const py::kwargs& options) {
              return std::make_unique<machina::ToolHost>(host_options_from_kwargs(options));
            }),
-           "Host(**options): the options of machina_dispatch.host_options(), each defaulting to the core's own.")
+           "Host(**options): the options of _core.host_options(), each defaulting to the core's own.")
       .def("load_plugin", &machina::ToolHost::load_plugin, "path"_a,
            "Loads a plugin library; returns the aids it added. Raises HostError naming the file.")
       .def("load_tools", &machina::ToolHost::load_tools, "path"_a, py::call_guard<py::gil_scoped_release>(),

@@ -19,9 +19,6 @@ namespace machina::binding {
 
 namespace py = pybind11;
 
-/// Builds result objects of the Python result class (a tuple subclass registered by
-/// machina_dispatch) straight from a core Response. Strings that repeat (statuses,
-/// codes, kinds) are made once.
 /// The fields of machina_dispatch._result.ToolResult, in its order.
 #define MACHINA_RESULT_FIELDS(X) \
   X(aid)                         \
@@ -43,6 +40,9 @@ enum class ResultField : std::uint8_t {
       count
 };
 
+/// Builds result objects of the Python result class (a tuple subclass registered by
+/// machina_dispatch) straight from a core Response. Strings that repeat (statuses,
+/// codes, kinds) are made once.
 class ResultFactory {
  public:
   static constexpr std::size_t kFields = static_cast<std::size_t>(ResultField::count);

@@ -52,7 +52,7 @@ TEST_CASE("the id is echoed and the ds_state form of the request is kept") {
   CHECK(out.ds_state.numbered);
 }
 
-TEST_CASE("a deferred schema that does not compile throws when first used (Host::handle answers internal_error)") {
+TEST_CASE("a deferred schema that does not compile throws when its validator is first asked for") {
   Tool bad(CircuitBreaker::Options{});
   bad.info.aid = "AID.BAD.v1";
   bad.info.input_schema = R"({"type":"object","patternProperties":{}})";

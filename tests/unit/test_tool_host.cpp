@@ -267,7 +267,7 @@ TEST_CASE("no plugin named: the built-in tools plus every pack; a plugin named: 
     choice.plugins = std::vector<std::string>{"/nonexistent/plugin.so"};
     choice.load_library = &ToolHost::load_plugin;
     ToolHost tools;
-    CHECK_THROWS_AS(tools.load_default_tools(choice), HostError);
+    CHECK_THROWS_WITH_AS(tools.load_default_tools(choice), doctest::Contains("/nonexistent/plugin.so"), HostError);
   }
 }
 

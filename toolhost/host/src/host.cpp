@@ -115,8 +115,8 @@ Response Host::timeout_response(const Tool& tool, std::int64_t timeout_ms, const
 Response Host::handle(Request& request, Session& session, Takeover* takeover) {
   // One clock read serves the deadline and the audit record.
   const std::int64_t started_ns = steady_now_ns();
-  // Built where it is returned: a Response is five strings and a state, too much to move
-  // twice per call.
+  // Built where it is returned: a Response is several strings and a state, too much to
+  // move twice per call.
   Response r = [&]() -> Response {
     try {
       return handle_checked(request, session, takeover, started_ns);
@@ -437,7 +437,7 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
     }
   }
 
-  // Reading the clock costs as much as a small call: only when needed.
+  // The clock is read only when needed.
   if (error_info(r.kind).counts_for_breaker)
     tool.breaker.record_failure(steady_now_ms());
   else if (tool.breaker.engaged())

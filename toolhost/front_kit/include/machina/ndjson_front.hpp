@@ -1,4 +1,4 @@
-// The original wire format (docs/protocol.md) as a front: one NDJSON request in, one response line out, around
+// The dispatch wire format (docs/protocol.md) as a front: one NDJSON request in, one response line out, around
 // Host::handle. What --run and --serve speak, and what _core.Host.call_json answers.
 #pragma once
 
