@@ -1,6 +1,7 @@
 // See child_process.hpp.
 #include <machina/child_process.hpp>
 #include <machina/errors.hpp>
+#include <machina/fd_io.hpp>
 #include <machina/json_text.hpp>
 
 #include <fcntl.h>
@@ -79,15 +80,6 @@ void spawn_now(Spawner::Job& job) {
 /// A close-on-exec pipe; throws HostError.
 void make_pipe(int (&fds)[2]) {
   if (pipe2(fds, O_CLOEXEC) != 0) throw HostError(std::string("cannot create a pipe: ") + std::strerror(errno));
-}
-
-void set_nonblocking(int fd) {
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
 }
 
 }  // namespace

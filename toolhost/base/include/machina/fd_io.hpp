@@ -1,8 +1,10 @@
 // Whole writes to a file descriptor: a short write is continued and an interrupted one
-// retried, so a caller sees all of its bytes written or an error. Async-signal-safe (write
-// and errno only): signal handlers use it too.
+// retried, so a caller sees all of its bytes written or an error; and the small chores
+// around a descriptor. Async-signal-safe (write, fcntl, close and errno only): signal
+// handlers use it too.
 #pragma once
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -33,6 +35,17 @@ inline std::size_t write_fully(int fd, const void* data, std::size_t size) noexc
 /// Writes all of `data` to `fd`: false when a write failed (errno says why).
 inline bool write_all(int fd, std::string_view data) noexcept {
   return write_fully(fd, data.data(), data.size()) == data.size();
+}
+
+/// Puts `fd` in non-blocking mode.
+inline void set_nonblocking(int fd) noexcept {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/// Closes `fd` if open and marks it closed.
+inline void close_fd(int& fd) noexcept {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
 }
 
 }  // namespace machina

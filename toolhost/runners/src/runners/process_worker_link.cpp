@@ -5,7 +5,6 @@
 #include <machina/errors.hpp>
 #include <machina/tool.hpp>
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -20,15 +19,6 @@ namespace {
 constexpr std::size_t kMaxHelloBytes = 64u << 20;
 
 }  // namespace
-
-void set_nonblocking(int fd) {
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
 
 int poll_timeout(std::int64_t deadline_ms) {
   const std::int64_t left = deadline_ms - steady_now_ms();

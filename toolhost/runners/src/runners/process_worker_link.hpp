@@ -4,6 +4,7 @@
 #pragma once
 
 #include <machina/child_process.hpp>
+#include <machina/fd_io.hpp>
 #include <machina/isolation/worker_protocol.hpp>
 #include <machina/runners/process_runner.hpp>
 
@@ -20,11 +21,8 @@
 namespace machina {
 namespace worker_link {
 
-/// Closes `fd` if open and marks it closed.
-void close_fd(int& fd);
 /// Milliseconds left until `deadline_ms` as a poll(2) timeout (0 when past).
 int poll_timeout(std::int64_t deadline_ms);
-void set_nonblocking(int fd);
 
 /// One call process, ready or running: its pipes and its pidfd.
 struct CallProcess {
@@ -67,7 +65,7 @@ struct ProcessRunner::Worker {
   std::string wbuf;
 
   ~Worker() {
-    worker_link::close_fd(control);
+    close_fd(control);
     for (auto& r : ready) r.close_all();
     last.close_all();
     for (int fd : fds) ::close(fd);
