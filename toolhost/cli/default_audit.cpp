@@ -1,6 +1,8 @@
 // The default audit store of the command line's fronts.
 #include "default_audit.hpp"
 
+#include <machina/state_home.hpp>
+
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -18,17 +20,8 @@ void default_audit(AuditOptions& audit, bool run, bool off, bool required_named)
     return;
   }
   if (!audit.db_path.empty() || (env != nullptr && std::strcmp(env, "0") == 0)) return;
-  std::string base;
-  if (const char* state = std::getenv("XDG_STATE_HOME"); state != nullptr && *state == '/') {
-    base = state;
-  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
-    base = std::string(home) + "/.local";
-    (void)::mkdir(base.c_str(), 0700);
-    base += "/state";
-  } else {
-    return;  // (no home: nowhere that is the user's)
-  }
-  (void)::mkdir(base.c_str(), 0700);
+  const std::string base = state_home(/*make=*/true);
+  if (base.empty()) return;  // (no home: nowhere that is the user's)
   const std::string folder = base + "/machina-toolhost";
   if (::mkdir(folder.c_str(), 0700) != 0 && errno == EEXIST) (void)::chmod(folder.c_str(), 0700);
   audit.db_path = folder + "/audit.db";

@@ -10,6 +10,7 @@
 #include <machina/isolation/sandbox_exec.hpp>
 #include <machina/python_exec_source.hpp>
 #include <machina/runners/python_interpreter.hpp>
+#include <machina/state_home.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,14 +28,7 @@ namespace {
 /// Where workspaces live when the policy does not say: beside the skills' data
 /// (docs/operations.md), $XDG_STATE_HOME/machina-toolhost/python.
 std::string default_workspaces() {
-  std::string base;
-  if (const char* state = std::getenv("XDG_STATE_HOME"); state != nullptr && *state == '/')
-    base = state;
-  else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/')
-    base = std::string(home) + "/.local/state";
-  else
-    base = "/tmp/machina-toolhost-" + std::to_string(::getuid());
-  return base + "/machina-toolhost/python";
+  return toolhost_state_dir() + "/python";
 }
 
 /// A scope's folder name: "default", or the user's name made safe, with a hash of it (two

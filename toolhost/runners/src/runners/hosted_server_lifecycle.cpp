@@ -6,12 +6,10 @@
 #include <machina/clock.hpp>
 #include <machina/errors.hpp>
 #include <machina/runners/hosted_server.hpp>
-
-#include <unistd.h>
+#include <machina/state_home.hpp>
 
 #include <cctype>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 
 namespace machina {
@@ -22,16 +20,9 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kMaxSessions = 1024;  // sessions under way a skill started again is told of
 
 std::string default_data_dir(const std::string& name) {
-  std::string base;
-  if (const char* state = std::getenv("XDG_STATE_HOME"); state != nullptr && *state != '\0')
-    base = state;
-  else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
-    base = std::string(home) + "/.local/state";
-  else
-    base = "/tmp/machina-toolhost-" + std::to_string(getuid());
   std::string safe;
   for (char c : name) safe.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '_');
-  return base + "/machina-toolhost/skills/" + safe;
+  return toolhost_state_dir() + "/skills/" + safe;
 }
 
 }  // namespace
