@@ -10,6 +10,7 @@
 
 #include <machina/child_process.hpp>
 #include <machina/clock.hpp>
+#include <machina/executable_file.hpp>
 #include <machina/workspace.hpp>
 
 #include <fcntl.h>
@@ -61,7 +62,7 @@ std::unique_ptr<ChildProcess> start_rg(const ChildSpec& child, Spawner* spawner,
 }
 
 std::string find_rg(const Policy& policy, const std::string& executable) {
-  if (!policy.code.rg.empty()) return runnable(policy.code.rg) ? policy.code.rg : std::string();
+  if (!policy.code.rg.empty()) return executable_file(policy.code.rg) ? policy.code.rg : std::string();
   std::vector<std::string> dirs;
   std::error_code ec;
   for (const std::string& exe : {executable, std::filesystem::read_symlink("/proc/self/exe", ec).string()}) {
@@ -85,7 +86,7 @@ std::string find_rg(const Policy& policy, const std::string& executable) {
   }
   for (const auto& d : {"/usr/local/bin", "/usr/bin"}) dirs.emplace_back(d);
   for (const auto& d : dirs) {
-    if (runnable(d + "/rg")) return d + "/rg";
+    if (executable_file(d + "/rg")) return d + "/rg";
   }
   return {};
 }

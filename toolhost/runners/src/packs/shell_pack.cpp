@@ -9,12 +9,12 @@
 
 #include <machina/child_process.hpp>
 #include <machina/clock.hpp>
+#include <machina/executable_file.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
 #include <machina/workspace.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,11 +53,6 @@ bool listed(const std::vector<std::string>& list, const std::string& name, const
     if (entry.front() == '/' ? entry == resolved : (entry == name || entry == base_name(resolved))) return true;
   }
   return false;
-}
-
-bool executable_file(const std::string& path) {
-  struct stat st{};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
 /// Each file a list names (a name as found in `dirs`, an absolute path as it is), calling
