@@ -89,16 +89,6 @@ bool level_none(const PackFile& f, const YAML::Node& map, const char* key, const
   return value == levels.front();
 }
 
-std::string aid_word(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    out.push_back(std::isalnum(static_cast<unsigned char>(c))
-                      ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-                      : '_');
-  }
-  return out;
-}
-
 /// capabilities.yaml: the guarantees of each tool, and the variables it may read (secrets).
 /// filesystem none: no_filesystem_read and no_filesystem_write; read: no_filesystem_write;
 /// network none: no_network; subprocess none: no_subprocess; env none: no_env_read (unless

@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -337,6 +338,17 @@ const std::vector<std::string>& known_guarantees() {
   static const std::vector<std::string> names = {"no_network",    "no_filesystem_write", "no_filesystem_read",
                                                  "no_subprocess", "no_env_read",         "no_env_write"};
   return names;
+}
+
+std::string aid_word(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    out.push_back(std::isalnum(static_cast<unsigned char>(c))
+                      ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
+                      : '_');
+  }
+  return out;
 }
 
 ToolManifest parse_tool_manifest(std::string_view text, const std::string& path) {

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace machina {
@@ -78,7 +79,11 @@ struct ToolManifest {
 /// The guarantees a manifest may name.
 const std::vector<std::string>& known_guarantees();
 
-/// Loads and checks a manifest, a skill directory (manifest.json and SKILL.md: docs/jsonrpc.md
+/// `s` as a word of an aid: in capitals, every character but letters and digits turned
+/// into '_' (AID.PACK.<ID>.<TOOL>.v1, AID.SKILL.<NAME>.<TOOL>.v1).
+std::string aid_word(std::string_view s);
+
+/// Loads and checks a manifest, a skill directory (manifest.json and SKILL.md: docs/mcp-and-skills.md
 /// lays it out) or a namel3ss pack (a directory with pack.yaml: pack_manifest.hpp).
 /// Throws HostError "FILE:LINE: …" naming the field at fault (a TOML
 /// syntax error, an unknown key, a missing or mistyped field, a runner this build does not

@@ -1,31 +1,18 @@
 // See hosted_server.hpp: the aids a hosted server's tools are registered under, and the
 // runner of one of its tools.
 #include <machina/runners/hosted_server.hpp>
+#include <machina/tool_manifest.hpp>
 
 #include <nlohmann/json.hpp>
-
-#include <cctype>
 
 namespace machina {
 
 std::string remote_aid(const std::string& prefix, const std::string& tool) {
-  std::string out = prefix;
-  for (char c : tool) {
-    out.push_back(std::isalnum(static_cast<unsigned char>(c))
-                      ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-                      : '_');
-  }
-  return out + ".v1";
+  return prefix + aid_word(tool) + ".v1";
 }
 
 std::string default_aid_prefix(const std::string& kind, const std::string& name) {
-  std::string out = kind == "mcp_server" || kind == "mcp" ? "AID.MCP." : "AID.SKILL.";
-  for (char c : name) {
-    out.push_back(std::isalnum(static_cast<unsigned char>(c))
-                      ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-                      : '_');
-  }
-  return out + ".";
+  return (kind == "mcp_server" ? "AID.MCP." : "AID.SKILL.") + aid_word(name) + ".";
 }
 
 HostedServerToolRunner::HostedServerToolRunner(std::shared_ptr<HostedServer> server, std::string tool,
