@@ -9,48 +9,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <map>
-#include <mutex>
 
 namespace machina {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// The environment (`sys.prefix`) of the interpreter at `python`: what its workers last
-/// reported, else what its layout gives without starting it (the folder above `bin/`: a
-/// virtual environment, or the prefix a Python is installed under).
-class PythonEnvs {
- public:
-  void reported(const std::string& python, const nlohmann::ordered_json& env) {
-    if (!env.is_string()) return;
-    std::lock_guard lock(mu_);
-    if (envs_.size() < kMaxInterpreters || envs_.contains(python)) envs_[python] = env.get<std::string>();
-  }
-  std::string of(const std::string& python) {
-    {
-      std::lock_guard lock(mu_);
-      if (auto it = envs_.find(python); it != envs_.end()) return it->second;
-    }
-    const std::filesystem::path bin = std::filesystem::path(python).parent_path();
-    return bin.has_parent_path() ? bin.parent_path().string() : bin.string();
-  }
-
- private:
-  static constexpr std::size_t kMaxInterpreters = 256;
-  std::mutex mu_;
-  std::map<std::string, std::string> envs_;
-};
-
-PythonEnvs& python_envs() {
-  static PythonEnvs envs;
-  return envs;
-}
-
 /// The `trace` of a call: what the worker reported (what the tool printed, its interpreter)
 /// and what the host knows (runner, source, deadline, duration, enforcement).
-std::string make_trace(const PythonRunner::ToolFields& f, const PythonPoolOptions& o, std::string_view worker_trace,
+std::string make_trace(const PythonRunner::ToolFields& f, PythonWorkerPool& pool, std::string_view worker_trace,
                        const std::string& trace_id, std::int64_t timeout_ms, double duration_ms, pid_t pid,
                        const tool_protocol::Answer* answer) {
   nlohmann::ordered_json t = nlohmann::ordered_json::object();
@@ -68,7 +35,7 @@ std::string make_trace(const PythonRunner::ToolFields& f, const PythonPoolOption
   t["protocol_version"] = tool_protocol::kVersion;
   t["timeout_ms"] = timeout_ms;
   t["duration_ms"] = duration_ms;
-  t["python_path"] = o.python;
+  t["python_path"] = pool.options().python;
   t["python_env"] = nullptr;
   t["sandbox"] = f.sandbox;
   t["trace_id"] = trace_id;
@@ -85,10 +52,10 @@ std::string make_trace(const PythonRunner::ToolFields& f, const PythonPoolOption
       }
     }
   }
-  if (t["python_env"].is_null())
-    t["python_env"] = python_envs().of(o.python);  // (no word from the worker)
-  else
-    python_envs().reported(o.python, t["python_env"]);
+  if (auto& env = t["python_env"]; env.is_null())
+    env = pool.python_env();  // (no word from the worker)
+  else if (env.is_string())
+    pool.reported_python_env(env.get_ref<const std::string&>());
   if (!f.enforcement_json.empty()) {
     const auto e = nlohmann::ordered_json::parse(f.enforcement_json, nullptr, false);
     if (e.is_object()) {
@@ -136,12 +103,11 @@ std::vector<std::string> PythonRunner::enforced_guarantees() const {
 
 RunOutcome PythonRunner::run(const RunSpec& spec) {
   const auto t0 = Clock::now();
-  const PythonPoolOptions& o = pool_->options();
   const std::string trace_id = spec.trace_id.empty() ? tool_protocol::new_trace_id() : std::string(spec.trace_id);
   RunOutcome out;
   auto finish = [&](std::string_view worker_trace, pid_t pid, const tool_protocol::Answer* answer) {
     spec.call.trace_json =
-        make_trace(fields_, o, worker_trace, trace_id, spec.timeout_ms, millis_since(t0), pid, answer);
+        make_trace(fields_, *pool_, worker_trace, trace_id, spec.timeout_ms, millis_since(t0), pid, answer);
     return out;
   };
   if (!fields_.refusal.empty()) {

@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 namespace machina {
 namespace {
@@ -215,6 +216,20 @@ void PythonWorkerPool::close() {
   auto workers = workers_;
   for (auto& w : workers) kill(*w, "the Python worker pool was closed");
   changed_.notify_all();
+}
+
+std::string PythonWorkerPool::python_env() const {
+  if (env_known_.load(std::memory_order_acquire)) return python_env_;
+  const std::filesystem::path bin = std::filesystem::path(options_.python).parent_path();
+  return bin.has_parent_path() ? bin.parent_path().string() : bin.string();
+}
+
+void PythonWorkerPool::reported_python_env(std::string_view env) {
+  if (env_known_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(mu_);
+  if (env_known_.load(std::memory_order_relaxed)) return;
+  python_env_ = env;
+  env_known_.store(true, std::memory_order_release);
 }
 
 PythonWorkerPool::Stats PythonWorkerPool::stats() const {

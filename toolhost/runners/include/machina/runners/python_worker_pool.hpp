@@ -18,6 +18,7 @@
 #include <machina/child_process.hpp>
 #include <machina/runner.hpp>  // CancelToken, EventSink
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -97,6 +98,14 @@ class PythonWorkerPool {
   const PythonPoolOptions& options() const { return options_; }
   Stats stats() const;
 
+  /// The interpreter's environment (`sys.prefix`): what its workers reported, else what its
+  /// path gives without starting it (the folder above `bin/`: a virtual environment, or the
+  /// prefix a Python is installed under).
+  std::string python_env() const;
+  /// Records the environment a worker reported; the first report stands (an interpreter's
+  /// environment never changes). Thread-safe; once one is recorded, an atomic load.
+  void reported_python_env(std::string_view env);
+
  private:
   struct Pending;
   struct Worker;
@@ -143,6 +152,8 @@ class PythonWorkerPool {
   std::vector<std::shared_ptr<Worker>> to_reap_;
   bool stop_reaper_ = false;
   std::thread reaper_;
+  std::atomic<bool> env_known_{false};  // python_env_ is set (written once, with mu_ held)
+  std::string python_env_;
 };
 
 }  // namespace machina
