@@ -121,7 +121,7 @@ std::unique_ptr<ProcessRunner::Worker> ProcessRunner::acquire(std::int64_t deadl
       std::sort(aids_.begin(), aids_.end());
     }
   }
-  auto w = start_worker(plugins_, deadline_ms, why);
+  auto w = start_worker(plugins_, &aids_, deadline_ms, why);
   std::lock_guard lock(mu_);
   if (w) ++stats_.started;
   if (!w) {

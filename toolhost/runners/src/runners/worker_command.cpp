@@ -20,6 +20,7 @@ namespace machina {
 using namespace worker_link;
 
 std::unique_ptr<ProcessRunner::Worker> ProcessRunner::start_worker(const std::vector<std::string>& plugins,
+                                                                   const std::vector<std::string>* expected,
                                                                    std::int64_t deadline_ms, std::string& why) {
   int sv[2] = {-1, -1};
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -68,7 +69,6 @@ std::unique_ptr<ProcessRunner::Worker> ProcessRunner::start_worker(const std::ve
   // The worker's greeting: the tools it registered (for the pool's workers: the host's).
   const std::int64_t start_deadline = std::min(deadline_ms, steady_now_ms() + options_.start_timeout_ms);
   std::string fail;
-  const std::vector<std::string>* expected = &plugins == &plugins_ ? &aids_ : nullptr;
   while (!w->greeted) {
     const Pump p = pump(*w, expected, start_deadline, fail);
     if (p == Pump::timed_out) fail = "did not start within " + std::to_string(options_.start_timeout_ms) + " ms";
@@ -88,7 +88,7 @@ std::vector<ToolInfo> ProcessRunner::describe(const std::string& plugin) {
       throw HostError("plugin " + plugin + ": cannot load a plugin after the isolated workers have started");
   }
   std::string why;
-  auto w = start_worker({plugin}, steady_now_ms() + options_.start_timeout_ms, why);
+  auto w = start_worker({plugin}, nullptr, steady_now_ms() + options_.start_timeout_ms, why);
   if (!w) {
     // The worker's own words when it said why (e.g. "plugin P: cannot load: ..."), as an
     // inline host would have said them: its line, whatever the process printed after it

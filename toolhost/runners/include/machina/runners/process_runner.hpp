@@ -51,7 +51,7 @@ class ProcessRunner final : public Runner {
     std::uint64_t lost_idle = 0;  // workers found ended while idle, replaced before a call
     std::size_t live = 0;         // workers now running
   };
-  struct Worker;  // one sandboxed worker, as the host sees it (process_runner.cpp)
+  struct Worker;  // one sandboxed worker, as the host sees it (process_worker_link.hpp)
 
   /// Throws HostError if the executable cannot be run or an option is wrong.
   explicit ProcessRunner(ProcessRunnerOptions options);
@@ -83,10 +83,11 @@ class ProcessRunner final : public Runner {
   std::unique_ptr<Worker> acquire(std::int64_t deadline_ms, std::string& why, bool& timed_out);
   void release(std::unique_ptr<Worker> worker);
   void retire(std::unique_ptr<Worker> worker);  // a lost worker's place becomes free
-  /// Starts a worker loading `plugins`; it must register `expected` (sorted aids).
-  std::unique_ptr<Worker> start_worker(const std::vector<std::string>& plugins, std::int64_t deadline_ms,
+  /// Starts a worker loading `plugins`; it must register `expected` (sorted aids), when
+  /// not null.
+  std::unique_ptr<Worker> start_worker(const std::vector<std::string>& plugins,
+                                       const std::vector<std::string>* expected, std::int64_t deadline_ms,
                                        std::string& why);
-  RunOutcome run_in(Worker& worker, const RunSpec& spec, std::unique_ptr<Worker>& keep);
 
   ProcessRunnerOptions options_;
   std::size_t max_result_bytes_;
