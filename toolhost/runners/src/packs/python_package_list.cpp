@@ -33,6 +33,18 @@ out = sorted(found.values(), key=lambda p: p["name"].lower())
 print(json.dumps({"python": sys.executable, "packages": out[:10000], "truncated": len(out) > 10000}))
 )";
 
+/// The `packages` of a listing: each one's name and version, and with `installed` (the
+/// detailed shape) whether the workspace installed it (never, with no workspace).
+json package_entries(const json& listed, bool installed, bool workspace) {
+  json packages = json::array();
+  for (const auto& pkg : listed) {
+    json entry = {{"name", pkg.value("name", std::string())}, {"version", pkg.value("version", std::string())}};
+    if (installed) entry["installed"] = workspace && pkg.value("installed", false);
+    packages.push_back(std::move(entry));
+  }
+  return packages;
+}
+
 }  // namespace
 
 Result PythonPack::list_without_workspace(const Call& c) {
@@ -55,13 +67,8 @@ Result PythonPack::list_without_workspace(const Call& c) {
     return system_error("the packages could not be listed: python " + ran.how +
                         (ran.tail.empty() ? "" : ": " + ran.tail.substr(0, 2000)));
   }
-  json packages = json::array();
-  for (const auto& pkg : answer["packages"]) {
-    json entry = {{"name", pkg.value("name", std::string())}, {"version", pkg.value("version", std::string())}};
-    if (c.shape == Shape::detailed) entry["installed"] = false;  // (no workspace: nothing of its own)
-    packages.push_back(std::move(entry));
-  }
-  json o = {{"success", true}, {"packages", std::move(packages)}};
+  json o = {{"success", true},
+            {"packages", package_entries(answer["packages"], c.shape == Shape::detailed, /*workspace=*/false)}};
   if (c.shape == Shape::detailed) {
     o["python"] = answer.value("python", python);
     o["environment"] = nullptr;
@@ -96,13 +103,9 @@ Result PythonPack::list(const Call& c) {
   std::string why;
   if (!decode_code_runner_answer(ex, answer, why))
     return system_error("the packages could not be listed: " + why.substr(0, 2000));
-  json packages = json::array();
-  for (const auto& pkg : answer.value("packages", json::array())) {
-    json entry = {{"name", pkg.value("name", std::string())}, {"version", pkg.value("version", std::string())}};
-    if (c.shape == Shape::detailed) entry["installed"] = pkg.value("installed", false);
-    packages.push_back(std::move(entry));
-  }
-  json o = {{"success", true}, {"packages", std::move(packages)}};
+  json o = {{"success", true},
+            {"packages", package_entries(answer.value("packages", json::array()), c.shape == Shape::detailed,
+                                         /*workspace=*/true)}};
   if (c.shape == Shape::detailed) {
     o["python"] = answer.value("python", std::string());
     o["environment"] = ws->env;
