@@ -1,7 +1,7 @@
 // Fuzz target: the ds_state decoder. Never crashes; a decoded state applied to a session
 // and encoded again decodes to the same state.
 #include <machina/ds_state.hpp>
-#include <machina/ndjson_wire.hpp>
+#include <machina/ds_state_codec.hpp>
 
 #include <cstdint>
 #include <cstdlib>

@@ -74,7 +74,7 @@ void encode_ds_state(const DsReport& report, std::string& out) {
   append_slots(out, report.changes.get(), report.numbered);
   append_literal(out, ",\"removed_slots\":[");
   bool first = true;
-  const std::uint8_t removed = report.changes ? report.changes->removed : 0;
+  const std::uint8_t removed = report.changes->removed;
   for (std::size_t i = 0; i < kDsSlots; ++i) {
     if (!(removed & (1u << i))) continue;
     if (!first) out.push_back(',');

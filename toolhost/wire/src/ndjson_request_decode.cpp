@@ -2,6 +2,7 @@
 // envelope with no DOM, the reference parser deciding only what the fast one cannot.
 #include "ds_state_decoder.hpp"
 
+#include <machina/json_sax.hpp>
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
 #include <machina/ndjson_wire.hpp>
@@ -222,7 +223,7 @@ class RequestSax {
   /// The request field a key names (its length tells most names apart; a name of that
   /// length is then compared as a whole, which the compiler does in a word or two).
   static Field field_named(std::string_view k) noexcept {
-    // (not k == name: GCC calls an out-of-line compare for that, 150 instructions a request)
+    // (not k == name: GCC calls an out-of-line compare for that)
     auto is = [&k]<std::size_t N>(const char (&name)[N]) {
       return k.size() == N - 1 && std::memcmp(k.data(), name, N - 1) == 0;
     };
@@ -243,9 +244,7 @@ class RequestSax {
 
   bool enter() {
     if (depth_ == 0) saw_object_ = true;
-    if (++depth_ > static_cast<int>(kMaxJsonDepth)) {
-      return fail("nesting deeper than " + std::to_string(kMaxJsonDepth));
-    }
+    if (++depth_ > static_cast<int>(kMaxJsonDepth)) return fail(nesting_too_deep_text());
     return true;
   }
 

@@ -61,7 +61,7 @@ bool read_exact(int fd, char* data, std::size_t n) {
 
 void complain(const std::string& what) {
   const std::string line = "machina-toolhost worker: " + what + "\n";
-  (void)!::write(STDERR_FILENO, line.data(), line.size());
+  (void)write_all(STDERR_FILENO, line);
 }
 
 // --- a call process ---------------------------------------------------------------------
@@ -82,7 +82,7 @@ void on_fatal_signal(int sig) {
   if (!g_call_process) ::_exit(128 + sig);  // the template itself
   char frame[kDiedFrameBytes];
   encode_died(sig, frame);
-  (void)!::write(kResultFd, frame, sizeof frame);
+  (void)write_all(kResultFd, std::string_view(frame, sizeof frame));
   ::_exit(128 + sig);
 }
 
