@@ -34,13 +34,6 @@ struct Files {
   }
 };
 
-/// The failure of a call that did not run: its kind and detail.
-void check_refused(const machina::test::PackAnswer& a, ErrorKind kind, const std::string& detail_part) {
-  CHECK(a.outcome.ending == RunOutcome::Ending::failed);
-  CHECK(a.outcome.failure == kind);
-  CHECK_MESSAGE(a.outcome.detail.find(detail_part) != std::string::npos, a.outcome.detail);
-}
-
 }  // namespace
 
 TEST_CASE("write, read, append, list and delete a file beneath the root") {
