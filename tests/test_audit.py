@@ -159,6 +159,22 @@ def test_every_front_records_its_calls(store: Path, ws: Path, tmp_path: Path) ->
     assert len(fronts) == 16
 
 
+def test_a_caller_of_the_binding_names_its_own_front(store: Path) -> None:
+    """A program that serves calls through _core.Host.call_json labels them with its own front's
+    name; a network peer (local_caller=False) is not taken for the OS user."""
+    host = md.Host(audit_db=str(store))
+    line = json.dumps({"aid": "AID.ECHO.v1", "input_json": "{}"})
+    assert json.loads(host.call_json(line, md.Session(), front="grpc-gateway", local_caller=False))["ok"]
+    assert json.loads(host.call_json(line, md.Session(), front="agent_1"))["ok"]
+    for bad in ("", "two words", "x" * 33, "naïve"):
+        with pytest.raises(md.HostError, match="letters, digits, '-' or '_'"):
+            host.call_json(line, md.Session(), front=bad)
+    host.close()
+    rows = call_log(store)
+    assert [(r["front"], r["user"]) for r in rows] == [("grpc-gateway", None),
+                                                      ("agent_1", pwd.getpwuid(os.geteuid()).pw_name)]
+
+
 def test_a_call_answered_by_the_deadline_is_recorded_when_answered(store: Path, ws: Path, misbehaving: str) -> None:
     # An inline tool that never returns: the host answers `timeout` through the takeover and
     # exits with the tool still stuck; the record is written before the exit.

@@ -50,15 +50,6 @@ PENDING_FLAG_WORDING: frozenset[tuple[str, str]] = frozenset({
     *(("toolhost/host/src/host.cpp", flag) for flag in ("--no-audit", "--list", "--aid")),
     *(("toolhost/host/src/host_options.cpp", flag) for flag in ("--limit-", "--no-network", "--isolation")),
 })
-# Files that still name the Front enum:
-PENDING_FRONT_ENUM: frozenset[str] = frozenset({
-    "python/src/fast_calls.cpp", "python/src/host_binding.cpp", "tests/unit/test_audit.cpp",
-    "tests/unit/test_audit_report.cpp",
-    "toolhost/base/include/machina/request.hpp", "toolhost/cli/codecs/mcp_skill_codec.cpp",
-    "toolhost/cli/codecs/ndjson_codec.cpp", "toolhost/cli/http_front.cpp", "toolhost/cli/nats_front.cpp",
-    "toolhost/front_kit/include/machina/ndjson_front.hpp", "toolhost/host/include/machina/audit.hpp",
-    "toolhost/host/src/audit.cpp", "toolhost/host/src/host.cpp",
-})
 
 CPP_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".def")
 SCANNED = ("toolhost", "python/src", "fuzz", "tests/unit", "plugins", "tests/plugins", "docs/example_plugin",
@@ -271,10 +262,10 @@ def test_core_names_no_command_line_flag() -> None:
 def test_no_front_enum() -> None:
     """The core knows no list of fronts: each front labels its requests with its own name."""
     pattern = re.compile(r"\benum\s+(class\s+)?Front\b|\bFront::")
-    hits = [(src, f"{src}:{n}: {line.strip()}") for src in sources() if layer_of(src) != "plugin"
+    hits = [f"{src}:{n}: {line.strip()}" for src in sources() if layer_of(src) != "plugin"
             for n, line in enumerate((REPO / src).read_text(errors="replace").splitlines(), 1)
             if pattern.search(line)]
-    assert not [hit for src, hit in hits if src not in PENDING_FRONT_ENUM], "\n".join(hit for _, hit in hits)
+    assert not hits, "\n".join(hits)
 
 
 def cmake_layers() -> list[str]:
@@ -298,10 +289,6 @@ def test_every_exception_still_excuses_something() -> None:
     flags = {(src, flag) for src in sources() if layer_of(src) in CORE_LAYERS
              for _, flag, _ in flag_wording((REPO / src).read_text(errors="replace"))}
     assert not PENDING_FLAG_WORDING - flags, sorted(PENDING_FLAG_WORDING - flags)
-    pattern = re.compile(r"\benum\s+(class\s+)?Front\b|\bFront::")
-    naming = {src for src in PENDING_FRONT_ENUM if (REPO / src).exists()
-              and pattern.search((REPO / src).read_text(errors="replace"))}
-    assert naming == PENDING_FRONT_ENUM, sorted(PENDING_FRONT_ENUM - naming)
 
 
 def doc_layer_table() -> dict[str, tuple[str, frozenset[str]]]:

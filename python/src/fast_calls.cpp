@@ -21,6 +21,9 @@ using namespace py::literals;
 
 namespace {
 
+// How calls from Python are labelled: the caller is the program this process runs.
+constexpr FrontLabel kPythonFront{"python", /*local_caller=*/true};
+
 /// What InProcess.call needs of its transport while it is open (InProcess._fast; None once
 /// closed): the host, the transport's default timeout, and its Python helpers for what is
 /// not on the hot path (inputs that are not a str, a state, a timeout of the call's own).
@@ -61,7 +64,7 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept
     auto& host = bound<ToolHost>(a[A::host]).host();
     auto& session = bound<Session>(a[A::session]);
     RequestFields call = request_from(a);
-    call.request.front = Front::python;
+    call.request.front = kPythonFront;
     const Response r = handle_in_process(host, call.request, session, call.ds_state_json);
     return results().make(py::reinterpret_borrow<py::object>(a[A::aid]), r).release().ptr();
   } catch (...) {
@@ -92,7 +95,7 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     }
     const InProcessState& self = bound<InProcessState>(fast.ptr());
     Request req;
-    req.front = Front::python;
+    req.front = kPythonFront;
     req.aid = utf8(v[P::aid], "aid");
     req.idempotency_key = optional_str(v.or_none(P::idempotency_key), "idempotency_key");
     req.lease_token = optional_str(v.or_none(P::lease_token), "lease_token");
@@ -165,7 +168,7 @@ PyObject* fast_encode_request(PyObject*, PyObject* const* args, Py_ssize_t nargs
     const long long id = PyLong_AsLongLong(a[A::id]);
     if (id == -1 && PyErr_Occurred()) throw py::error_already_set();
     RequestFields call = request_from(a);
-    call.request.front = Front::python;
+    call.request.front = kPythonFront;
     thread_local std::string out;
     out.clear();
     encode_request(call.request, id, call.ds_state_json.value_or(std::string_view()), out);

@@ -3,6 +3,7 @@
 #include "host_options_binding.hpp"
 #include "module_parts.hpp"
 
+#include <machina/audit.hpp>
 #include <machina/ds_state_codec.hpp>
 #include <machina/ndjson_front.hpp>
 #include <machina/policy.hpp>
@@ -12,6 +13,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -28,12 +30,16 @@ using namespace py::literals;
 
 namespace {
 
-machina::Front front_named(const std::string& name) {
-  for (auto f : {machina::Front::run, machina::Front::serve, machina::Front::mcp, machina::Front::skill,
-                 machina::Front::http, machina::Front::python, machina::Front::nats}) {
-    if (machina::front_name(f) == name) return f;
+/// A front's name as given from Python, checked: what the audit store records.
+std::string_view front_name(const std::string& name) {
+  const bool word = std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  });
+  if (name.empty() || name.size() > machina::kAuditMaxFront || !word) {
+    throw machina::HostError("front '" + name + "': a name of 1 to " + std::to_string(machina::kAuditMaxFront) +
+                             " letters, digits, '-' or '_'");
   }
-  throw machina::HostError("unknown front '" + name + "' (run, serve, mcp, skill, http, python, nats)");
+  return name;
 }
 
 }  // namespace
@@ -118,16 +124,19 @@ void bind_host(py::module_& m) {
       .def(
           "call_json",
           [](machina::ToolHost& h, const std::string& request, machina::Session& session, const std::string& aid,
-             const std::string& front) {
+             const std::string& front, bool local_caller) {
             std::string out;
-            machina::ndjson::respond(h.host(), request, session, out, nullptr, aid, /*nul_terminated=*/true,
-                                     front_named(front));
+            machina::ndjson::respond(h.host(), request, session, out, {front_name(front), local_caller}, nullptr, aid,
+                                     /*nul_terminated=*/true);
             out.pop_back();  // the trailing newline belongs to the NDJSON framing
             return out;
           },
-          "request"_a, "session"_a, "aid"_a = "", "front"_a = "python", py::call_guard<py::gil_scoped_release>(),
+          "request"_a, "session"_a, "aid"_a = "", "front"_a = "python", "local_caller"_a = true,
+          py::call_guard<py::gil_scoped_release>(),
           "Handles one JSON request exactly as --serve would (with `aid`: as --run would); returns the response JSON. "
-          "`front` names the front the audit store records (python, nats, http, ...).")
+          "`front` names the front the audit store records (1 to 32 letters, digits, '-' or '_'); "
+          "`local_caller`: the caller is this process's OS user (the store then names that user when the "
+          "request names none).")
       .def(
           "stats",
           [](const machina::ToolHost& h) {

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -30,7 +32,7 @@ std::int64_t count(const std::string& db, const char* sql) {
 
 AuditCall call(std::string_view aid, std::string_view input, std::int64_t duration_us = 10) {
   AuditCall c;
-  c.front = Front::serve;
+  c.front = "serve";
   c.aid = aid;
   c.input_json = input;
   c.started_ns = 1'000'000;
@@ -183,6 +185,81 @@ TEST_CASE("a call's end read in the log's ticks is written as the steady clock's
   CHECK(duration_us("AID.T20.v1") < 300'000);
   CHECK(count(db, "SELECT min(ts_ms) FROM calls") >= unix_ms_before);
   CHECK(count(db, "SELECT max(ts_ms) FROM calls") <= unix_ms_after);
+}
+
+TEST_CASE("each call is kept under the name its front gave, in the store and the lines") {
+  TempDir dir;
+  AuditOptions o;
+  o.db_path = dir.path.string() + "/a.db";
+  o.jsonl_path = dir.path.string() + "/a.jsonl";
+  const std::string long_name(100, 'f');
+  {
+    AuditLog log(o);
+    const std::string_view fronts[] = {"serve", "my-front", "", "my-front", long_name};
+    for (const std::string_view front : fronts) {
+      AuditCall c = call("AID.F.v1", "{}");
+      c.front = front;
+      log.record(c);
+    }
+  }
+  CHECK(count(o.db_path, "SELECT count(*) FROM call_log WHERE front = 'my-front'") == 2);
+  CHECK(count(o.db_path, "SELECT count(*) FROM call_log WHERE front = 'serve'") == 1);
+  CHECK(count(o.db_path, "SELECT count(*) FROM call_log WHERE front = 'unknown'") == 1);
+  CHECK(count(o.db_path, "SELECT max(length(front)) FROM call_log") == static_cast<std::int64_t>(kAuditMaxFront));
+  std::ifstream lines(o.jsonl_path);
+  std::vector<std::string> fronts;
+  for (std::string line; std::getline(lines, line);) fronts.push_back(json::parse(line)["front"]);
+  CHECK(fronts == std::vector<std::string>{"serve", "my-front", "unknown", "my-front", long_name.substr(0, 32)});
+
+  // A process of one call leaves its record pending; the next to open the store takes it in.
+  AuditOptions one = o;
+  one.jsonl_path.clear();
+  one.pending = true;
+  {
+    AuditLog log(one);
+    AuditCall c = call("AID.PENDING.v1", "{}");
+    c.front = "one-shot";
+    log.record(c);
+  }
+  {
+    AuditLog taker(o);
+  }
+  CHECK(count(o.db_path, "SELECT count(*) FROM call_log WHERE tool = 'AID.PENDING.v1' AND front = 'one-shot'") == 1);
+}
+
+TEST_CASE("a pending record that numbers its front is taken in under the name the number stood for") {
+  // The layout a pending file's records had when the fronts were numbered: aid, user and
+  // input lengths (u32), the front's number (u8), flags (u8; 8: realtime clock), the error
+  // kind (u16), start and end (i64 ns), input and output bytes (u64), then the aid.
+  TempDir dir;
+  AuditOptions o;
+  o.db_path = dir.path.string() + "/a.db";
+  {
+    AuditLog create(o);
+  }
+  const std::string aid = "AID.OLD.v1";
+  const std::int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::string record;
+  const auto put = [&record](auto v) { record.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(static_cast<std::uint32_t>(aid.size()));
+  put(std::uint32_t{0});
+  put(std::uint32_t{0});
+  put(std::uint8_t{5});  // http
+  put(std::uint8_t{8});
+  put(std::uint16_t{0});
+  put(now_ns - 1'000'000);
+  put(now_ns);
+  put(std::uint64_t{2});
+  put(std::uint64_t{7});
+  record += aid;
+  REQUIRE(record.size() == 48 + aid.size());
+  std::ofstream(o.db_path + "-pending", std::ios::binary) << record << record;
+  {
+    AuditLog taker(o);
+  }
+  CHECK(count(o.db_path, "SELECT count(*) FROM call_log WHERE tool = 'AID.OLD.v1' AND front = 'http'") == 2);
+  CHECK(std::filesystem::file_size(o.db_path + "-pending") == 0);
 }
 
 TEST_CASE("the store keeps at most max_rows calls, the newest") {

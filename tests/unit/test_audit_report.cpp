@@ -22,7 +22,7 @@ namespace {
 AuditCall call(std::string_view aid, std::string_view input, std::string_view user = "",
                ErrorKind kind = ErrorKind::none) {
   AuditCall c;
-  c.front = Front::serve;
+  c.front = "serve";
   c.aid = aid;
   c.input_json = input;
   c.user = user;

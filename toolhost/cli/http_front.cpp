@@ -42,6 +42,8 @@ namespace {
 namespace beast_http = boost::beast::http;
 using Clock = std::chrono::steady_clock;
 
+constexpr FrontLabel kHttpFront{"http", /*local_caller=*/false};  // (a network peer)
+
 int g_stop_fd = -1;  // readable once SIGINT or SIGTERM came: every loop stops (watch_stop_signals)
 
 /// A field's value as a standard string view.
@@ -401,7 +403,7 @@ std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target,
   if (!j.is_object()) return {400, refusal("malformed_request", "the request body must be a JSON object")};
   if (auto refused = unsupported_version(j)) return *refused;
   Request req;
-  req.front = Front::http;
+  req.front = kHttpFront;
   req.caller = conn.caller;
   std::string name;
   if (j.contains("tool_name") && j["tool_name"].is_string())

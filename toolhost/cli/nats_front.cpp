@@ -47,6 +47,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kServiceName[] = "machina-toolhost";
+constexpr FrontLabel kNatsFront{"nats", /*local_caller=*/false};  // (a network peer)
 constexpr char kHdrError[] = "Nats-Service-Error";
 constexpr char kHdrErrorCode[] = "Nats-Service-Error-Code";
 constexpr char kHdrWireCode[] = "Machina-Error-Code";
@@ -415,7 +416,7 @@ bool NatsServer::serve_one(std::unique_ptr<Call> call) {
     if (parse(*call, request, run_aid, line)) {
       Session session(/*respond_with_delta=*/true);  // calls over NATS carry their own state
       const auto handled =
-          ndjson::respond(host_, request, session, line, call.get(), run_aid, /*nul_terminated=*/true, Front::nats);
+          ndjson::respond(host_, request, session, line, kNatsFront, call.get(), run_aid, /*nul_terminated=*/true);
       if (handled.abandoned) {
         call->delivered.wait(false);
         return false;

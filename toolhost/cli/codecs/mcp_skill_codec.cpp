@@ -22,6 +22,10 @@ namespace {
 using json = nlohmann::ordered_json;
 using jsonrpc::Member;
 
+// The MCP and skill fronts' callers speak on this process's standard streams.
+constexpr FrontLabel kMcpFront{"mcp", /*local_caller=*/true};
+constexpr FrontLabel kSkillFront{"skill", /*local_caller=*/true};
+
 constexpr std::size_t kMaxCancelledIds = 4096;
 constexpr const char* kLatestVersion = "2025-11-25";
 // The MCP revisions of the initialize handshake this front speaks (an older or newer
@@ -572,7 +576,7 @@ void McpSkillCodec::call(Host& host, const std::string& id, const jsonrpc::Messa
   // Any name of the tool (an unknown one: tool_not_found from the host).
   if (const Tool* tool = host.registry().resolve(request.aid)) request.aid = tool->info.aid;
   request.id_json = id;
-  request.front = dialect_ == Dialect::mcp ? Front::mcp : Front::skill;
+  request.front = dialect_ == Dialect::mcp ? kMcpFront : kSkillFront;
   CancelToken cancel;
   std::optional<TokenProgress> progress;
   if (!token.empty() && dialect_ == Dialect::mcp) {

@@ -11,6 +11,10 @@
 namespace machina::cli {
 namespace {
 
+// How --serve and --run label their requests: their callers run as this process's OS user.
+constexpr FrontLabel kServeFront{"serve", /*local_caller=*/true};
+constexpr FrontLabel kRunFront{"run", /*local_caller=*/true};
+
 /// --run: the one response goes out at the deadline even if the tool never returns;
 /// the process then ends, since its only job is done.
 class RunTakeover final : public Takeover {
@@ -33,7 +37,7 @@ class RunTakeover final : public Takeover {
 
 LineCodec::Handled NdjsonCodec::handle(Host& host, std::string_view line, Session& session, std::string& out,
                                        Takeover* takeover) {
-  const auto handled = ndjson::respond(host, line, session, out, takeover, {}, /*nul_terminated=*/true);
+  const auto handled = ndjson::respond(host, line, session, out, kServeFront, takeover, {}, /*nul_terminated=*/true);
   return {handled.has_id, handled.abandoned};
 }
 
@@ -58,7 +62,7 @@ int run_once(Host& host, std::string_view aid, int in_fd, int out_fd) {
   } else {
     Session session(/*respond_with_delta=*/false);
     RunTakeover takeover(host, out_fd);
-    ndjson::respond(host, body, session, out, &takeover, aid, /*nul_terminated=*/true, Front::run);
+    ndjson::respond(host, body, session, out, kRunFront, &takeover, aid, /*nul_terminated=*/true);
   }
   write_all(out_fd, out);
   return 0;

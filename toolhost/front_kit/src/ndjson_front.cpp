@@ -5,8 +5,8 @@
 namespace machina::ndjson {
 namespace {
 
-Response decode_and_handle(Host& host, std::string_view text, Session& session, Takeover* takeover,
-                           std::string_view run_aid, bool nul_terminated, Front front) {
+Response decode_and_handle(Host& host, std::string_view text, Session& session, FrontLabel front, Takeover* takeover,
+                           std::string_view run_aid, bool nul_terminated) {
   Request request;
   request.front = front;
   Response error;
@@ -26,13 +26,13 @@ Response decode_and_handle(Host& host, std::string_view text, Session& session, 
 
 }  // namespace
 
-Handled respond(Host& host, std::string_view text, Session& session, std::string& out, Takeover* takeover,
-                std::string_view run_aid, bool nul_terminated, Front front) {
+Handled respond(Host& host, std::string_view text, Session& session, std::string& out, FrontLabel front,
+                Takeover* takeover, std::string_view run_aid, bool nul_terminated) {
   if (text.size() > host.options().max_request_bytes) {
     respond_too_large(host, out);
     return {};
   }
-  const Response response = decode_and_handle(host, text, session, takeover, run_aid, nul_terminated, front);
+  const Response response = decode_and_handle(host, text, session, front, takeover, run_aid, nul_terminated);
   if (response.abandoned) return {false, true};
   encode_response(response, out);
   return {!response.id_json.empty(), false};

@@ -1,4 +1,4 @@
-// The audit log (audit.hpp): its front names, its life (options checked, the writer thread
+// The audit log (audit.hpp): its life (options checked, the writer thread
 // started and stopped), flushing, and the writer thread's loop.
 #include <machina/audit.hpp>
 
@@ -19,20 +19,6 @@
 namespace machina {
 
 using namespace audit_detail;
-
-std::string_view front_name(Front front) {
-  switch (front) {
-    case Front::run: return "run";
-    case Front::serve: return "serve";
-    case Front::mcp: return "mcp";
-    case Front::skill: return "skill";
-    case Front::http: return "http";
-    case Front::python: return "python";
-    case Front::nats: return "nats";
-    case Front::unknown: break;
-  }
-  return "unknown";
-}
 
 namespace {
 

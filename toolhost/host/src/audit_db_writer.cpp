@@ -134,7 +134,6 @@ void AuditLog::Writer::open_db() {
     for (const auto& info : all_error_kinds()) {
       code_by_kind_.at(static_cast<std::size_t>(info.kind)) = by_code.at(std::string(info.code));
     }
-    front_ids_.fill(-1);
     // Batches are appended in time order and their calls numbered on: the old ones are a
     // prefix. A batch goes once its newest call is older than the retention; past the
     // newest max_rows calls whole batches go, and the one across the line loses its
@@ -164,8 +163,7 @@ void AuditLog::Writer::forget_ids() {
   shape_ids_.clear();
   tool_ids_.clear();
   user_ids_.clear();
-  front_names_.clear();
-  front_ids_.fill(-1);
+  front_ids_.clear();
 }
 
 std::int64_t AuditLog::Writer::name_id(const char* table, Ids& cache, std::string_view name) {
@@ -198,15 +196,9 @@ std::int64_t AuditLog::Writer::args_id() {
   return id;
 }
 
-std::int64_t AuditLog::Writer::front_id(Front f) {
-  std::int64_t& id = front_ids_.at(static_cast<std::size_t>(f));
-  if (id < 0) id = name_id("fronts", front_names_, front_name(f));
-  return id;
-}
-
 std::int64_t AuditLog::Writer::shape_id(const Call& c) {
   Shape key{name_id("tools", tool_ids_, c.aid),
-            front_id(static_cast<Front>(c.head.front)),
+            name_id("fronts", front_ids_, c.front),
             c.user.empty() ? 0 : name_id("users", user_ids_, c.user),
             code_by_kind_.at(c.head.kind),
             args_id(),

@@ -29,7 +29,9 @@ void AuditLog::Writer::jsonl_line(const Call& c) {
   std::string& line = jsonl_line_;
   line = "{\"time\":\"" + audit_iso_time(c.ts_ms) + "\",\"ts_ms\":" + std::to_string(c.ts_ms) + ",\"tool\":";
   append_json_string(line, c.aid);
-  line += ",\"front\":\"" + std::string(front_name(static_cast<Front>(c.head.front))) + "\",\"user\":";
+  line += ",\"front\":";
+  append_json_string(line, c.front);
+  line += ",\"user\":";
   if (c.user.empty())
     line += "null";
   else

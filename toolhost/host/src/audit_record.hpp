@@ -1,5 +1,5 @@
 // How the audit log keeps a recorded call until its writer takes it: a fixed head and its
-// aid, user and input bytes, appended to the recording thread's buffer (or to the pending
+// front, aid, user and input bytes, appended to the recording thread's buffer (or to the pending
 // file); the buffers themselves.
 #pragma once
 
@@ -18,13 +18,14 @@
 namespace machina {
 namespace audit_detail {
 
-/// How a call is laid out in a thread's buffer: this head, then its aid, user and input bytes.
+/// How a call is laid out in a thread's buffer: this head, then its front, aid, user and
+/// input bytes.
 struct RecordHead {
   std::uint32_t aid_len;
   std::uint32_t user_len;
   std::uint32_t input_len;
-  std::uint8_t front;
-  std::uint8_t flags;  // 1: idempotent hit; 2: input cut
+  std::uint8_t front_len;  // (without kFrontNamed, in a pending file: a front's number, no bytes)
+  std::uint8_t flags;      // 1: idempotent hit; 2: input cut
   std::uint16_t kind;
   std::int64_t started_ns;
   std::int64_t ended;  // steady-clock ns, or the log's ticks (kTicks)
@@ -33,7 +34,15 @@ struct RecordHead {
 };
 // kUnix: started_ns and ended are nanoseconds of the realtime clock (a pending file's
 // records, written by another process). kOsUser: the caller is the OS user (AuditCall::os_user).
-constexpr std::uint8_t kHit = 1, kCut = 2, kTicks = 4, kUnix = 8, kOsUser = 16;
+// kFrontNamed: the front's name follows the head (set on every record; a pending file may
+// hold records of a build that numbered the fronts instead).
+constexpr std::uint8_t kHit = 1, kCut = 2, kTicks = 4, kUnix = 8, kOsUser = 16, kFrontNamed = 32;
+
+/// Bytes of a record: its head and what follows it.
+inline std::size_t record_bytes(const RecordHead& h) {
+  return sizeof h + ((h.flags & kFrontNamed) != 0 ? h.front_len : 0) + std::size_t{h.aid_len} + h.user_len +
+         h.input_len;
+}
 
 // Past this many bytes in a thread's buffer (or a quarter of the buffer, if that is less)
 // the writer is woken rather than left to its next round.

@@ -67,7 +67,8 @@ void AuditLog::record(const AuditCall& call) {
   const auto aid_len = static_cast<std::uint32_t>(std::min(call.aid.size(), kAuditMaxAid));
   const auto user_len = static_cast<std::uint32_t>(std::min<std::size_t>(call.user.size(), 256));
   const auto input_len = static_cast<std::uint32_t>(std::min(call.input_json.size(), kAuditMaxInput));
-  const std::size_t need = sizeof(RecordHead) + aid_len + user_len + input_len;
+  const auto front_len = static_cast<std::uint8_t>(std::min(call.front.size(), kAuditMaxFront));
+  const std::size_t need = sizeof(RecordHead) + front_len + aid_len + user_len + input_len;
   b.acquire();
   while (!b.data.reserve_more(need, options_.buffer_bytes)) {
     // Full: the writer has fallen behind. Wait for it to take the buffer (a record is
@@ -90,9 +91,9 @@ void AuditLog::record(const AuditCall& call) {
   put(p, offsetof(RecordHead, aid_len), aid_len);
   put(p, offsetof(RecordHead, user_len), user_len);
   put(p, offsetof(RecordHead, input_len), input_len);
-  put(p, offsetof(RecordHead, front), static_cast<std::uint8_t>(call.front));
+  put(p, offsetof(RecordHead, front_len), front_len);
   put(p, offsetof(RecordHead, flags),
-      static_cast<std::uint8_t>((call.idempotent_hit ? kHit : 0) |
+      static_cast<std::uint8_t>(kFrontNamed | (call.idempotent_hit ? kHit : 0) |
                                 (call.input_json.size() > kAuditMaxInput ? kCut : 0) |
                                 (call.ended_ns == 0 ? kTicks : 0) | (call.os_user ? kOsUser : 0)));
   put(p, offsetof(RecordHead, kind), static_cast<std::uint16_t>(call.kind));
@@ -102,8 +103,8 @@ void AuditLog::record(const AuditCall& call) {
   put(p, offsetof(RecordHead, output_bytes), static_cast<std::uint64_t>(call.output_bytes));
   p += sizeof(RecordHead);
   // An empty view may hold a null pointer, which memcpy must not be given even for 0 bytes.
-  const std::string_view parts[] = {call.aid.substr(0, aid_len), call.user.substr(0, user_len),
-                                    call.input_json.substr(0, input_len)};
+  const std::string_view parts[] = {call.front.substr(0, front_len), call.aid.substr(0, aid_len),
+                                    call.user.substr(0, user_len), call.input_json.substr(0, input_len)};
   for (const std::string_view part : parts) {
     if (!part.empty()) std::memcpy(p, part.data(), part.size());
     p += part.size();

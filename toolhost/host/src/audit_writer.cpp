@@ -62,6 +62,8 @@ std::size_t AuditLog::Writer::write(const std::vector<const AuditBytes*>& chunks
         const Call& prev = calls[(total + 1) & 1];
         std::memcpy(&c.head, p, sizeof c.head);
         p += sizeof c.head;
+        c.front = c.head.front_len != 0 ? std::string_view(p, c.head.front_len) : std::string_view("unknown");
+        p += c.head.front_len;
         c.aid = std::string_view(p, c.head.aid_len);
         p += c.head.aid_len;
         c.user = std::string_view(p, c.head.user_len);
@@ -137,7 +139,7 @@ std::size_t AuditLog::Writer::count_records(const AuditBytes& chunk) {
   for (const char* p = chunk.data(); p < chunk.data() + chunk.size; ++n) {
     RecordHead h;
     std::memcpy(&h, p, sizeof h);
-    p += sizeof h + h.aid_len + h.user_len + h.input_len;
+    p += record_bytes(h);
   }
   return n;
 }

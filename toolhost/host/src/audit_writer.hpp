@@ -13,7 +13,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -63,11 +62,11 @@ class AuditLog::Writer {
   /// One record, read in place from a thread's buffer.
   struct Call {
     audit_detail::RecordHead head{};
-    std::string_view aid, user, input;
+    std::string_view front, aid, user, input;
     std::int64_t ts_ms = 0, duration_us = 0;
 
     bool same_but_input(const Call& o) const {
-      return head.front == o.head.front && head.kind == o.head.kind && head.flags == o.head.flags && aid == o.aid &&
+      return head.kind == o.head.kind && head.flags == o.head.flags && aid == o.aid && front == o.front &&
              user == o.user;
     }
     bool same_call(const Call& o) const { return same_but_input(o) && input == o.input; }
@@ -96,7 +95,6 @@ class AuditLog::Writer {
   void forget_ids();
   std::int64_t name_id(const char* table, Ids& cache, std::string_view name);
   std::int64_t args_id();
-  std::int64_t front_id(Front f);
   std::int64_t shape_id(const Call& c);
   /// The number the next call written gets (inside the write transaction: hosts sharing
   /// the store number on from each other).
@@ -140,16 +138,15 @@ class AuditLog::Writer {
   };
   std::unordered_map<Shape, std::int64_t, ShapeHash> shape_ids_;
   std::unordered_map<std::string, sql::Stmt> add_name_, find_name_;
-  Ids tool_ids_, user_ids_, front_names_, args_ids_;
+  Ids tool_ids_, user_ids_, front_ids_, args_ids_;
   static constexpr std::size_t kMaxCachedInput = 256;
   struct DigestSlot {
     bool used = false;
     std::string input, args, path;
   };
   std::vector<DigestSlot> digests_ = std::vector<DigestSlot>(4096);
-  std::string args_, path_;  // the digest of the current call's input, and its path
-  std::string shape_args_;   // the digest batch_'s shape was found for
-  std::array<std::int64_t, 8> front_ids_{};
+  std::string args_, path_;                 // the digest of the current call's input, and its path
+  std::string shape_args_;                  // the digest batch_'s shape was found for
   std::vector<std::int64_t> code_by_kind_;  // codes.id by ErrorKind
   std::vector<Batch> batches_;              // [0, open_batches_) are open (the rest keep their memory)
   std::size_t open_batches_ = 0, batch_ = 0;

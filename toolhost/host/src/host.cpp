@@ -133,7 +133,7 @@ Response Host::handle(Request& request, Session& session, Takeover* takeover) {
 
 AuditCall Host::audit_call(const Request& request, const Response& response, std::int64_t started_ns) const {
   AuditCall call;
-  call.front = request.front;
+  call.front = request.front.name;
   call.kind = response.kind;
   call.idempotent_hit = response.idempotent_hit;
   call.started_ns = started_ns;
@@ -144,7 +144,7 @@ AuditCall Host::audit_call(const Request& request, const Response& response, std
   else if (!request.caller.empty())
     call.user = request.caller;
   else
-    call.os_user = request.front != Front::http && request.front != Front::nats && request.front != Front::unknown;
+    call.os_user = request.front.local_caller;
   call.input_json = request.input_json;
   call.output_bytes = response.output_json.size();
   return call;

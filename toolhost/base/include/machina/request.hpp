@@ -71,9 +71,13 @@ class ProgressSink {
   virtual void progress(double done, double total, std::string_view message) = 0;
 };
 
-/// Which front a request came through (the audit store records it with each call).
-enum class Front : std::uint8_t { unknown, run, serve, mcp, skill, http, python, nats };
-std::string_view front_name(Front front);
+/// The front a request came through, as the front labels it: its name (the audit store
+/// records it with each call; "" is recorded as "unknown") and whether the caller is the OS
+/// user this process runs as (a local stream, not a network peer).
+struct FrontLabel {
+  std::string_view name;
+  bool local_caller = false;
+};
 
 /// A request as every front hands it to Host::handle, which applies every rule to it
 /// (sizes, `aid`, `timeout_ms`): a front only translates its wire format.
@@ -88,7 +92,7 @@ struct Request {
   std::optional<std::string> trace_id;     // the caller's correlation id, echoed in a trace
   std::optional<std::string> user;         // who calls: selects the tool packs' policy scope
   std::string_view caller;                 // without `user`: who calls as the front knows it, for the audit store only
-  Front front = Front::unknown;            // set by the front that decoded it
+  FrontLabel front;                        // set by the front that decoded it
   // Set by a front whose own parse showed that validate_json accepts input_json (the
   // host then does not check it again); never set for text it did not parse itself.
   bool input_json_valid = false;

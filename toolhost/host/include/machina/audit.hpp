@@ -69,7 +69,7 @@ struct AuditOptions {
 
 /// What a call was, as the host saw it when it answered.
 struct AuditCall {
-  Front front = Front::unknown;
+  std::string_view front;  // the front's name (FrontLabel::name); "" is recorded as "unknown"
   ErrorKind kind = ErrorKind::none;
   bool idempotent_hit = false;
   std::int64_t started_ns = 0;   // steady clock
@@ -93,6 +93,7 @@ inline constexpr std::uint64_t kAuditPendingImportBytes = 1u << 20;
 
 /// Limits of what one record keeps of a call.
 inline constexpr std::size_t kAuditMaxAid = 256;          // bytes of the aid
+inline constexpr std::size_t kAuditMaxFront = 32;         // bytes of the front's name
 inline constexpr std::size_t kAuditMaxInput = 16 * 1024;  // bytes of the input the digest is made from
 inline constexpr std::size_t kAuditMaxDigest = 2048;      // bytes of the digest
 inline constexpr std::size_t kAuditMaxValue = 1024;       // bytes of one path/command/query kept
