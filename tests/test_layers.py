@@ -47,7 +47,7 @@ PLUGIN_ABI_ROOT = "plugins/include"
 # fails when an entry matches nothing). String literals under the core layers that
 # name command-line flags, as (file, flag):
 PENDING_FLAG_WORDING: frozenset[tuple[str, str]] = frozenset({
-    *(("toolhost/host/src/host.cpp", flag) for flag in ("--no-audit", "--list", "--aid")),
+    *(("toolhost/host/src/host.cpp", flag) for flag in ("--list", "--aid")),
     *(("toolhost/host/src/host_options.cpp", flag) for flag in ("--limit-", "--no-network", "--isolation")),
 })
 

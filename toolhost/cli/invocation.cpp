@@ -97,6 +97,8 @@ int execute(Invocation& inv) {
   // descriptors, its memory) or trace it; the sandbox already hides it from them.
   if (inv.options.isolation == Isolation::process) prctl(PR_SET_DUMPABLE, 0);
   ToolHost tool_host(inv.options);
+  if (const std::string& why = tool_host.host().audit_unavailable(); !why.empty())
+    say(why + "; running without the audit database (--no-audit: no warning)");
   tool_host.load_default_tools(tool_choice(inv));
   Host& host = tool_host.host();
 

@@ -5,7 +5,6 @@
 #include <machina/nearest_name.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <type_traits>
 
 namespace machina {
@@ -49,12 +48,10 @@ Host::Host(HostOptions options, Hooks hooks)
       audit_ = std::make_unique<AuditLog>(options_.audit);
     } catch (const HostError& e) {
       if (!options_.audit.optional) throw;
-      const std::string why = e.what();
+      audit_unavailable_ = e.what();
       // Without the database; a JSON lines file named on purpose must still open.
       options_.audit.db_path.clear();
       if (options_.audit.enabled()) audit_ = std::make_unique<AuditLog>(options_.audit);
-      std::fprintf(stderr, "machina-toolhost: %s; running without the audit database (--no-audit: no warning)\n",
-                   why.c_str());
     }
   }
 }

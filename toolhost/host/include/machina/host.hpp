@@ -98,6 +98,9 @@ class Host {
 
   /// The audit store (null unless HostOptions::audit names one).
   AuditLog* audit() const { return audit_.get(); }
+  /// Why an optional audit database (AuditOptions::optional) could not be opened, for the
+  /// front to tell its user; "" when it opened or none was asked for.
+  const std::string& audit_unavailable() const { return audit_unavailable_; }
   /// Records nothing from here on (the tool host's choice, before the first call, for a
   /// default store the tools could reach).
   void drop_audit() { audit_.reset(); }
@@ -154,6 +157,7 @@ class Host {
   Hooks hooks_;
   const std::atomic<std::uint64_t>* stuck_counter_ = nullptr;  // see set_stuck_counter
   std::unique_ptr<AuditLog> audit_;
+  std::string audit_unavailable_;
   IdempotencyCache idempotency_;
   std::shared_ptr<IdempotencyStore> shared_store_;  // set: used in place of idempotency_
   std::unique_ptr<LeaseAuthority> leases_;
