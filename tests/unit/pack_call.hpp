@@ -4,16 +4,37 @@
 
 #include <machina/call_context.hpp>
 #include <machina/clock.hpp>
+#include <machina/policy.hpp>
 #include <machina/runners/pack_runner.hpp>
 #include <machina/tool.hpp>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "temp_dir.hpp"
+
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
 namespace machina::test {
+
+/// The packs' workspace: `ws` in a fresh temporary folder, and the default policy rooted there.
+struct PackWorkspace {
+  TempDir tmp;
+  std::filesystem::path ws;
+  Policy policy;
+  PackWorkspace() : ws(tmp.path / "ws") {
+    std::filesystem::create_directories(ws);
+    policy = default_policy(ws.string());
+  }
+  /// Writes `text` to the file `rel` beneath the workspace, making its folders.
+  void put(const std::string& rel, const std::string& text) const {
+    std::filesystem::create_directories((ws / rel).parent_path());
+    std::ofstream(ws / rel, std::ios::binary) << text;
+  }
+};
 
 struct PackAnswer {
   RunOutcome outcome;

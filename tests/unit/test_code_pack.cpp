@@ -2,15 +2,12 @@
 // line and content in both shapes, case folding, a file or folder beneath the root, denied
 // names and hidden files left out, the results cap, a pattern that is no regular
 // expression, and refusals of bad inputs; code.search finds an identifier by its parts.
-#include <machina/policy.hpp>
 
 #include <doctest/doctest.h>
 
 #include "pack_call.hpp"
-#include "temp_dir.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 using namespace machina;
@@ -31,13 +28,8 @@ std::string ripgrep() {
   return "";
 }
 
-struct Code {
-  TempDir tmp;
-  fs::path ws;
-  Policy policy;
-  Code() : ws(tmp.path / "ws") {
-    fs::create_directories(ws / "src");
-    policy = default_policy(ws.string());
+struct Code : machina::test::PackWorkspace {
+  Code() {
     policy.code.rg = ripgrep();
     policy.code.index_dir = (tmp.path / "index").string();
     policy.code.index_dir_conflict.clear();
@@ -46,7 +38,6 @@ struct Code {
     put(".env", "main=secret\n");
     put("src/.hidden.txt", "main\n");
   }
-  void put(const std::string& rel, const std::string& text) const { std::ofstream(ws / rel, std::ios::binary) << text; }
 };
 
 }  // namespace

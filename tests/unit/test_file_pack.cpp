@@ -2,12 +2,10 @@
 // own shape and in the NATS subject's shape, the refusals (outside the roots, '..', deny
 // globs, links, missing files, non-UTF-8 text) with their kinds, and the read, write and
 // listing caps.
-#include <machina/policy.hpp>
 
 #include <doctest/doctest.h>
 
 #include "pack_call.hpp"
-#include "temp_dir.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -18,23 +16,7 @@ using machina::test::call_pack;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-namespace {
-
-struct Files {
-  TempDir tmp;
-  fs::path ws;
-  Policy policy;
-  Files() : ws(tmp.path / "ws") {
-    fs::create_directories(ws);
-    policy = default_policy(ws.string());
-  }
-  void put(const std::string& rel, const std::string& text) const {
-    fs::create_directories((ws / rel).parent_path());
-    std::ofstream(ws / rel, std::ios::binary) << text;
-  }
-};
-
-}  // namespace
+using Files = machina::test::PackWorkspace;
 
 TEST_CASE("write, read, append, list and delete a file beneath the root") {
   Files f;

@@ -2,12 +2,10 @@
 // (no shell syntax, the deny list over the allow list, a link's target, scripts whose
 // interpreter is not allowed, '..', NUL, the argument cap, the working directory), and
 // where the walls can be built here, a command's output, exit code, output cap and timeout.
-#include <machina/policy.hpp>
 
 #include <doctest/doctest.h>
 
 #include "pack_call.hpp"
-#include "temp_dir.hpp"
 
 #include <sys/stat.h>
 
@@ -25,15 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Shell {
-  TempDir tmp;
-  fs::path ws;
-  Policy policy;
-  Shell() : ws(tmp.path / "ws") {
-    fs::create_directories(ws);
-    policy = default_policy(ws.string());
-  }
-};
+using Shell = machina::test::PackWorkspace;
 
 /// The installed machina-toolhost (the walls' launcher), "" if there is none.
 std::string launcher() {
