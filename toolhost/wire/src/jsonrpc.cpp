@@ -415,7 +415,13 @@ std::string parse_error_text(const rapidjson::ParseResult& result, bool too_deep
 
 }  // namespace
 
-bool for_each_member(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
+namespace {
+
+/// The members of an object or the elements of an array, as `want` says `text` must be.
+enum class Container : bool { object, array };
+
+bool for_each_part(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why,
+                   Container want) {
   Scratch scratch(text);
   LineStream stream(scratch.text());
   MemberSax sax(stream, text, each);
@@ -428,27 +434,21 @@ bool for_each_member(std::string_view text, const std::function<bool(const Membe
     why = "not JSON (" + parse_error_text(result, sax.too_deep()) + " at byte " + std::to_string(result.Offset()) + ")";
     return false;
   }
-  if (!sax.object()) {
-    why = "not an object";
+  if (want == Container::object ? !sax.object() : !sax.array()) {
+    why = want == Container::object ? "not an object" : "not an array";
     return false;
   }
   return true;
 }
 
+}  // namespace
+
+bool for_each_member(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
+  return for_each_part(text, each, why, Container::object);
+}
+
 bool for_each_element(std::string_view text, const std::function<bool(const Member&)>& each, std::string& why) {
-  Scratch scratch(text);
-  LineStream stream(scratch.text());
-  MemberSax sax(stream, text, each);
-  const auto result = scratch.parse(stream, sax);
-  if (sax.stopped()) {
-    why = "stopped";
-    return false;
-  }
-  if (!result || !sax.array()) {
-    why = result ? "not an array" : "not JSON (" + parse_error_text(result, sax.too_deep()) + ")";
-    return false;
-  }
-  return true;
+  return for_each_part(text, each, why, Container::array);
 }
 
 std::string find_id(std::string_view head) {
