@@ -155,8 +155,9 @@ std::string keyword_list() {
 
 HostOptions host_options_from_kwargs(const py::kwargs& kwargs) {
   HostOptions options = HostOptions::from_env();
-  for (const auto& [key, value] : kwargs) {
-    const std::string name = py::str(key);
+  for (const auto& item : kwargs) {
+    const std::string name = py::str(item.first);
+    const py::handle value = item.second;  // (a name a lambda can capture, unlike a structured binding in clang 14)
     const HostOptionInfo* row = find_host_option(name);
     if (row == nullptr || !row->python_keyword()) {
       throw py::type_error("Host() got an unexpected keyword argument '" + name + "' (options: " + keyword_list() +

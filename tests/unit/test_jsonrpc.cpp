@@ -204,7 +204,8 @@ TEST_CASE("a member of a message or of its error given twice makes it invalid, n
       {R"({"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"a","message":"b"}})", "error.message"},
       {R"({"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"a","data":1,"data":2}})", "error.data"},
   };
-  for (const auto& [line, member] : cases) {
+  for (const auto& [line_text, member] : cases) {
+    const char* line = line_text;  // (CAPTURE takes it by reference: clang 14 refuses a structured binding there)
     CAPTURE(line);
     Message m;
     std::string why;
