@@ -10,8 +10,6 @@
 #include "temp_dir.hpp"
 #include "tiny_http_server.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>

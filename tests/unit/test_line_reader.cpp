@@ -112,7 +112,7 @@ TEST_CASE("the whole input is read up to its bound, and refused one byte past it
   {
     Feeder feed({std::string(129, 'a')});
     CHECK_FALSE(machina::cli::read_all_bounded(feed.fds[0], 128, out));
-    // (the feeder's write may still be under way: the destructor's close of the read end ends it)
+    // (the 129 bytes fit in the pipe's buffer: the feeder's write has ended, unread)
   }
   {
     Feeder feed({});
@@ -134,4 +134,7 @@ TEST_CASE("SIGTERM and SIGINT make the stop descriptor readable, and it stays on
   CHECK(count == 1);
   REQUIRE(::raise(SIGINT) == 0);
   CHECK(::poll(&p, 1, 1000) == 1);
+  // The rest of this process stops on these signals again.
+  ::signal(SIGTERM, SIG_DFL);
+  ::signal(SIGINT, SIG_DFL);
 }

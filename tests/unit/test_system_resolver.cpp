@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include <string>
-#include <thread>
 
 using namespace machina::http;
 
