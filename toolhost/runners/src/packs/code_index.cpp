@@ -203,7 +203,7 @@ Result CodeIndex::open_fresh(const Call& c, const std::string& root, const std::
   std::vector<std::string> names;
   const std::uint64_t cap = policy.code.max_index_files;
   {
-    const std::string prefix = std::string(kRgSearchedPath) + "/";
+    const std::string_view prefix = kRgSearchedPrefix;
     std::string rel;
     const RecordsEnd end = read_records(
         *proc, '\0', kMaxListingLine, stop.deadline, 100, [&] { return stop.now(); },

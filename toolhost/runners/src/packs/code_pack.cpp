@@ -14,9 +14,6 @@
 #include <machina/workspace.hpp>
 
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -58,7 +55,7 @@ ChildSpec rg_child(const std::string& rg, const Policy& policy, std::vector<std:
   child.argv.push_back("--");
   child.argv.emplace_back(kRgSearchedPath);
   child.env = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
-  child.fds = {{fd, 3}};  // (kRgSearchedPath)
+  child.fds = {{fd, kRgSearchedFd}};
   child.stdio = ChildSpec::Stdio::pipes;
   return child;
 }
@@ -157,7 +154,7 @@ Result code_grep(const Call& c) {
 
   // What rg says, a JSON message a line; matches are kept as they come.
   const std::string& shown = path;
-  const std::string prefix = std::string(kRgSearchedPath) + "/";
+  const std::string_view prefix = kRgSearchedPrefix;
   json matches = json::array();
   bool truncated = false;
   auto take = [&](std::string_view line) {

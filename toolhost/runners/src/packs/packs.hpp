@@ -123,8 +123,11 @@ bool denied_by_name(const Policy& policy, const std::vector<std::string>& parts)
 /// them), else on PATH; "" when there is none.
 std::string find_rg(const Policy& policy, const std::string& executable);
 
-/// Where ripgrep started by rg_child sees the folder or file it searches (descriptor 3).
+/// The descriptor ripgrep started by rg_child has the searched folder or file open on, and
+/// the path it sees it by (a match's path: below kRgSearchedPath + "/", or that path itself).
+inline constexpr int kRgSearchedFd = 3;
 inline constexpr std::string_view kRgSearchedPath = "/proc/self/fd/3";
+inline constexpr std::string_view kRgSearchedPrefix = "/proc/self/fd/3/";
 
 /// ripgrep `rg` run on the folder or file open at `fd` (seen as kRgSearchedPath), with
 /// what every use shares: no config file, no symlink followed, no git repository needed,
