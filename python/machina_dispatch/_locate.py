@@ -9,7 +9,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["check_setup", "find_executable", "not_found_message"]
+__all__ = ["check_setup", "find_executable", "find_executable_for_plugins", "find_worker_executable",
+           "not_found_message"]
 
 NOT_FOUND = "machina-toolhost executable not found (pip install machina-toolhost, or set MACHINA_TOOLHOST_BIN)"
 
@@ -59,7 +60,6 @@ def find_executable(explicit: str | os.PathLike[str] | None = None, *, loads_plu
     return shutil.which("machina-toolhost")
 
 
-
 def find_executable_for_plugins(explicit: str | os.PathLike[str] | None,
                                 plugins: Sequence[str | os.PathLike[str]] | None) -> str | None:
     """find_executable for a host started with ``plugins`` (``None``: the built-in tools):
@@ -77,6 +77,7 @@ def find_worker_executable(explicit: str | os.PathLike[str] | None, isolation: s
     if isolation == "process":
         return find_executable(explicit, loads_plugins=True)
     return find_executable(explicit) if launches else None
+
 
 def check_setup(executable: str, args: list[str], env: dict[str, str] | None) -> None:
     """Makes sure a host started as ``executable *args`` can start at all — its flags are

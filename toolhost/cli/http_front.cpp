@@ -1,6 +1,7 @@
 // See http_front.hpp.
 #include "http_front.hpp"
 
+#include "say.hpp"
 #include "stop_signal.hpp"
 
 #include <machina/json_text.hpp>
@@ -668,9 +669,8 @@ int HttpServer::run() {
   learn_own_names(host, actual);
   char chunk[4096];
   g_stop_fd = watch_stop_signals();
-  const std::string line = "machina-toolhost: serving HTTP on http://" +
-                           (addr.ss_family == AF_INET6 ? "[" + host + "]" : host) + ":" + std::to_string(actual) + "\n";
-  (void)!::write(STDERR_FILENO, line.data(), line.size());
+  say("serving HTTP on http://" + (addr.ss_family == AF_INET6 ? "[" + host + "]" : host) + ":" +
+      std::to_string(actual));
 
   for (;;) {
     pollfd p[2] = {{listener, POLLIN, 0}, {g_stop_fd, POLLIN, 0}};

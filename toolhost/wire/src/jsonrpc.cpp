@@ -413,10 +413,6 @@ std::string parse_error_text(const rapidjson::ParseResult& result, bool too_deep
   return rapidjson::GetParseError_En(result.Code());
 }
 
-}  // namespace
-
-namespace {
-
 /// The members of an object or the elements of an array, as `want` says `text` must be.
 enum class Container : bool { object, array };
 

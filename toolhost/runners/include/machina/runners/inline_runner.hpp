@@ -22,7 +22,7 @@ class InlineRunner final : public Runner {
 
   /// Calls still running past their deadline (their threads cannot be stopped).
   std::uint64_t stuck_now() const { return stuck_now_.load(std::memory_order_relaxed); }
-  /// The counter stuck_now() reads, for a reader that holds no InlineRunner (Host::Hooks).
+  /// The counter stuck_now() reads, for a reader that holds no InlineRunner (Host::set_stuck_counter).
   const std::atomic<std::uint64_t>& stuck_counter() const { return stuck_now_; }
   std::uint64_t stuck_peak() const { return stuck_peak_.load(std::memory_order_relaxed); }
 
