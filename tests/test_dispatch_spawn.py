@@ -201,6 +201,20 @@ def test_no_output_and_a_short_failure_line(tmp_path: Path) -> None:
     fake = _fake_host(tmp_path, "import sys; sys.stdin.read()\n" + short_line)
     out = failure("AID.ECHO.v1", executable=fake)
     assert (out["type"], out["detail"]) == ("tool_error", "tool not found: X"), out
+    # A lease refusal in that form keeps its fields.
+    lease_line = "print('{\"ok\": false, \"error\": \"lease_required\", \"tier\": 2, \"aid\": \"AID.X.v1\"}')"
+    out = failure("AID.X.v1", executable=_fake_host(tmp_path, "import sys; sys.stdin.read()\n" + lease_line))
+    assert (out["type"], out["detail"], out["tier"], out["aid"]) == ("tool_error", "lease_required", 2, "AID.X.v1"), out
+
+
+@pytest.mark.parametrize("status", ["TOOL_ERROR", "INVALID_PICK", "BREAKER_TRIP"])
+def test_a_failure_with_a_status_and_no_code_is_a_tool_error(tmp_path: Path, status: str) -> None:
+    """The dispatch contract's response (status, output_json, error; no `code`) with a status
+    other than OK is a `tool_error` keeping its text and status, as its dispatch layer reads it."""
+    line = f"print('{{\"ok\": false, \"status\": \"{status}\", \"output_json\": \"\", \"error\": \"boom\"}}')"
+    out = failure("AID.ECHO.v1", executable=_fake_host(tmp_path, "import sys; sys.stdin.read()\n" + line))
+    assert (out["type"], out["detail"], out["status"]) == ("tool_error", "boom", status), out
+    assert "code" not in out
 
 
 def test_stderr_is_drained_while_running(tmp_path: Path) -> None:

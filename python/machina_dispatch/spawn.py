@@ -139,26 +139,37 @@ class Spawn(Transport):
         try:
             r: ToolResult = _core.decode_response(line, aid)
         except ValueError as e:
-            return _statusless_failure(aid, line) or ToolResult.failure(aid, "parse_error",
-                                                                        f"stdout is not a response: {e}")
+            return _codeless_failure(aid, line) or ToolResult.failure(aid, "parse_error",
+                                                                      f"stdout is not a response: {e}")
         if r.ds_state_json:
             # --run answers with the full state; every transport reports what changed.
             r = r._replace(ds_state_json=_core.delta_between(sent_state or EMPTY_STATE_JSON, r.ds_state_json))
         return r
 
 
-def _statusless_failure(aid: str, line: bytes) -> ToolResult | None:
-    """A failure answered in the shortest form, ``{"ok": false, "error": "..."}`` with no
-    ``status`` (as hosts of the dispatch contract answer some refusals), as a ``tool_error``
-    that keeps its text; ``None`` for any other line."""
+# Fields of a response line that are not a failure's details.
+_RESPONSE_FIELDS = frozenset({"ok", "status", "error", "output_json", "ds_state", "code", "id", "trace",
+                              "idempotent_hit", "aid", "type", "detail"})
+
+
+def _codeless_failure(aid: str, line: bytes) -> ToolResult | None:
+    """A failure answered without a wire ``code``, as hosts of the dispatch contract answer:
+    the shortest form ``{"ok": false, "error": "..."}``, or a ``status`` other than ``OK``
+    with its ``error``. It is a ``tool_error`` that keeps its text, its status and its other
+    fields (``tier``, ``reason`` ...); ``None`` for any other line."""
     try:
         answer = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(answer, dict) or answer.get("ok") is not False or "status" in answer:
+    if not isinstance(answer, dict) or "code" in answer:
+        return None
+    status = answer.get("status", "TOOL_ERROR" if answer.get("ok") is False else "OK")
+    if not isinstance(status, str) or status == "OK":
         return None
     error = answer.get("error")
-    return ToolResult.failure(aid, "tool_error", error if isinstance(error, str) and error else "failed")
+    details = {k: v for k, v in answer.items() if k not in _RESPONSE_FIELDS}
+    return ToolResult.failure(aid, "tool_error", error if isinstance(error, str) and error else "failed",
+                              status=status, **details)
 
 
 def run_machina_toolhost(aid: str, inputs: Any = None, *, timeout: float | None = None,
