@@ -63,7 +63,7 @@ bool wait_for_fired(const Fired& fired, int n) {
 
 }  // namespace
 
-TEST_CASE("a watch past its deadline fires once on the watchdog's thread; disarm waits for it") {
+TEST_CASE("a watch past its deadline fires once on the watchdog's thread, disarm waits for it") {
   DeadlineWatchdog dog;
   Fired fired;
   Tagged t;

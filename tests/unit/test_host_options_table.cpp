@@ -48,7 +48,7 @@ TEST_CASE("every default of a number lies in its range") {
   CHECK(ranged >= 20);
 }
 
-TEST_CASE("a range holds its ends only; an OS limit also takes 0 for none") {
+TEST_CASE("a range holds its ends only, an OS limit also takes 0 for none") {
   const auto& request = *find_host_option("max_request_bytes");
   CHECK_FALSE(host_option_in_range(request, 1));
   CHECK(host_option_in_range(request, 2));

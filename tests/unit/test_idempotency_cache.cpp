@@ -23,7 +23,7 @@ Response answer(std::string output) {
 constexpr std::string_view kInput = "{}";  // the input of most calls here
 }  // namespace
 
-TEST_CASE("a key runs once; a repeat with the same input is a hit, with another a conflict") {
+TEST_CASE("a key runs once, a repeat with the same input is a hit, with another a conflict") {
   IdempotencyCache cache({});
   Response hit;
   const auto first = cache.begin("AID.A", "k", kInput, 0, hit);
@@ -136,7 +136,7 @@ TEST_CASE("a duplicate in flight waits for the first call's answer") {
   CHECK(waited.output_json == "\"done\"");
 }
 
-TEST_CASE("many duplicates wait on one flight; the entry is reused at once after") {
+TEST_CASE("many duplicates wait on one flight, the entry is reused at once after") {
   IdempotencyCache cache({.max_entries = 1});
   Response hit;
   const auto first = cache.begin("AID.A", "k", kInput, 0, hit);
@@ -259,7 +259,7 @@ TEST_CASE("entries expire after the TTL") {
   CHECK(cache.begin("AID.A", "k", kInput, 101, hit).outcome == Outcome::run);
 }
 
-TEST_CASE("the oldest finished entry is evicted; running entries never are") {
+TEST_CASE("the oldest finished entry is evicted, running entries never are") {
   IdempotencyCache cache({.max_entries = 2});
   Response hit;
   const auto a = cache.begin("AID.A", "a", kInput, 0, hit);

@@ -249,7 +249,7 @@ TEST_CASE("a parse inside another's callback reads its own text") {
   CHECK(seen == std::vector<std::string>{"outer", "inner=[1,2,3]", "k"});
 }
 
-TEST_CASE("params the parse found plain are what validate_json takes; anything in doubt is left to it") {
+TEST_CASE("params the parse found plain are what validate_json takes, anything in doubt is left to it") {
   // (params_valid_json lets the --mcp and --skill fronts spare the host a second check of
   // a call's arguments: it must never be true for text validate_json would refuse.)
   const auto flag_of = [](const std::string& params) {
@@ -276,6 +276,11 @@ TEST_CASE("params the parse found plain are what validate_json takes; anything i
       {R"({"arguments":{"lone":"\udc00"}})", false},  // decodes to ill-formed UTF-8
       {R"([1,"x",{"a":"\u0002"}])", false},
       {R"([1,"x",{"a":"b"}])", true},
+      // params that are a scalar:
+      {R"("\u0001")", false},
+      {R"("plain")", true},
+      {"1e308", true},
+      {"9.9e308", false},
   };
   for (const auto& c : cases) {
     CAPTURE(c.params);

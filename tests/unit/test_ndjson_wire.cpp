@@ -79,7 +79,7 @@ TEST_CASE("a response's ds_state is written in the form its request used") {
       R"({"delta":true,"slots":{"4":{"type":"t","content_json":"1","provenance":"p","size_bytes":1}},"removed_slots":[6]})");
 }
 
-TEST_CASE("every failure carries a status; only a call's failures carry output_json and ds_state") {
+TEST_CASE("every failure carries a status, only a call's failures carry output_json and ds_state") {
   for (const auto& info : all_error_kinds()) {
     CAPTURE(info.code);
     const std::string line = encoded(Response::failure(info.kind, "why"));

@@ -33,7 +33,7 @@ std::string python() {
 
 }  // namespace
 
-TEST_CASE("entries whose module binds the name pass; others say why") {
+TEST_CASE("entries whose module binds the name pass, others say why") {
   const std::string py = python();
   if (py.empty()) {
     MESSAGE("no python3 in /usr/bin or /usr/local/bin: skipped");

@@ -84,7 +84,7 @@ TEST_CASE("a warm worker answers call after call") {
   CHECK(p.pool->stats().started == 1);
 }
 
-TEST_CASE("a worker that dies is replaced; its call is answered crashed") {
+TEST_CASE("a worker that dies is replaced, its call is answered crashed") {
   Pool p;
   const auto died = call(*p.pool, "unit_tools:die", "{}");
   CHECK(died.ending == PythonWorkerPool::Exchange::Ending::crashed);
@@ -96,7 +96,7 @@ TEST_CASE("a worker that dies is replaced; its call is answered crashed") {
   CHECK(p.pool->stats().started == 2);
 }
 
-TEST_CASE("a call past its deadline is timed out and its worker killed; a closed pool answers closed") {
+TEST_CASE("a call past its deadline is timed out and its worker killed, a closed pool answers closed") {
   Pool p;
   const auto slow = call(*p.pool, "unit_tools:nap", R"({"s":30})", 300);
   CHECK(slow.ending == PythonWorkerPool::Exchange::Ending::timed_out);

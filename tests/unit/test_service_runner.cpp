@@ -81,7 +81,7 @@ TEST_CASE("a service's answer becomes the output, its error the tool's error") {
   CHECK(e.error == "ValueError: bad q");
 }
 
-TEST_CASE("guarantees the service does not enforce refuse the call; an unreachable service is unavailable") {
+TEST_CASE("guarantees the service does not enforce refuse the call, an unreachable service is unavailable") {
   TinyServer weak(ok_reply(R"({"ok":true,"enforcement":"none","supported_guarantees":{}})"));
   ServiceRunner guarded = runner_for(weak.port, {{"no_network", true}});
   const Ran refused = run(guarded, "{}");

@@ -73,7 +73,7 @@ TEST_CASE("another aid gets its nearest allowed form and a hash, within 64 bytes
   CHECK(allowed_name(long_name));
 }
 
-TEST_CASE("the names of a list are distinct; a repeated aid keeps its name") {
+TEST_CASE("the names of a list are distinct, a repeated aid keeps its name") {
   const std::vector<std::string_view> aids{"a-b", "a.b", "x y", "a-b", "AID.Z.v1"};
   const auto names = llm_function_names(aids);
   REQUIRE(names.size() == aids.size());

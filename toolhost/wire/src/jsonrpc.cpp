@@ -149,10 +149,11 @@ class MessageSax : public JsonSax<MessageSax, LineStream> {
   }
   bool Key(const char* s, rapidjson::SizeType n, bool) {
     const std::string_view k(s, n);
-    doubt_unless_plain(k);
+    if (depth_ > 1) doubt_unless_plain(k);
     if (depth_ == 1) {
       start1_ = position();
       field_ = field_of(k, kFields, Field::other);
+      if (field_ == Field::params) params_doubt_ = false;  // (given twice, the last params counts)
       if (field_ != Field::other) seen(seen1_, static_cast<unsigned>(field_), k);
     } else if (depth_ == 2 && field_ == Field::params) {
       start2_ = position();
@@ -279,7 +280,8 @@ class MessageSax : public JsonSax<MessageSax, LineStream> {
     ++depth_;
     return true;
   }
-  bool in_params() const { return depth_ >= 2 && field_ == Field::params; }
+  /// Whether the event is params' value or within it.
+  bool in_params() const { return depth_ >= 1 && field_ == Field::params; }
   /// Within params, a string or key validate_json would not take as it is (ill-formed
   /// UTF-8, or a control character — raw ones are refused by the parse, escaped ones are
   /// valid but left to the host to judge) leaves params to the host's own check.
