@@ -15,13 +15,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (why.empty()) std::abort();  // every refusal says why
     return 0;
   }
-  machina::Session session(/*respond_with_delta=*/false);
+  machina::CallerState session(/*respond_with_delta=*/false);
   session.apply(update);
   std::string full;
   machina::encode_ds_state({machina::DsReport::Mode::full, session.as_changes()}, full);
   machina::DsUpdate again;
   if (!machina::decode_ds_state(full, again, why)) std::abort();
-  machina::Session copy(false);
+  machina::CallerState copy(false);
   copy.apply(again);
   if (*copy.snapshot() != *session.snapshot()) std::abort();
   return 0;

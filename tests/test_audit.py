@@ -176,7 +176,7 @@ def test_a_caller_of_the_binding_names_its_own_front(store: Path) -> None:
 
 
 def test_a_call_answered_by_the_deadline_is_recorded_when_answered(store: Path, ws: Path, misbehaving: str) -> None:
-    # An inline tool that never returns: the host answers `timeout` through the takeover and
+    # An inline tool that never returns: the host answers `timeout` through the overrun sink and
     # exits with the tool still stuck; the record is written before the exit.
     t0 = time.monotonic()
     out = serve([{"aid": "AID.TEST.HANG.v1", "input_json": "{}", "timeout_ms": 200},

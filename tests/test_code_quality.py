@@ -5,6 +5,7 @@ ruff- and mypy --strict clean."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,19 @@ def test_cpp_unit_tests_pass(strict_build: tuple[Path, subprocess.CompletedProce
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-2000:]
     assert "100% tests passed" in proc.stdout and " 0 tests" not in proc.stdout, proc.stdout[-2000:]
+    # One ctest test per test case: a name ctest splits would run no case and still pass.
+    count = subprocess.run([str(out / "machina_unit_tests"), "--count"], capture_output=True, text=True, timeout=60)
+    cases = re.search(r"passing the current filters: (\d+)", count.stdout)
+    ran = re.search(r"tests passed(?:, \d+ tests failed)? out of (\d+)", proc.stdout)
+    assert cases and ran and cases.group(1) == ran.group(1), (count.stdout, proc.stdout[-500:])
+
+
+def test_unit_test_names_are_single_ctest_names() -> None:
+    """doctest_discover_tests registers each test case under its name, which CMake would cut
+    at a ';' (its list separator) into names that match no case: such a case never runs."""
+    cut = [f"{path.name}: {m.group(1)}" for path in sorted((REPO / "tests" / "unit").glob("*.cpp"))
+           for m in re.finditer(r'TEST_CASE\("((?:[^"\\]|\\.)*)"', path.read_text()) if ";" in m.group(1)]
+    assert not cut, cut
 
 
 # Every C and C++ source the repository tracks, formatted by the pinned clang-format with the repository's

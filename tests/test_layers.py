@@ -43,14 +43,6 @@ HOST_INTERFACE = frozenset({"machina/runner.hpp", "machina/tool.hpp", "machina/t
 GENERATED = {"machina/python_worker_source.hpp": "runners", "machina/python_exec_source.hpp": "runners"}
 PLUGIN_ABI_ROOT = "plugins/include"
 
-# Known exceptions to the text rules below, each to be removed with the code it names (a test
-# fails when an entry matches nothing). String literals under the core layers that
-# name command-line flags, as (file, flag):
-PENDING_FLAG_WORDING: frozenset[tuple[str, str]] = frozenset({
-    *(("toolhost/host/src/host.cpp", flag) for flag in ("--list", "--aid")),
-    *(("toolhost/host/src/host_options.cpp", flag) for flag in ("--limit-", "--no-network", "--isolation")),
-})
-
 CPP_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".def")
 SCANNED = ("toolhost", "python/src", "fuzz", "tests/unit", "plugins", "tests/plugins", "docs/example_plugin",
            "bench/native")
@@ -254,8 +246,7 @@ def test_core_names_no_command_line_flag() -> None:
         if layer_of(src) not in CORE_LAYERS or src.endswith("_options.def"):
             continue  # (an option table's help text is the command line's, made into it by the fronts)
         for line, flag, literal in flag_wording((REPO / src).read_text(errors="replace")):
-            if (src, flag) not in PENDING_FLAG_WORDING:
-                wrong.append(f"{src}:{line}: {flag} in {literal!r}")
+            wrong.append(f"{src}:{line}: {flag} in {literal!r}")
     assert not wrong, "\n".join(wrong)
 
 
@@ -282,13 +273,6 @@ def test_cmake_targets_are_the_layers() -> None:
     uses = {m.group(1): frozenset(m.group(2).split())
             for m in re.finditer(r"^set\(MACHINA_LAYER_USES_(\w+)((?: \w+)*)\)", text, re.M)}
     assert uses == {layer: ALLOWED[layer] for layer in LIBRARY_LAYERS}
-
-
-def test_every_exception_still_excuses_something() -> None:
-    """An exception to the text rules goes with the code it names."""
-    flags = {(src, flag) for src in sources() if layer_of(src) in CORE_LAYERS
-             for _, flag, _ in flag_wording((REPO / src).read_text(errors="replace"))}
-    assert not PENDING_FLAG_WORDING - flags, sorted(PENDING_FLAG_WORDING - flags)
 
 
 def doc_layer_table() -> dict[str, tuple[str, frozenset[str]]]:

@@ -328,7 +328,8 @@ def test_no_worker_outlives_a_killed_host(tmp_path: Path) -> None:
 # --- the trace, from every front ----------------------------------------------------------
 
 TRACE_FIELDS = {"runner", "resolved_source", "timeout_ms", "duration_ms", "protocol_version", "python_env",
-                "python_path", "sandbox", "trace_id", "enforcement_level", "stdout", "stderr", "worker_pid"}
+                "python_path", "deps_source", "sandbox", "trace_id", "enforcement_level", "stdout", "stderr",
+                "worker_pid"}
 
 
 def check_trace(trace: dict[str, Any] | None, trace_id: str | None = None, timeout_ms: int = 10_000) -> None:
@@ -338,10 +339,21 @@ def check_trace(trace: dict[str, Any] | None, trace_id: str | None = None, timeo
     assert (trace["runner"], trace["resolved_source"], trace["protocol_version"]) == ("local", "binding", 1)
     assert trace["timeout_ms"] == timeout_ms and trace["duration_ms"] > 0 and trace["sandbox"] is False
     assert trace["python_env"] == sys.prefix and trace["enforcement_level"] == "none"
+    assert trace["deps_source"] == "none"  # the test pack's folder declares no dependencies
     if trace_id is None:
         uuid.UUID(trace["trace_id"])  # a fresh one
     else:
         assert trace["trace_id"] == trace_id
+
+
+def test_deps_source_names_what_declares_the_manifest_folders_dependencies(tmp_path: Path) -> None:
+    manifest = pack(tmp_path, GREET)
+    (tmp_path / "pack" / "requirements.txt").write_text("requests\n")
+    [answer] = serve([call("AID.PY.GREET.v1", {"name": "Ada"})], "--tools", manifest)
+    assert answer["trace"]["deps_source"] == "requirements", answer
+    (tmp_path / "pack" / "pyproject.toml").write_text("[project]\nname = 'greetings'\n")
+    [answer] = serve([call("AID.PY.GREET.v1", {"name": "Ada"})], "--tools", manifest)
+    assert answer["trace"]["deps_source"] == "pyproject", answer
 
 
 def test_every_front_returns_the_trace(tmp_path: Path) -> None:

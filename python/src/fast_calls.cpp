@@ -39,7 +39,7 @@ struct InProcessState {
 
 /// One in-process call: the host (which applies every rule to the request), with the GIL
 /// released while it runs.
-Response handle_in_process(Host& host, Request& req, Session& session,
+Response handle_in_process(Host& host, Request& req, CallerState& session,
                            const std::optional<std::string_view>& ds_state_json) {
   if (ds_state_json) {
     DsUpdate update;
@@ -62,7 +62,7 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept
     using A = RequestArgument;
     const Arguments<A> a = call_layout().parse(args, nargs);
     auto& host = bound<ToolHost>(a[A::host]).host();
-    auto& session = bound<Session>(a[A::session]);
+    auto& session = bound<CallerState>(a[A::session]);
     RequestFields call = request_from(a);
     call.request.front = kPythonFront;
     const Response r = handle_in_process(host, call.request, session, call.ds_state_json);
@@ -135,7 +135,7 @@ PyObject* inprocess_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
       } else {
         req.timeout_ms = self.default_timeout_ms;
       }
-      thread_local std::optional<Session> session;
+      thread_local std::optional<CallerState> session;
       if (!session) session.emplace(/*respond_with_delta=*/true);
       const Response r = handle_in_process(self.tool_host->host(), req, *session,
                                            state_json ? std::optional<std::string_view>(*state_json) : std::nullopt);

@@ -1,5 +1,5 @@
-// Host and Session: the host built from keyword options (host_options_binding.hpp), its loaders, and the JSON
-// call of the other fronts.
+// Host and Session (a caller's state, machina::CallerState): the host built from keyword
+// options (host_options_binding.hpp), its loaders, and the JSON call of the other fronts.
 #include "host_options_binding.hpp"
 #include "module_parts.hpp"
 
@@ -36,8 +36,8 @@ std::string_view front_name(const std::string& name) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
   });
   if (name.empty() || name.size() > machina::kAuditMaxFront || !word) {
-    throw machina::HostError("front '" + name + "': a name of 1 to " + std::to_string(machina::kAuditMaxFront) +
-                             " letters, digits, '-' or '_'");
+    throw machina::ConfigError("front '" + name + "': a name of 1 to " + std::to_string(machina::kAuditMaxFront) +
+                               " letters, digits, '-' or '_'");
   }
   return name;
 }
@@ -55,12 +55,12 @@ void bind_host(py::module_& m) {
       },
       "plugins"_a, "Whether these plugins (None: the built-in tools) need a build that loads plugin libraries.");
 
-  py::class_<machina::Session>(m, "Session", "One caller's ds_state; delta=True answers with deltas (serve).")
+  py::class_<machina::CallerState>(m, "Session", "One caller's ds_state; delta=True answers with deltas (serve).")
       .def(py::init<bool>(), "delta"_a = true)
-      .def_property_readonly("delta", &machina::Session::respond_with_delta)
+      .def_property_readonly("delta", &machina::CallerState::respond_with_delta)
       .def(
           "state_json",
-          [](const machina::Session& s) {
+          [](const machina::CallerState& s) {
             std::string out;
             machina::encode_ds_state({machina::DsReport::Mode::full, s.as_changes()}, out);
             return out;
@@ -123,7 +123,7 @@ void bind_host(py::module_& m) {
           "display name no other tool has), or None.")
       .def(
           "call_json",
-          [](machina::ToolHost& h, const std::string& request, machina::Session& session, const std::string& aid,
+          [](machina::ToolHost& h, const std::string& request, machina::CallerState& session, const std::string& aid,
              const std::string& front, bool local_caller) {
             std::string out;
             machina::ndjson::respond(h.host(), request, session, out, {front_name(front), local_caller}, nullptr, aid,

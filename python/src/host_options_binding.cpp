@@ -33,8 +33,8 @@ std::int64_t ranged_int(const HostOptionInfo& row, py::handle v, const std::stri
     value = row.max + 1;  // (beyond 64 bits)
   }
   if (!host_option_in_range(row, value)) {
-    throw HostError(what + " must be " + (row.kind == HostOptionKind::limit ? "0 (none) or " : "") +
-                    std::to_string(row.min) + " to " + std::to_string(row.max) + ", not " + std::string(py::str(v)));
+    throw ConfigError(what + " must be " + (row.kind == HostOptionKind::limit ? "0 (none) or " : "") +
+                      std::to_string(row.min) + " to " + std::to_string(row.max) + ", not " + std::string(py::str(v)));
   }
   return value;
 }
@@ -71,7 +71,7 @@ void set_member(const HostOptionInfo& row, T& field, py::handle v) {
     if (!py::isinstance<py::str>(v)) wrong_type(row, "a str", v);
     const std::string text = v.cast<std::string>();
     const auto choice = parse_choice<T>(text);
-    if (!choice) throw HostError(name + " must be " + choice_list<T>() + ", not '" + text + "'");
+    if (!choice) throw ConfigError(name + " must be " + choice_list<T>() + ", not '" + text + "'");
     field = *choice;
   } else if constexpr (is_timeout_map<T>::value) {
     if (!py::isinstance<py::dict>(v)) wrong_type(row, "a dict of aid to int", v);
@@ -167,6 +167,9 @@ HostOptions host_options_from_kwargs(const py::kwargs& kwargs) {
     visit_host_options(options, [&](const HostOptionInfo& r, auto& field) {
       if (&r == row) set_member(r, field, value);
     });
+  }
+  if (options.limits_need_isolation()) {
+    throw ConfigError("OS limits (limit_*, no_network) apply to isolated tools: add isolation='process'");
   }
   return options;
 }

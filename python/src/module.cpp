@@ -30,13 +30,13 @@ PYBIND11_MODULE(_core, m) {
   m.attr("MAX_OUTPUT_BYTES") = machina::kMaxOutputBytes;
   m.attr("BUILTIN_PLUGIN_FILE") = std::string(machina::kBuiltinPluginFile);
 
-  // machina::HostError becomes machina_dispatch.HostError (a ToolhostError), once the
+  // machina::ConfigError becomes machina_dispatch.HostError (a ToolhostError), once the
   // package has named it (_configure_errors); a RuntimeError before that.
   static PyObject* host_error = PyExc_RuntimeError;
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const machina::HostError& e) {
+    } catch (const machina::ConfigError& e) {
       PyErr_SetString(host_error, e.what());
     }
   });

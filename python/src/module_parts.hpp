@@ -7,7 +7,7 @@ namespace machina::binding {
 
 namespace py = pybind11;
 
-/// Host, Session and the host's keyword options (host_binding.cpp).
+/// Host, Session (machina::CallerState) and the host's keyword options (host_binding.cpp).
 void bind_host(py::module_& m);
 /// The raw calls of the hot path: call, encode_request and InProcess.call (fast_calls.cpp).
 void bind_fast_calls(py::module_& m);

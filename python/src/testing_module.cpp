@@ -54,7 +54,7 @@ PYBIND11_MODULE(_testing, m) {
         machina::ToolHost tools{machina::HostOptions{}};
         tools.load_plugin(plugin);
         machina::Host& host = tools.host();
-        machina::Session session(/*respond_with_delta=*/true);
+        machina::CallerState session(/*respond_with_delta=*/true);
         machina::Request req;
         const auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < n; ++i) {

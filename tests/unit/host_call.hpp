@@ -18,7 +18,7 @@ inline Request to(std::string aid) {
 
 /// `req` handled by `host` for a caller of its own.
 inline Response handle(Host& host, Request req) {
-  Session session(true);
+  CallerState session(true);
   return host.handle(req, session);
 }
 

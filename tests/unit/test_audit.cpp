@@ -113,7 +113,7 @@ TEST_CASE("calls recorded from many threads are all written, in one store") {
   CHECK(count(db, "SELECT count(*) FROM call_log WHERE tool = 'AID.LATE.v1'") == 1);
 }
 
-TEST_CASE("calls of one shape share a row of batches; the view gives each call its own numbers") {
+TEST_CASE("calls of one shape share a row of batches, the view gives each call its own numbers") {
   TempDir dir;
   const std::string db = dir.path.string() + "/a.db";
   {
@@ -280,16 +280,16 @@ TEST_CASE("bad settings and foreign files are refused") {
   AuditOptions o;
   o.db_path = dir.path.string() + "/a.db";
   o.retention_days = 0;
-  CHECK_THROWS_AS(AuditLog{o}, HostError);
+  CHECK_THROWS_AS(AuditLog{o}, ConfigError);
   o.retention_days = 1;
   o.db_path = dir.path.string() + "/missing/dir/a.db";
-  CHECK_THROWS_WITH_AS(AuditLog{o}, doctest::Contains("cannot open"), HostError);
+  CHECK_THROWS_WITH_AS(AuditLog{o}, doctest::Contains("cannot open"), ConfigError);
   o.db_path = dir.path.string() + "/foreign.db";
   {
     sql::Db d(o.db_path);
     d.exec("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES('schema', 'x 2')");
   }
-  CHECK_THROWS_WITH_AS(AuditLog{o}, doctest::Contains("it holds 'x 2'"), HostError);
+  CHECK_THROWS_WITH_AS(AuditLog{o}, doctest::Contains("it holds 'x 2'"), ConfigError);
 }
 
 TEST_CASE("the report's percentiles are nearest-rank over the range asked") {
@@ -329,7 +329,7 @@ TEST_CASE("report times: dates, moments and spans back from now") {
   CHECK(parse_audit_time("2026-11-25T14:30:05Z", now) == 1'795'564'800'000 + (14 * 60 + 30) * 60'000 + 5000);
   for (const char* bad : {"yesterday", "7w", "2026-13-01", "2026-11-25T25:00", "", "h", "2026-11-25 14:30"}) {
     CAPTURE(bad);
-    CHECK_THROWS_AS(parse_audit_time(bad, now), HostError);
+    CHECK_THROWS_AS(parse_audit_time(bad, now), ConfigError);
   }
 }
 

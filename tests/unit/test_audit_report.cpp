@@ -79,7 +79,7 @@ TEST_CASE("the report's totals and lists, ordered by calls") {
   CHECK(b_seen);
 }
 
-TEST_CASE("top cuts every list; a range outside the calls holds none") {
+TEST_CASE("top cuts every list, a range outside the calls holds none") {
   TempDir dir;
   AuditReportOptions ro;
   ro.db_path = filled_store(dir);
@@ -122,13 +122,13 @@ TEST_CASE("a missing store and a foreign one are refused") {
   TempDir dir;
   AuditReportOptions ro;
   ro.db_path = (dir.path / "none.db").string();
-  CHECK_THROWS_WITH_AS(audit_report(ro), doctest::Contains("no audit store at"), HostError);
+  CHECK_THROWS_WITH_AS(audit_report(ro), doctest::Contains("no audit store at"), ConfigError);
   ro.db_path = (dir.path / "other.db").string();
   {
     sql::Db d(ro.db_path);
     d.exec("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES('schema', 'x')");
   }
-  CHECK_THROWS_WITH_AS(audit_report(ro), doctest::Contains("is not an audit store of this version"), HostError);
+  CHECK_THROWS_WITH_AS(audit_report(ro), doctest::Contains("is not an audit store of this version"), ConfigError);
 }
 
 TEST_CASE("the text form holds each section of the report") {

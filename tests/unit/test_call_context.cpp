@@ -114,7 +114,7 @@ TEST_CASE("slot_set refuses what a slot must not hold") {
 }
 
 TEST_CASE("a call over a session reads the session's state") {
-  Session session(false);
+  CallerState session(false);
   SlotChanges changes;
   changes.slots[2] = Artifact{"text", "\"kept\"", "earlier call", 6};
   changes.set = 0b100;

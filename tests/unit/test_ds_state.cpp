@@ -1,4 +1,4 @@
-// Session: a caller's ds_state, full and delta updates, and the changes a call reports.
+// CallerState: a caller's ds_state, full and delta updates, and the changes a call reports.
 #include <machina/ds_state.hpp>
 
 #include <doctest/doctest.h>
@@ -12,7 +12,7 @@ Artifact art(std::string content) {
 }  // namespace
 
 TEST_CASE("a full update replaces the state, a delta changes only what it names") {
-  Session s(true);
+  CallerState s(true);
   DsUpdate full;
   full.changes.slots[0] = art("1");
   full.changes.slots[1] = art("2");
@@ -32,7 +32,7 @@ TEST_CASE("a full update replaces the state, a delta changes only what it names"
 }
 
 TEST_CASE("commit reports only real changes, judged against the state the call ran with") {
-  Session s(true);
+  CallerState s(true);
   SlotChanges put;
   put.slots[2] = art("x");
   put.set = 1u << 2;

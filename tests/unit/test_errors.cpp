@@ -62,9 +62,9 @@ TEST_CASE("rows the pipeline depends on") {
   CHECK(error_info(ErrorKind::access_denied).error_type == "AccessDenied");
 }
 
-TEST_CASE("HostError is a runtime_error carrying its message") {
+TEST_CASE("ConfigError is a runtime_error carrying its message") {
   try {
-    throw HostError("bad option");
+    throw ConfigError("bad option");
   } catch (const std::runtime_error& e) {
     CHECK(std::string(e.what()) == "bad option");
   }

@@ -41,6 +41,15 @@ TEST_CASE("an unknown tool is named, at most 200 characters of it") {
   CHECK(r.status() == Status::INVALID_PICK);
 }
 
+TEST_CASE("a refusal's hint names the operator's commands the host is given, and none without them") {
+  Host bare;
+  CHECK(handle(bare, to("AID.NOPE.v1")).hint == "the tool list names every tool");
+  HostOptions options;
+  options.operator_commands.tool_list = "tools --all";
+  Host named(options);
+  CHECK(handle(named, to("AID.NOPE.v1")).hint == "the tool list (tools --all) names every tool");
+}
+
 TEST_CASE("the id is echoed and the ds_state form of the request is kept") {
   Host host;
   Request r = to("AID.NOPE.v1");
@@ -57,6 +66,6 @@ TEST_CASE("a deferred schema that does not compile throws when its validator is 
   bad.info.aid = "AID.BAD.v1";
   bad.info.input_schema = R"({"type":"object","patternProperties":{}})";
   CHECK_NOTHROW(bad.compile_schema(/*defer=*/true));
-  CHECK_THROWS_AS(bad.input_validator(), HostError);
-  CHECK_THROWS_AS(bad.compile_schema(/*defer=*/false), HostError);
+  CHECK_THROWS_AS(bad.input_validator(), ConfigError);
+  CHECK_THROWS_AS(bad.compile_schema(/*defer=*/false), ConfigError);
 }

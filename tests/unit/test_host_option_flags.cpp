@@ -40,7 +40,7 @@ TEST_CASE("every row of the table with a flag is an option, in its group") {
   }
 }
 
-TEST_CASE("a value out of range is refused; the ends are taken") {
+TEST_CASE("a value out of range is refused, the ends are taken") {
   Parsed low;
   CHECK_THROWS_AS(low.parse({"--max-request-bytes", "1"}), CLI::ValidationError);
   Parsed ends;
@@ -60,7 +60,7 @@ TEST_CASE("per-tool deadlines are AID=MS, each in the deadline's range") {
   CHECK(p.options.tool_timeouts_ms.at("AID.B=v1") == 7);  // the last '=' splits
   for (const char* bad : {"AID.A.v1=0", "=5", "AID.A.v1", "AID.A.v1=1000000000", "AID.A.v1=5ms"}) {
     Parsed q;
-    CHECK_THROWS_WITH_AS(q.parse({"--tool-timeout", bad}), doctest::Contains("expected AID=MILLISECONDS"), HostError);
+    CHECK_THROWS_WITH_AS(q.parse({"--tool-timeout", bad}), doctest::Contains("expected AID=MILLISECONDS"), ConfigError);
   }
 }
 
@@ -89,10 +89,16 @@ TEST_CASE("choices are set by name and refused otherwise") {
 
 TEST_CASE("flags, names and paths bind their members") {
   Parsed p;
-  p.parse({"--no-network", "--worker-env", "A", "--worker-env", "B", "--audit-db", "/tmp/x.db"});
+  p.parse(
+      {"--isolation", "process", "--no-network", "--worker-env", "A", "--worker-env", "B", "--audit-db", "/tmp/x.db"});
   CHECK(p.options.workers.limits.no_network);
   CHECK(p.options.workers.pass_env == std::vector<std::string>{"A", "B"});
   CHECK(p.options.audit.db_path == "/tmp/x.db");
+}
+
+TEST_CASE("OS limits without process isolation are refused in the command line's words") {
+  Parsed p;
+  CHECK_THROWS_WITH_AS(p.parse({"--no-network"}), doctest::Contains("add --isolation process"), ConfigError);
 }
 
 TEST_CASE("parse_positive takes 1 to 9 digits above 0") {

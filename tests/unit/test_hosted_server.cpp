@@ -163,7 +163,7 @@ TEST_CASE("a skill that does not start says why, naming the step and its stderr"
   try {
     server.start();
     FAIL("started");
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     const std::string why = e.what();
     CHECK(why.find("initialize failed") != std::string::npos);
     CHECK(why.find("no tools here") != std::string::npos);

@@ -79,7 +79,7 @@ TEST_CASE("a tool that returns in time runs on the caller's thread, its output k
   CHECK(runner.kind() == "inline");
 }
 
-TEST_CASE("past its deadline the host is told on another thread; the run ends late and is counted stuck") {
+TEST_CASE("past its deadline the host is told on another thread, the run ends late and is counted stuck") {
   std::vector<std::string> events;
   std::mutex events_mu;
   InlineRunner runner(4, [&](std::string_view e) {
@@ -100,7 +100,7 @@ TEST_CASE("past its deadline the host is told on another thread; the run ends la
   CHECK(runner.stuck_peak() == 1);
   release = true;
   const RunOutcome out = done.get();
-  CHECK(out.ending == RunOutcome::Ending::late);
+  CHECK(out.ending == RunOutcome::Ending::overran);
   CHECK_FALSE(overrun.on_caller_thread.load());
   CHECK(runner.stuck_now() == 0);
   CHECK(runner.stuck_peak() == 1);
@@ -128,7 +128,7 @@ TEST_CASE("at max_stuck_calls stuck calls a new call is refused overloaded") {
   CHECK(refused.ending == RunOutcome::Ending::overloaded);
   CHECK(refused.detail.find("1 calls are stuck") != std::string::npos);
   release = true;
-  CHECK(stuck.get().ending == RunOutcome::Ending::late);
+  CHECK(stuck.get().ending == RunOutcome::Ending::overran);
   CallContext again_ctx(1024, std::make_shared<const Slots>());
   CHECK(run(runner, *quick, "0", 10'000, other, again_ctx).ending == RunOutcome::Ending::ran);
 }

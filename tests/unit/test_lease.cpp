@@ -40,7 +40,7 @@ TEST_CASE("a lease is good once, for its tool, until it expires") {
   CHECK(authority.redeem("mlt1.garbage", "AID.FILE.WRITE.v1", kT) == "malformed");
   LeaseAuthority other("another-secret-of-16-bytes-or-more", {});
   CHECK(other.redeem(authority.issue("AID.X", 1000, kT), "AID.X", kT) == "bad_signature");
-  CHECK_THROWS_AS(authority.issue("AID.X", 0, kT), HostError);
+  CHECK_THROWS_AS(authority.issue("AID.X", 0, kT), ConfigError);
 }
 
 TEST_CASE("the ledger makes a lease single-use across authorities (processes)") {
@@ -74,6 +74,6 @@ TEST_CASE("the ledger files leases by expiry window and sweeps windows two windo
 
 TEST_CASE("lease lifetimes are checked") {
   CHECK(lease_ttl_ms(1.5, 10'000) == 1500);
-  CHECK_THROWS_AS(lease_ttl_ms(0, 10'000), HostError);
-  CHECK_THROWS_AS(lease_ttl_ms(11, 10'000), HostError);
+  CHECK_THROWS_AS(lease_ttl_ms(0, 10'000), ConfigError);
+  CHECK_THROWS_AS(lease_ttl_ms(11, 10'000), ConfigError);
 }

@@ -104,7 +104,7 @@ TEST_CASE("the open files limit is set, and a limit above the hard one is refuse
           apply_open_files_limit(16);
           try {
             apply_open_files_limit(1 << 20);  // above the hard limit just lowered
-          } catch (const HostError& e) {
+          } catch (const ConfigError& e) {
             return std::string(e.what()).find("cannot limit open files to 1048576") == 0 ? 0 : 2;
           }
           return 1;
@@ -128,7 +128,7 @@ TEST_CASE("no_network refuses socket(2) with EACCES and keeps socketpair") {
         }) == 0);
 }
 
-TEST_CASE("a CPU budget ends a spinning call with SIGXCPU; stopped in time it does nothing") {
+TEST_CASE("a CPU budget ends a spinning call with SIGXCPU, stopped in time it does nothing") {
   CHECK(in_child([] {
           CpuBudget budget(1);
           budget.start();

@@ -37,7 +37,7 @@ std::string error_of(const TempDir& tmp, const std::string& pack, const std::str
   if (!caps.empty()) write(tmp.path / "capabilities.yaml", caps);
   try {
     load_pack_dir(tmp.path.string());
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     return e.what();
   }
   return "";
@@ -95,7 +95,7 @@ TEST_CASE("a minimal pack, its optional bindings and capability levels") {
   CHECK(t.info.deterministic);
   CHECK(t.info.default_timeout_ms == 250);
   CHECK(t.sandbox);
-  CHECK(t.pack.deps_source == "requirements");
+  CHECK(t.deps_source == "requirements");
   CHECK(t.env == std::vector<std::string>{"API_TOKEN"});
   CHECK(t.guarantees.count("no_filesystem_write") == 1);
   CHECK(t.guarantees.count("no_filesystem_read") == 0);

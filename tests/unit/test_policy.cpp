@@ -17,7 +17,7 @@ namespace {
 std::string error_of(const std::string& text, const std::string& workspace) {
   try {
     parse_policy(text, "/etc/p.toml", workspace);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     return e.what();
   }
   return "";

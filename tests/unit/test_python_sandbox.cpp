@@ -42,8 +42,8 @@ TEST_CASE("what the interpreter says of itself") {
   CHECK(fs::exists(files.executable));
   CHECK_FALSE(files.paths.empty());
   CHECK_THROWS_WITH_AS(interpreter_files("/bin/false"), doctest::Contains("could not say where its files are"),
-                       HostError);
-  CHECK_THROWS_AS(interpreter_files("/nonexistent/python"), HostError);
+                       ConfigError);
+  CHECK_THROWS_AS(interpreter_files("/nonexistent/python"), ConfigError);
 }
 
 TEST_CASE("a Python tool that requires nothing runs without walls") {
@@ -120,18 +120,19 @@ TEST_CASE("what cannot be enforced refuses a Python tool's calls, saying why") {
   CHECK(json::parse(plan.enforcement_json).contains("sandbox"));
 }
 
-TEST_CASE("a child process: nothing asked, no walls; what cannot be enforced is thrown") {
+TEST_CASE("a child process: nothing asked, no walls, what cannot be enforced is thrown") {
   ManifestChild child;
   CHECK(plan_child_sandbox(child, "/bin/cat", kLauncher, WorkerLimits{}).launcher.empty());
   child.guarantees = {{"no_filesystem_read", true}};
   CHECK_THROWS_WITH_AS(plan_child_sandbox(child, "/bin/cat", kLauncher, WorkerLimits{}),
-                       doctest::Contains("no_filesystem_read is not offered for a skill or an MCP server"), HostError);
+                       doctest::Contains("no_filesystem_read is not offered for a skill or an MCP server"),
+                       ConfigError);
   child.guarantees = {{"no_env_write", true}};
   CHECK_THROWS_WITH_AS(plan_child_sandbox(child, "/bin/cat", kLauncher, WorkerLimits{}),
-                       doctest::Contains("no_env_write cannot be enforced"), HostError);
+                       doctest::Contains("no_env_write cannot be enforced"), ConfigError);
   child.guarantees = {{"no_network", true}};
   CHECK_THROWS_WITH_AS(plan_child_sandbox(child, "/bin/cat", "", WorkerLimits{}),
-                       doctest::Contains("its walls need the machina-toolhost executable"), HostError);
+                       doctest::Contains("its walls need the machina-toolhost executable"), ConfigError);
 }
 
 TEST_CASE("a child process's walls and the host's limits") {

@@ -47,7 +47,7 @@ int in_walls(const sandbox::Walls& walls, Inside inside) {
   if (child == 0) {
     try {
       sandbox::enter(walls);
-    } catch (const HostError&) {
+    } catch (const ConfigError&) {
       _exit(kRefused);
     }
     const pid_t init = fork();
@@ -57,7 +57,7 @@ int in_walls(const sandbox::Walls& walls, Inside inside) {
       try {
         sandbox::seal();
         rc = inside();
-      } catch (const HostError&) {
+      } catch (const ConfigError&) {
         rc = 92;
       }
       _exit(rc);
@@ -142,7 +142,7 @@ TEST_CASE("read_only walls: writes only beneath the writable paths") {
   CHECK_FALSE(std::filesystem::exists(outside_w));
 }
 
-TEST_CASE("a template keeps CAP_SYS_ADMIN alone and cannot gain more; a call process none") {
+TEST_CASE("a template keeps CAP_SYS_ADMIN alone and cannot gain more, a call process none") {
   const int rc = in_walls(sandbox::Walls{}, [] {
     sandbox::restrict_template();
     if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) return 1;

@@ -90,11 +90,11 @@ TEST_CASE("a spec round trips through its JSON") {
 }
 
 TEST_CASE("a spec that is not one is refused") {
-  CHECK_THROWS_WITH_AS(ExecSpec::from_json("{"), doctest::Contains("not a sandbox spec"), HostError);
-  CHECK_THROWS_WITH_AS(ExecSpec::from_json("{}"), doctest::Contains("not a sandbox spec"), HostError);
+  CHECK_THROWS_WITH_AS(ExecSpec::from_json("{"), doctest::Contains("not a sandbox spec"), ConfigError);
+  CHECK_THROWS_WITH_AS(ExecSpec::from_json("{}"), doctest::Contains("not a sandbox spec"), ConfigError);
   nlohmann::json j = nlohmann::json::parse(ExecSpec{}.to_json());
   j["memory_mb"] = "lots";
-  CHECK_THROWS_AS(ExecSpec::from_json(j.dump()), HostError);
+  CHECK_THROWS_AS(ExecSpec::from_json(j.dump()), ConfigError);
   j = nlohmann::json::parse(ExecSpec{}.to_json());
   j.erase("no_exec_paths");  // the optional fields take their defaults
   j.erase("write_quota_mb");
@@ -102,7 +102,7 @@ TEST_CASE("a spec that is not one is refused") {
   CHECK(ExecSpec::from_json(j.dump()).to_json() == ExecSpec{}.to_json());
 }
 
-TEST_CASE("a program's ELF interpreter; none for a script or a missing file") {
+TEST_CASE("a program's ELF interpreter, none for a script or a missing file") {
   const std::string loader = elf_interpreter(real("/bin/ls"));
   REQUIRE_FALSE(loader.empty());
   CHECK(fs::exists(loader));
@@ -114,7 +114,7 @@ TEST_CASE("a program's ELF interpreter; none for a script or a missing file") {
   CHECK(elf_interpreter((tmp.path / "none").string()).empty());
 }
 
-TEST_CASE("resident memory of a process; 0 for one that is not there") {
+TEST_CASE("resident memory of a process, 0 for one that is not there") {
   CHECK(resident_mb(getpid()) > 0);
   CHECK(resident_mb(-5) == 0);
 }

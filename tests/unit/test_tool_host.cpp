@@ -69,7 +69,7 @@ Response handle_within(Host& host, Request req, std::chrono::seconds limit) {
   std::promise<Response> done;
   auto answer = done.get_future();
   std::thread caller([&host, req, done = std::move(done)]() mutable {
-    Session session(true);
+    CallerState session(true);
     done.set_value(host.handle(req, session));
   });
   if (answer.wait_for(limit) != std::future_status::ready) {
@@ -116,14 +116,14 @@ TEST_CASE("a keyed call whose host side throws answers internal_error and leaves
 }
 
 TEST_CASE("a call that returns past its deadline is a timeout even when the watchdog could not fire") {
-  // The watchdog thread answers the first call's overrun through a takeover that holds it
+  // The watchdog thread answers the first call's overrun through an overrun sink that holds it
   // until released, as a loaded machine may keep it off the CPU: the second call's
   // deadline passes with no one to fire it, and the tool returns after it.
-  struct HeldTakeover : Takeover {
+  struct HeldOverrunSink : OverrunSink {
     std::promise<void> entered;
     std::shared_future<void> release;
     Response delivered;
-    void deliver_overrun(Response response) override {
+    void deliver(Response response) override {
       delivered = std::move(response);
       entered.set_value();
       release.wait();
@@ -140,16 +140,16 @@ TEST_CASE("a call that returns past its deadline is a timeout even when the watc
   tools.add_linked_plugin(PluginEntryPoints{&test_plugin_abi, &register_sleeper});
   Host& host = tools.host();
   std::promise<void> let_go;
-  HeldTakeover held;
+  HeldOverrunSink held;
   held.release = let_go.get_future().share();
   auto entered = held.entered.get_future();
   Request first = to("AID.SLEEP.v1");
   first.input_json = "300";
   first.timeout_ms = 20;
   std::thread caller([&] {
-    Session session(true);
+    CallerState session(true);
     const Response r = host.handle(first, session, &held);
-    CHECK(r.abandoned);  // answered through the takeover
+    CHECK(r.overran);  // answered through the overrun sink
   });
   REQUIRE(entered.wait_for(std::chrono::seconds(10)) == std::future_status::ready);  // the watchdog is held
   CHECK(held.delivered.kind == ErrorKind::timeout);
@@ -175,25 +175,25 @@ TEST_CASE("a call that returns past its deadline is a timeout even when the watc
   caller.join();
 }
 
-TEST_CASE("the fronts see the stuck inline calls through the host; a tool host goes right after an overrun") {
-  // A takeover that records the timeout it is handed (on the watchdog thread).
-  struct Recorded : Takeover {
+TEST_CASE("the fronts see the stuck inline calls through the host, a tool host goes right after an overrun") {
+  // An overrun sink that records the timeout it is handed (on the watchdog thread).
+  struct Recorded : OverrunSink {
     std::promise<Response> delivered;
-    void deliver_overrun(Response response) override { delivered.set_value(std::move(response)); }
+    void deliver(Response response) override { delivered.set_value(std::move(response)); }
   };
   auto tools = std::make_unique<ToolHost>();
   tools->add_linked_plugin(PluginEntryPoints{&test_plugin_abi, &register_sleeper});
   Host& host = tools->host();
   CHECK(host.stuck_calls() == 0);
-  Recorded takeover;
-  auto delivered = takeover.delivered.get_future();
+  Recorded overrun_sink;
+  auto delivered = overrun_sink.delivered.get_future();
   Request slow = to("AID.SLEEP.v1");
   slow.input_json = "400";
   slow.timeout_ms = 20;
   std::promise<Response> returned;
   std::thread caller([&] {
-    Session session(true);
-    returned.set_value(host.handle(slow, session, &takeover));
+    CallerState session(true);
+    returned.set_value(host.handle(slow, session, &overrun_sink));
   });
   REQUIRE(delivered.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   CHECK(delivered.get().kind == ErrorKind::timeout);
@@ -201,7 +201,7 @@ TEST_CASE("the fronts see the stuck inline calls through the host; a tool host g
   CHECK(host.stuck_calls() == 1);
   CHECK(tools->stats().stuck_now == 1);
   caller.join();
-  CHECK(returned.get_future().get().abandoned);
+  CHECK(returned.get_future().get().overran);
   CHECK(host.stuck_calls() == 0);
   const ToolHostStats stats = tools->stats();
   CHECK(stats.timeouts == 1);
@@ -211,7 +211,7 @@ TEST_CASE("the fronts see the stuck inline calls through the host; a tool host g
   tools.reset();
 }
 
-TEST_CASE("no plugin named: the built-in tools plus every pack; a plugin named: neither") {
+TEST_CASE("no plugin named: the built-in tools plus every pack, a plugin named: neither") {
   const PluginEntryPoints builtin{&test_plugin_abi, &register_sleeper};
   const auto has = [](const ToolHost& tools, std::string_view aid) { return tools.registry().find(aid) != nullptr; };
   std::size_t pack_tools = 0;
@@ -260,21 +260,21 @@ TEST_CASE("no plugin named: the built-in tools plus every pack; a plugin named: 
     CHECK(loads_plugin_libraries(choice));
     ToolHost tools;
     CHECK_THROWS_WITH_AS(tools.load_default_tools(choice),
-                         "this program cannot load plugin libraries: /nonexistent/plugin.so", HostError);
+                         "this program cannot load plugin libraries: /nonexistent/plugin.so", ConfigError);
   }
   {
     ToolChoice choice;  // a plugin library through the loader: its error names the file
     choice.plugins = std::vector<std::string>{"/nonexistent/plugin.so"};
     choice.load_library = &ToolHost::load_plugin;
     ToolHost tools;
-    CHECK_THROWS_WITH_AS(tools.load_default_tools(choice), doctest::Contains("/nonexistent/plugin.so"), HostError);
+    CHECK_THROWS_WITH_AS(tools.load_default_tools(choice), doctest::Contains("/nonexistent/plugin.so"), ConfigError);
   }
 }
 
 TEST_CASE("OS limits without process isolation are refused by the tool host's options") {
   HostOptions options;
   options.workers.limits.no_network = true;
-  CHECK_THROWS_AS(ToolHost{options}, HostError);
+  CHECK_THROWS_AS(ToolHost{options}, ConfigError);
   options.isolation = Isolation::process;
   options.workers.executable = "/bin/true";
   CHECK_NOTHROW(ToolHost{options});  // (the workers start at the first call or description)

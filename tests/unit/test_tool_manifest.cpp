@@ -15,7 +15,7 @@ namespace {
 std::string refusal(const std::string& text) {
   try {
     parse_tool_manifest(text, "/apps/demo/tools.toml");
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     return e.what();
   }
   return "(loaded)";
@@ -134,5 +134,5 @@ TEST_CASE("a skill's methods are lifecycle by default, skill on request, and no 
 }
 TEST_CASE("a manifest that cannot be read is refused naming the file") {
   CHECK_THROWS_WITH_AS(load_tool_manifest("/nonexistent/tools.toml"),
-                       "/nonexistent/tools.toml: cannot open the tool manifest", HostError);
+                       "/nonexistent/tools.toml: cannot open the tool manifest", ConfigError);
 }

@@ -44,7 +44,7 @@ std::string help_footer() {
   std::string docs = "the docs/ folder of the project's source";
   try {
     docs = fs::path(find_package_file("docs/protocol.md", "the documentation", "")).parent_path().string();
-  } catch (const HostError&) {
+  } catch (const ConfigError&) {
   }
   return std::string(
              "Environment: MACHINA_LEASE_ENFORCE=1 (tools of tier > 0 need a lease), MACHINA_LEASE_SECRET /\n"
@@ -146,7 +146,7 @@ std::optional<Invocation> CommandLine::invocation() {
     const std::string& address = f.http_address;
     const auto colon = address.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
-      throw HostError("--http " + address + ": expected HOST:PORT");
+      throw ConfigError("--http " + address + ": expected HOST:PORT");
     inv.http = f.http;
     inv.http.host = address.substr(0, colon);
     if (inv.http.host.size() > 2 && inv.http.host.front() == '[' && inv.http.host.back() == ']')
@@ -154,7 +154,7 @@ std::optional<Invocation> CommandLine::invocation() {
     inv.http.port = address.substr(colon + 1);
     std::int64_t port = 0;
     if (inv.http.port != "0" && (!parse_positive(inv.http.port, port) || port > 65535))
-      throw HostError("--http " + address + ": the port must be 0..65535");
+      throw ConfigError("--http " + address + ": the port must be 0..65535");
     // The token stays in this process only: no tool inherits it.
     if (const char* token = std::getenv("MACHINA_TOOLHOST_HTTP_TOKEN"); token != nullptr && *token != '\0') {
       inv.http.token = token;
@@ -169,7 +169,7 @@ std::optional<Invocation> CommandLine::invocation() {
 #ifdef MACHINA_WITH_NATS
     if (inv.nats.shared_store) {
       if (f.kv_key_file.empty())
-        throw HostError(
+        throw ConfigError(
             "--nats-idempotency kv needs --kv-key-file FILE: the key (at least 32 bytes) the "
             "group's hosts sign the shared store's entries with");
       inv.nats.kv_key = load_kv_key(f.kv_key_file);
@@ -185,7 +185,7 @@ std::optional<Invocation> CommandLine::invocation() {
     for (std::string name; std::getline(in, name, ',');) {
       if (!name.empty()) names.push_back(name);
     }
-    if (names.empty()) throw HostError("--packs: name at least one pack (files, shell, code, python) or none");
+    if (names.empty()) throw ConfigError("--packs: name at least one pack (files, shell, code, python) or none");
     inv.packs = names;
   }
   inv.policy_file = f.policy_file;

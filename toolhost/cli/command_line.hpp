@@ -35,12 +35,12 @@ class CommandLine {
   /// Runs the isolated worker the hidden flags describe.
   int run_worker() const { return worker_.run(front_.plugins, options_); }
   /// Completes the host's options from the flags (per-tool deadlines, the worker counts,
-  /// the audit store). Throws HostError.
+  /// the audit store). Throws ConfigError.
   void finish_host_options();
-  /// Runs `lease issue` or `audit report`; returns the exit code. Throws HostError.
+  /// Runs `lease issue` or `audit report`; returns the exit code. Throws ConfigError.
   int run_operator_command() { return subcommands_.run_operator_command(options_.audit.db_path); }
   /// The invocation the flags ask for, or nullopt when no mode is given (said on stderr).
-  /// Throws HostError for a front's options that cannot be served.
+  /// Throws ConfigError for a front's options that cannot be served.
   std::optional<Invocation> invocation();
 
  private:

@@ -57,6 +57,9 @@ void HostOptionFlags::add(CLI::App& app, HostOptions& options, std::string_view 
 }
 
 void HostOptionFlags::finish(HostOptions& options) const {
+  if (options.limits_need_isolation()) {
+    throw ConfigError("OS limits (--limit-*, --no-network) apply to isolated tools: add --isolation process");
+  }
   visit_host_options(options, [&](const HostOptionInfo& row, auto& field) {
     using T = std::remove_reference_t<decltype(field)>;
     if constexpr (is_timeout_map<T>::value) {
@@ -67,7 +70,7 @@ void HostOptionFlags::finish(HostOptions& options) const {
         std::int64_t ms = 0;
         if (eq == std::string::npos || eq == 0 || !parse_positive(spec.substr(eq + 1), ms) ||
             !host_option_in_range(row, ms)) {
-          throw HostError("--" + std::string(row.flag) + " " + spec + ": expected AID=MILLISECONDS");
+          throw ConfigError("--" + std::string(row.flag) + " " + spec + ": expected AID=MILLISECONDS");
         }
         field[spec.substr(0, eq)] = ms;
       }

@@ -21,7 +21,7 @@ class HostOptionFlags {
   /// parse.
   void add(CLI::App& app, HostOptions& options, std::string_view group);
   /// After the parse: the values given in another shape than their member's (AID=MS, MiB).
-  /// Throws HostError for a malformed one.
+  /// Throws ConfigError for a malformed one.
   void finish(HostOptions& options) const;
 
  private:

@@ -272,7 +272,7 @@ class HttpServer {
   void learn_own_names(const std::string& bound_host, unsigned port);
   bool host_allowed(std::string_view value) const;
   bool origin_allowed(std::string_view origin) const;
-  /// What answers one request: HTTP status and body. `conn` for the takeover of a stuck call.
+  /// What answers one request: HTTP status and body. `conn` for the overrun sink of a stuck call.
   std::pair<unsigned, std::string> dispatch(const HttpRequest& req, Connection& conn);
   std::pair<unsigned, std::string> run_call(const std::string& target, const std::string& body, Connection& conn);
   std::pair<unsigned, std::string> handshake(const std::string& body);
@@ -298,15 +298,15 @@ class HttpServer {
   std::unordered_map<std::string, std::size_t> per_peer_;  // open connections by client address
 };
 
-/// One client connection; also the takeover that answers a call whose inline tool overran
+/// One client connection; also the overrun sink that answers a call whose inline tool overran
 /// its deadline (the thread stays in the tool; the connection is closed after the answer).
-struct HttpServer::Connection final : Takeover {
+struct HttpServer::Connection final : OverrunSink {
   int fd = -1;
   std::string caller;  // who calls, for the audit store: the token's identity, else "peer:ADDRESS"
   std::mutex write_mu;
   bool answered_by_takeover = false;
 
-  void deliver_overrun(Response response) override {
+  void deliver(Response response) override {
     std::lock_guard lock(write_mu);
     answered_by_takeover = true;
     (void)write_all_fd(fd, http_response(200, protocol_answer(response), /*keep_alive=*/false));
@@ -431,9 +431,9 @@ std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target,
     if (!j["timeout_ms"].is_number_integer()) return {400, refusal("malformed_request", kTimeoutRuleText)};
     req.timeout_ms = j["timeout_ms"].get<std::int64_t>();
   }
-  Session session(/*respond_with_delta=*/true);  // calls over HTTP carry no state
+  CallerState session(/*respond_with_delta=*/true);  // calls over HTTP carry no state
   const Response r = host_.handle(req, session, &conn);
-  if (r.abandoned) return {0, {}};  // answered by the takeover
+  if (r.overran) return {0, {}};  // answered by the overrun sink
   return {200, protocol_answer(r)};
 }
 
@@ -652,14 +652,14 @@ int HttpServer::run() {
     a6->sin6_port = htons(static_cast<std::uint16_t>(port));
     addr_len = sizeof(sockaddr_in6);
   } else {
-    throw HostError("--http: '" + o_.host + "' is not a numeric address (or localhost)");
+    throw ConfigError("--http: '" + o_.host + "' is not a numeric address (or localhost)");
   }
   const int listener = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
   ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 ||
       ::listen(listener, 128) != 0) {
-    throw HostError("--http: cannot listen on " + o_.host + ":" + o_.port + ": " + std::strerror(errno));
+    throw ConfigError("--http: cannot listen on " + o_.host + ":" + o_.port + ": " + std::strerror(errno));
   }
   sockaddr_storage bound{};
   socklen_t bound_len = sizeof bound;
@@ -718,22 +718,22 @@ int HttpServer::run() {
 
 void check_http_front_options(const HttpFrontOptions& options) {
   if (options.token.empty() && !is_loopback(options.host))
-    throw HostError("--http " + options.host +
-                    ": not a loopback address, so every request must carry a bearer token: "
-                    "set MACHINA_TOOLHOST_HTTP_TOKEN (or serve on 127.0.0.1 behind a proxy)");
+    throw ConfigError("--http " + options.host +
+                      ": not a loopback address, so every request must carry a bearer token: "
+                      "set MACHINA_TOOLHOST_HTTP_TOKEN (or serve on 127.0.0.1 behind a proxy)");
   for (const auto& origin : options.allow_origins) {
     const auto scheme_end = origin.find("://");
     const bool ok =
         origin == "null" || (scheme_end != std::string::npos && scheme_end > 0 && scheme_end + 3 < origin.size() &&
                              origin.find_first_of("/ ?#", scheme_end + 3) == std::string::npos);
     if (!ok)
-      throw HostError("--http-allow-origin " + origin +
-                      ": expected an origin as a browser sends it, "
-                      "SCHEME://HOST[:PORT] without a path (e.g. http://localhost:3000)");
+      throw ConfigError("--http-allow-origin " + origin +
+                        ": expected an origin as a browser sends it, "
+                        "SCHEME://HOST[:PORT] without a path (e.g. http://localhost:3000)");
   }
   for (const auto& name : options.allow_hosts) {
     std::string n, p;
-    if (!split_authority(name, n, p)) throw HostError("--http-allow-host " + name + ": expected NAME or NAME:PORT");
+    if (!split_authority(name, n, p)) throw ConfigError("--http-allow-host " + name + ": expected NAME or NAME:PORT");
   }
 }
 

@@ -31,11 +31,11 @@ struct HttpFrontOptions {
   int read_timeout_ms = 30'000;    // a request must arrive whole within this once begun
 };
 
-/// Throws HostError for options that must not be served: a non-loopback address without a
+/// Throws ConfigError for options that must not be served: a non-loopback address without a
 /// token, a malformed allowed Origin or Host name.
 void check_http_front_options(const HttpFrontOptions& options);
 
-/// Serves until SIGINT or SIGTERM; returns the exit code. Throws HostError if it cannot listen
+/// Serves until SIGINT or SIGTERM; returns the exit code. Throws ConfigError if it cannot listen
 /// or check_http_front_options refuses the options.
 int serve_http(Host& host, const HttpFrontOptions& options);
 

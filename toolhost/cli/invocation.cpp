@@ -62,7 +62,7 @@ ToolChoice tool_choice(const Invocation& inv) {
 /// stderr, so nothing a plugin prints can reach the stream.
 int take_stdout_for_wire() {
   const int wire = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
-  if (wire < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) throw HostError("cannot set up the output stream");
+  if (wire < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) throw ConfigError("cannot set up the output stream");
   return wire;
 }
 

@@ -37,7 +37,7 @@ struct Invocation {
 void set_up_for_this_program(HostOptions& options);
 
 /// Sets the host up, loads the tools and runs the front; returns the exit code. Throws
-/// HostError for a setup that cannot be served.
+/// ConfigError for a setup that cannot be served.
 int execute(Invocation& inv);
 
 #ifdef MACHINA_LINKED_TOOLS

@@ -128,26 +128,26 @@ class ServingThreads {
 /// thread left in a stuck tool keeps the one its call runs with).
 class StreamState {
  public:
-  StreamState(Session& stream, bool per_call) : stream_(stream), per_call_(per_call) {
+  StreamState(CallerState& stream, bool per_call) : stream_(stream), per_call_(per_call) {
     if (per_call_) own_.emplace(/*respond_with_delta=*/true);
   }
-  Session& get() { return per_call_ ? *own_ : stream_; }
+  CallerState& get() { return per_call_ ? *own_ : stream_; }
   /// After a line: what it left behind does not reach the next.
   void done() {
     if (per_call_ && !own_->empty()) own_.emplace(/*respond_with_delta=*/true);
   }
 
  private:
-  Session& stream_;
+  CallerState& stream_;
   bool per_call_;
-  std::optional<Session> own_;
+  std::optional<CallerState> own_;
 };
 
 /// --serve without --workers: one thread reads, runs and answers, batching output until
 /// it would block. If a tool overruns its deadline on that thread, the host's watchdog
-/// answers `timeout` through deliver_overrun(), which writes what was pending and starts a
+/// answers `timeout` through deliver(), which writes what was pending and starts a
 /// new thread that carries on reading; the stuck thread leaves quietly when it returns.
-class InlineServer final : public Takeover {
+class InlineServer final : public OverrunSink {
  public:
   InlineServer(Host& host, LineCodec& codec, const ServeOptions& o)
       : host_(host),
@@ -167,7 +167,7 @@ class InlineServer final : public Takeover {
     return 0;
   }
 
-  void deliver_overrun(Response response) override {
+  void deliver(Response response) override {
     // The serving thread is inside the tool and cannot touch the state until this
     // returns; after that it only leaves.
     g_unsent_data.store(nullptr, std::memory_order_relaxed);
@@ -197,7 +197,7 @@ class InlineServer final : public Takeover {
         g_unsent_size.store(out_.size(), std::memory_order_relaxed);
         g_unsent_data.store(out_.data(), std::memory_order_relaxed);
         const auto handled = codec_.handle(host_, line, session.get(), out_, this);
-        if (handled.abandoned) {
+        if (handled.overran) {
           threads_.came_back();  // balanced by the decrement when this thread ends
           return;
         }
@@ -217,7 +217,7 @@ class InlineServer final : public Takeover {
   LineCodec& codec_;
   const ServeOptions& o_;
   LineReader reader_;
-  Session session_;
+  CallerState session_;
   Wire wire_;
   std::string out_;
   bool open_ = true;
@@ -302,7 +302,7 @@ struct Job {
 /// having first handed the reading to another, so a call costs no hand-over between threads
 /// and the input is read while calls run (a cancellation reaches them). With N calls
 /// running, lines read wait in order for the first thread to come free. A thread lost to a
-/// stuck tool has its call answered through deliver_overrun() and is replaced.
+/// stuck tool has its call answered through deliver() and is replaced.
 class WorkerServer {
  public:
   WorkerServer(Host& host, LineCodec& codec, const ServeOptions& o)
@@ -323,11 +323,11 @@ class WorkerServer {
   }
 
  private:
-  struct JobTakeover final : Takeover {
+  struct JobOverrunSink final : OverrunSink {
     WorkerServer* server;
     std::uint64_t seq;
-    JobTakeover(WorkerServer* s, std::uint64_t n) : server(s), seq(n) {}
-    void deliver_overrun(Response response) override {
+    JobOverrunSink(WorkerServer* s, std::uint64_t n) : server(s), seq(n) {}
+    void deliver(Response response) override {
       std::string text;
       server->codec_.encode(response, text);
       server->writer_.emit(seq, !response.id_json.empty(), std::move(text));
@@ -461,9 +461,9 @@ class WorkerServer {
     if (job.too_large) {
       codec_.answer_too_large(host_, job.line, out);
     } else {
-      JobTakeover takeover(this, job.seq);
-      handled = codec_.handle(host_, job.line, session.get(), out, &takeover);
-      if (handled.abandoned) {
+      JobOverrunSink overrun_sink(this, job.seq);
+      handled = codec_.handle(host_, job.line, session.get(), out, &overrun_sink);
+      if (handled.overran) {
         threads_.came_back();  // balanced when this thread ends
         return false;
       }
@@ -477,7 +477,7 @@ class WorkerServer {
   Host& host_;
   LineCodec& codec_;
   const ServeOptions& o_;
-  Session session_;
+  CallerState session_;
   Wire wire_;
   OrderedWriter writer_;
   LineReader reader_;        // used by the one thread reading

@@ -1,6 +1,6 @@
 // The line server of the stdio fronts, generic over a line codec: bounded line reading,
 // calls run on one thread or on N worker threads, responses in request order (those with
-// an id may overtake), output batched until the reader would block, and the takeover of
+// an id may overtake), output batched until the reader would block, and the overrun sink of
 // a thread stuck in a tool past its deadline. Each stdio front is a codec: NDJSON
 // (--serve, codecs/ndjson_codec) and MCP or skill JSON-RPC (--mcp, --skill,
 // codecs/mcp_skill_codec).
@@ -20,8 +20,8 @@ namespace machina::cli {
 class LineCodec {
  public:
   struct Handled {
-    bool has_id = false;     // the output may overtake earlier lines' (--workers)
-    bool abandoned = false;  // the host answered through the takeover: nothing appended
+    bool has_id = false;   // the output may overtake earlier lines' (--workers)
+    bool overran = false;  // the host answered through the overrun sink: nothing appended
   };
   /// What the reader does with a line before any call is made of it.
   enum class Peek {
@@ -35,12 +35,13 @@ class LineCodec {
 
   virtual ~LineCodec() = default;
   /// Answers one line (appending zero or more output lines to `out`), calling the host
-  /// with `takeover` for the calls it makes. `line.data()[line.size()]` is '\0'.
-  virtual Handled handle(Host& host, std::string_view line, Session& session, std::string& out, Takeover* takeover) = 0;
+  /// with `overrun_sink` for the calls it makes. `line.data()[line.size()]` is '\0'.
+  virtual Handled handle(Host& host, std::string_view line, CallerState& session, std::string& out,
+                         OverrunSink* overrun_sink) = 0;
   /// The answer to a line longer than the host's request cap: `head` is its start (at most
   /// LineReader::kHeadBytes; the rest is never read).
   virtual void answer_too_large(Host& host, std::string_view head, std::string& out) = 0;
-  /// Encodes a response the host delivered through a takeover.
+  /// Encodes a response the host delivered through an overrun sink.
   virtual void encode(const Response& response, std::string& out) = 0;
   /// Called by the reader for every line as it is read, before any line after it is read
   /// (so while earlier calls still run). `line` is as handle() gets it.

@@ -37,7 +37,7 @@ bool fast_run(int argc, char** argv, Invocation& inv) {
   return true;
 }
 
-int say_config_error(const machina::HostError& e) {
+int say_config_error(const machina::ConfigError& e) {
   machina::cli::say(e.what());
   return 2;
 }
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   if (argc >= 5 && std::strcmp(argv[1], "--sandbox-exec") == 0 && std::strcmp(argv[3], "--") == 0) {
     try {
       return machina::sandbox::exec_in_sandbox(machina::sandbox::ExecSpec::from_json(argv[2]), argv + 4);
-    } catch (const machina::HostError& e) {
+    } catch (const machina::ConfigError& e) {
       const std::string text = std::string("machina-toolhost sandbox: ") + e.what() + "\n";
       (void)!::write(STDERR_FILENO, text.data(), text.size());
       return 126;
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
 #endif
     try {
       return machina::cli::execute(fast);
-    } catch (const machina::HostError& e) {
+    } catch (const machina::ConfigError& e) {
       return say_config_error(e);
     }
   }
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     auto inv = command_line.invocation();
     if (!inv) return 2;
     return machina::cli::execute(*inv);
-  } catch (const machina::HostError& e) {
+  } catch (const machina::ConfigError& e) {
     return say_config_error(e);
   }
 }

@@ -158,8 +158,8 @@ void DurableConsumer::ensure_stream_and_consumer() {
     st = js_UpdateStream(nullptr, js_, &sc, nullptr, &err);  // there already, made otherwise
   }
   if (st == NATS_NO_RESPONDERS)
-    throw HostError("--nats-durable: the server at " + o_.url + " has no JetStream (nats-server -js)");
-  if (st != NATS_OK) throw HostError("--nats-durable: cannot make the stream " + o_.stream + ": " + failure(st, err));
+    throw ConfigError("--nats-durable: the server at " + o_.url + " has no JetStream (nats-server -js)");
+  if (st != NATS_OK) throw ConfigError("--nats-durable: cannot make the stream " + o_.stream + ": " + failure(st, err));
 
   jsConsumerConfig cc;
   jsConsumerConfig_Init(&cc);
@@ -176,12 +176,12 @@ void DurableConsumer::ensure_stream_and_consumer() {
     st = js_UpdateConsumer(nullptr, js_, o_.stream.c_str(), &cc, nullptr, &err);
   }
   if (st != NATS_OK)
-    throw HostError("--nats-durable: cannot make the consumer " + o_.consumer + ": " + failure(st, err));
+    throw ConfigError("--nats-durable: cannot make the consumer " + o_.consumer + ": " + failure(st, err));
 }
 
 void DurableConsumer::start() {
   natsStatus st = natsConnection_JetStream(&js_, nc_, nullptr);
-  if (st != NATS_OK) throw HostError(std::string("--nats-durable: ") + natsStatus_GetText(st));
+  if (st != NATS_OK) throw ConfigError(std::string("--nats-durable: ") + natsStatus_GetText(st));
   ensure_stream_and_consumer();
   jsSubOptions so;
   jsSubOptions_Init(&so);
@@ -189,7 +189,7 @@ void DurableConsumer::start() {
   so.Consumer = o_.consumer.c_str();  // bound to the group's consumer, never made or deleted by this subscription
   jsErrCode err = static_cast<jsErrCode>(0);
   st = js_PullSubscribe(&sub_, js_, subject_.c_str(), o_.consumer.c_str(), nullptr, &so, &err);
-  if (st != NATS_OK) throw HostError("--nats-durable: cannot pull from " + o_.consumer + ": " + failure(st, err));
+  if (st != NATS_OK) throw ConfigError("--nats-durable: cannot pull from " + o_.consumer + ": " + failure(st, err));
   ticker_ = std::thread([this] { keep_in_progress(); });
   fetcher_ = std::thread([this] { fetch_loop(); });
 }
@@ -307,7 +307,7 @@ void DurableConsumer::fetch_loop() {
     if (natsConnection_Status(nc_) == NATS_CONN_STATUS_CONNECTED) {
       try {
         ensure_stream_and_consumer();
-      } catch (const HostError&) {
+      } catch (const ConfigError&) {
         // (said once above; tried again after the next failed fetch)
       }
     }

@@ -85,7 +85,7 @@ class DurableConsumer {
   DurableConsumer(const DurableConsumer&) = delete;
   DurableConsumer& operator=(const DurableConsumer&) = delete;
 
-  /// Makes (or updates) the stream and the consumer and starts fetching. Throws HostError.
+  /// Makes (or updates) the stream and the consumer and starts fetching. Throws ConfigError.
   void start();
   /// Fetches no more; returns once the messages fetched are handed to the sink.
   void stop_fetching();

@@ -26,7 +26,8 @@ NatsEventLoop::NatsEventLoop() {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   poke_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epoll_fd_ < 0 || stop_fd_ < 0 || poke_fd_ < 0) throw HostError("--nats: cannot make the connection's event loop");
+  if (epoll_fd_ < 0 || stop_fd_ < 0 || poke_fd_ < 0)
+    throw ConfigError("--nats: cannot make the connection's event loop");
   for (const auto& [fd, tag] : {std::pair{stop_fd_, kStopTag}, std::pair{poke_fd_, kPokeTag}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;

@@ -113,8 +113,8 @@ std::string front_failure(const char* status, const char* code, const std::strin
 class NatsServer;
 
 /// One message taken: what the host is asked and how its answer goes back. Also the
-/// takeover that answers a call whose inline tool overran its deadline.
-struct Call final : Takeover {
+/// overrun sink that answers a call whose inline tool overran its deadline.
+struct Call final : OverrunSink {
   NatsServer* server = nullptr;
   Endpoint* ep = nullptr;
   natsMsg* msg = nullptr;
@@ -122,12 +122,12 @@ struct Call final : Takeover {
   Clock::time_point start;
   Form form = Form::envelope;
   std::string tool_call_id, function_name;  // Form::openai
-  std::atomic<bool> delivered{false};       // the takeover has sent the answer
+  std::atomic<bool> delivered{false};       // the overrun sink has sent the answer
 
   std::unique_ptr<DurableReceipt> receipt;  // durable mode: acknowledged once answered
 
   ~Call() override { natsMsg_Destroy(msg); }
-  void deliver_overrun(Response response) override;
+  void deliver(Response response) override;
 };
 
 class NatsServer final : public DurableSink {
@@ -140,7 +140,7 @@ class NatsServer final : public DurableSink {
   /// Starts a worker thread; `replacing`: in place of one left inside a tool past its
   /// call's deadline (which is no longer counted).
   void add_worker(bool replacing = false);
-  /// The call's answer went out through the takeover.
+  /// The call's answer went out through the overrun sink.
   void released_by_takeover();
 
  private:
@@ -164,7 +164,7 @@ class NatsServer final : public DurableSink {
   /// After the subscriptions' drain began: what they still hold is taken, and their drain
   /// completes once they are read empty.
   void finish_drain();
-  /// Answers one call; false when its answer went through the takeover, the thread having
+  /// Answers one call; false when its answer went through the overrun sink, the thread having
   /// been left in the tool (it then touches nothing of this server's).
   bool serve_one(std::unique_ptr<Call> call);
   /// finish() and the call's count, the reply written at once when no other call is being
@@ -210,7 +210,7 @@ class NatsServer final : public DurableSink {
   std::shared_ptr<NatsKvStore> store_;        // --nats-idempotency kv: the host's idempotency store
 };
 
-void Call::deliver_overrun(Response response) {
+void Call::deliver(Response response) {
   std::string line;
   encode_response(response, line);
   server->add_worker(/*replacing=*/true);  // this call's thread stays in the tool: another takes its place
@@ -414,10 +414,10 @@ bool NatsServer::serve_one(std::unique_ptr<Call> call) {
   } else {
     std::string request, run_aid;
     if (parse(*call, request, run_aid, line)) {
-      Session session(/*respond_with_delta=*/true);  // calls over NATS carry their own state
+      CallerState session(/*respond_with_delta=*/true);  // calls over NATS carry their own state
       const auto handled =
           ndjson::respond(host_, request, session, line, kNatsFront, call.get(), run_aid, /*nul_terminated=*/true);
-      if (handled.abandoned) {
+      if (handled.overran) {
         call->delivered.wait(false);
         return false;
       }
@@ -661,7 +661,7 @@ void NatsServer::subscribe(const std::string& subject, Endpoint* ep) {
   auto s = std::make_unique<Subscription>(Subscription{this, ep});
   natsStatus st = natsConnection_QueueSubscribeSync(&s->sub, nc_, subject.c_str(), o_.queue_group.c_str());
   if (st == NATS_OK) st = natsSubscription_SetPendingLimits(s->sub, o_.max_pending, 64 * 1024 * 1024);
-  if (st != NATS_OK) throw HostError("--nats: cannot subscribe to " + subject + ": " + natsStatus_GetText(st));
+  if (st != NATS_OK) throw ConfigError("--nats: cannot subscribe to " + subject + ": " + natsStatus_GetText(st));
   subs_.push_back(std::move(s));
 }
 
@@ -694,11 +694,11 @@ int NatsServer::run() {
   if (st == NATS_OK) st = natsConnection_Connect(&nc_, opts);
   natsOptions_Destroy(opts);
   if (st != NATS_OK) {
-    throw HostError("--nats: cannot connect to " + without_credentials(o_.url) + ": " + natsStatus_GetText(st) +
-                    (st == NATS_NO_SERVER
-                         ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
-                                       "starts one; pip install 'machina-toolhost[nats]' brings it)")
-                         : std::string()));
+    throw ConfigError("--nats: cannot connect to " + without_credentials(o_.url) + ": " + natsStatus_GetText(st) +
+                      (st == NATS_NO_SERVER
+                           ? std::string(" (is a NATS server running there? `nats-server -js -a 127.0.0.1` "
+                                         "starts one; pip install 'machina-toolhost[nats]' brings it)")
+                           : std::string()));
   }
   if (o_.shared_store) {
     store_ = std::make_shared<NatsKvStore>(
@@ -726,7 +726,7 @@ int NatsServer::run() {
     for (const std::string& subject : {base, base + "." + kServiceName, base + "." + kServiceName + "." + id_}) {
       auto s = std::make_unique<Subscription>(Subscription{this, nullptr});
       st = natsConnection_Subscribe(&s->sub, nc_, subject.c_str(), on_discovery, s.get());
-      if (st != NATS_OK) throw HostError("--nats: cannot subscribe to " + subject + ": " + natsStatus_GetText(st));
+      if (st != NATS_OK) throw ConfigError("--nats: cannot subscribe to " + subject + ": " + natsStatus_GetText(st));
       discovery_.push_back(std::move(s));
     }
   }
@@ -739,8 +739,8 @@ int NatsServer::run() {
   }
   st = natsConnection_FlushTimeout(nc_, kFlushTimeoutMs);
   if (st != NATS_OK) {
-    throw HostError("--nats: " + without_credentials(o_.url) +
-                    " did not confirm the subscriptions: " + natsStatus_GetText(st));
+    throw ConfigError("--nats: " + without_credentials(o_.url) +
+                      " did not confirm the subscriptions: " + natsStatus_GetText(st));
   }
   say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " +
       without_credentials(o_.url));
@@ -771,18 +771,18 @@ int NatsServer::run() {
 
 void check_nats_front_options(const NatsFrontOptions& options) {
   if (!subject_safe(options.prefix))
-    throw HostError("--nats-prefix " + options.prefix +
-                    ": expected subject tokens (letters, digits, _ and -) joined by dots");
+    throw ConfigError("--nats-prefix " + options.prefix +
+                      ": expected subject tokens (letters, digits, _ and -) joined by dots");
   if (!subject_safe(options.queue_group) || options.queue_group.find('.') != std::string::npos)
-    throw HostError("--nats-queue-group " + options.queue_group + ": expected one token (letters, digits, _ and -)");
+    throw ConfigError("--nats-queue-group " + options.queue_group + ": expected one token (letters, digits, _ and -)");
   if (!subject_safe(options.stream) || options.stream.find('.') != std::string::npos)
-    throw HostError("--nats-stream " + options.stream + ": expected one token (letters, digits, _ and -)");
+    throw ConfigError("--nats-stream " + options.stream + ": expected one token (letters, digits, _ and -)");
   if (!subject_safe(options.consumer) || options.consumer.find('.') != std::string::npos)
-    throw HostError("--nats-consumer " + options.consumer + ": expected one token (letters, digits, _ and -)");
+    throw ConfigError("--nats-consumer " + options.consumer + ": expected one token (letters, digits, _ and -)");
   if (!(options.ack_wait_s > 0) || options.max_deliver < 1)
-    throw HostError("--nats-ack-wait-s and --nats-max-deliver must be positive");
+    throw ConfigError("--nats-ack-wait-s and --nats-max-deliver must be positive");
   if (!subject_safe(options.kv_bucket) || options.kv_bucket.find('.') != std::string::npos)
-    throw HostError("--nats-kv-bucket " + options.kv_bucket + ": expected one token (letters, digits, _ and -)");
+    throw ConfigError("--nats-kv-bucket " + options.kv_bucket + ": expected one token (letters, digits, _ and -)");
 }
 
 int serve_nats(Host& host, const NatsFrontOptions& options) {

@@ -5,7 +5,7 @@
 // {data, error}; an unknown `tools.*` subject is answered InvalidInput), and the discovery
 // subjects $SRV.PING|INFO|STATS[.machina-toolhost[.<id>]] in the shapes of the micro-service
 // API; with --nats-durable also the calls of a JetStream work queue (nats_durable.hpp).
-// Every call goes through Host::handle, with the host's deadlines and its takeover of a
+// Every call goes through Host::handle, with the host's deadlines and its overrun sink of a
 // call stuck past its deadline; idempotency keys in the host's own cache or, shared by a
 // group of hosts, in a JetStream key-value bucket (nats_kv_store.hpp). docs/nats.md.
 #pragma once
@@ -38,11 +38,11 @@ struct NatsFrontOptions {
   int max_deliver = 5;                     // deliveries of one message at most
 };
 
-/// Throws HostError for a prefix, queue group, stream or consumer name that cannot be used.
+/// Throws ConfigError for a prefix, queue group, stream or consumer name that cannot be used.
 void check_nats_front_options(const NatsFrontOptions& options);
 
 /// Serves until SIGINT or SIGTERM, then stops taking calls, answers those taken and returns
-/// the exit code. Throws HostError if it cannot connect.
+/// the exit code. Throws ConfigError if it cannot connect.
 int serve_nats(Host& host, const NatsFrontOptions& options);
 
 }  // namespace machina::cli

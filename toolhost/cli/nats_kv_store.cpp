@@ -85,13 +85,13 @@ json stored_response(const Response& r) {
 
 std::string load_kv_key(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw HostError("--kv-key-file " + path + ": cannot be read");
+  if (!in) throw ConfigError("--kv-key-file " + path + ": cannot be read");
   std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw HostError("--kv-key-file " + path + ": cannot be read");
+  if (in.bad()) throw ConfigError("--kv-key-file " + path + ": cannot be read");
   while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
   if (key.size() < kKvKeyMinBytes) {
-    throw HostError("--kv-key-file " + path + ": the key must be at least " + std::to_string(kKvKeyMinBytes) +
-                    " bytes long (it has " + std::to_string(key.size()) + ")");
+    throw ConfigError("--kv-key-file " + path + ": the key must be at least " + std::to_string(kKvKeyMinBytes) +
+                      " bytes long (it has " + std::to_string(key.size()) + ")");
   }
   return key;
 }
@@ -99,9 +99,10 @@ std::string load_kv_key(const std::string& path) {
 NatsKvStore::NatsKvStore(natsConnection* nc, NatsKvStoreOptions options, std::string host_id,
                          std::function<void(const std::string&)> say)
     : o_(std::move(options)), host_id_(std::move(host_id)), say_(std::move(say)) {
-  if (o_.key.size() < kKvKeyMinBytes) throw HostError("the shared idempotency store needs a key of at least 32 bytes");
-  if (o_.ttl_s < 1) throw HostError("--nats-kv-ttl-s must be at least 1");
-  if (o_.claim_grace_ms < 0) throw HostError("--nats-claim-grace-ms must not be negative");
+  if (o_.key.size() < kKvKeyMinBytes)
+    throw ConfigError("the shared idempotency store needs a key of at least 32 bytes");
+  if (o_.ttl_s < 1) throw ConfigError("--nats-kv-ttl-s must be at least 1");
+  if (o_.claim_grace_ms < 0) throw ConfigError("--nats-claim-grace-ms must not be negative");
   signing_key_ = hmac_sha256(o_.key, {kPurpose});
   const std::int64_t max_payload = natsConnection_GetMaxPayload(nc);
   max_value_bytes_ = max_payload > static_cast<std::int64_t>(2 * kHeaderRoom)
@@ -125,7 +126,7 @@ NatsKvStore::NatsKvStore(natsConnection* nc, NatsKvStoreOptions options, std::st
   if (s != NATS_OK) {
     const std::string why = nats_error(s);
     if (js_ != nullptr) jsCtx_Destroy(js_);
-    throw HostError("--nats-idempotency kv: cannot open or make the key-value bucket " + o_.bucket + ": " + why);
+    throw ConfigError("--nats-idempotency kv: cannot open or make the key-value bucket " + o_.bucket + ": " + why);
   }
 }
 

@@ -26,7 +26,7 @@ namespace machina::cli {
 /// The shortest key the shared store is signed with (--kv-key-file).
 inline constexpr std::size_t kKvKeyMinBytes = 32;
 
-/// The key of the file at `path` (trailing CR and LF removed). Throws HostError naming the
+/// The key of the file at `path` (trailing CR and LF removed). Throws ConfigError naming the
 /// file if it cannot be read, or if the key is shorter than kKvKeyMinBytes.
 std::string load_kv_key(const std::string& path);
 
@@ -41,7 +41,7 @@ class NatsKvStore final : public IdempotencyStore {
  public:
   /// Binds to the bucket on `nc` (connected; it outlives the store), making it if it is not
   /// there. `host_id` names this host in its claims; `say` writes one line on stderr.
-  /// Throws HostError.
+  /// Throws ConfigError.
   NatsKvStore(natsConnection* nc, NatsKvStoreOptions options, std::string host_id,
               std::function<void(const std::string&)> say);
   ~NatsKvStore() override;

@@ -50,7 +50,7 @@ std::string find_package_file(const std::string& inside, const std::string& what
   }
   std::string where;
   for (const auto& p : tried) where += "\n  " + fs::path(p).lexically_normal().string();
-  throw HostError(what + " not found; looked for:" + where + "\n" + hint);
+  throw ConfigError(what + " not found; looked for:" + where + "\n" + hint);
 }
 
 const char* builtin_plugin_dir() {
@@ -68,7 +68,7 @@ namespace {
   std::string build;
   try {
     build = find_package_file(inside, what, "it is installed with the machina_dispatch package; reinstall it");
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     say("cannot " + purpose + ": " + e.what());
     _exit(2);
   }

@@ -11,7 +11,7 @@ namespace machina::cli {
 /// Where a file of the installed machina_dispatch package (or of the build tree) is, given
 /// its path inside the package: next to the Python package (found relative to this
 /// executable), else relative to the executable as laid out in the build tree. Throws
-/// HostError listing the places looked at, with `hint`.
+/// ConfigError listing the places looked at, with `hint`.
 std::string find_package_file(const std::string& inside, const std::string& what, const std::string& hint);
 
 /// $MACHINA_TOOLHOST_PLUGIN_DIR when set and not empty, else nullptr.

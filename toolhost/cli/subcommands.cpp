@@ -48,7 +48,7 @@ void Subcommands::add(CLI::App& app) {
 int Subcommands::run_operator_command(const std::string& default_db) {
   if (*audit_report) {
     if (report.db_path.empty()) report.db_path = default_db;  // (the default store, if none is named)
-    if (report.db_path.empty()) throw HostError("audit report: name the database (--db FILE)");
+    if (report.db_path.empty()) throw ConfigError("audit report: name the database (--db FILE)");
     const std::int64_t now = unix_now_ms();
     if (!report_since.empty()) report.since_ms = parse_audit_time(report_since, now);
     if (!report_until.empty()) report.until_ms = parse_audit_time(report_until, now);

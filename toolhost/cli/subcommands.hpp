@@ -26,7 +26,7 @@ struct Subcommands {
   /// An operator's command (lease issue, audit report): no host is served.
   bool operator_command() const { return *lease_issue || *audit; }
   /// Runs the operator's command given; `default_db` is the audit store the options name
-  /// (or the default one). Returns the exit code. Throws HostError.
+  /// (or the default one). Returns the exit code. Throws ConfigError.
   int run_operator_command(const std::string& default_db);
 };
 

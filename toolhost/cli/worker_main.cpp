@@ -43,7 +43,7 @@ int WorkerFlags::run(const std::vector<std::string>& plugins, const HostOptions&
     (void)plugins;  // (with plugins named, main has handed over to the plugin loader)
     if (with_linked_tools) registry.add_plugin(std::string(kLinkedPluginSource), linked_tools(), nullptr);
 #else
-    if (with_linked_tools) throw HostError("--linked-tools: this build of machina-toolhost has no linked tools");
+    if (with_linked_tools) throw ConfigError("--linked-tools: this build of machina-toolhost has no linked tools");
     for (const auto& p : plugins) registry.load_plugin(p, nullptr);
 #endif
   };

@@ -26,13 +26,13 @@ std::vector<std::string> ToolHost::load_default_tools(const ToolChoice& choice) 
     take(add_packs(choice.packs ? *choice.packs : std::vector<std::string>{}, pack_policy(choice.policy_file)));
   if (choice.plugins) {
     for (const auto& path : *choice.plugins) {
-      if (choice.load_library == nullptr) throw HostError("this program cannot load plugin libraries: " + path);
+      if (choice.load_library == nullptr) throw ConfigError("this program cannot load plugin libraries: " + path);
       take((this->*choice.load_library)(path));
     }
   } else if (choice.linked_builtin) {
     take(add_linked_plugin(*choice.linked_builtin));
   } else {
-    if (choice.load_library == nullptr) throw HostError("this program cannot load the built-in plugin library");
+    if (choice.load_library == nullptr) throw ConfigError("this program cannot load the built-in plugin library");
     take((this->*choice.load_library)(choice.builtin_plugin));
   }
   for (const auto& manifest : choice.manifests) take(load_tools(manifest));

@@ -27,11 +27,11 @@ namespace {
 [[noreturn]] void refuse_field(const ToolManifest& m, const ManifestTool& t, std::size_t index,
                                const std::string& field, const std::string& why) {
   if (!t.pack.source.empty()) {  // a pack's tool: its binding in tools.yaml
-    throw HostError(t.pack.bindings_path + ":" + std::to_string(t.line) + ": tool '" + t.info.name + "': field '" +
-                    field + "': " + why);
+    throw ConfigError(t.pack.bindings_path + ":" + std::to_string(t.line) + ": tool '" + t.info.name + "': field '" +
+                      field + "': " + why);
   }
-  throw HostError(m.path + ":" + std::to_string(t.line) + ": tool " + std::to_string(index) + " (" + t.info.aid +
-                  "): field '" + field + "': " + why);
+  throw ConfigError(m.path + ":" + std::to_string(t.line) + ": tool " + std::to_string(index) + " (" + t.info.aid +
+                    "): field '" + field + "': " + why);
 }
 
 std::string capability_context(const ManifestTool& t, const std::string& runner) {
@@ -49,7 +49,7 @@ std::string capability_context(const ManifestTool& t, const std::string& runner)
 
 /// The error of a skill's or an MCP server's entry.
 [[noreturn]] void refuse_child(const ToolManifest& m, const ManifestChild& c, const std::string& why) {
-  throw HostError(m.path + ":" + std::to_string(c.line) + ": " + c.kind + " " + c.name + ": " + why);
+  throw ConfigError(m.path + ":" + std::to_string(c.line) + ": " + c.kind + " " + c.name + ": " + why);
 }
 
 /// What to tell the operator of the variables a skill directory's manifest.json asks for
@@ -83,7 +83,7 @@ ToolInfo remote_info(const ToolManifest& m, const ManifestChild& c, const Remote
     try {
       SchemaValidator check(r.input_schema);
       info.input_schema = r.input_schema;
-    } catch (const HostError&) {
+    } catch (const ConfigError&) {
       info.listed_schema = r.input_schema;  // the tool checks its input itself
     }
   }
@@ -102,13 +102,13 @@ std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolMa
       std::string program;
       try {
         program = resolve_interpreter(c.command.front(), c.dir);
-      } catch (const HostError& e) {
+      } catch (const ConfigError& e) {
         refuse_child(manifest, c, std::string("its command: ") + e.what());
       }
       SandboxPlan plan;
       try {
         plan = plan_child_sandbox(c, program, options.workers.executable, options.workers.limits);
-      } catch (const HostError& e) {
+      } catch (const ConfigError& e) {
         refuse_child(manifest, c, std::string("cannot be confined as asked: ") + e.what());
       }
       HostedServerOptions o;
@@ -142,7 +142,7 @@ std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolMa
         toolset = std::make_shared<HostedServer>(std::move(o));
         started.push_back(toolset);
         tools = toolset->start();
-      } catch (const HostError& e) {
+      } catch (const ConfigError& e) {
         refuse_child(manifest, c, e.what());
       }
       if (tools.empty()) refuse_child(manifest, c, "it offers no tools");
@@ -174,14 +174,14 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
       std::string python;
       try {
         python = resolve_interpreter(t.python, t.root);
-      } catch (const HostError& e) {
+      } catch (const ConfigError& e) {
         refuse_field(manifest, t, index, "python", e.what());
       }
       const std::uint64_t memory_mb = t.memory_mb != 0 ? t.memory_mb : options.python_memory_mb;
       SandboxPlan plan;
       try {
         plan = plan_python_sandbox(t, python, options.workers.executable, memory_mb);
-      } catch (const HostError& e) {
+      } catch (const ConfigError& e) {
         refuse_field(manifest, t, index, "python", e.what());
       }
       entries[{python, t.root}].emplace_back(index, &t);
@@ -221,8 +221,8 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
         fields.pack_id = t.pack.id;
         fields.pack_name = t.pack.name;
         fields.pack_version = t.pack.version;
-        fields.deps_source = t.pack.deps_source;
       }
+      fields.deps_source = t.deps_source;
       runners.push_back(std::make_unique<PythonRunner>(pool, std::move(fields)));
     } else if (t.runner == "service") {
       http::Url url;

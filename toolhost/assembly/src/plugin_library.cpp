@@ -16,12 +16,12 @@ std::vector<std::string> ToolRegistry::load_plugin(const std::string& path, Runn
   std::unique_ptr<void, int (*)(void*)> lib(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL), &dlclose);
   if (lib == nullptr) {
     const char* why = dlerror();
-    throw HostError(where + "cannot load: " + (why ? why : "unknown error"));
+    throw ConfigError(where + "cannot load: " + (why ? why : "unknown error"));
   }
   PluginEntryPoints entry;
   entry.abi_version =
       reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(lib.get(), MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
-  if (entry.abi_version == nullptr) throw HostError(where + "missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
+  if (entry.abi_version == nullptr) throw ConfigError(where + "missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
   entry.register_tools = reinterpret_cast<machina_plugin_register_fn>(dlsym(lib.get(), MACHINA_PLUGIN_REGISTER_SYMBOL));
   auto added = add_plugin(path, entry, runner);  // on a throw, `lib` closes the library
   std::unique_lock lock(mu_);

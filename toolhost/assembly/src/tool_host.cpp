@@ -13,6 +13,10 @@ namespace machina {
 
 HostOptions ToolHost::prepared(HostOptions options) {
   if (options.lease_enforce) refuse_key_file_in_workspace();
+  // The commands of this package (the executable is installed beside the Python module).
+  auto& commands = options.operator_commands;
+  if (commands.tool_list.empty()) commands.tool_list = "--list";
+  if (commands.lease_issue.empty()) commands.lease_issue = "machina-toolhost lease issue --aid";
   if (options.isolation == Isolation::process) {
     options.workers.max_output_bytes = options.max_output_bytes;
     options.workers.max_request_bytes = options.max_request_bytes;
@@ -43,19 +47,19 @@ Runner* ToolHost::plugin_runner() {
 
 std::vector<std::string> ToolHost::add_packs(const std::vector<std::string>& packs, Policy policy) {
   std::lock_guard lock(manifest_mu_);
-  if (packs_) throw HostError("the tool packs are already registered");
+  if (packs_) throw ConfigError("the tool packs are already registered");
   for (const auto& p : packs) {
     const auto& known = PackRunner::pack_names();
     if (std::find(known.begin(), known.end(), p) == known.end()) {
       std::string names;
       for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
-      throw HostError("unknown tool pack '" + p + "' (there are: " + names + ")");
+      throw ConfigError("unknown tool pack '" + p + "' (there are: " + names + ")");
     }
   }
   if (host_.audit() != nullptr) {
     try {
       keep_audit_out_of_reach(policy);
-    } catch (const HostError& e) {
+    } catch (const ConfigError& e) {
       // The default store where the tools reach it: not kept, rather than the host stopped.
       const AuditOptions& audit = host_.options().audit;
       if (!audit.optional || !audit.jsonl_path.empty()) throw;

@@ -23,8 +23,8 @@ void ToolHost::refuse_key_file_in_workspace() {
   if (ec1 || ec2) return;  // (a key file that cannot be read is refused when it is read)
   const auto rel = key.lexically_relative(workspace);
   if (!rel.empty() && *rel.begin() != "..") {
-    throw HostError("the lease key file " + key.string() + " lies inside the tools' workspace " + workspace.string() +
-                    ": move it out (the file tools would read it)");
+    throw ConfigError("the lease key file " + key.string() + " lies inside the tools' workspace " + workspace.string() +
+                      ": move it out (the file tools would read it)");
   }
 }
 
@@ -64,8 +64,8 @@ void ToolHost::keep_audit_out_of_reach(Policy& policy) const {
     for (const auto& base : bases) {
       const auto rel = path.lexically_relative(base);
       if (!rel.empty() && *rel.begin() != "..") {
-        throw HostError("the audit store's file " + path.string() + " lies inside the tools' root " + base.string() +
-                        ": put it where no tool reaches");
+        throw ConfigError("the audit store's file " + path.string() + " lies inside the tools' root " + base.string() +
+                          ": put it where no tool reaches");
       }
     }
     // Protected by identity too (against a link made to it), but for the files that come

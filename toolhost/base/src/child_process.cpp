@@ -77,9 +77,9 @@ void spawn_now(Spawner::Job& job) {
   posix_spawn_file_actions_destroy(&fa);
 }
 
-/// A close-on-exec pipe; throws HostError.
+/// A close-on-exec pipe; throws ConfigError.
 void make_pipe(int (&fds)[2]) {
-  if (pipe2(fds, O_CLOEXEC) != 0) throw HostError(std::string("cannot create a pipe: ") + std::strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0) throw ConfigError(std::string("cannot create a pipe: ") + std::strerror(errno));
 }
 
 }  // namespace
@@ -171,7 +171,7 @@ ChildProcess::ChildProcess(const ChildSpec& spec, Spawner* spawner)
     theirs = fcntl(child_end, F_DUPFD_CLOEXEC, floor);
     const int saved = errno;
     ::close(child_end);
-    if (theirs < 0) throw HostError(std::string("cannot copy a descriptor: ") + std::strerror(saved));
+    if (theirs < 0) throw ConfigError(std::string("cannot copy a descriptor: ") + std::strerror(saved));
   };
   try {
     pipe_for_child(out_, job.output_fd, false);
@@ -181,7 +181,7 @@ ChildProcess::ChildProcess(const ChildSpec& spec, Spawner* spawner)
     }
     for (const auto& [here, there] : spec.fds) {
       const int copy = fcntl(here, F_DUPFD_CLOEXEC, floor);
-      if (copy < 0) throw HostError(std::string("cannot copy a descriptor: ") + std::strerror(errno));
+      if (copy < 0) throw ConfigError(std::string("cannot copy a descriptor: ") + std::strerror(errno));
       job.fds.emplace_back(copy, there);
     }
   } catch (...) {
@@ -238,7 +238,7 @@ std::string ChildProcess::tail() const {
 void ChildProcess::close_input() {
   if (in_ < 0) return;
   const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null < 0) throw HostError(std::string("cannot open /dev/null: ") + std::strerror(errno));
+  if (null < 0) throw ConfigError(std::string("cannot open /dev/null: ") + std::strerror(errno));
   ::dup3(null, in_, O_CLOEXEC);
   ::close(null);
 }

@@ -1,16 +1,16 @@
-// Session state updates; see ds_state.hpp.
+// A caller's state and its updates; see ds_state.hpp.
 #include <machina/ds_state.hpp>
 
 #include <algorithm>
 
 namespace machina {
 
-std::shared_ptr<const Slots> Session::snapshot() const {
+std::shared_ptr<const Slots> CallerState::snapshot() const {
   std::lock_guard lock(mu_);
   return state_;
 }
 
-std::shared_ptr<const Slots> Session::apply(const DsUpdate& update) {
+std::shared_ptr<const Slots> CallerState::apply(const DsUpdate& update) {
   std::lock_guard lock(mu_);
   if (!update.delta && update.changes.set == 0) {
     // An empty full state (what a caller sends to start clean): no copy if already empty.
@@ -30,12 +30,12 @@ std::shared_ptr<const Slots> Session::apply(const DsUpdate& update) {
   return state_;
 }
 
-bool Session::empty() const {
+bool CallerState::empty() const {
   const auto state = snapshot();
   return std::all_of(state->begin(), state->end(), [](const auto& slot) { return !slot.has_value(); });
 }
 
-std::shared_ptr<const SlotChanges> Session::as_changes() const {
+std::shared_ptr<const SlotChanges> CallerState::as_changes() const {
   const auto state = snapshot();
   auto all = std::make_shared<SlotChanges>();
   for (std::size_t i = 0; i < kDsSlots; ++i) {
@@ -48,7 +48,7 @@ std::shared_ptr<const SlotChanges> Session::as_changes() const {
   return all;
 }
 
-std::shared_ptr<const SlotChanges> Session::commit(const SlotChanges& changes, const Slots* base) {
+std::shared_ptr<const SlotChanges> CallerState::commit(const SlotChanges& changes, const Slots* base) {
   if (changes.empty()) return nullptr;
   auto real_ptr = std::make_shared<SlotChanges>();
   SlotChanges& real = *real_ptr;

@@ -18,13 +18,14 @@ namespace {
 void set_limit(int resource, std::uint64_t value, const char* what) {
   const rlimit lim{static_cast<rlim_t>(value), static_cast<rlim_t>(value)};
   if (setrlimit(resource, &lim) != 0) {
-    throw HostError(std::string("cannot limit ") + what + " to " + std::to_string(value) + ": " + std::strerror(errno));
+    throw ConfigError(std::string("cannot limit ") + what + " to " + std::to_string(value) + ": " +
+                      std::strerror(errno));
   }
 }
 
 void deny_network() {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (ctx == nullptr) throw HostError("no_network: cannot create the seccomp filter");
+  if (ctx == nullptr) throw ConfigError("no_network: cannot create the seccomp filter");
   // A system call through another ABI (32-bit int 0x80, where socketcall lives) ends the
   // whole worker rather than slipping past the rules, which name native calls only.
   seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
@@ -36,7 +37,7 @@ void deny_network() {
 #endif
   if (rc == 0) rc = seccomp_load(ctx);  // also sets no_new_privs
   seccomp_release(ctx);
-  if (rc != 0) throw HostError(std::string("no_network: cannot install the seccomp filter: ") + std::strerror(-rc));
+  if (rc != 0) throw ConfigError(std::string("no_network: cannot install the seccomp filter: ") + std::strerror(-rc));
 }
 
 }  // namespace
@@ -61,7 +62,7 @@ CpuBudget::CpuBudget(std::uint64_t cpu_seconds) : seconds_(cpu_seconds) {
   ev.sigev_notify = SIGEV_SIGNAL;
   ev.sigev_signo = SIGXCPU;
   if (timer_create(CLOCK_PROCESS_CPUTIME_ID, &ev, &timer_) != 0) {
-    throw HostError(std::string("cannot limit the CPU time per call: ") + std::strerror(errno));
+    throw ConfigError(std::string("cannot limit the CPU time per call: ") + std::strerror(errno));
   }
 }
 

@@ -49,25 +49,25 @@ std::string str(const RValue& v) {
 
 void check_schema(const RValue& s, const std::string& where) {
   if (s.IsBool()) return;
-  if (!s.IsObject()) throw HostError("schema at " + where + " must be an object or a boolean");
+  if (!s.IsObject()) throw ConfigError("schema at " + where + " must be an object or a boolean");
   for (const RValue::Member* m : sorted_members(s)) {
     const std::string k = str(m->name);
     const RValue& v = m->value;
     const bool known =
         std::find(kValidationKeywords.begin(), kValidationKeywords.end(), k) != kValidationKeywords.end() ||
         std::find(kAnnotations.begin(), kAnnotations.end(), k) != kAnnotations.end();
-    if (!known) throw HostError("schema keyword '" + k + "' at " + where + " is not supported");
+    if (!known) throw ConfigError("schema keyword '" + k + "' at " + where + " is not supported");
     if (k == "properties") {
-      if (!v.IsObject()) throw HostError("'properties' at " + where + " must be an object");
+      if (!v.IsObject()) throw ConfigError("'properties' at " + where + " must be an object");
       for (const RValue::Member* p : sorted_members(v))
         check_schema(p->value, child(where, "properties/" + str(p->name)));
     } else if (k == "items" || k == "additionalProperties") {
       check_schema(v, child(where, k));
     } else if (k == "required") {
       if (!v.IsArray() || !std::all_of(v.Begin(), v.End(), [](const RValue& x) { return x.IsString(); }))
-        throw HostError("'required' at " + where + " must be an array of strings");
+        throw ConfigError("'required' at " + where + " must be an array of strings");
     } else if (k == "enum") {
-      if (!v.IsArray()) throw HostError("'enum' at " + where + " must be an array");
+      if (!v.IsArray()) throw ConfigError("'enum' at " + where + " must be an array");
     } else if (k == "type") {
       auto ok = [](const RValue& t) {
         static constexpr std::array<std::string_view, 7> names = {"object", "array",   "string", "integer",
@@ -76,11 +76,11 @@ void check_schema(const RValue& s, const std::string& where) {
                                          std::string_view(t.GetString(), t.GetStringLength())) != names.end();
       };
       if (!(ok(v) || (v.IsArray() && std::all_of(v.Begin(), v.End(), ok))))
-        throw HostError("'type' at " + where + " must name JSON types");
+        throw ConfigError("'type' at " + where + " must name JSON types");
     } else if (k.starts_with("min") || k.starts_with("max") || k.starts_with("exclusive")) {
-      if (!v.IsNumber()) throw HostError("'" + k + "' at " + where + " must be a number");
+      if (!v.IsNumber()) throw ConfigError("'" + k + "' at " + where + " must be a number");
     } else if (k == "uniqueItems") {
-      if (!v.IsBool()) throw HostError("'uniqueItems' at " + where + " must be a boolean");
+      if (!v.IsBool()) throw ConfigError("'uniqueItems' at " + where + " must be a boolean");
     }
   }
 }
@@ -207,10 +207,10 @@ std::optional<std::string> check(const json& s, const json& v, const std::string
 SchemaValidator::SchemaValidator(std::string schema_text) : text_(std::move(schema_text)) {
   // validate_json decides exactly as the nlohmann parse in compiled() will (the fast
   // path only ever accepts what nlohmann accepts), so compiling cannot fail later.
-  if (!validate_json(text_)) throw HostError("input schema is not valid JSON");
+  if (!validate_json(text_)) throw ConfigError("input schema is not valid JSON");
   rapidjson::Document doc;
   doc.Parse<rapidjson::kParseFullPrecisionFlag>(text_.data(), text_.size());
-  if (doc.HasParseError()) throw HostError("input schema is not valid JSON");
+  if (doc.HasParseError()) throw ConfigError("input schema is not valid JSON");
   check_schema(doc, "/");
 }
 

@@ -338,8 +338,8 @@ bool McpSkillCodec::forget_if_cancelled(const std::string& id) {
   return cancelled_.count(id) != 0;
 }
 
-LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Session& session, std::string& out,
-                                         Takeover* takeover) {
+LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, CallerState& session, std::string& out,
+                                         OverrunSink* overrun_sink) {
   Handled handled;
   handled.has_id = true;  // every answer is matched by its id: none waits for another
   jsonrpc::Message m;
@@ -378,7 +378,7 @@ LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Sess
   const std::string& method = m.method;
   if (dialect_ == Dialect::mcp) {
     if (settle_era(m) == Era::modern) {
-      serve_modern(host, id, m, session, out, takeover, handled);
+      serve_modern(host, id, m, session, out, overrun_sink, handled);
       return handled;
     }
     if (method != "initialize" && read_envelope(m).has_version) {
@@ -390,7 +390,7 @@ LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Sess
     }
   }
   if (method == "tools/call") {
-    call(host, id, m, session, out, takeover, handled);
+    call(host, id, m, session, out, overrun_sink, handled);
     return handled;
   }
   if (method == "initialize") {
@@ -429,8 +429,8 @@ LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Sess
   return handled;
 }
 
-void McpSkillCodec::serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
-                                 std::string& out, Takeover* takeover, Handled& handled) {
+void McpSkillCodec::serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, CallerState& session,
+                                 std::string& out, OverrunSink* overrun_sink, Handled& handled) {
   const std::string& method = m.method;
   std::string why;
   if (method == "initialize") {
@@ -460,7 +460,7 @@ void McpSkillCodec::serve_modern(Host& host, const std::string& id, const jsonrp
   if (e.version_type != Member::Type::string)
     return invalid_params(out, id, "the protocol-version envelope value must be a string");
   if (e.version != kModernVersion) return unsupported_version(out, id, "Unsupported protocol version", e.version);
-  if (method == "tools/call") return call(host, id, m, session, out, takeover, handled);
+  if (method == "tools/call") return call(host, id, m, session, out, overrun_sink, handled);
   if (method == "tools/list") return list_tools(host, id, m.params, out);
   if (method == "server/discover") {
     std::string result = R"({"supportedVersions":[")";
@@ -567,8 +567,8 @@ void McpSkillCodec::list_tools(Host& host, const std::string& id, std::string_vi
   jsonrpc::append_result(out, id, text);
 }
 
-void McpSkillCodec::call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session,
-                         std::string& out, Takeover* takeover, Handled& handled) {
+void McpSkillCodec::call(Host& host, const std::string& id, const jsonrpc::Message& m, CallerState& session,
+                         std::string& out, OverrunSink* overrun_sink, Handled& handled) {
   Request request;
   std::string token, why;
   ErrorKind kind = ErrorKind::malformed_request;
@@ -589,13 +589,13 @@ void McpSkillCodec::call(Host& host, const std::string& id, const jsonrpc::Messa
     if (cancelled_.count(id) != 0) return;  // cancelled before it began: never run, never answered
     running_[id] = &cancel;
   }
-  Response r = host.handle(request, session, takeover);
+  Response r = host.handle(request, session, overrun_sink);
   {
     std::lock_guard lock(mu_);
     running_.erase(id);
   }
-  if (r.abandoned) {
-    handled.abandoned = true;
+  if (r.overran) {
+    handled.overran = true;
     return;
   }
   if (cancel.cancelled()) return;  // a cancelled request is not answered

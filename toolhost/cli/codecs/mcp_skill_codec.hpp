@@ -27,7 +27,8 @@ class McpSkillCodec final : public LineCodec {
   /// `page_size`: tools per tools/list page (MCP).
   explicit McpSkillCodec(Dialect dialect, std::size_t page_size = 100);
 
-  Handled handle(Host& host, std::string_view line, Session& session, std::string& out, Takeover* takeover) override;
+  Handled handle(Host& host, std::string_view line, CallerState& session, std::string& out,
+                 OverrunSink* overrun_sink) override;
   void answer_too_large(Host& host, std::string_view head, std::string& out) override;
   void encode(const Response& response, std::string& out) override;
   Peek peek(std::string_view line) override;
@@ -39,11 +40,11 @@ class McpSkillCodec final : public LineCodec {
   /// connection; any other a handshake one).
   enum class Era { open, handshake, modern };
   Era settle_era(const jsonrpc::Message& m);
-  void call(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session, std::string& out,
-            Takeover* takeover, Handled& handled);
+  void call(Host& host, const std::string& id, const jsonrpc::Message& m, CallerState& session, std::string& out,
+            OverrunSink* overrun_sink, Handled& handled);
   /// A request on a 2026-07-28 connection: its envelope checked, then served.
-  void serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, Session& session, std::string& out,
-                    Takeover* takeover, Handled& handled);
+  void serve_modern(Host& host, const std::string& id, const jsonrpc::Message& m, CallerState& session,
+                    std::string& out, OverrunSink* overrun_sink, Handled& handled);
   void initialize(Host& host, const std::string& id, std::string_view params, std::string& out);
   void list_tools(Host& host, const std::string& id, std::string_view params, std::string& out);
   bool modern() const { return era_.load(std::memory_order_acquire) == Era::modern; }

@@ -17,10 +17,10 @@ constexpr FrontLabel kRunFront{"run", /*local_caller=*/true};
 
 /// --run: the one response goes out at the deadline even if the tool never returns;
 /// the process then ends, since its only job is done.
-class RunTakeover final : public Takeover {
+class RunOverrunSink final : public OverrunSink {
  public:
-  RunTakeover(const Host& host, int out_fd) : host_(host), out_fd_(out_fd) {}
-  void deliver_overrun(Response response) override {
+  RunOverrunSink(const Host& host, int out_fd) : host_(host), out_fd_(out_fd) {}
+  void deliver(Response response) override {
     std::string out;
     encode_response(response, out);
     write_all(out_fd_, out);
@@ -35,10 +35,11 @@ class RunTakeover final : public Takeover {
 
 }  // namespace
 
-LineCodec::Handled NdjsonCodec::handle(Host& host, std::string_view line, Session& session, std::string& out,
-                                       Takeover* takeover) {
-  const auto handled = ndjson::respond(host, line, session, out, kServeFront, takeover, {}, /*nul_terminated=*/true);
-  return {handled.has_id, handled.abandoned};
+LineCodec::Handled NdjsonCodec::handle(Host& host, std::string_view line, CallerState& session, std::string& out,
+                                       OverrunSink* overrun_sink) {
+  const auto handled =
+      ndjson::respond(host, line, session, out, kServeFront, overrun_sink, {}, /*nul_terminated=*/true);
+  return {handled.has_id, handled.overran};
 }
 
 void NdjsonCodec::answer_too_large(Host& host, std::string_view /*head*/, std::string& out) {
@@ -60,9 +61,9 @@ int run_once(Host& host, std::string_view aid, int in_fd, int out_fd) {
                                       "malformed request: no request on stdin (--run reads one JSON object)"),
                     out);
   } else {
-    Session session(/*respond_with_delta=*/false);
-    RunTakeover takeover(host, out_fd);
-    ndjson::respond(host, body, session, out, kRunFront, &takeover, aid, /*nul_terminated=*/true);
+    CallerState session(/*respond_with_delta=*/false);
+    RunOverrunSink overrun_sink(host, out_fd);
+    ndjson::respond(host, body, session, out, kRunFront, &overrun_sink, aid, /*nul_terminated=*/true);
   }
   write_all(out_fd, out);
   return 0;

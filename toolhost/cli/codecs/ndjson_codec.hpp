@@ -8,7 +8,8 @@ namespace machina::cli {
 
 class NdjsonCodec final : public LineCodec {
  public:
-  Handled handle(Host& host, std::string_view line, Session& session, std::string& out, Takeover* takeover) override;
+  Handled handle(Host& host, std::string_view line, CallerState& session, std::string& out,
+                 OverrunSink* overrun_sink) override;
   void answer_too_large(Host& host, std::string_view head, std::string& out) override;
   void encode(const Response& response, std::string& out) override;
 };

@@ -223,7 +223,7 @@ bool decode_response(std::string_view text, ResponseFields& out, std::string& wh
 bool delta_between(std::string_view before, std::string_view after, std::string& out, std::string& why) {
   DsUpdate a, b;
   if (!decode_ds_state(before, a, why) || !decode_ds_state(after, b, why)) return false;
-  Session session(/*respond_with_delta=*/true);
+  CallerState session(/*respond_with_delta=*/true);
   a.delta = false;
   session.apply(a);
   SlotChanges changes = b.changes;

@@ -5,8 +5,8 @@
 namespace machina::ndjson {
 namespace {
 
-Response decode_and_handle(Host& host, std::string_view text, Session& session, FrontLabel front, Takeover* takeover,
-                           std::string_view run_aid, bool nul_terminated) {
+Response decode_and_handle(Host& host, std::string_view text, CallerState& session, FrontLabel front,
+                           OverrunSink* overrun_sink, std::string_view run_aid, bool nul_terminated) {
   Request request;
   request.front = front;
   Response error;
@@ -21,19 +21,19 @@ Response decode_and_handle(Host& host, std::string_view text, Session& session, 
     }
     request.aid = run_aid;
   }
-  return host.handle(request, session, takeover);
+  return host.handle(request, session, overrun_sink);
 }
 
 }  // namespace
 
-Handled respond(Host& host, std::string_view text, Session& session, std::string& out, FrontLabel front,
-                Takeover* takeover, std::string_view run_aid, bool nul_terminated) {
+Handled respond(Host& host, std::string_view text, CallerState& session, std::string& out, FrontLabel front,
+                OverrunSink* overrun_sink, std::string_view run_aid, bool nul_terminated) {
   if (text.size() > host.options().max_request_bytes) {
     respond_too_large(host, out);
     return {};
   }
-  const Response response = decode_and_handle(host, text, session, front, takeover, run_aid, nul_terminated);
-  if (response.abandoned) return {false, true};
+  const Response response = decode_and_handle(host, text, session, front, overrun_sink, run_aid, nul_terminated);
+  if (response.overran) return {false, true};
   encode_response(response, out);
   return {!response.id_json.empty(), false};
 }

@@ -28,13 +28,13 @@ std::atomic<std::uint64_t> next_log_id{1};
 
 AuditLog::AuditLog(AuditOptions options)
     : options_(std::move(options)), tsc_(!options_.pending && clock_runs_on_tsc()), id_(next_log_id.fetch_add(1)) {
-  if (options_.retention_days < 1) throw HostError("the audit retention must be at least 1 day");
-  if (options_.max_rows < 1) throw HostError("the audit store must keep at least 1 call");
-  if (options_.buffer_bytes < 64 * 1024) throw HostError("the audit buffer must be at least 64 KiB");
+  if (options_.retention_days < 1) throw ConfigError("the audit retention must be at least 1 day");
+  if (options_.max_rows < 1) throw ConfigError("the audit store must keep at least 1 call");
+  if (options_.buffer_bytes < 64 * 1024) throw ConfigError("the audit buffer must be at least 64 KiB");
   if (options_.pending && !options_.db_path.empty() && options_.jsonl_path.empty()) {
     const std::string path = options_.db_path + "-pending";
     pending_fd_ = open_owner_only(path, O_WRONLY | O_APPEND | O_NOFOLLOW);
-    if (pending_fd_ < 0) throw HostError("audit store " + path + ": cannot open it: " + std::strerror(errno));
+    if (pending_fd_ < 0) throw ConfigError("audit store " + path + ": cannot open it: " + std::strerror(errno));
     return;
   }
   writer_ = std::make_unique<Writer>(options_);

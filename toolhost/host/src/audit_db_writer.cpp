@@ -38,7 +38,7 @@ void AuditLog::Writer::open_db() {
   // shared-memory files it makes the database file's mode.
   const int fd = open_owner_only(options_.db_path, O_RDWR);
   if (fd < 0) {
-    throw HostError("audit store " + options_.db_path + ": cannot open it: " + std::strerror(errno));
+    throw ConfigError("audit store " + options_.db_path + ": cannot open it: " + std::strerror(errno));
   }
   ::close(fd);
   for (const char* suffix : {"-wal", "-shm", "-journal"}) (void)::chmod((options_.db_path + suffix).c_str(), 0600);
@@ -154,7 +154,7 @@ void AuditLog::Writer::open_db() {
     prune();
     setup.commit();
   } catch (const sql::Error& e) {
-    throw HostError("audit store " + options_.db_path + ": " + e.what());
+    throw ConfigError("audit store " + options_.db_path + ": " + e.what());
   }
 }
 

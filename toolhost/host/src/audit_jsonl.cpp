@@ -19,7 +19,7 @@ using namespace audit_detail;
 void AuditLog::Writer::open_jsonl() {
   jsonl_ = open_owner_only(options_.jsonl_path, O_WRONLY | O_APPEND);
   if (jsonl_ < 0) {
-    throw HostError("audit JSON lines file " + options_.jsonl_path + ": cannot be opened: " + std::strerror(errno));
+    throw ConfigError("audit JSON lines file " + options_.jsonl_path + ": cannot be opened: " + std::strerror(errno));
   }
   struct stat st{};
   jsonl_bytes_ = ::fstat(jsonl_, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;

@@ -76,9 +76,9 @@ std::int64_t parse_audit_time(const std::string& text, std::int64_t now_ms) {
     t.tm_sec = s;
     return static_cast<std::int64_t>(timegm(&t)) * 1000;
   }
-  throw HostError("'" + text +
-                  "' is not a time: use YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS][Z] (UTC), now, or a span "
-                  "back from now such as 90s, 30m, 24h, 7d");
+  throw ConfigError("'" + text +
+                    "' is not a time: use YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS][Z] (UTC), now, or a span "
+                    "back from now such as 90s, 30m, 24h, 7d");
 }
 
 nlohmann::json audit_report(const AuditReportOptions& o) {
@@ -92,17 +92,17 @@ nlohmann::json audit_report(const AuditReportOptions& o) {
     taker.max_rows = INT64_MAX / 2;
     try {
       AuditLog::take_in_pending(taker);
-    } catch (const HostError&) {
+    } catch (const ConfigError&) {
       // (read what the database holds)
     }
   }
-  if (::stat(o.db_path.c_str(), &info) != 0) throw HostError("no audit store at " + o.db_path);
+  if (::stat(o.db_path.c_str(), &info) != 0) throw ConfigError("no audit store at " + o.db_path);
   try {
     sql::Db db(o.db_path, /*create=*/false, /*read_only=*/true);
     {
       auto schema = db.prepare("SELECT value FROM meta WHERE key = 'schema'");
       if (!schema.step() || (schema.text(0) != kAuditSchema && schema.text(0) != kAuditSchemaMigrated)) {
-        throw HostError(o.db_path + " is not an audit store of this version");
+        throw ConfigError(o.db_path + " is not an audit store of this version");
       }
     }
     const std::int64_t since = o.since_ms.value_or(INT64_MIN), until = o.until_ms.value_or(INT64_MAX);
@@ -230,7 +230,7 @@ nlohmann::json audit_report(const AuditReportOptions& o) {
     out["users"] = by_user;
     return out;
   } catch (const sql::Error& e) {
-    throw HostError("audit store " + o.db_path + ": " + e.what());
+    throw ConfigError("audit store " + o.db_path + ": " + e.what());
   }
 }
 

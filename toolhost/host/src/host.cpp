@@ -10,25 +10,25 @@
 namespace machina {
 
 /// What handle_checked knows that the rest of a call needs: the idempotency entry to
-/// complete and the front's takeover. It is also the host's side of an inline call that
+/// complete and the front's overrun sink. It is also the host's side of an inline call that
 /// overruns its deadline (Overrun, called on the inline runner's watchdog thread):
 /// `finished` then says the overrun path already completed the entry and counted the
 /// failure, so the normal path must not do it again.
-struct Host::Scope final : Overrun {
+struct Host::InFlight final : Overrun {
   Host* host = nullptr;
   const Tool* tool = nullptr;
   const Request* request = nullptr;
-  Session* session = nullptr;
+  CallerState* session = nullptr;
   std::int64_t timeout_ms = 0;
   std::int64_t started_ns = 0;                       // when the host took the request (steady clock)
   std::int64_t returned_ms = 0;                      // when the runner returned (steady_now_ms_not_after), if it ran
   std::shared_ptr<const Slots> base;                 // the state the request set, if it sent one
   IdempotencyStore* store = nullptr;                 // where `ticket` is held
   const IdempotencyStore::Ticket* ticket = nullptr;  // set: complete it
-  Takeover* takeover = nullptr;
+  OverrunSink* overrun_sink = nullptr;
   bool finished = false;
-  Response late;           // the timeout response, when there is no takeover
-  bool delivered = false;  // the takeover has answered the call
+  Response overrun_answer;    // the timeout response, when there is no overrun sink
+  bool sent_to_sink = false;  // the overrun sink has answered the call
 
   void overrun() noexcept override;
 };
@@ -46,7 +46,7 @@ Host::Host(HostOptions options, Hooks hooks)
   if (options_.audit.enabled()) {
     try {
       audit_ = std::make_unique<AuditLog>(options_.audit);
-    } catch (const HostError& e) {
+    } catch (const ConfigError& e) {
       if (!options_.audit.optional) throw;
       audit_unavailable_ = e.what();
       // Without the database; a JSON lines file named on purpose must still open.
@@ -81,12 +81,13 @@ Response Host::tool_not_found(std::string_view aid) const {
   aids.reserve(tools.size());
   for (const Tool* t : tools) aids.push_back(t->info.aid);
   const std::string nearest = nearest_name(aid, aids);
-  r.hint = nearest.empty() ? std::string("the tool list (--list) names every tool")
-                           : "did you mean " + nearest + "? The tool list (--list) names every tool";
+  const std::string& list = options_.operator_commands.tool_list;
+  const std::string names_every_tool = "he tool list" + (list.empty() ? "" : " (" + list + ")") + " names every tool";
+  r.hint = nearest.empty() ? "t" + names_every_tool : "did you mean " + nearest + "? T" + names_every_tool;
   return r;
 }
 
-DsReport Host::report(Session& session, std::shared_ptr<const SlotChanges> changes) const {
+DsReport Host::report(CallerState& session, std::shared_ptr<const SlotChanges> changes) const {
   if (session.respond_with_delta()) return {DsReport::Mode::delta, std::move(changes)};
   return {DsReport::Mode::full, session.as_changes()};
 }
@@ -109,20 +110,20 @@ Response Host::timeout_response(const Tool& tool, std::int64_t timeout_ms, const
   return Response::failure(ErrorKind::timeout, std::move(message));
 }
 
-Response Host::handle(Request& request, Session& session, Takeover* takeover) {
+Response Host::handle(Request& request, CallerState& session, OverrunSink* overrun_sink) {
   // One clock read serves the deadline and the audit record.
   const std::int64_t started_ns = steady_now_ns();
   // Built where it is returned: a Response is several strings and a state, too much to
   // move twice per call.
   Response r = [&]() -> Response {
     try {
-      return handle_checked(request, session, takeover, started_ns);
+      return handle_checked(request, session, overrun_sink, started_ns);
     } catch (const std::exception& e) {
       return Response::failure(ErrorKind::internal_error, std::string("internal error: ") + e.what());
     }
   }();
-  // (An abandoned response was recorded when the takeover answered.)
-  if (audit_ && !r.abandoned) record_or_withhold(request, session, r, started_ns);
+  // (A response marked `overran` was recorded when the overrun sink answered.)
+  if (audit_ && !r.overran) record_or_withhold(request, session, r, started_ns);
   r.id_json = std::move(request.id_json);
   if (request.ds_state && request.ds_state->numbered) r.ds_state.numbered = true;  // answered as asked
   return r;
@@ -151,7 +152,8 @@ void Host::record_call(const Request& request, const Response& response, std::in
   audit_->record(audit_call(request, response, started_ns));
 }
 
-void Host::record_or_withhold(const Request& request, Session& session, Response& r, std::int64_t started_ns) const {
+void Host::record_or_withhold(const Request& request, CallerState& session, Response& r,
+                              std::int64_t started_ns) const {
   const Tool* tool = audit_->options().required == AuditRequired::none || r.kind == ErrorKind::audit_unavailable
                          ? nullptr
                          : registry_.find(request.aid);
@@ -188,7 +190,8 @@ std::size_t request_bytes(const Request& r) {
 
 }  // namespace
 
-Response Host::handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns) {
+Response Host::handle_checked(Request& request, CallerState& session, OverrunSink* overrun_sink,
+                              std::int64_t started_ns) {
   // The rules on the request itself, applied here so that every front gets them (a front
   // that reads lines has refused an oversized line before decoding it).
   if (request_bytes(request) > options_.max_request_bytes) return request_too_large();
@@ -235,10 +238,11 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
       Response r = Response::failure(ErrorKind::lease_required, "lease_required");
       r.lease_tier = tool->info.tier;
       r.lease_aid = tool->info.aid;
+      const std::string& issue = options_.operator_commands.lease_issue;
       r.hint = "a tier-" + std::to_string(tool->info.tier) +
-               " tool runs only with a single-use lease: the operator issues " +
-               "one with `machina-toolhost lease issue --aid " + tool->info.aid + "` (with the host's " +
-               "lease secret) and the request sends it as `_lease_token`";
+               " tool runs only with a single-use lease: the operator issues one" +
+               (issue.empty() ? "" : " with `" + issue + " " + tool->info.aid + "`") +
+               " (with the host's lease secret) and the request sends it as `_lease_token`";
       return r;
     }
     if (auto why = leases_->redeem(*request.lease_token, tool->info.aid, unix_now_ms())) {
@@ -247,26 +251,26 @@ Response Host::handle_checked(Request& request, Session& session, Takeover* take
       return r;
     }
   }
-  Scope scope;
-  scope.takeover = takeover;
-  scope.base = std::move(base);
-  scope.started_ns = started_ns;
+  InFlight in_flight;
+  in_flight.overrun_sink = overrun_sink;
+  in_flight.base = std::move(base);
+  in_flight.started_ns = started_ns;
   const std::int64_t now = started_ns / 1'000'000;
   return [&] {  // (one Response, built in the caller's return slot)
     Response r;
     if (!request.idempotency_key)
-      execute(*tool, request, session, now, scope, r);
+      execute(*tool, request, session, now, in_flight, r);
     else if (!shared_store_) [[likely]]
-      run_keyed(idempotency_, *tool, request, session, now, scope, r);
+      run_keyed(idempotency_, *tool, request, session, now, in_flight, r);
     else
-      run_keyed<IdempotencyStore>(*shared_store_, *tool, request, session, now, scope, r);
+      run_keyed<IdempotencyStore>(*shared_store_, *tool, request, session, now, in_flight, r);
     return r;
   }();
 }
 
 template <class Store>
-void Host::run_keyed(Store& store, const Tool& tool, const Request& request, Session& session, std::int64_t now,
-                     Scope& scope, Response& r) {
+void Host::run_keyed(Store& store, const Tool& tool, const Request& request, CallerState& session, std::int64_t now,
+                     InFlight& in_flight, Response& r) {
   // (a fresh key's path is kept short in code: see IdempotencyCache::begin)
   IdempotencyStore::Ticket ticket;
   if constexpr (std::is_same_v<Store, IdempotencyCache>) {
@@ -278,22 +282,23 @@ void Host::run_keyed(Store& store, const Tool& tool, const Request& request, Ses
   if (ticket.outcome != IdempotencyStore::Outcome::run) [[unlikely]] {
     if (!answer_without_running(store, tool, session, ticket, r)) return;
   }
-  scope.store = &store;
-  scope.ticket = &ticket;
+  in_flight.store = &store;
+  in_flight.ticket = &ticket;
   try {
-    execute(tool, request, session, now, scope, r);
+    execute(tool, request, session, now, in_flight, r);
   } catch (...) {
     // A duplicate waiting for this call gets an answer even if the call throws.
-    if (!scope.finished) {
+    if (!in_flight.finished) {
       store.complete(ticket, Response::failure(ErrorKind::internal_error, "internal error"), false, steady_now_ms());
     }
     throw;
   }
-  if (!scope.finished) {
+  if (!in_flight.finished) {
     std::int64_t now_ms;
     if constexpr (std::is_same_v<Store, IdempotencyCache>) {
       // (kept from when the call returned, if it ran)
-      now_ms = scope.returned_ms > 0 ? not_before_from_not_after(scope.returned_ms) : steady_now_ms_not_before();
+      now_ms =
+          in_flight.returned_ms > 0 ? not_before_from_not_after(in_flight.returned_ms) : steady_now_ms_not_before();
     } else {
       now_ms = steady_now_ms();
     }
@@ -301,7 +306,7 @@ void Host::run_keyed(Store& store, const Tool& tool, const Request& request, Ses
   }
 }
 
-bool Host::answer_without_running(IdempotencyStore& store, const Tool& tool, Session& session,
+bool Host::answer_without_running(IdempotencyStore& store, const Tool& tool, CallerState& session,
                                   IdempotencyStore::Ticket& ticket, Response& r) {
   if (ticket.outcome == IdempotencyStore::Outcome::wait) {
     ticket = store.wait(ticket, r);
@@ -328,8 +333,8 @@ bool Host::answer_without_running(IdempotencyStore& store, const Tool& tool, Ses
   return false;
 }
 
-void Host::execute(const Tool& tool, const Request& request, Session& session, std::int64_t now, Scope& scope,
-                   Response& r) {
+void Host::execute(const Tool& tool, const Request& request, CallerState& session, std::int64_t now,
+                   InFlight& in_flight, Response& r) {
   // `r` is the caller's (fresh) return object: a Response is not moved or made twice per
   // call.
   auto refuse = [&](ErrorKind kind, std::string message) {
@@ -358,16 +363,16 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
   // least its full timeout_ms, never a clock tick less.
   const std::int64_t timeout_ms = timeout_for(tool, request);
   CallContext call(options_.max_output_bytes, &session);
-  call.base = scope.base;  // null: taken from the session on the tool's first read
-  scope.host = this;
-  scope.tool = &tool;
-  scope.request = &request;
-  scope.session = &session;
-  scope.timeout_ms = timeout_ms;
+  call.base = in_flight.base;  // null: taken from the session on the tool's first read
+  in_flight.host = this;
+  in_flight.tool = &tool;
+  in_flight.request = &request;
+  in_flight.session = &session;
+  in_flight.timeout_ms = timeout_ms;
   calls_.fetch_add(1, std::memory_order_relaxed);
   const std::int64_t deadline_ms = now + timeout_ms + 1;
   RunOutcome outcome = tool.runner->run(
-      RunSpec{tool, request.input_json, deadline_ms, timeout_ms, call, &scope,
+      RunSpec{tool, request.input_json, deadline_ms, timeout_ms, call, &in_flight,
               request.trace_id ? std::string_view(*request.trace_id) : std::string_view(), request.cancel,
               request.progress, request.user ? std::string_view(*request.user) : std::string_view()});
   // A call that returns past its deadline is a timeout, whatever ran it and whether or not
@@ -375,8 +380,8 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
   // machine, a worker's answer read as its time ran out): whether a late call succeeds
   // does not depend on scheduling. The coarse clock may read up to a tick early: a call
   // on time is never taken for late. (The reading also dates an idempotency entry.)
-  scope.returned_ms = steady_now_ms_not_after();
-  if (outcome.ending == RunOutcome::Ending::ran && scope.returned_ms >= deadline_ms) [[unlikely]] {
+  in_flight.returned_ms = steady_now_ms_not_after();
+  if (outcome.ending == RunOutcome::Ending::ran && in_flight.returned_ms >= deadline_ms) [[unlikely]] {
     event(tool.info.aid + " returned after its deadline before it could be stopped; answered timeout");
     outcome.ending = RunOutcome::Ending::timed_out;
     outcome.detail = "it returned after its deadline; its result was discarded";
@@ -400,13 +405,13 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
       r = Response::failure(ErrorKind::cancelled, "cancelled: " + tool.info.aid +
                                                       (outcome.detail.empty() ? "" : " (" + outcome.detail + ")"));
       break;
-    case RunOutcome::Ending::late:
-      // The deadline won: the call was answered `timeout` (through the takeover, or kept
+    case RunOutcome::Ending::overran:
+      // The deadline won: the call was answered `timeout` (through the overrun sink, or kept
       // for this late return); what the tool did is discarded.
-      if (scope.delivered) {
-        r.abandoned = true;
+      if (in_flight.sent_to_sink) {
+        r.overran = true;
       } else {
-        r = std::move(scope.late);
+        r = std::move(in_flight.overrun_answer);
       }
       return;
   }
@@ -445,7 +450,7 @@ void Host::execute(const Tool& tool, const Request& request, Session& session, s
   r.trace_json = std::move(call.trace_json);
 }
 
-void Host::Scope::overrun() noexcept {
+void Host::InFlight::overrun() noexcept {
   Host& h = *host;
   const std::int64_t now = steady_now_ms();
   Response r = h.timeout_response(*tool, timeout_ms);
@@ -454,13 +459,13 @@ void Host::Scope::overrun() noexcept {
   h.timeouts_.fetch_add(1, std::memory_order_relaxed);
   if (ticket != nullptr) store->complete(*ticket, r, IdempotencyStore::keeps(r), now);
   finished = true;
-  if (takeover != nullptr) {
+  if (overrun_sink != nullptr) {
     if (h.audit_) h.record_call(*request, r, started_ns);  // what the caller gets, now
     r.id_json = request->id_json;
-    delivered = true;
-    takeover->deliver_overrun(std::move(r));
+    sent_to_sink = true;
+    overrun_sink->deliver(std::move(r));
   } else {
-    late = std::move(r);
+    overrun_answer = std::move(r);
   }
 }
 

@@ -28,18 +28,14 @@ HostOptions HostOptions::from_env() {
 }
 
 void HostOptions::check() const {
-  if (default_timeout_ms < 1 || max_timeout_ms < 1) throw HostError("timeouts must be at least 1 ms");
+  if (default_timeout_ms < 1 || max_timeout_ms < 1) throw ConfigError("timeouts must be at least 1 ms");
   for (const auto& [aid, ms] : tool_timeouts_ms) {
-    if (ms < 1) throw HostError("the timeout for " + aid + " must be at least 1 ms");
+    if (ms < 1) throw ConfigError("the timeout for " + aid + " must be at least 1 ms");
   }
   if (skill_tick_ms < 0 || skill_tick_ms > 86'400'000) {
-    throw HostError("the skills' tick interval must be from 0 (never) to 86400000 ms");
+    throw ConfigError("the skills' tick interval must be from 0 (never) to 86400000 ms");
   }
-  if (isolation == Isolation::inline_threads && workers.limits.any()) {
-    throw HostError(
-        "OS limits (--limit-*, --no-network; limit_*, no_network from Python) apply to isolated tools: "
-        "add --isolation process (isolation='process')");
-  }
+  if (limits_need_isolation()) throw ConfigError("OS limits apply to isolated tools: isolate them in processes");
 }
 
 }  // namespace machina

@@ -96,11 +96,11 @@ void IdempotencyCache::Entry::copy_result_to(Response& r) const {
 
 IdempotencyCache::IdempotencyCache(Options options) : options_(options) {
   if (options_.max_entries < 1 || options_.max_entries > UINT32_MAX / 2) {
-    throw HostError("the idempotency cache needs from 1 to 2147483647 entries");
+    throw ConfigError("the idempotency cache needs from 1 to 2147483647 entries");
   }
-  if (options_.ttl_ms < 1) throw HostError("the idempotency ttl must be at least 1 ms");
-  if (options_.max_key_bytes < 1) throw HostError("idempotency keys must be allowed at least 1 byte");
-  if (options_.max_stored_bytes < 1) throw HostError("the idempotency cache must be allowed at least 1 byte");
+  if (options_.ttl_ms < 1) throw ConfigError("the idempotency ttl must be at least 1 ms");
+  if (options_.max_key_bytes < 1) throw ConfigError("idempotency keys must be allowed at least 1 byte");
+  if (options_.max_stored_bytes < 1) throw ConfigError("the idempotency cache must be allowed at least 1 byte");
   rehash(128);
   std::random_device entropy;
   seed_ = (std::uint64_t{entropy()} << 32) | entropy();

@@ -73,13 +73,13 @@ void prepare_ledger(std::string dir) {
     path = dir.substr(0, pos);
     if (path.empty()) continue;
     if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
-      throw HostError("cannot create lease ledger " + dir + ": " + std::strerror(errno));
+      throw ConfigError("cannot create lease ledger " + dir + ": " + std::strerror(errno));
   }
   struct stat st{};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw HostError("lease ledger " + dir + " is not a directory");
+    throw ConfigError("lease ledger " + dir + " is not a directory");
   if (st.st_uid != geteuid() || (st.st_mode & 022) != 0)
-    throw HostError("lease ledger " + dir + " must be owned by this user and not writable by group or others");
+    throw ConfigError("lease ledger " + dir + " must be owned by this user and not writable by group or others");
   // Whoever controls the parent can rename the ledger away and so reset it: the parent
   // must be this user's or root's, and shared only with the sticky bit (as /tmp is).
   const std::string parent = dir.substr(0, dir.find_last_of('/') == 0 ? 1 : dir.find_last_of('/'));
@@ -88,9 +88,9 @@ void prepare_ledger(std::string dir) {
     const bool owner_ok = up.st_uid == geteuid() || up.st_uid == 0;
     const bool shared_ok = (up.st_mode & 022) == 0 || (up.st_mode & S_ISVTX) != 0;
     if (!owner_ok || !shared_ok)
-      throw HostError("lease ledger " + dir +
-                      ": its parent folder must belong to this user or root and not be "
-                      "writable by group or others (unless sticky)");
+      throw ConfigError("lease ledger " + dir +
+                        ": its parent folder must belong to this user or root and not be "
+                        "writable by group or others (unless sticky)");
   }
 }
 
@@ -99,7 +99,7 @@ void prepare_ledger(std::string dir) {
 std::int64_t lease_ttl_ms(double seconds, std::int64_t max_ttl_ms) {
   const double ms = seconds * 1000.0;
   if (!std::isfinite(ms) || ms < 1.0 || ms > static_cast<double>(max_ttl_ms))
-    throw HostError("lease ttl must be between 0.001 s and " + std::to_string(max_ttl_ms / 1000) + " s");
+    throw ConfigError("lease ttl must be between 0.001 s and " + std::to_string(max_ttl_ms / 1000) + " s");
   return static_cast<std::int64_t>(ms);
 }
 
@@ -116,15 +116,15 @@ std::string read_secret() {
     secret = *g_secret;
   } else if (const char* file = std::getenv("MACHINA_LEASE_KEY_FILE"); file != nullptr && *file != '\0') {
     std::ifstream in(file, std::ios::binary);
-    if (!in) throw HostError(std::string("cannot read lease key file ") + file + ": " + std::strerror(errno));
+    if (!in) throw ConfigError(std::string("cannot read lease key file ") + file + ": " + std::strerror(errno));
     std::ostringstream ss;
     ss << in.rdbuf();
     secret = ss.str();
     while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
   } else {
-    throw HostError("no lease secret: set MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE");
+    throw ConfigError("no lease secret: set MACHINA_LEASE_SECRET or MACHINA_LEASE_KEY_FILE");
   }
-  if (secret.size() < 16) throw HostError("the lease secret must be at least 16 bytes long");
+  if (secret.size() < 16) throw ConfigError("the lease secret must be at least 16 bytes long");
   return secret;
 }
 
@@ -183,8 +183,8 @@ void protect_lease_secret(bool unset) {
 
 LeaseAuthority::LeaseAuthority(std::string secret, Options options)
     : secret_(std::move(secret)), options_(std::move(options)) {
-  if (secret_.size() < 16) throw HostError("the lease secret must be at least 16 bytes long");
-  if (options_.ledger_bucket_ms < 1) throw HostError("the lease ledger's window must be at least 1 ms");
+  if (secret_.size() < 16) throw ConfigError("the lease secret must be at least 16 bytes long");
+  if (options_.ledger_bucket_ms < 1) throw ConfigError("the lease ledger's window must be at least 1 ms");
   if (!options_.ledger_dir.empty()) prepare_ledger(options_.ledger_dir);
 }
 
@@ -198,12 +198,12 @@ std::string LeaseAuthority::mac_hex(std::string_view payload) const {
 }
 
 std::string LeaseAuthority::issue(std::string_view aid, std::int64_t ttl_ms, std::int64_t now_ms) const {
-  if (aid.empty()) throw HostError("a lease needs an aid");
+  if (aid.empty()) throw ConfigError("a lease needs an aid");
   if (ttl_ms <= 0 || ttl_ms > options_.max_ttl_ms)
-    throw HostError("lease ttl must be between 1 ms and " + std::to_string(options_.max_ttl_ms / 1000) + " s");
+    throw ConfigError("lease ttl must be between 1 ms and " + std::to_string(options_.max_ttl_ms / 1000) + " s");
   unsigned char nonce[16];
   if (getrandom(nonce, sizeof nonce, 0) != static_cast<ssize_t>(sizeof nonce))
-    throw HostError("no randomness for a lease nonce");
+    throw ConfigError("no randomness for a lease nonce");
   std::string payload(kPrefix);
   payload += '.';
   payload += to_hex(reinterpret_cast<const unsigned char*>(aid.data()), aid.size());

@@ -33,7 +33,7 @@ std::string check_and_compile(Tool& tool, bool defer_schema) {
   }
   try {
     tool.compile_schema(defer_schema);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     return "tool " + info.aid + ": " + e.what();
   }
   return {};
@@ -117,7 +117,7 @@ ToolRegistry::~ToolRegistry() {
 
 std::vector<std::string> ToolRegistry::add_plugin(const std::string& source, PluginEntryPoints entry, Runner* runner) {
   const std::string where = "plugin " + source + ": ";
-  auto refuse = [&](const std::string& why) { throw HostError(where + why); };
+  auto refuse = [&](const std::string& why) { throw ConfigError(where + why); };
   const std::uint32_t version = entry.abi_version();
   if (version != MACHINA_PLUGIN_ABI_VERSION) {
     refuse("ABI version " + std::to_string(version) + " is not supported (this host speaks version " +
@@ -151,11 +151,11 @@ std::vector<std::string> ToolRegistry::add_described(const std::string& source, 
   for (auto& d : described) {
     auto tool = std::make_unique<Tool>(breaker_options_);
     tool->info = std::move(d.info);
-    if (auto why = check_and_compile(*tool, d.host_own); !why.empty()) throw HostError(where + ": " + why);
+    if (auto why = check_and_compile(*tool, d.host_own); !why.empty()) throw ConfigError(where + ": " + why);
     tool->runner = d.runner;
     tools.push_back(std::move(tool));
   }
-  if (tools.empty()) throw HostError(where + ": registers no tools");
+  if (tools.empty()) throw ConfigError(where + ": registers no tools");
   return add(where, std::move(tools), host_own);
 }
 
@@ -189,7 +189,7 @@ std::string ToolRegistry::name_taken(const Tool& tool,
 
 std::vector<std::string> ToolRegistry::add(const std::string& where, std::vector<std::unique_ptr<Tool>> tools,
                                            bool host_own) {
-  auto refuse = [&](const std::string& why) { throw HostError(where + ": " + why); };
+  auto refuse = [&](const std::string& why) { throw ConfigError(where + ": " + why); };
   std::unique_lock lock(mu_);
   std::set<std::string_view> in_plugin;
   std::unordered_map<std::string_view, const Tool*> batch;

@@ -33,29 +33,29 @@ class PackFile {
   /// Its top-level mapping. Throws "FILE:LINE: …" on bad YAML.
   YAML::Node load() const {
     std::ifstream in(path_, std::ios::binary);
-    if (!in) throw HostError(path_ + ": cannot be read");
+    if (!in) throw ConfigError(path_ + ": cannot be read");
     std::string text(kMaxPackFileBytes + 1, '\0');
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
     text.resize(static_cast<std::size_t>(in.gcount()));
     if (text.size() > kMaxPackFileBytes) {
-      throw HostError(path_ + ": larger than " + std::to_string(kMaxPackFileBytes) + " bytes");
+      throw ConfigError(path_ + ": larger than " + std::to_string(kMaxPackFileBytes) + " bytes");
     }
     YAML::Node doc;
     try {
       doc = YAML::Load(text);
     } catch (const YAML::DeepRecursion& e) {
-      throw HostError(path_ + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: nested too deep (" +
-                      std::to_string(e.depth()) + " levels)");
+      throw ConfigError(path_ + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: nested too deep (" +
+                        std::to_string(e.depth()) + " levels)");
     } catch (const YAML::Exception& e) {
-      throw HostError(path_ + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: " + e.msg);
+      throw ConfigError(path_ + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: " + e.msg);
     }
-    if (!doc.IsMap()) throw HostError(path_ + ": must be a mapping of keys to values");
+    if (!doc.IsMap()) throw ConfigError(path_ + ": must be a mapping of keys to values");
     return doc;
   }
 
   [[noreturn]] void fail(const YAML::Node& at, const std::string& what) const {
     const int line = at.IsDefined() ? at.Mark().line : -1;
-    throw HostError(path_ + (line >= 0 ? ":" + std::to_string(line + 1) : std::string()) + ": " + what);
+    throw ConfigError(path_ + (line >= 0 ? ":" + std::to_string(line + 1) : std::string()) + ": " + what);
   }
 
  private:
@@ -150,10 +150,10 @@ ToolManifest load_pack_dir(const std::string& dir) {
   const fs::path root = fs::absolute(dir).lexically_normal();
   const PackFile pack_file(root, "pack.yaml"), tools_file(root, "tools.yaml"), caps_file(root, "capabilities.yaml");
   if (!pack_file.exists()) {
-    throw HostError(dir + ": no pack.yaml in the pack (a namel3ss pack holds pack.yaml and tools.yaml)");
+    throw ConfigError(dir + ": no pack.yaml in the pack (a namel3ss pack holds pack.yaml and tools.yaml)");
   }
   if (!tools_file.exists()) {
-    throw HostError(dir + ": no tools.yaml in the pack (a namel3ss pack holds pack.yaml and tools.yaml)");
+    throw ConfigError(dir + ": no tools.yaml in the pack (a namel3ss pack holds pack.yaml and tools.yaml)");
   }
 
   // pack.yaml: who the pack is and which tools it offers.
@@ -183,10 +183,7 @@ ToolManifest load_pack_dir(const std::string& dir) {
   const YAML::Node names = pack["tools"];
   if (!names.IsDefined() || names.IsNull()) pack_file.fail(YAML::Node(), "field 'tools': is required");
   if (!names.IsSequence() || names.size() == 0) pack_file.fail(names, "field 'tools': must be a list of tool names");
-  std::error_code ec;
-  source.deps_source = fs::exists(root / "pyproject.toml", ec)     ? "pyproject"
-                       : fs::exists(root / "requirements.txt", ec) ? "requirements"
-                                                                   : "none";
+  const std::string deps_source = deps_source_of(root.string());
   source.bindings_path = tools_file.path();
 
   // tools.yaml: each tool's binding.
@@ -282,6 +279,7 @@ ToolManifest load_pack_dir(const std::string& dir) {
     }
     t.python = "python3";
     t.root = manifest.path;
+    t.deps_source = deps_source;
     manifest.tools.push_back(std::move(t));
   }
 

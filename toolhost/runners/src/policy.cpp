@@ -405,12 +405,12 @@ Policy parse_policy(std::string_view text, const std::string& path, const std::s
 
 Policy load_policy(const std::string& path, const std::string& workspace) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw HostError("cannot read policy file " + path);
+  if (!in) throw ConfigError("cannot read policy file " + path);
   std::string text;
   text.resize(kMaxPolicyBytes + 1);
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxPolicyBytes) throw HostError("policy file " + path + " is larger than 1 MiB");
+  if (text.size() > kMaxPolicyBytes) throw ConfigError("policy file " + path + " is larger than 1 MiB");
   return parse_policy(text, path, workspace);
 }
 

@@ -69,8 +69,8 @@ InterpreterFiles interpreter_files(const std::string& interpreter) {
     }
   }
   if (files.executable.empty() || files.paths.empty()) {
-    throw HostError("the interpreter " + interpreter + " could not say where its files are (" + run.how + ")" +
-                    (run.tail.empty() ? "" : ": " + run.tail));
+    throw ConfigError("the interpreter " + interpreter + " could not say where its files are (" + run.how + ")" +
+                      (run.tail.empty() ? "" : ": " + run.tail));
   }
   known.emplace(interpreter, files);
   return files;
@@ -198,7 +198,7 @@ SandboxPlan plan_child_sandbox(const ManifestChild& child, const std::string& pr
   if (!refused.empty()) {
     std::string why;
     for (const auto& r : refused) why += (why.empty() ? "" : "; ") + r;
-    throw HostError(why);
+    throw ConfigError(why);
   }
   sandbox::ExecSpec spec;
   spec.memory_mb = child.memory_mb;

@@ -43,9 +43,9 @@ RpcChild::RpcChild(RpcChildOptions options, RequestHandler on_request, Notificat
       on_request_(std::move(on_request)),
       on_notification_(std::move(on_notification)),
       chunk_(new char[kChunkBytes]) {
-  if (options_.argv.empty()) throw HostError("a JSON-RPC child needs a command");
+  if (options_.argv.empty()) throw ConfigError("a JSON-RPC child needs a command");
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) throw HostError(std::string("cannot make an eventfd: ") + std::strerror(errno));
+  if (wake_fd_ < 0) throw ConfigError(std::string("cannot make an eventfd: ") + std::strerror(errno));
   ChildSpec spec;
   spec.executable = options_.argv.front();
   spec.argv = options_.argv;

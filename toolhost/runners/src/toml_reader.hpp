@@ -24,7 +24,7 @@ struct Refuser {
     (*this)(at.source().begin.line, why);
   }
   [[noreturn]] void operator()(std::size_t line, const std::string& why) const {
-    throw HostError(path + ":" + std::to_string(line) + ": " + why);
+    throw ConfigError(path + ":" + std::to_string(line) + ": " + why);
   }
 };
 

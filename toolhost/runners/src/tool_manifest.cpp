@@ -170,13 +170,14 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     }
     try {
       SchemaValidator check(tool.info.input_schema);
-    } catch (const HostError& e) {
+    } catch (const ConfigError& e) {
       r.fail("input_schema", e.what());
     }
   }
   tool.runner = r.string("runner", true);
   tool.root = root;
   if (tool.runner == "python") {
+    tool.deps_source = deps_source_of(root);
     tool.entry = r.string("entry", true);
     if (!is_entry(tool.entry)) r.fail("entry", "must be 'module:function' (dotted names), not '" + tool.entry + "'");
     tool.python = r.string("python", false, "python3");
@@ -351,6 +352,14 @@ std::string aid_word(std::string_view s) {
   return out;
 }
 
+std::string deps_source_of(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::path(folder) / "pyproject.toml", ec)) return "pyproject";
+  if (fs::exists(fs::path(folder) / "requirements.txt", ec)) return "requirements";
+  return "none";
+}
+
 ToolManifest parse_tool_manifest(std::string_view text, const std::string& path) {
   const Refuser refuse{path};
   const toml::table doc = toml_reader::parse(text, refuse);
@@ -421,17 +430,17 @@ ToolManifest load_tool_manifest(const std::string& path) {
     c.kind = "skill";
     c.line = 1;
     c.dir = std::filesystem::absolute(path).lexically_normal().string();
-    read_skill_dir(c, c.dir, [&](const std::string& why) { throw HostError(path + ": " + why); });
+    read_skill_dir(c, c.dir, [&](const std::string& why) { throw ConfigError(path + ": " + why); });
     manifest.children.push_back(std::move(c));
     return manifest;
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw HostError(path + ": cannot open the tool manifest");
+  if (!in) throw ConfigError(path + ": cannot open the tool manifest");
   std::string text(kMaxManifestBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<std::size_t>(in.gcount()));
   if (text.size() > kMaxManifestBytes) {
-    throw HostError(path + ": the tool manifest is larger than " + std::to_string(kMaxManifestBytes) + " bytes");
+    throw ConfigError(path + ": the tool manifest is larger than " + std::to_string(kMaxManifestBytes) + " bytes");
   }
   return parse_tool_manifest(text, path);
 }

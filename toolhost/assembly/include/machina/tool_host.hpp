@@ -71,7 +71,7 @@ struct ToolHostStats {
 
 class ToolHost {
  public:
-  /// Throws HostError as Host does, and if the lease key file lies inside the tools'
+  /// Throws ConfigError as Host does, and if the lease key file lies inside the tools'
   /// workspace (with lease enforcement on).
   explicit ToolHost(HostOptions options = {});
   ~ToolHost();
@@ -85,10 +85,10 @@ class ToolHost {
 
   /// Registers the tools `choice` names, by the one rule for the default set: the plugins
   /// named, else the built-in tools; the packs named, else every pack when no plugin is
-  /// named; then the manifests. Throws HostError as the loaders below do. Returns the aids
+  /// named; then the manifests. Throws ConfigError as the loaders below do. Returns the aids
   /// added.
   std::vector<std::string> load_default_tools(const ToolChoice& choice);
-  /// Throws HostError naming the file (see ToolRegistry::load_plugin), or if process
+  /// Throws ConfigError naming the file (see ToolRegistry::load_plugin), or if process
   /// isolation has already started its workers. With process isolation the library is
   /// loaded in a sandboxed worker, never in this process (ProcessRunner::describe).
   std::vector<std::string> load_plugin(const std::string& path);
@@ -97,12 +97,12 @@ class ToolHost {
   std::vector<std::string> add_linked_plugin(PluginEntryPoints entry);
   /// Registers the tools a tool manifest declares (tool_manifest.hpp), each with the runner
   /// its kind needs (Python tools: warm worker pools, shared by tools of one interpreter and
-  /// set-up). Throws HostError "FILE:LINE: …" for a bad manifest or an interpreter that is
+  /// set-up). Throws ConfigError "FILE:LINE: …" for a bad manifest or an interpreter that is
   /// not there, or naming the aid already registered; registers all of the file's tools or
   /// none. Returns the aids added.
   std::vector<std::string> load_tools(const std::string& manifest_path);
   /// Registers the built-in tool packs (`packs`: of PackRunner::pack_names(); empty: all)
-  /// under each tool's every name, run in this process under `policy`. Throws HostError
+  /// under each tool's every name, run in this process under `policy`. Throws ConfigError
   /// for an unknown pack, a name already registered, or packs added before.
   std::vector<std::string> add_packs(const std::vector<std::string>& packs, Policy policy);
 

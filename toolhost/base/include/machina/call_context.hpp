@@ -13,7 +13,8 @@
 namespace machina {
 
 struct CallContext {
-  CallContext(std::size_t max_output_bytes, const Session* session) : max_output(max_output_bytes), session_(session) {}
+  CallContext(std::size_t max_output_bytes, const CallerState* session)
+      : max_output(max_output_bytes), session_(session) {}
   CallContext(std::size_t max_output_bytes, std::shared_ptr<const Slots> state)
       : max_output(max_output_bytes), base(std::move(state)) {}
 
@@ -51,7 +52,7 @@ struct CallContext {
   machina_call* as_call() { return reinterpret_cast<machina_call*>(this); }
 
  private:
-  const Session* session_ = nullptr;
+  const CallerState* session_ = nullptr;
 };
 
 /// The services table handed to every tool call.

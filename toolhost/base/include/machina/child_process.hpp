@@ -45,9 +45,9 @@ struct ChildSpec {
 };
 
 /// The child could not be started; `error` is the errno of the failure.
-class StartError : public HostError {
+class StartError : public ConfigError {
  public:
-  StartError(const std::string& what, int errno_value) : HostError(what), error(errno_value) {}
+  StartError(const std::string& what, int errno_value) : ConfigError(what), error(errno_value) {}
   int error;
 };
 
@@ -80,7 +80,7 @@ class Spawner {
 class ChildProcess {
  public:
   /// Starts the child (on `spawner`'s thread if given, else on this one). Throws
-  /// StartError when it cannot be started, HostError when this process is out of
+  /// StartError when it cannot be started, ConfigError when this process is out of
   /// descriptors.
   explicit ChildProcess(const ChildSpec& spec, Spawner* spawner = nullptr);
   /// Ends the child (see end()) if that has not been done; closes every descriptor.

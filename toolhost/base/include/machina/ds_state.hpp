@@ -51,9 +51,9 @@ struct DsReport {
 
 /// One caller's state. Serve mode keeps one per stream and answers with deltas;
 /// single-shot mode answers with the full state. Thread-safe.
-class Session {
+class CallerState {
  public:
-  explicit Session(bool respond_with_delta) : delta_(respond_with_delta) {}
+  explicit CallerState(bool respond_with_delta) : delta_(respond_with_delta) {}
   bool respond_with_delta() const { return delta_; }
 
   std::shared_ptr<const Slots> snapshot() const;

@@ -43,7 +43,7 @@ const ErrorKindInfo& error_info(ErrorKind kind) noexcept;
 
 /// Raised by host set-up (loading plugins, bad options): never by a request, which
 /// always gets a response instead.
-class HostError : public std::runtime_error {
+class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -22,7 +22,7 @@ struct WorkerLimits {
 
 /// Applies the address space and file size limits and the no-network filter to this
 /// process (the template of an isolated worker: every call process inherits them).
-/// Throws HostError naming the limit that could not be set.
+/// Throws ConfigError naming the limit that could not be set.
 void apply_process_limits(const WorkerLimits& limits);
 
 /// The open files limit, applied in each call process (the template needs descriptors of
@@ -35,7 +35,7 @@ void apply_open_files_limit(std::uint64_t open_files);
 /// time, which a tool that yields between ticks (e.g. by reading its own CPU clock in a
 /// loop on a busy machine) can outrun several times over; the CPU clock is exact. The
 /// soft RLIMIT_CPU is still set (to the time used so far plus the budget) so that programs
-/// the tool starts inherit a limit. Does nothing for 0 seconds. Throws HostError if the
+/// the tool starts inherit a limit. Does nothing for 0 seconds. Throws ConfigError if the
 /// timer cannot be created.
 class CpuBudget {
  public:

@@ -119,8 +119,8 @@ struct Response {
   // object's text; empty: none (native plugin tools). Encoded as the response's `trace`.
   std::string trace_json;
   // Set on the late return of a call whose timeout was already delivered through the
-  // front's Takeover (see Host::handle): the front must drop this response.
-  bool abandoned = false;
+  // front's OverrunSink (see Host::handle): the front must drop this response.
+  bool overran = false;
 
   bool ok() const { return kind == ErrorKind::none; }
   Status status() const { return error_info(kind).status; }

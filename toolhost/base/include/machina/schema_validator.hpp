@@ -16,7 +16,7 @@ namespace machina {
 
 class SchemaValidator {
  public:
-  /// Throws HostError if `schema_text` is not JSON or uses unsupported keywords. The
+  /// Throws ConfigError if `schema_text` is not JSON or uses unsupported keywords. The
   /// check is cheap (no DOM of the validator's kind is built): loading a plugin costs
   /// little, and a schema is compiled only when its tool is first called.
   explicit SchemaValidator(std::string schema_text);

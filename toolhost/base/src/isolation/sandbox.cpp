@@ -23,7 +23,7 @@ namespace machina::sandbox {
 namespace {
 
 [[noreturn]] void fail(const std::string& step) {
-  throw HostError("process isolation: " + step + ": " + std::strerror(errno));
+  throw ConfigError("process isolation: " + step + ": " + std::strerror(errno));
 }
 
 void write_file(const char* path, const std::string& text) {

@@ -52,7 +52,7 @@ void say(const std::string& what) {
 }
 
 [[noreturn]] void fail(const std::string& step) {
-  throw HostError(step + ": " + std::strerror(errno));
+  throw ConfigError(step + ": " + std::strerror(errno));
 }
 
 int landlock_abi_now() {
@@ -198,7 +198,7 @@ void set_limit(int resource, std::uint64_t value, const char* what) {
     if (spec.write_quota_mb > 0 && (file_mb == 0 || file_mb > spec.write_quota_mb)) file_mb = spec.write_quota_mb;
     set_limit(RLIMIT_FSIZE, file_mb << 20, "file size");
     set_limit(RLIMIT_CPU, spec.cpu_seconds, "CPU time");
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     say(e.what());
     ::_exit(kCannotConfine);
   }
@@ -285,7 +285,7 @@ int wait_for(pid_t pid, const ExecSpec& spec) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   try {
     seal();
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     say(e.what());
     ::_exit(kCannotConfine);
   }
@@ -350,7 +350,7 @@ ExecSpec ExecSpec::from_json(std::string_view text) {
     s.cpu_seconds = j.value("cpu_seconds", std::uint64_t{0});
     return s;
   } catch (const nlohmann::json::exception& e) {
-    throw HostError(std::string("not a sandbox spec: ") + e.what());
+    throw ConfigError(std::string("not a sandbox spec: ") + e.what());
   }
 }
 
@@ -401,7 +401,7 @@ int exec_in_sandbox(const ExecSpec& spec, char** argv) {
   try {
     enter(Walls{spec.own_network, spec.hidden_files, spec.restrict_write, spec.write_paths, spec.no_exec_paths,
                 spec.exec_paths});
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     say(e.what());
     return kCannotConfine;
   }

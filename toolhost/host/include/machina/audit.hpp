@@ -131,7 +131,7 @@ class AuditCredentialMask {
 
 class AuditLog {
  public:
-  /// Opens (or makes) the store; throws HostError when it cannot (a bad path, a database
+  /// Opens (or makes) the store; throws ConfigError when it cannot (a bad path, a database
   /// of another schema, a JSON lines file that cannot be opened).
   explicit AuditLog(AuditOptions options);
   /// Writes everything recorded, then closes the store.
@@ -142,7 +142,7 @@ class AuditLog {
   /// Records one call (thread-safe; cheap: see above).
   void record(const AuditCall& call);
   /// Takes the calls of the store's pending file (AuditOptions::pending) into its database,
-  /// if there are any; throws HostError when the database cannot be opened.
+  /// if there are any; throws ConfigError when the database cannot be opened.
   static void take_in_pending(const AuditOptions& options);
   /// Now, in the log's ticks: the time-stamp counter when the kernel's clock runs on it
   /// (the counter then runs at one rate on every CPU), else the steady clock's nanoseconds.
@@ -233,11 +233,11 @@ struct AuditReportOptions {
   std::optional<std::int64_t> since_ms, until_ms;
   std::size_t top = 10;
 };
-/// Throws HostError for a missing store, one of another schema, or an unreadable one.
+/// Throws ConfigError for a missing store, one of another schema, or an unreadable one.
 nlohmann::json audit_report(const AuditReportOptions& options);
 std::string audit_report_text(const nlohmann::json& report);
 /// A time for --since / --until: YYYY-MM-DD[THH:MM[:SS]][Z] in UTC, `now`, or a span back
-/// from now (90s, 30m, 24h, 7d). Throws HostError otherwise.
+/// from now (90s, 30m, 24h, 7d). Throws ConfigError otherwise.
 std::int64_t parse_audit_time(const std::string& text, std::int64_t now_ms);
 
 }  // namespace machina

@@ -24,13 +24,13 @@ namespace machina {
 
 /// How a front answers on time when a tool overruns its deadline on the front's own
 /// thread (inline mode): see Host::handle.
-class Takeover {
+class OverrunSink {
  public:
-  virtual ~Takeover() = default;
+  virtual ~OverrunSink() = default;
   /// Called once, on the host's watchdog thread, with the `timeout` response to deliver
   /// now. The thread that called handle() stays inside the tool until the tool returns;
-  /// its handle() then returns a response marked `abandoned`, which the front drops.
-  virtual void deliver_overrun(Response response) = 0;
+  /// its handle() then returns a response marked `overran`, which the front drops.
+  virtual void deliver(Response response) = 0;
 };
 
 /// The pipeline's counters.
@@ -53,7 +53,7 @@ class Host {
     std::function<void(const std::string& id)> connection_closed;
   };
 
-  /// Throws HostError for options no host can run with (HostOptions::check), if lease
+  /// Throws ConfigError for options no host can run with (HostOptions::check), if lease
   /// enforcement is on and no usable secret is configured, or if an audit store named on
   /// purpose cannot be opened.
   explicit Host(HostOptions options = {}, Hooks hooks = {});
@@ -79,10 +79,10 @@ class Host {
   ///
   /// Every call has a deadline. In process isolation the worker is killed at the deadline
   /// and the call answers `timeout` on time. Inline, the tool runs on this thread, which
-  /// nothing can safely stop: with a `takeover`, the host hands the `timeout` response to
-  /// it at the deadline (and later returns an `abandoned` response here); without one,
+  /// nothing can safely stop: with an overrun sink, the host hands the `timeout` response to
+  /// it at the deadline (and later returns an `overran` response here); without one,
   /// the `timeout` response is returned here once the tool gives the thread back.
-  Response handle(Request& request, Session& session, Takeover* takeover = nullptr);
+  Response handle(Request& request, CallerState& session, OverrunSink* overrun_sink = nullptr);
 
   /// The response for a request refused by size before it was decoded.
   Response request_too_large() const;
@@ -128,29 +128,29 @@ class Host {
  private:
   /// The refusal of a call to an aid no tool has: the nearest aid as its hint.
   Response tool_not_found(std::string_view aid) const;
-  struct Scope;
+  struct InFlight;
 
-  Response handle_checked(Request& request, Session& session, Takeover* takeover, std::int64_t started_ns);
+  Response handle_checked(Request& request, CallerState& session, OverrunSink* overrun_sink, std::int64_t started_ns);
   AuditCall audit_call(const Request& request, const Response& response, std::int64_t started_ns) const;
   void record_call(const Request& request, const Response& response, std::int64_t started_ns) const;
   /// Records the call; one the store must record (AuditOptions::required) is first written,
   /// and if that fails `r` becomes audit_unavailable (its output withheld).
-  void record_or_withhold(const Request& request, Session& session, Response& r, std::int64_t started_ns) const;
+  void record_or_withhold(const Request& request, CallerState& session, Response& r, std::int64_t started_ns) const;
   /// Runs the call into `r` (a fresh Response, the caller's return object).
-  void execute(const Tool& tool, const Request& request, Session& session, std::int64_t now_ms, Scope& scope,
+  void execute(const Tool& tool, const Request& request, CallerState& session, std::int64_t now_ms, InFlight& in_flight,
                Response& r);
   /// A call with an idempotency key: `store` first, then execute(). The store is the host's
   /// own cache, called as itself (no indirect call on a fresh key's path), or a shared store
   /// through the interface; the rule is this one function either way.
   template <class Store>
-  void run_keyed(Store& store, const Tool& tool, const Request& request, Session& session, std::int64_t now_ms,
-                 Scope& scope, Response& r);
+  void run_keyed(Store& store, const Tool& tool, const Request& request, CallerState& session, std::int64_t now_ms,
+                 InFlight& in_flight, Response& r);
   /// run_keyed's answer for a key already known (a hit, a wait, a conflict), a full cache, or
   /// one the store gives: false once `r` is the answer; true when the call is to run after
   /// all (a `wait` ended with the key free: `ticket` is then this call's `run`).
-  [[gnu::noinline]] bool answer_without_running(IdempotencyStore& store, const Tool& tool, Session& session,
+  [[gnu::noinline]] bool answer_without_running(IdempotencyStore& store, const Tool& tool, CallerState& session,
                                                 IdempotencyStore::Ticket& ticket, Response& r);
-  DsReport report(Session& session, std::shared_ptr<const SlotChanges> changes) const;
+  DsReport report(CallerState& session, std::shared_ptr<const SlotChanges> changes) const;
   Response timeout_response(const Tool& tool, std::int64_t timeout_ms, const std::string& detail = {}) const;
 
   HostOptions options_;

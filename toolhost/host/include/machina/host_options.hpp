@@ -58,6 +58,12 @@ struct HostOptions {
   /// The audit store (off unless a database or a JSON lines file is named).
   AuditOptions audit;
 
+  /// The operator's commands a refusal's hint names; empty: it names none.
+  struct OperatorCommands {
+    std::string tool_list;    // lists the tools (tool_not_found)
+    std::string lease_issue;  // issues a lease; the tool's aid follows it (lease_required)
+  } operator_commands;
+
   /// Notable events (a call overran its deadline, a worker was lost), one line each,
   /// for the front to log; empty: not reported.
   std::function<void(std::string_view)> on_event;
@@ -68,9 +74,12 @@ struct HostOptions {
   /// and MACHINA_TOOLHOST_AUDIT_JSONL name the audit store's files.
   static HostOptions from_env();
 
-  /// Throws HostError for values no host can run with (a timeout under 1 ms, a skill tick
+  /// Throws ConfigError for values no host can run with (a timeout under 1 ms, a skill tick
   /// out of range, OS limits without process isolation).
   void check() const;
+  /// Whether OS limits are set while tools run in the host's own threads (the limits apply
+  /// to isolated tools only): each front refuses it in the words of its options first.
+  bool limits_need_isolation() const { return isolation == Isolation::inline_threads && workers.limits.any(); }
 };
 
 }  // namespace machina

@@ -25,7 +25,7 @@ namespace machina {
 /// Where the secret comes from: MACHINA_LEASE_SECRET (as it is now, or as it was when
 /// protect_lease_secret(true) took it out of the environment), else the file named by
 /// MACHINA_LEASE_KEY_FILE. Protects the variable as protect_lease_secret(false) does.
-/// Throws HostError if neither is set, the file cannot be read, or the secret is shorter
+/// Throws ConfigError if neither is set, the file cannot be read, or the secret is shorter
 /// than 16 bytes.
 std::string load_lease_secret();
 
@@ -38,7 +38,7 @@ std::string load_lease_secret();
 /// Call it early, before other threads read the environment.
 void protect_lease_secret(bool unset);
 
-/// A lease lifetime given in seconds, as milliseconds. Throws HostError unless it is a
+/// A lease lifetime given in seconds, as milliseconds. Throws ConfigError unless it is a
 /// finite number from 0.001 s to `max_ttl_ms`.
 std::int64_t lease_ttl_ms(double seconds, std::int64_t max_ttl_ms);
 
@@ -54,7 +54,7 @@ class LeaseAuthority {
 
   LeaseAuthority(std::string secret, Options options);
 
-  /// Mints a token for `aid` valid for `ttl_ms`. Throws HostError on a bad ttl or aid.
+  /// Mints a token for `aid` valid for `ttl_ms`. Throws ConfigError on a bad ttl or aid.
   std::string issue(std::string_view aid, std::int64_t ttl_ms, std::int64_t now_ms) const;
   const Options& options() const { return options_; }
 

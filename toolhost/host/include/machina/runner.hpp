@@ -1,9 +1,8 @@
 // How a tool runs: a runner executes one call of one tool and reports what happened (the
 // tool's own result code with its output or error, or a crash, a timeout, a refusal).
 // Every tool is registered with the runner it needs; the host applies its rules around
-// whichever runner it is (see host.hpp). Runners: inline (runners/inline_runner.hpp) and
-// isolated processes (runners/process_runner.hpp); later Python tools, skills, MCP
-// servers and HTTP services.
+// whichever runner it is (see host.hpp). The runners are in toolhost/runners: inline,
+// isolated processes, Python tools, skills and MCP servers, HTTP services.
 #pragma once
 
 #include <machina/call_context.hpp>
@@ -22,7 +21,7 @@ struct Tool;
 
 /// The host's side of a call whose deadline passes while its tool still holds the
 /// calling thread (inline runners): called once, on a runner's own thread, to answer the
-/// call `timeout` now. The run then returns `late` when the tool finally gives back.
+/// call `timeout` now. The run then returns `overran` when the tool finally gives back.
 class Overrun {
  public:
   virtual ~Overrun() = default;
@@ -51,7 +50,7 @@ struct RunOutcome {
     crashed,     // its process died or broke the protocol (`detail` says how)
     overloaded,  // refused before running (`detail` says why)
     closed,      // the runner has been closed
-    late,        // returned after Overrun::overrun() answered the call
+    overran,     // returned after Overrun::overrun() answered the call
     failed,      // the runner answers the call with `failure` and `detail` (a guarantee it
                  // cannot enforce, a service it cannot reach ...)
     cancelled    // stopped at its caller's request (the front may answer nothing)

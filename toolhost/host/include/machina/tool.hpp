@@ -34,13 +34,13 @@ struct Tool {
 
   explicit Tool(const CircuitBreaker::Options& breaker_options) : breaker(breaker_options) {}
 
-  /// Checks `info.input_schema` now (throws HostError if the host cannot check it), or,
+  /// Checks `info.input_schema` now (throws ConfigError if the host cannot check it), or,
   /// with `defer`, at the tool's first call: the host's own tools (the packs, plugins
   /// linked into the program) are not checked at every start of a `--run` process; a
   /// unit test compiles every one of their schemas instead.
   void compile_schema(bool defer);
   /// The input schema to check a call against, or null if the tool declares none.
-  /// Thread-safe. Throws HostError if a deferred schema does not compile.
+  /// Thread-safe. Throws ConfigError if a deferred schema does not compile.
   const SchemaValidator* input_validator() const;
 
  private:

@@ -34,7 +34,7 @@ class ToolRegistry {
   ToolRegistry(const ToolRegistry&) = delete;
   ToolRegistry& operator=(const ToolRegistry&) = delete;
 
-  /// Loads a plugin library and registers its tools, run by `runner`. Throws HostError
+  /// Loads a plugin library and registers its tools, run by `runner`. Throws ConfigError
   /// naming the file if it cannot be opened, lacks an entry point, has another ABI
   /// version, declares an invalid tool or an aid that is already registered. Returns the
   /// aids added. Defined apart (plugin_library.cpp), so that a program which only links
@@ -48,7 +48,7 @@ class ToolRegistry {
 
   /// Registers tools from their descriptions alone (their code runs elsewhere, through
   /// `runner`). The same checks as for a plugin (aid, tier, schema, duplicates); all or
-  /// none. Throws HostError naming `source`. `host_own`: the host's own tools (the packs),
+  /// none. Throws ConfigError naming `source`. `host_own`: the host's own tools (the packs),
   /// whose schemas are checked at their first call (see Tool::compile_schema).
   std::vector<std::string> add_described(const std::string& source, std::vector<ToolInfo> tools, Runner* runner,
                                          bool host_own = false);

@@ -16,7 +16,7 @@ bool is_pack_dir(const std::string& dir);
 
 /// The pack's tools: aid AID.PACK.<ID>.<TOOL>.v1 (letters and digits of each in capitals,
 /// every other character '_'), name the tool's name, runner "python" with the pack folder as
-/// import root, guarantees from capabilities.yaml. Throws HostError "FILE[:LINE]: …".
+/// import root, guarantees from capabilities.yaml. Throws ConfigError "FILE[:LINE]: …".
 ToolManifest load_pack_dir(const std::string& dir);
 
 }  // namespace machina

@@ -164,7 +164,7 @@ std::string root_overlapping(const Policy& policy, const std::string& dir);
 /// The defaults: files under `workspace` (made absolute; "" for the working directory).
 Policy default_policy(const std::string& workspace);
 
-/// Reads a policy file. Throws HostError ("FILE:LINE: what") for a file that cannot be
+/// Reads a policy file. Throws ConfigError ("FILE:LINE: what") for a file that cannot be
 /// read, is not TOML, or has an unknown or mistyped key, a root that is not a directory,
 /// a rate limit that is not one.
 Policy load_policy(const std::string& path, const std::string& workspace);

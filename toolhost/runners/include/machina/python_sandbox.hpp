@@ -30,11 +30,11 @@ struct InterpreterFiles {
   std::string executable;
   std::vector<std::string> paths;
 };
-/// Throws HostError when the interpreter cannot say.
+/// Throws ConfigError when the interpreter cannot say.
 InterpreterFiles interpreter_files(const std::string& interpreter);
 
 /// `executable` is machina-toolhost (the launcher); `memory_mb` the workers' cap, watched
-/// inside the sandbox. Throws HostError when a sandbox is needed and the interpreter cannot
+/// inside the sandbox. Throws ConfigError when a sandbox is needed and the interpreter cannot
 /// say what it is and where its files are.
 SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& interpreter, const std::string& executable,
                                 std::uint64_t memory_mb);
@@ -42,7 +42,7 @@ SandboxPlan plan_python_sandbox(const ManifestTool& tool, const std::string& int
 /// The same for a skill's or an MCP server's process: its `sandbox`, its guarantees, its
 /// memory cap and the host's OS limits (`limits`: address space, open files, file size,
 /// no network; the per-call CPU budget has no meaning for a process that serves many
-/// calls). `program` is the resolved path of its command's program. Throws HostError
+/// calls). `program` is the resolved path of its command's program. Throws ConfigError
 /// naming what cannot be enforced here (no_filesystem_read, no_env_write, a wall this
 /// machine cannot build): the process is then never started.
 SandboxPlan plan_child_sandbox(const ManifestChild& child, const std::string& program, const std::string& executable,

@@ -20,9 +20,10 @@ struct ManifestTool {
   std::string runner;    // "python" or "service"
   std::size_t line = 0;  // where its [[tool]] table starts
   // runner = "python"
-  std::string entry;   // "module:function"
-  std::string python;  // the interpreter to run it with (default "python3")
-  std::string root;    // the manifest's directory: Python modules resolve from it; a service's app_root
+  std::string entry;        // "module:function"
+  std::string python;       // the interpreter to run it with (default "python3")
+  std::string root;         // the manifest's directory: Python modules resolve from it; a service's app_root
+  std::string deps_source;  // what declares root's dependencies (deps_source_of); python tools only
   bool sandbox = false;
   std::size_t workers = 0;              // its interpreter's workers (0: the host's default)
   std::uint64_t memory_mb = 0;          // a worker resident past this is replaced (0: the host's default)
@@ -40,7 +41,6 @@ struct ManifestTool {
   struct Pack {
     std::string source;  // "installed_pack" ("": not a pack's tool)
     std::string id, name, version;
-    std::string deps_source;    // what declares its dependencies: "pyproject", "requirements" or "none"
     std::string bindings_path;  // its tools.yaml (`line` is its binding's line there)
   } pack;
 };
@@ -83,9 +83,14 @@ const std::vector<std::string>& known_guarantees();
 /// into '_' (AID.PACK.<ID>.<TOOL>.v1, AID.SKILL.<NAME>.<TOOL>.v1).
 std::string aid_word(std::string_view s);
 
+/// What declares the dependencies of the Python code in `folder`: "pyproject" (a
+/// pyproject.toml), "requirements" (a requirements.txt) or "none". The host installs none
+/// of them: a tool's trace reports it.
+std::string deps_source_of(const std::string& folder);
+
 /// Loads and checks a manifest, a skill directory (manifest.json and SKILL.md: docs/mcp-and-skills.md
 /// lays it out) or a namel3ss pack (a directory with pack.yaml: pack_manifest.hpp).
-/// Throws HostError "FILE:LINE: …" naming the field at fault (a TOML
+/// Throws ConfigError "FILE:LINE: …" naming the field at fault (a TOML
 /// syntax error, an unknown key, a missing or mistyped field, a runner this build does not
 /// have, an aid or a name declared twice in the file).
 ToolManifest load_tool_manifest(const std::string& path);

@@ -161,7 +161,7 @@ void stand_in_for_default_signal_actions() {
     std::string out;
     encode_result(rc, ctx, out);
     (void)write_all(kResultFd, out);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     complain(e.what());
     _exit(2);
   }
@@ -180,7 +180,7 @@ struct CallProcess {
 bool make_call_process(const WorkerConfig& config, const ToolRegistry& registry, std::vector<CallProcess>& children) {
   int cp[2] = {-1, -1}, rp[2] = {-1, -1};
   if (pipe2(cp, O_CLOEXEC) != 0 || pipe2(rp, O_CLOEXEC) != 0)
-    throw HostError(std::string("cannot create a pipe: ") + std::strerror(errno));
+    throw ConfigError(std::string("cannot create a pipe: ") + std::strerror(errno));
   int pidfd = -1;
   clone_args args{};
   args.flags = CLONE_NEWPID | CLONE_PIDFD;
@@ -192,7 +192,7 @@ bool make_call_process(const WorkerConfig& config, const ToolRegistry& registry,
   ::close(rp[1]);
   if (pid < 0) {
     for (int fd : {cp[0], cp[1], rp[0]}) ::close(fd);
-    throw HostError(std::string("cannot start a call process: ") + std::strerror(saved));
+    throw ConfigError(std::string("cannot start a call process: ") + std::strerror(saved));
   }
   children.push_back({static_cast<pid_t>(pid), pidfd});
 
@@ -246,11 +246,11 @@ bool reap(const WorkerConfig& config, CallProcess& child) {
     // Plugin code ran while loading: nothing of it may live on beside the template, where
     // it would outlast every call and see every call process made.
     if (const int threads = sandbox::thread_count(); threads != 1) {
-      throw HostError("a plugin started " + std::to_string(threads - 1) +
-                      " thread(s) while loading; isolated plugins must not (they would outlive every call)");
+      throw ConfigError("a plugin started " + std::to_string(threads - 1) +
+                        " thread(s) while loading; isolated plugins must not (they would outlive every call)");
     }
     if (::kill(-1, 0) == 0) {  // as init, -1 means every other process of the sandbox
-      throw HostError("a plugin started a process while loading; isolated plugins must not");
+      throw ConfigError("a plugin started a process while loading; isolated plugins must not");
     }
     stand_in_for_default_signal_actions();
     Hello hello;
@@ -271,7 +271,7 @@ bool reap(const WorkerConfig& config, CallProcess& child) {
       for (const auto& c : children) fds.push_back(pollfd{c.pidfd, POLLIN, 0});
       if (::poll(fds.data(), fds.size(), -1) < 0) {
         if (errno == EINTR) continue;
-        throw HostError(std::string("poll failed: ") + std::strerror(errno));
+        throw ConfigError(std::string("poll failed: ") + std::strerror(errno));
       }
       if (fds[0].revents != 0) _exit(0);  // the host closed the socket (it sends nothing else)
       for (std::size_t i = children.size(); i-- > 0;) {
@@ -280,7 +280,7 @@ bool reap(const WorkerConfig& config, CallProcess& child) {
         children.erase(children.begin() + static_cast<std::ptrdiff_t>(i));
       }
     }
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     complain(e.what());
     _exit(2);
   }
@@ -299,7 +299,7 @@ int run_worker(const WorkerConfig& config) {
 
   try {
     sandbox::enter(config.walls);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     complain(e.what());
     return 2;
   }

@@ -64,7 +64,7 @@ std::unique_ptr<ChildProcess> start_rg(const ChildSpec& child, Spawner* spawner,
   std::unique_ptr<ChildProcess> proc;
   try {
     proc = std::make_unique<ChildProcess>(child, spawner);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     failed = system_error(std::string("cannot start ripgrep: ") + e.what());
     return nullptr;
   }

@@ -244,7 +244,7 @@ std::string find_pip_runner(const std::string& base_python, std::string& why) {
   ChildOutcome run;
   try {
     run = run_to_completion(find, "", std::chrono::seconds(60), 1 << 16);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     why = std::string("pip could not be looked for: ") + e.what();
     return {};
   }
@@ -279,7 +279,7 @@ PipRun run_pip(const PythonPolicy& p, const std::string& executable, const Pytho
   try {
     const InterpreterFiles base = interpreter_files(ws.base_python);
     walls.read_paths.insert(walls.read_paths.end(), base.paths.begin(), base.paths.end());
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     out.end = PipRun::End::system;
     out.text = e.what();
     return out;
@@ -334,7 +334,7 @@ PipRun run_pip(const PythonPolicy& p, const std::string& executable, const Pytho
   ChildOutcome run;
   try {
     run = run_to_completion(child, "", std::chrono::milliseconds(limit_ms), kMaxReportBytes);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     out.end = PipRun::End::system;
     out.text = std::string("pip could not be started: ") + e.what();
     return out;

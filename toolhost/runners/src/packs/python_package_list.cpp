@@ -51,7 +51,7 @@ Result PythonPack::list_without_workspace(const Call& c) {
   std::string python;
   try {
     python = resolve_interpreter(policy_.python.python, ".");
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     return system_error(std::string("the Python interpreter of the policy ([python] python): ") + e.what());
   }
   ChildSpec spec;

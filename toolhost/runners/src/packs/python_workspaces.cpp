@@ -88,7 +88,7 @@ PythonPack::Workspace* PythonPack::workspace(const Call& c, Result& refusal) {
   ws->scope = scope;
   try {
     ws->base_python = resolve_interpreter(p.python, ".");
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     refusal = system_error(std::string("the Python interpreter of the policy ([python] python): ") + e.what());
     return nullptr;
   }
@@ -139,7 +139,7 @@ PythonPack::Workspace* PythonPack::workspace(const Call& c, Result& refusal) {
   }
   try {
     ws->files = interpreter_files(ws->python);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     return fail(e.what());
   }
   Workspace* out = ws.get();

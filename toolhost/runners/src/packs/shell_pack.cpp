@@ -281,7 +281,7 @@ Result shell_exec(const Call& c) {
   std::unique_ptr<ChildProcess> proc;
   try {
     proc = std::make_unique<ChildProcess>(child, c.spawner);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     return system_error(std::string("cannot start ") + excerpt(command) + ": " + e.what());
   }
   proc->close_input();

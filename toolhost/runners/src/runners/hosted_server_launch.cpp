@@ -35,7 +35,7 @@ std::shared_ptr<RpcChild> HostedServer::launch(std::int64_t deadline_ms, std::ve
     child = std::make_shared<RpcChild>(
         options_.child, [this](const jsonrpc::Message& m, std::string& reply) { on_request(m, reply); },
         [this](const jsonrpc::Message& m) { on_notification(m); }, &spawner_);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     why = std::string("cannot start it: ") + e.what();
     return nullptr;
   }
@@ -179,7 +179,7 @@ std::vector<RemoteTool> HostedServer::start() {
   std::string why;
   bool modern = false;
   auto child = launch(steady_now_ms() + options_.start_timeout_ms, &tools, why, modern);
-  if (!child) throw HostError(why);
+  if (!child) throw ConfigError(why);
   std::lock_guard lock(mu_);
   child_ = std::move(child);
   child_modern_ = modern;

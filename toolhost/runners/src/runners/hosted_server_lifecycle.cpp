@@ -33,8 +33,8 @@ HostedServer::HostedServer(HostedServerOptions options) : options_(std::move(opt
     std::error_code ec;
     std::filesystem::create_directories(options_.data_dir, ec);
     if (ec)
-      throw HostError("skill " + options_.name + ": cannot make its data directory " + options_.data_dir + ": " +
-                      ec.message());
+      throw ConfigError("skill " + options_.name + ": cannot make its data directory " + options_.data_dir + ": " +
+                        ec.message());
   }
   background_ = std::thread([this] { background_loop(); });
 }

@@ -37,7 +37,7 @@ RunOutcome InlineRunner::run(const RunSpec& spec) {
   // The deadline won: the call was answered `timeout`; what the tool did is discarded.
   stuck_now_.fetch_sub(1, std::memory_order_relaxed);
   if (on_event_) on_event_(tool.info.aid + " returned after its deadline; its result was discarded");
-  return {RunOutcome::Ending::late, rc, {}};
+  return {RunOutcome::Ending::overran, rc, {}};
 }
 
 void InlineRunner::on_deadline(DeadlineWatchdog::Watch& watch) {

@@ -39,17 +39,18 @@ constexpr std::int64_t kEndWaitMs = 2'000;             // for a killed call proc
 }  // namespace
 
 ProcessRunner::ProcessRunner(ProcessRunnerOptions options) : options_(std::move(options)) {
-  if (options_.executable.empty()) throw HostError("process isolation needs the machina-toolhost executable");
+  if (options_.executable.empty()) throw ConfigError("process isolation needs the machina-toolhost executable");
   if (access(options_.executable.c_str(), X_OK) != 0) {
-    throw HostError("process isolation: cannot run " + options_.executable + ": " + std::strerror(errno));
+    throw ConfigError("process isolation: cannot run " + options_.executable + ": " + std::strerror(errno));
   }
   if (options_.size == 0) options_.size = 1;
   if (options_.spares == 0) options_.spares = 1;
   std::vector<std::string> names(std::begin(kWorkerEnvironment), std::end(kWorkerEnvironment));
   for (const auto& name : options_.pass_env) {
-    if (name.starts_with("MACHINA_LEASE_")) throw HostError("the lease variables are never passed to workers: " + name);
+    if (name.starts_with("MACHINA_LEASE_"))
+      throw ConfigError("the lease variables are never passed to workers: " + name);
     if (name.empty() || name.find('=') != std::string::npos)
-      throw HostError("not an environment variable name: '" + name + "'");
+      throw ConfigError("not an environment variable name: '" + name + "'");
     names.push_back(name);
   }
   env_ = pick_environment(names);
@@ -64,7 +65,7 @@ ProcessRunner::~ProcessRunner() {
 
 void ProcessRunner::add_linked(const std::vector<ToolInfo>& tools) {
   std::lock_guard lock(mu_);
-  if (started_) throw HostError("the built-in tools cannot be added after the isolated workers have started");
+  if (started_) throw ConfigError("the built-in tools cannot be added after the isolated workers have started");
   plugins_.emplace_back();  // "" stands for the linked tools
   for (const auto& t : tools) aids_.push_back(t.aid);
 }

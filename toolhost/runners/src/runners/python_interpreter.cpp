@@ -12,11 +12,11 @@ std::string resolve_interpreter(const std::string& python, const std::string& ba
     std::filesystem::path p(python);
     if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
     const std::string path = p.lexically_normal().string();
-    if (!executable_file(path)) throw HostError("'" + python + "' is not an executable file (" + path + ")");
+    if (!executable_file(path)) throw ConfigError("'" + python + "' is not an executable file (" + path + ")");
     return path;
   }
   std::string found = find_on_path(python);
-  if (found.empty()) throw HostError("'" + python + "' was not found on PATH");
+  if (found.empty()) throw ConfigError("'" + python + "' was not found on PATH");
   return found;
 }
 

@@ -28,7 +28,6 @@ std::string make_trace(const PythonRunner::ToolFields& f, PythonWorkerPool& pool
     t["pack_id"] = f.pack_id;
     t["pack_name"] = f.pack_name;
     t["pack_version"] = f.pack_version;
-    t["deps_source"] = f.deps_source;
   }
   t["tool"] = f.name;
   t["entry"] = f.entry;
@@ -37,6 +36,7 @@ std::string make_trace(const PythonRunner::ToolFields& f, PythonWorkerPool& pool
   t["duration_ms"] = duration_ms;
   t["python_path"] = pool.options().python;
   t["python_env"] = nullptr;
+  t["deps_source"] = f.deps_source;
   t["sandbox"] = f.sandbox;
   t["trace_id"] = trace_id;
   if (pid > 0) t["worker_pid"] = pid;

@@ -175,7 +175,7 @@ PythonWorkerPool::Sent PythonWorkerPool::send(const std::shared_ptr<Pending>& ca
           std::shared_ptr<Worker> fresh;
           try {
             fresh = start();
-          } catch (const HostError& e) {
+          } catch (const ConfigError& e) {
             lock.lock();
             --starting_;
             changed_.notify_all();

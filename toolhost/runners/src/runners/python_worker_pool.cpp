@@ -35,7 +35,7 @@ pid_t first_child(pid_t pid) {
 
 PythonWorkerPool::PythonWorkerPool(PythonPoolOptions options)
     : options_(std::move(options)), spin_(may_run_on_two_cpus() ? options_.spin : std::chrono::microseconds(0)) {
-  if (options_.workers < 1) throw HostError("a Python worker pool needs at least 1 worker");
+  if (options_.workers < 1) throw ConfigError("a Python worker pool needs at least 1 worker");
   if (options_.queue_depth < 1) options_.queue_depth = 1;
   argv_ = options_.launcher;
   argv_.push_back(options_.python);
@@ -99,7 +99,7 @@ void PythonWorkerPool::reap_loop() {
       std::shared_ptr<Worker> fresh;
       try {
         fresh = start();
-      } catch (const HostError&) {
+      } catch (const ConfigError&) {
         // (the next call starts one itself, and says why it cannot)
       }
       lock.lock();

@@ -29,7 +29,7 @@ ServiceRunner::ServiceRunner(std::shared_ptr<http::Client> client, ServiceToolFi
     : client_(std::move(client)), fields_(std::move(fields)) {
   http::Url url;
   std::string why;
-  if (!http::Url::parse(fields_.url, url, why)) throw HostError(why);
+  if (!http::Url::parse(fields_.url, url, why)) throw ConfigError(why);
   target_ = url.target;
 }
 

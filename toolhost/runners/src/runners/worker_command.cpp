@@ -59,7 +59,7 @@ std::unique_ptr<ProcessRunner::Worker> ProcessRunner::start_worker(const std::ve
   spec.tail_bytes = options_.stderr_tail_bytes;
   try {
     w->process = std::make_unique<ChildProcess>(spec, &spawner_);
-  } catch (const HostError& e) {
+  } catch (const ConfigError& e) {
     ::close(sv[1]);
     why = e.what();
     return nullptr;
@@ -85,7 +85,7 @@ std::vector<ToolInfo> ProcessRunner::describe(const std::string& plugin) {
   {
     std::lock_guard lock(mu_);
     if (started_)
-      throw HostError("plugin " + plugin + ": cannot load a plugin after the isolated workers have started");
+      throw ConfigError("plugin " + plugin + ": cannot load a plugin after the isolated workers have started");
   }
   std::string why;
   auto w = start_worker({plugin}, nullptr, steady_now_ms() + options_.start_timeout_ms, why);
@@ -97,9 +97,9 @@ std::vector<ToolInfo> ProcessRunner::describe(const std::string& plugin) {
     if (const auto at = why.rfind(kSaid); at != std::string::npos) {
       std::string said = why.substr(at + kSaid.size());
       said.resize(std::min(said.size(), said.find('\n')));
-      if (!said.empty()) throw HostError(said.starts_with("plugin ") ? said : "plugin " + plugin + ": " + said);
+      if (!said.empty()) throw ConfigError(said.starts_with("plugin ") ? said : "plugin " + plugin + ": " + said);
     }
-    throw HostError("plugin " + plugin + ": " + why);
+    throw ConfigError("plugin " + plugin + ": " + why);
   }
   std::vector<ToolInfo> tools = std::move(w->tools);
   std::lock_guard lock(mu_);

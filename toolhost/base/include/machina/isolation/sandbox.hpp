@@ -31,7 +31,7 @@ struct Walls {
 /// namespaces; mounts stop propagating back; hidden files are covered; with `read_only`,
 /// every mount but the writable paths is made read-only; the no_exec paths lose exec. The
 /// next child this
-/// process forks is the init of the new PID namespace. Throws HostError naming the step.
+/// process forks is the init of the new PID namespace. Throws ConfigError naming the step.
 void enter(const Walls& walls);
 
 /// Step 2, in that child (PID 1 of the new namespace): a /proc that shows only the
@@ -39,13 +39,13 @@ void enter(const Walls& walls);
 /// made so far (code that runs later, even with capabilities in the sandbox, cannot undo
 /// them, nor make a read-only one writable). The /proc stays writable for the mapping of
 /// the inner user namespace (what may be written there is Landlock's to say). Throws
-/// HostError naming the step.
+/// ConfigError naming the step.
 void seal();
 
 /// Step 3, in the template before any plugin code runs: no capability can ever be gained
 /// again (securebits locked, bounding set emptied, no_new_privs), and of those it has (in
 /// the sandbox's own namespace only) it keeps CAP_SYS_ADMIN alone, to give each call a PID
-/// namespace of its own. Throws HostError if the kernel refuses.
+/// namespace of its own. Throws ConfigError if the kernel refuses.
 void restrict_template();
 
 /// Step 4, in a call process: not even that capability is left.

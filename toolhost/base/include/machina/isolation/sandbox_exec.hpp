@@ -44,7 +44,7 @@ struct ExecSpec {
   std::uint64_t cpu_seconds = 0;       // RLIMIT_CPU
 
   std::string to_json() const;
-  /// Throws HostError for a spec that is not one.
+  /// Throws ConfigError for a spec that is not one.
   static ExecSpec from_json(std::string_view text);
 };
 

@@ -22,7 +22,7 @@ namespace machina::worker {
 struct WorkerConfig {
   int control_fd = 3;  // a stream socket to the host (see worker_protocol.hpp)
   // Registers the host's tools (the program decides how: linked in, or plugin libraries
-  // loaded in the host's order). Throws HostError if it cannot.
+  // loaded in the host's order). Throws ConfigError if it cannot.
   std::function<void(ToolRegistry&)> load_tools;
   WorkerLimits limits;
   sandbox::Walls walls;

@@ -61,7 +61,7 @@ class HostedServer {
   HostedServer(const HostedServer&) = delete;
   HostedServer& operator=(const HostedServer&) = delete;
 
-  /// Starts the child and asks it for its tools. Throws HostError saying why if it cannot be
+  /// Starts the child and asks it for its tools. Throws ConfigError saying why if it cannot be
   /// started or does not answer as its protocol says within start_timeout_ms.
   std::vector<RemoteTool> start();
   /// One call of the child's tool `tool`.

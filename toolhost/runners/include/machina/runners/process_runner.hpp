@@ -53,7 +53,7 @@ class ProcessRunner final : public Runner {
   };
   struct Worker;  // one sandboxed worker, as the host sees it (process_worker_link.hpp)
 
-  /// Throws HostError if the executable cannot be run or an option is wrong.
+  /// Throws ConfigError if the executable cannot be run or an option is wrong.
   explicit ProcessRunner(ProcessRunnerOptions options);
   ~ProcessRunner() override;
   ProcessRunner(const ProcessRunner&) = delete;
@@ -61,7 +61,7 @@ class ProcessRunner final : public Runner {
 
   /// Loads a plugin library in a sandboxed worker of its own and returns the tools it
   /// registers, as described there: the library's code never runs in this process. Its
-  /// workers load it from then on. Throws HostError with the worker's own words if the
+  /// workers load it from then on. Throws ConfigError with the worker's own words if the
   /// plugin cannot be loaded, or if the workers have started.
   std::vector<ToolInfo> describe(const std::string& plugin);
   /// The tools linked into the worker executable itself (`--linked-tools`).
