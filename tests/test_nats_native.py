@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -196,7 +197,6 @@ def test_pending_cap_drops_and_the_host_keeps_serving(url: str, misbehaving: str
 
 
 def test_calls_are_in_the_audit_store_as_nats_calls(url: str, workspace: Path, tmp_path: Path) -> None:
-    import sqlite3
 
     store = tmp_path / "audit" / "calls.db"
     store.parent.mkdir()
@@ -214,6 +214,33 @@ def test_calls_are_in_the_audit_store_as_nats_calls(url: str, workspace: Path, t
     con.close()
     assert rows == [("nats", "AID.FILE.READ.v1", "ok", "notes.txt"),
                     ("nats", "tools.file.read", "access_denied", ".env")]
+
+
+def test_the_user_header_names_the_caller_in_the_audit_store(url: str, workspace: Path, tmp_path: Path) -> None:
+    """A body that is not the envelope takes its user from `Machina-User`; without it the
+    record names none (a NATS caller has no OS user of this host's)."""
+    store = tmp_path / "audit" / "calls.db"
+    store.parent.mkdir()
+    front = Front(url, ["--audit-db", str(store), "--packs", "files", "--prefix", "nuser"],
+                  env={"MACHINA_TOOLHOST_WORKSPACE": str(workspace)}, log_dir=tmp_path)
+    try:
+        async def go() -> list[dict[str, object]]:
+            nc = await nats.connect(url)
+            try:
+                body = json.dumps({"path": "notes.txt"}).encode()
+                named = await nc.request("tools.file.read", body, timeout=10, headers={"Machina-User": "alice"})
+                unnamed = await nc.request("tools.file.read", body, timeout=10)
+            finally:
+                await nc.close()
+            return [json.loads(named.data), json.loads(unnamed.data)]
+        answers = asyncio.run(go())
+    finally:
+        assert front.stop() == 0
+    assert all(a["error"] is None for a in answers), answers
+    con = sqlite3.connect(store)
+    users = [row[0] for row in con.execute("SELECT user FROM call_log ORDER BY id")]
+    con.close()
+    assert users[0] == "alice" and users[1] in (None, ""), users
 
 
 def test_a_timeout_on_a_tools_subject_is_worded_once(url: str, tmp_path: Path) -> None:

@@ -127,6 +127,13 @@ def test_a_lifecycle_skill_is_ticked_by_default_unless_its_manifest_says_never(
         t.call("echo")
         time.sleep(0.4)
     assert len(events(skill_dir, "lifecycle/onTick")) == before
+    # The directory's own manifest.json may say never too.
+    spec = json.loads((skill_dir / "manifest.json").read_text())
+    (skill_dir / "manifest.json").write_text(json.dumps({**spec, "tick_interval": 0}))
+    with md.Skill(skill_dir, skill_tick_ms=50) as t:
+        t.call("echo")
+        time.sleep(0.4)
+    assert len(events(skill_dir, "lifecycle/onTick")) == before
     with pytest.raises(md.HostError, match="skill_tick_ms must be 0 to 86400000, not -1"):
         md.Skill(skill_dir, skill_tick_ms=-1)
 
