@@ -8,7 +8,9 @@
 #include <machina/runners/hosted_server.hpp>
 #include <machina/runners/python_interpreter.hpp>
 #include <machina/runners/service_runner.hpp>
+#include <machina/runners/skill_environment.hpp>
 #include <machina/schema_validator.hpp>
+#include <machina/state_home.hpp>
 #include <machina/tool_host.hpp>
 #include <machina/tool_manifest.hpp>
 
@@ -92,6 +94,33 @@ ToolInfo remote_info(const ToolManifest& m, const ManifestChild& c, const Remote
 
 }  // namespace
 
+std::string ToolHost::skill_python(const ToolManifest& manifest, const ManifestChild& c,
+                                   const std::string& program) const {
+  if (std::filesystem::path(program).filename().string().rfind("python", 0) != 0) {
+    refuse_child(manifest, c,
+                 std::string("its ") + kSkillRequirementsFile + " needs a Python skill; its command runs " + program);
+  }
+  if (host_.options().workers.executable.empty()) {
+    refuse_child(manifest, c,
+                 std::string("its ") + kSkillRequirementsFile +
+                     " is installed within walls the machina-toolhost executable puts up, and none is known");
+  }
+  SkillEnvironmentSpec spec;
+  spec.name = c.name;
+  spec.skill_dir = c.dir;
+  spec.base_python = program;
+  spec.sandbox_executable = host_.options().workers.executable;
+  spec.root = toolhost_state_dir() + "/skill-envs";
+  try {
+    const SkillEnvironment env = prepare_skill_environment(spec);
+    host_.event("skill " + c.name + ": " + (env.made ? "made" : "reused") + " the environment of its " +
+                kSkillRequirementsFile + ", " + env.python);
+    return env.python;
+  } catch (const ConfigError& e) {
+    refuse_child(manifest, c, e.what());
+  }
+}
+
 std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolManifest& manifest,
                                                                     std::vector<ToolRegistry::Described>& described,
                                                                     std::vector<std::unique_ptr<Runner>>& runners) {
@@ -105,6 +134,7 @@ std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolMa
       } catch (const ConfigError& e) {
         refuse_child(manifest, c, std::string("its command: ") + e.what());
       }
+      if (c.skill_requirements) program = skill_python(manifest, c, program);
       SandboxPlan plan;
       try {
         plan = plan_child_sandbox(c, program, options.workers.executable, options.workers.limits);

@@ -1,6 +1,7 @@
 // See tool_manifest.hpp. toml++ (header-only, compiled into this file) reads the TOML.
 #include <machina/errors.hpp>
 #include <machina/pack_manifest.hpp>
+#include <machina/runners/skill_environment.hpp>
 #include <machina/schema_validator.hpp>
 #include <machina/tool_manifest.hpp>
 
@@ -225,6 +226,8 @@ void read_skill_dir(ManifestChild& c, const std::string& dir, const std::functio
   const auto j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object()) return fail(dir + "/manifest.json is not a JSON object");
   c.skill_manifest_json = j.dump();
+  std::error_code exists_error;
+  c.skill_requirements = fs::is_regular_file(fs::path(dir) / kSkillRequirementsFile, exists_error);
   const auto& runtime = j.contains("runtime") ? j["runtime"] : nlohmann::json();
   if (runtime.is_object()) {
     if (!runtime.contains("command") || !runtime["command"].is_string())

@@ -26,6 +26,7 @@ namespace machina {
 
 class HostedServer;
 class ToolHost;
+struct ManifestChild;
 struct ToolManifest;
 
 /// The file name of the built-in plugin (the built-in tools as a plugin library).
@@ -127,6 +128,9 @@ class ToolHost {
   /// Refuses tool roots that hold the audit store's files, and protects those files by
   /// identity under `policy`.
   void keep_audit_out_of_reach(Policy& policy) const;
+  /// The interpreter a skill directory with a requirements.txt runs with: its environment's
+  /// (made or reused), in place of `program`, its command's Python.
+  std::string skill_python(const ToolManifest& manifest, const ManifestChild& c, const std::string& program) const;
   /// Starts a manifest's skills and MCP servers and describes their tools (all or none).
   std::vector<std::shared_ptr<HostedServer>> start_children(const ToolManifest& manifest,
                                                             std::vector<ToolRegistry::Described>& described,

@@ -68,6 +68,7 @@ struct ManifestChild {
   std::vector<std::string> skill_env;  // what a skill directory's manifest.json asks for: passed only if in `env`
   std::string write_root;
   std::string skill_manifest_json;  // a skill directory's manifest.json (skill/load's `manifest`)
+  bool skill_requirements = false;  // the skill directory holds a requirements.txt (skill_environment.hpp)
 };
 
 struct ToolManifest {

@@ -10,6 +10,7 @@
 // the environment's packages are seen as installed, but none of their code runs (no .pth
 // file, no sitecustomize), since pip's walls let the network through. The first failure
 // stops the rest, with pip's own words.
+#include "../install_read_paths.hpp"
 #include "python_files.hpp"
 #include "python_pack.hpp"
 
@@ -34,32 +35,6 @@ using json = nlohmann::json;
 
 constexpr std::size_t kMaxRequirementBytes = 300;
 constexpr std::size_t kMaxReportBytes = 8 << 20;
-
-// What pip reads besides the interpreters' own files: the system libraries, the name
-// service, certificates, and what its platform probes open without expecting a refusal.
-const char* const kInstallReadPaths[] = {"/lib",
-                                         "/lib64",
-                                         "/usr/lib",
-                                         "/usr/lib64",
-                                         "/usr/local/lib",
-                                         "/etc/ld.so.cache",
-                                         "/etc/localtime",
-                                         "/etc/ssl",
-                                         "/etc/pki",
-                                         "/etc/ca-certificates",
-                                         "/usr/share/ca-certificates",
-                                         "/etc/resolv.conf",
-                                         "/etc/hosts",
-                                         "/etc/nsswitch.conf",
-                                         "/etc/gai.conf",
-                                         "/etc/host.conf",
-                                         "/etc/services",
-                                         "/etc/protocols",
-                                         "/etc/os-release",
-                                         "/etc/debian_version",
-                                         "/etc/mime.types",
-                                         "/etc/passwd",
-                                         "/etc/group"};
 
 // File endings pip takes for an archive to install from (a path, not a name).
 const char* const kArchiveEndings[] = {".whl", ".zip",    ".tar", ".tar.gz", ".tgz", ".tar.bz2",

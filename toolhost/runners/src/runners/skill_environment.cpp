@@ -1,0 +1,189 @@
+// See skill_environment.hpp.
+#include <machina/runners/skill_environment.hpp>
+
+#include "../install_read_paths.hpp"
+
+#include <machina/child_process.hpp>
+#include <machina/errors.hpp>
+#include <machina/isolation/sandbox_exec.hpp>
+#include <machina/python_sandbox.hpp>
+
+#include <nettle/sha2.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <system_error>
+#include <vector>
+
+namespace machina {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::uintmax_t kMaxRequirementsBytes = 1 << 20;
+constexpr const char* kReadyMark = ".machina-ready";  // written last: the environment is whole
+
+/// The first 16 hex digits of SHA-256 over the parts, each followed by a NUL.
+std::string digest_of(std::initializer_list<std::string_view> parts) {
+  sha256_ctx ctx;
+  sha256_init(&ctx);
+  for (std::string_view part : parts) {
+    sha256_update(&ctx, part.size(), reinterpret_cast<const std::uint8_t*>(part.data()));
+    sha256_update(&ctx, 1, reinterpret_cast<const std::uint8_t*>(""));
+  }
+  std::uint8_t digest[SHA256_DIGEST_SIZE];
+  sha256_digest(&ctx, sizeof digest, digest);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 8; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+/// The skill's name as a folder name: letters, digits, '-' and '_'; anything else '_'.
+std::string folder_word(const std::string& name) {
+  std::string out;
+  for (char c : name.substr(0, 64)) {
+    out += std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' ? c : '_';
+  }
+  return out.empty() ? "skill" : out;
+}
+
+[[noreturn]] void refuse(const SkillEnvironmentSpec& spec, const std::string& why) {
+  throw ConfigError("skill " + spec.name + ": " + kSkillRequirementsFile + ": " + why);
+}
+
+/// Runs `child` to its end within `limit`; its exit code, or a refusal naming `what`.
+ChildOutcome run_step(const SkillEnvironmentSpec& spec, ChildSpec child, std::int64_t limit_ms,
+                      const std::string& what) {
+  child.tail_bytes = 8192;
+  ChildOutcome run;
+  try {
+    run = run_to_completion(std::move(child), "", std::chrono::milliseconds(limit_ms), 1 << 20);
+  } catch (const ConfigError& e) {
+    refuse(spec, what + " could not be started: " + e.what());
+  }
+  if (run.ended == ChildOutcome::Ended::timed_out) {
+    refuse(spec, what + " did not finish within " + std::to_string(limit_ms / 1000) + " s");
+  }
+  return run;
+}
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+SkillEnvironment prepare_skill_environment(const SkillEnvironmentSpec& spec) {
+  const fs::path requirements = fs::path(spec.skill_dir) / kSkillRequirementsFile;
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(requirements, ec);
+  if (ec) refuse(spec, "cannot be read: " + ec.message());
+  if (size > kMaxRequirementsBytes) refuse(spec, "is over " + std::to_string(kMaxRequirementsBytes) + " bytes");
+  std::ifstream in(requirements, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) refuse(spec, "cannot be read");
+
+  const fs::path root(spec.root);
+  const fs::path env = root / (folder_word(spec.name) + "-" + digest_of({spec.base_python, text}));
+  SkillEnvironment out;
+  out.python = (env / "bin" / "python").string();
+  if (fs::exists(env / kReadyMark, ec)) return out;  // made before, for this very file and interpreter
+
+  fs::create_directories(root, ec);
+  if (ec) refuse(spec, "cannot make " + root.string() + ": " + ec.message());
+  fs::permissions(root, fs::perms::owner_all, fs::perm_options::replace, ec);
+  // Made aside and renamed into place whole: another host making the same one at once
+  // finds either nothing or the whole environment.
+  const fs::path partial = env.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(partial, ec);
+  const fs::path pip_tmp = partial / ".pip-tmp";
+  const auto cleanup = [&] {
+    std::error_code ignored;
+    fs::remove_all(partial, ignored);
+  };
+
+  ChildSpec venv;
+  venv.executable = spec.base_python;
+  venv.argv = {spec.base_python, "-I", "-m", "venv", partial.string()};
+  venv.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "LC_ALL=C.UTF-8"};
+  if (const ChildOutcome made = run_step(spec, venv, 120'000, "python -m venv");
+      made.ended != ChildOutcome::Ended::exited || made.exit_code != 0) {
+    cleanup();
+    refuse(spec, "the environment could not be made: " + spec.base_python + " -m venv " + made.how + ": " +
+                     trimmed(made.tail));
+  }
+  fs::create_directories(pip_tmp, ec);
+
+  sandbox::ExecSpec walls;
+  walls.restrict_read = true;
+  try {
+    walls.read_paths = interpreter_files(spec.base_python).paths;
+  } catch (const ConfigError& e) {
+    cleanup();
+    refuse(spec, e.what());
+  }
+  for (const char* path : kInstallReadPaths) walls.read_paths.emplace_back(path);
+  walls.read_paths.push_back(spec.skill_dir);
+  walls.restrict_write = true;
+  walls.write_paths = {partial.string()};
+  if (const char* key = std::getenv("MACHINA_LEASE_KEY_FILE"); key != nullptr && *key != '\0') {
+    walls.hidden_files.emplace_back(key);
+  }
+  ChildSpec pip;
+  pip.executable = spec.sandbox_executable;
+  pip.argv = {spec.sandbox_executable,
+              "--sandbox-exec",
+              walls.to_json(),
+              "--",
+              (partial / "bin" / "python").string(),
+              "-I",
+              "-m",
+              "pip",
+              "install",
+              "--no-input",
+              "--disable-pip-version-check",
+              "--no-cache-dir",
+              "--no-warn-script-location",
+              "--progress-bar",
+              "off",
+              "--quiet",
+              "-r",
+              requirements.string()};
+  pip.env = pick_environment({"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                              "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE"});
+  pip.env.insert(pip.env.end(),
+                 {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + pip_tmp.string(), "TMPDIR=" + pip_tmp.string(),
+                  "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "PIP_CONFIG_FILE=/dev/null", "PYTHONNOUSERSITE=1"});
+  pip.cwd = spec.skill_dir;
+  const ChildOutcome installed = run_step(spec, pip, spec.timeout_ms, "pip");
+  if (installed.ended != ChildOutcome::Ended::exited || installed.exit_code != 0) {
+    cleanup();
+    const std::string tail = trimmed(installed.tail);
+    if (installed.exit_code == 126 && tail.find("machina-toolhost sandbox") != std::string::npos) {
+      refuse(spec, "pip could not be confined: " + tail);
+    }
+    refuse(spec, "pip " + installed.how + (tail.empty() ? "" : ": " + tail));
+  }
+  fs::remove_all(pip_tmp, ec);
+  std::ofstream(partial / kReadyMark) << text;
+  fs::rename(partial, env, ec);
+  if (ec) {  // another host put the same environment in place first
+    cleanup();
+    if (!fs::exists(env / kReadyMark)) refuse(spec, "cannot put " + env.string() + " in place: " + ec.message());
+    return out;
+  }
+  out.made = true;
+  return out;
+}
+
+}  // namespace machina
