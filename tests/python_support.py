@@ -3,9 +3,12 @@ into a test's folder, and requests for its tools."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import shutil
 import textwrap
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +86,23 @@ def call(aid: str, payload: Any = None, **fields: Any) -> dict[str, Any]:
         req["input_json"] = json.dumps(payload)
     req.update(fields)
     return req
+
+
+def make_wheel(folder: Path, name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()) -> Path:
+    """A pure-Python wheel written directly (a zip with its METADATA, WHEEL and RECORD)."""
+    info = f"{name}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    content = {**{p: t.encode() for p, t in files.items()}, f"{info}/METADATA": meta.encode(),
+               f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+
+    def digest(data: bytes) -> str:
+        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{p},{digest(d)},{len(d)}\n" for p, d in content.items()) + f"{info}/RECORD,,\n"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, d in content.items():
+            z.writestr(p, d)
+        z.writestr(f"{info}/RECORD", record)
+    return path

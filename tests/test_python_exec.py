@@ -10,8 +10,6 @@ with Landlock turned off) and the rest is skipped."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import select
@@ -19,7 +17,6 @@ import socket
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +25,7 @@ import machina_dispatch as md
 import process_tree
 import pytest
 from conftest import LEASE_SECRET, TOOLHOST, base_env, scaled, serve, skip_where_unconfinable
+from python_support import make_wheel
 
 EXECUTE = "AID.PYTHON.EXECUTE.v1"
 INSTALL = "AID.PYTHON.INSTALL.v1"
@@ -174,26 +172,6 @@ def code_failed(o: dict[str, Any], error_type: str, advice: str | None = None) -
     assert o["error"].startswith(error_type), o
     if advice is not None:
         assert o["advice"] is not None and advice in o["advice"], o
-
-
-def make_wheel(folder: Path, name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()) -> Path:
-    """A pure-Python wheel written directly (a zip with its METADATA, WHEEL and RECORD)."""
-    info = f"{name}-{version}.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
-    content = {**{p: t.encode() for p, t in files.items()}, f"{info}/METADATA": meta.encode(),
-               f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-
-    def digest(data: bytes) -> str:
-        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-    record = "".join(f"{p},{digest(d)},{len(d)}\n" for p, d in content.items()) + f"{info}/RECORD,,\n"
-    path = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for p, d in content.items():
-            z.writestr(p, d)
-        z.writestr(f"{info}/RECORD", record)
-    return path
 
 
 @pytest.fixture

@@ -6,15 +6,14 @@ made here, named by path with --no-index: nothing is fetched."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
+import re
 import textwrap
-import zipfile
 from pathlib import Path
 
 import machina_dispatch as md
 import pytest
+from python_support import make_wheel
 
 SKILL = textwrap.dedent("""
     import json, sys
@@ -40,25 +39,8 @@ SKILL = textwrap.dedent("""
 
 
 def wheel(folder: Path, value: str, version: str = "1.0") -> Path:
-    """A pure-Python wheel of the module machina_probe_dep, whose VALUE is `value`."""
-    dist = f"machina_probe_dep-{version}"
-    files = {
-        "machina_probe_dep.py": f"VALUE = {value!r}\n".encode(),
-        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: machina-probe-dep\nVersion: {version}\n".encode(),
-        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: machina-tests\nRoot-Is-Purelib: true\n"
-                                   b"Tag: py3-none-any\n",
-    }
-
-    def digest(data: bytes) -> str:
-        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-    record = "".join(f"{name},sha256={digest(data)},{len(data)}\n" for name, data in files.items())
-    path = folder / f"{dist}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in files.items():
-            z.writestr(name, data)
-        z.writestr(f"{dist}.dist-info/RECORD", record + f"{dist}.dist-info/RECORD,,\n")
-    return path
+    """A wheel of the module machina_probe_dep, whose VALUE is `value`."""
+    return make_wheel(folder, "machina_probe_dep", version, {"machina_probe_dep.py": f"VALUE = {value!r}\n"})
 
 
 def skill_dir(tmp_path: Path, requirements: str, command: str = "python3") -> Path:
@@ -84,10 +66,20 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+def started(folder: Path) -> md.Skill:
+    """The skill started, or the test skipped where this kernel cannot build pip's walls."""
+    try:
+        return md.Skill(folder)
+    except md.HostError as e:
+        if "could not be confined" in str(e):
+            pytest.skip(str(e))
+        raise
+
+
 def test_requirements_are_installed_once_and_made_anew_when_they_change(tmp_path: Path, state: Path) -> None:
     folder = skill_dir(tmp_path, "--no-index\n./wheels/machina_probe_dep-1.0-py3-none-any.whl\n")
     wheel(folder / "wheels", "first")
-    with md.Skill(folder) as t:
+    with started(folder) as t:
         answer = t.call("value").output_json
     [env] = environments(state)
     assert json.loads(answer).startswith("first in " + str(env)), answer
@@ -105,8 +97,11 @@ def test_requirements_are_installed_once_and_made_anew_when_they_change(tmp_path
 
 def test_a_requirement_pip_cannot_install_refuses_the_skill_with_pips_words(tmp_path: Path, state: Path) -> None:
     folder = skill_dir(tmp_path, "--no-index\nmachina-no-such-package-anywhere==9.9\n")
-    with pytest.raises(md.HostError, match=r"requirements\.txt: pip .*machina-no-such-package-anywhere"):
+    with pytest.raises(md.HostError) as refused:
         md.Skill(folder)
+    if "could not be confined" in str(refused.value):
+        pytest.skip(str(refused.value))
+    assert re.search(r"requirements\.txt: pip .*machina-no-such-package-anywhere", str(refused.value)), refused.value
     assert environments(state) == []  # nothing half made is left
 
 

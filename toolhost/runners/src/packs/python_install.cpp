@@ -10,7 +10,7 @@
 // the environment's packages are seen as installed, but none of their code runs (no .pth
 // file, no sitecustomize), since pip's walls let the network through. The first failure
 // stops the rest, with pip's own words.
-#include "../install_read_paths.hpp"
+#include "../pip_walls.hpp"
 #include "python_files.hpp"
 #include "python_pack.hpp"
 
@@ -26,6 +26,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <iterator>
 #include <thread>
 
 namespace machina::packs {
@@ -270,40 +271,19 @@ PipRun run_pip(const PythonPolicy& p, const std::string& executable, const Pytho
   }
   ChildSpec child;
   child.executable = executable;
-  child.argv = {executable,
-                "--sandbox-exec",
-                walls.to_json(),
-                "--",
-                ws.python,
-                "-I",
-                "-S",
-                "-c",
-                kPipBoot,
-                ws.pip_runner,
-                ws.env,
-                "install",
-                "--no-input",
-                "--disable-pip-version-check",
-                "--no-cache-dir",
-                "--no-warn-script-location",
-                "--progress-bar",
-                "off",
-                "--quiet",
-                "--report",
-                "-"};
+  child.argv = {executable, "--sandbox-exec", walls.to_json(), "--",  ws.python, "-I", "-S",
+                "-c",       kPipBoot,         ws.pip_runner,   ws.env};
+  child.argv.insert(child.argv.end(), std::begin(kPipInstallArgs), std::end(kPipInstallArgs));
+  child.argv.insert(child.argv.end(), {"--report", "-"});
   if (p.only_binary) child.argv.insert(child.argv.end(), {"--only-binary", ":all:"});
   if (!p.index_url.empty()) child.argv.insert(child.argv.end(), {"--index-url", p.index_url});
   if (p.no_index) child.argv.emplace_back("--no-index");
   for (const auto& link : p.find_links) child.argv.insert(child.argv.end(), {"--find-links", link});
   child.argv.insert(child.argv.end(), {"--", spec});
-  child.env = pick_environment({"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-                                "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE"});
-  child.env.insert(child.env.end(),
-                   {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws.pip_tmp, "TMPDIR=" + ws.pip_tmp, "LANG=C.UTF-8",
-                    "LC_ALL=C.UTF-8", "PIP_CONFIG_FILE=/dev/null", "PYTHONNOUSERSITE=1",
-                    // (what is installed read through importlib.metadata, not
-                    // pkg_resources, which finds nothing where nothing imports)
-                    "_PIP_USE_IMPORTLIB_METADATA=1"});
+  child.env = pip_environment(ws.pip_tmp);
+  // (what is installed read through importlib.metadata, not pkg_resources, which finds
+  // nothing where nothing imports)
+  child.env.emplace_back("_PIP_USE_IMPORTLIB_METADATA=1");
   child.cwd = ws.pip_tmp;
   child.tail_bytes = 8192;
   ChildOutcome run;

@@ -1,7 +1,7 @@
 // See skill_environment.hpp.
 #include <machina/runners/skill_environment.hpp>
 
-#include "../install_read_paths.hpp"
+#include "../pip_walls.hpp"
 
 #include <machina/child_process.hpp>
 #include <machina/errors.hpp>
@@ -148,22 +148,10 @@ SkillEnvironment prepare_skill_environment(const SkillEnvironmentSpec& spec) {
               (partial / "bin" / "python").string(),
               "-I",
               "-m",
-              "pip",
-              "install",
-              "--no-input",
-              "--disable-pip-version-check",
-              "--no-cache-dir",
-              "--no-warn-script-location",
-              "--progress-bar",
-              "off",
-              "--quiet",
-              "-r",
-              requirements.string()};
-  pip.env = pick_environment({"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-                              "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE"});
-  pip.env.insert(pip.env.end(),
-                 {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + pip_tmp.string(), "TMPDIR=" + pip_tmp.string(),
-                  "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "PIP_CONFIG_FILE=/dev/null", "PYTHONNOUSERSITE=1"});
+              "pip"};
+  pip.argv.insert(pip.argv.end(), std::begin(kPipInstallArgs), std::end(kPipInstallArgs));
+  pip.argv.insert(pip.argv.end(), {"-r", requirements.string()});
+  pip.env = pip_environment(pip_tmp.string());
   pip.cwd = spec.skill_dir;
   const ChildOutcome installed = run_step(spec, pip, spec.timeout_ms, "pip");
   if (installed.ended != ChildOutcome::Ended::exited || installed.exit_code != 0) {
