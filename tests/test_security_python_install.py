@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_python_exec import EXECUTE, INSTALL, LIST, Py, make_wheel, output, refused, request
+from python_support import make_wheel
+from test_python_exec import EXECUTE, INSTALL, LIST, Py, output, refused, request
 
 
 @pytest.fixture
