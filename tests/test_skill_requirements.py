@@ -83,6 +83,9 @@ def test_requirements_are_installed_once_and_made_anew_when_they_change(tmp_path
         answer = t.call("value").output_json
     [env] = environments(state)
     assert json.loads(answer).startswith("first in " + str(env)), answer
+    # Made in place: its scripts name the interpreter of the folder they are in.
+    head = (env / "bin" / "pip").read_text()[:500]
+    assert f"{env}/bin/python" in head, head
     made = (env / ".machina-ready").stat().st_mtime_ns
     with md.Skill(folder) as t:  # the same file: the same environment, not made again
         assert json.loads(t.call("value").output_json).startswith("first in " + str(env))

@@ -8,12 +8,16 @@
 #include <machina/isolation/sandbox_exec.hpp>
 #include <machina/python_sandbox.hpp>
 
+#include <fcntl.h>
 #include <nettle/sha2.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -25,7 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::uintmax_t kMaxRequirementsBytes = 1 << 20;
+constexpr std::size_t kMaxRequirementsBytes = 1 << 20;
 constexpr const char* kReadyMark = ".machina-ready";  // written last: the environment is whole
 
 /// The first 16 hex digits of SHA-256 over the parts, each followed by a NUL.
@@ -85,40 +89,63 @@ std::string trimmed(std::string text) {
 
 SkillEnvironment prepare_skill_environment(const SkillEnvironmentSpec& spec) {
   const fs::path requirements = fs::path(spec.skill_dir) / kSkillRequirementsFile;
-  std::error_code ec;
-  const std::uintmax_t size = fs::file_size(requirements, ec);
-  if (ec) refuse(spec, "cannot be read: " + ec.message());
-  if (size > kMaxRequirementsBytes) refuse(spec, "is over " + std::to_string(kMaxRequirementsBytes) + " bytes");
   std::ifstream in(requirements, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) refuse(spec, "cannot be read");
+  if (!in) refuse(spec, "cannot be read");
+  std::string text(kMaxRequirementsBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) refuse(spec, "cannot be read");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxRequirementsBytes) refuse(spec, "is over " + std::to_string(kMaxRequirementsBytes) + " bytes");
 
+  // The interpreter's own folders name its version (lib/python3.X): another version, or
+  // another interpreter, is another environment.
+  InterpreterFiles base;
+  try {
+    base = interpreter_files(spec.base_python);
+  } catch (const ConfigError& e) {
+    refuse(spec, e.what());
+  }
+  std::string interpreter = base.executable;
+  for (const auto& path : base.paths) interpreter += "\n" + path;
   const fs::path root(spec.root);
-  const fs::path env = root / (folder_word(spec.name) + "-" + digest_of({spec.base_python, text}));
+  const fs::path env = root / (folder_word(spec.name) + "-" + digest_of({interpreter, spec.skill_dir, text}));
   SkillEnvironment out;
   out.python = (env / "bin" / "python").string();
-  if (fs::exists(env / kReadyMark, ec)) return out;  // made before, for this very file and interpreter
+  std::error_code ec;
+  if (fs::exists(env / kReadyMark, ec)) return out;  // made before, for this very file, folder and interpreter
 
   fs::create_directories(root, ec);
   if (ec) refuse(spec, "cannot make " + root.string() + ": " + ec.message());
-  fs::permissions(root, fs::perms::owner_all, fs::perm_options::replace, ec);
-  // Made aside and renamed into place whole: another host making the same one at once
-  // finds either nothing or the whole environment.
-  const fs::path partial = env.string() + ".partial-" + std::to_string(::getpid());
-  fs::remove_all(partial, ec);
-  const fs::path pip_tmp = partial / ".pip-tmp";
-  const auto cleanup = [&] {
-    std::error_code ignored;
-    fs::remove_all(partial, ignored);
-  };
+  // One maker at a time, in place (a venv's scripts name its folder), the mark written
+  // last: a host that finds the mark finds the whole environment.
+  const std::string lock_path = env.string() + ".lock";
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0) refuse(spec, "cannot open " + lock_path + ": " + std::strerror(errno));
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }  // (closing releases the lock)
+  } unlock{lock};
+  while (::flock(lock, LOCK_EX) != 0) {
+    if (errno != EINTR) refuse(spec, "cannot lock " + lock_path + ": " + std::strerror(errno));
+  }
+  if (fs::exists(env / kReadyMark, ec)) return out;  // made by another host while this one waited
+  struct Unmade {                                    // what a maker that failed (or died) left is removed
+    fs::path path;
+    bool made = false;
+    ~Unmade() {
+      std::error_code ignored;
+      if (!made) fs::remove_all(path, ignored);
+    }
+  } unmade{env};
+  fs::remove_all(env, ec);
+  const fs::path pip_tmp = env / ".pip-tmp";
 
   ChildSpec venv;
   venv.executable = spec.base_python;
-  venv.argv = {spec.base_python, "-I", "-m", "venv", partial.string()};
+  venv.argv = {spec.base_python, "-I", "-m", "venv", env.string()};
   venv.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "LC_ALL=C.UTF-8"};
   if (const ChildOutcome made = run_step(spec, venv, 120'000, "python -m venv");
       made.ended != ChildOutcome::Ended::exited || made.exit_code != 0) {
-    cleanup();
     refuse(spec, "the environment could not be made: " + spec.base_python + " -m venv " + made.how + ": " +
                      trimmed(made.tail));
   }
@@ -126,50 +153,38 @@ SkillEnvironment prepare_skill_environment(const SkillEnvironmentSpec& spec) {
 
   sandbox::ExecSpec walls;
   walls.restrict_read = true;
-  try {
-    walls.read_paths = interpreter_files(spec.base_python).paths;
-  } catch (const ConfigError& e) {
-    cleanup();
-    refuse(spec, e.what());
-  }
+  walls.read_paths = base.paths;
   for (const char* path : kInstallReadPaths) walls.read_paths.emplace_back(path);
   walls.read_paths.push_back(spec.skill_dir);
   walls.restrict_write = true;
-  walls.write_paths = {partial.string()};
+  walls.write_paths = {env.string()};
   if (const char* key = std::getenv("MACHINA_LEASE_KEY_FILE"); key != nullptr && *key != '\0') {
     walls.hidden_files.emplace_back(key);
   }
+  // pip installs the text read above, from a copy of it in the skill's folder's stead.
+  const fs::path hashed = pip_tmp / kSkillRequirementsFile;
+  if (!(std::ofstream(hashed, std::ios::binary) << text)) refuse(spec, "cannot write " + hashed.string());
   ChildSpec pip;
   pip.executable = spec.sandbox_executable;
-  pip.argv = {spec.sandbox_executable,
-              "--sandbox-exec",
-              walls.to_json(),
-              "--",
-              (partial / "bin" / "python").string(),
-              "-I",
-              "-m",
-              "pip"};
+  pip.argv = {spec.sandbox_executable, "--sandbox-exec", walls.to_json(), "--", out.python, "-I", "-m", "pip"};
   pip.argv.insert(pip.argv.end(), std::begin(kPipInstallArgs), std::end(kPipInstallArgs));
-  pip.argv.insert(pip.argv.end(), {"-r", requirements.string()});
+  pip.argv.insert(pip.argv.end(), {"-r", hashed.string()});
   pip.env = pip_environment(pip_tmp.string());
-  pip.cwd = spec.skill_dir;
+  pip.cwd = spec.skill_dir;  // (a requirement may name a file of the skill's)
   const ChildOutcome installed = run_step(spec, pip, spec.timeout_ms, "pip");
   if (installed.ended != ChildOutcome::Ended::exited || installed.exit_code != 0) {
-    cleanup();
     const std::string tail = trimmed(installed.tail);
     if (installed.exit_code == 126 && tail.find("machina-toolhost sandbox") != std::string::npos) {
       refuse(spec, "pip could not be confined: " + tail);
     }
+    if (installed.ended == ChildOutcome::Ended::output_over_cap) refuse(spec, "pip wrote more than 1 MiB");
     refuse(spec, "pip " + installed.how + (tail.empty() ? "" : ": " + tail));
   }
   fs::remove_all(pip_tmp, ec);
-  std::ofstream(partial / kReadyMark) << text;
-  fs::rename(partial, env, ec);
-  if (ec) {  // another host put the same environment in place first
-    cleanup();
-    if (!fs::exists(env / kReadyMark)) refuse(spec, "cannot put " + env.string() + " in place: " + ec.message());
-    return out;
+  if (!(std::ofstream(env / kReadyMark, std::ios::binary) << text)) {
+    refuse(spec, "cannot write " + (env / kReadyMark).string());
   }
+  unmade.made = true;
   out.made = true;
   return out;
 }

@@ -1,9 +1,11 @@
 // A skill directory's requirements.txt, installed into a Python virtual environment of that
-// skill's own before the skill starts: made once for a given file and interpreter (its
-// folder is named after a digest of both), reused while they are unchanged, by any number
-// of hosts at once. pip runs within the same walls as install_python_package's: the network
-// is open, but it writes only the new environment and reads only the interpreters' files,
-// the system's libraries and certificates, and the skill's own folder.
+// skill's own before the skill starts: made once for a given file, folder and interpreter
+// (its folder is named after a digest of the three), reused while they are unchanged. Hosts
+// starting the same skill at once take turns (a lock file beside it): one makes it, in
+// place, the others find it made. pip runs within the file-system walls of
+// install_python_package: it writes only the new environment and reads only the
+// interpreter's files, the system's libraries and certificates, and the skill's own folder;
+// the network is open to it, and the file's own options (an index, a URL) are pip's.
 #pragma once
 
 #include <cstdint>
