@@ -149,7 +149,8 @@ class Spawn(Transport):
 
 # Fields of a response line that are not a failure's details.
 _RESPONSE_FIELDS = frozenset({"ok", "status", "error", "output_json", "ds_state", "code", "id", "trace",
-                              "idempotent_hit", "aid", "type", "detail"})
+                              "idempotent_hit", "aid", "type", "detail", "kind", "cls"})
+_FAILED_STATUSES = frozenset({"TOOL_ERROR", "INVALID_PICK", "BREAKER_TRIP"})
 
 
 def _codeless_failure(aid: str, line: bytes) -> ToolResult | None:
@@ -164,7 +165,7 @@ def _codeless_failure(aid: str, line: bytes) -> ToolResult | None:
     if not isinstance(answer, dict) or "code" in answer:
         return None
     status = answer.get("status", "TOOL_ERROR" if answer.get("ok") is False else "OK")
-    if not isinstance(status, str) or status == "OK":
+    if status not in _FAILED_STATUSES:
         return None
     error = answer.get("error")
     details = {k: v for k, v in answer.items() if k not in _RESPONSE_FIELDS}
