@@ -359,6 +359,13 @@ __attribute__((constructor)) static void start_thread_at_load(void) {
   pthread_t th;
   pthread_create(&th, NULL, idle_forever, NULL);
 }
+/* Unloading the library while its thread runs takes the thread's code away: the thread
+   crashes the process as soon as it runs again. The crash is made certain here, at the
+   unload, rather than left to when the thread happens to wake: by a trap (SIGILL), since
+   a signal the sandbox's init sends itself with raise() is ignored. */
+__attribute__((destructor)) static void crash_when_unloaded(void) {
+  __builtin_trap();
+}
 #elif defined(HOSTILE_FORK_AT_LOAD)
 __attribute__((constructor)) static void fork_at_load(void) {
   if (fork() == 0) {

@@ -23,10 +23,14 @@ std::vector<std::string> ToolRegistry::load_plugin(const std::string& path, Runn
       reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(lib.get(), MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
   if (entry.abi_version == nullptr) throw ConfigError(where + "missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
   entry.register_tools = reinterpret_cast<machina_plugin_register_fn>(dlsym(lib.get(), MACHINA_PLUGIN_REGISTER_SYMBOL));
-  auto added = add_plugin(path, entry, runner);  // on a throw, `lib` closes the library
-  std::unique_lock lock(mu_);
-  libraries_.push_back(std::move(lib));
-  return added;
+  // Loaded, the library stays until the registry goes, even when its tools are refused:
+  // code it ran while loading (a thread it started) may still be running in it, and
+  // unloading would pull that code from under it.
+  {
+    std::unique_lock lock(mu_);
+    libraries_.push_back(std::move(lib));
+  }
+  return add_plugin(path, entry, runner);
 }
 
 std::vector<std::string> ToolHost::load_plugin(const std::string& path) {

@@ -234,6 +234,10 @@ bool reap(const WorkerConfig& config, CallProcess& child) {
 
 [[noreturn]] void run_template(const WorkerConfig& config) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // the launcher is gone: so is the sandbox
+  // Never destroyed (the template leaves only through _exit): a plugin refused below is
+  // not unloaded, so no thread it left running meets its code gone before the refusal
+  // is said.
+  ToolRegistry registry(CircuitBreaker::Options{});
   try {
     sandbox::seal();
     // Not even a process of the same user may open this one's /proc files (its memory,
@@ -241,7 +245,6 @@ bool reap(const WorkerConfig& config, CallProcess& child) {
     prctl(PR_SET_DUMPABLE, 0);
     sandbox::restrict_template();
     apply_process_limits(config.limits);
-    ToolRegistry registry(CircuitBreaker::Options{});
     config.load_tools(registry);
     // Plugin code ran while loading: nothing of it may live on beside the template, where
     // it would outlast every call and see every call process made.
@@ -297,30 +300,33 @@ int run_worker(const WorkerConfig& config) {
   if (config.parent_pid != 0 && getppid() != config.parent_pid) return 1;  // the host died before prctl
   ::close_range(config.control_fd + 1, ~0U, 0);  // nothing of the host's beyond what it handed over
 
+  // From here on the launcher leaves through _exit: the processes it starts go into the
+  // sandbox's PID namespace, so nothing run at exit may start one (a leak checker's
+  // helper, say, which fails once the template, that namespace's init, has ended).
   try {
     sandbox::enter(config.walls);
   } catch (const ConfigError& e) {
     complain(e.what());
-    return 2;
+    _exit(2);
   }
   const pid_t sandbox_init = fork();
   if (sandbox_init < 0) {
     complain(std::string("cannot start the sandbox: ") + std::strerror(errno));
-    return 2;
+    _exit(2);
   }
   if (sandbox_init == 0) run_template(config);
   ::close(config.control_fd);  // the template holds it: the host sees it close when the template ends
 
   int status = 0;
   while (waitpid(sandbox_init, &status, 0) < 0) {
-    if (errno != EINTR) return 2;
+    if (errno != EINTR) _exit(2);
   }
   if (WIFSIGNALED(status)) {  // ended the same way, so that the host can say how
     signal(WTERMSIG(status), SIG_DFL);
     kill(getpid(), WTERMSIG(status));
-    return 128 + WTERMSIG(status);
+    _exit(128 + WTERMSIG(status));
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+  _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 2);
 }
 
 }  // namespace machina::worker
