@@ -286,6 +286,7 @@ def test_loading_a_plugin_that_fails_in_the_worker_is_a_crash(misbehaving: str, 
     r = json.loads(out)
     assert r["code"] == "tool_crashed"
     assert "worker process ended before it was ready" in r["error"]
+    assert "it exited with status 2" in r["error"], r["error"]  # as it ended itself, not by the host's kill
     assert "gone.so" in r["error"]  # the worker's own message, from its stderr
 
 

@@ -187,7 +187,7 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
   }
   // The worker is lost: every call process it made goes with it.
   auto lose = [&](const std::string& fail) {
-    const std::string how = w->process->end();
+    const std::string how = end_worker(*w, fail == "ended");
     const std::string tail = w->process->tail();
     out.ending = closing() ? Ending::closed : Ending::crashed;
     out.detail = (fail.empty() || fail == "ended" ? std::string() : fail + "; ") + "the worker process " + how;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace machina::worker_link {
@@ -121,7 +122,11 @@ Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, st
       w.fds.push_back(fd);
     }
   }
-  if (got <= 0) {
+  if (got < 0) {
+    why = std::string("could not be read from: ") + std::strerror(errno);
+    return Pump::lost;
+  }
+  if (got == 0) {
     why = "ended";
     return Pump::lost;
   }
@@ -137,6 +142,12 @@ bool ended_while_idle(const ProcessRunner::Worker& w) {
   if (w.process->exited()) return true;
   pollfd fd{w.control, POLLIN | POLLRDHUP, 0};
   return ::poll(&fd, 1, 0) == 1 && (fd.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
+}
+
+std::string end_worker(ProcessRunner::Worker& w, bool sandbox_ended) {
+  constexpr std::chrono::milliseconds kLauncherExit{2'000};  // to reap the sandbox and end as it did
+  if (sandbox_ended) w.process->wait_exit(kLauncherExit);
+  return w.process->end();
 }
 
 }  // namespace machina::worker_link

@@ -89,6 +89,11 @@ Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, st
 /// sandbox's end of the control socket is closed. Data still queued on the socket
 /// (descriptors of ready call processes) is no sign of life.
 bool ended_while_idle(const ProcessRunner::Worker& w);
+/// Ends the worker's process and says how it ended. When the sandbox has ended on its own
+/// (`sandbox_ended`: pump() said "ended"), the launcher first has a moment to exit: it ends
+/// the way the sandbox did (the signal that killed it, say), which tells more than the kill
+/// that ends it otherwise.
+std::string end_worker(ProcessRunner::Worker& w, bool sandbox_ended);
 
 }  // namespace worker_link
 }  // namespace machina

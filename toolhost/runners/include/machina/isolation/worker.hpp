@@ -32,7 +32,8 @@ struct WorkerConfig {
   long parent_pid = 0;              // the host: if it is gone, so is this worker
 };
 
-/// Runs the worker; returns the process exit code (0 when the host closed the socket).
+/// Runs the worker. Returns 1 when the host is already gone; otherwise the process ends
+/// in here (_exit): 0 when the host closed the socket, else as its sandbox ended.
 int run_worker(const WorkerConfig& config);
 
 }  // namespace machina::worker
