@@ -5,9 +5,9 @@
 #include "stop_signal.hpp"
 
 #include <machina/json_text.hpp>
+#include <machina/sha256_hex.hpp>
 #include <machina/tool_list.hpp>
 
-#include <nettle/sha2.h>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -504,18 +504,7 @@ std::pair<unsigned, std::string> HttpServer::dispatch(const HttpRequest& req, Co
 
 std::string HttpServer::token_identity(const std::string& token) {
   if (token.empty()) return {};
-  sha256_ctx ctx;
-  sha256_init(&ctx);
-  sha256_update(&ctx, token.size(), reinterpret_cast<const std::uint8_t*>(token.data()));
-  std::uint8_t digest[SHA256_DIGEST_SIZE];
-  sha256_digest(&ctx, sizeof digest, digest);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "token:";
-  for (int i = 0; i < 6; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
+  return "token:" + sha256_hex({token}, 6);
 }
 
 void HttpServer::handle(int fd, const std::string& peer) {

@@ -3,10 +3,10 @@
 
 #include <machina/clock.hpp>
 #include <machina/errors.hpp>
+#include <machina/sha256_hex.hpp>
 
 #include <nettle/hmac.h>
 #include <nettle/memops.h>
-#include <nettle/sha2.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -27,16 +27,6 @@ constexpr std::int64_t kPollMs = 20;             // how often a duplicate looks 
 constexpr std::int64_t kMaxBytes = 256ll << 20;  // the bucket's bytes, in all
 constexpr std::size_t kHeaderRoom = 4096;        // of the server's largest message, kept for the headers
 
-std::string hex(const std::uint8_t* bytes, std::size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(2 * n, '0');
-  for (std::size_t i = 0; i < n; ++i) {
-    out[2 * i] = kDigits[bytes[i] >> 4];
-    out[2 * i + 1] = kDigits[bytes[i] & 15];
-  }
-  return out;
-}
-
 std::string hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts) {
   hmac_sha256_ctx ctx;
   hmac_sha256_set_key(&ctx, key.size(), reinterpret_cast<const std::uint8_t*>(key.data()));
@@ -45,16 +35,6 @@ std::string hmac_sha256(std::string_view key, std::initializer_list<std::string_
   std::uint8_t digest[SHA256_DIGEST_SIZE];
   hmac_sha256_digest(&ctx, sizeof digest, digest);
   return std::string(reinterpret_cast<const char*>(digest), sizeof digest);
-}
-
-std::string sha256_hex(std::initializer_list<std::string_view> parts) {
-  sha256_ctx ctx;
-  sha256_init(&ctx);
-  for (std::string_view part : parts)
-    sha256_update(&ctx, part.size(), reinterpret_cast<const std::uint8_t*>(part.data()));
-  std::uint8_t digest[SHA256_DIGEST_SIZE];
-  sha256_digest(&ctx, sizeof digest, digest);
-  return hex(digest, sizeof digest);
 }
 
 std::string nats_error(natsStatus s) {
@@ -138,7 +118,7 @@ NatsKvStore::~NatsKvStore() {
 std::string NatsKvStore::mac(std::string_view purpose, std::string_view a, std::string_view b) const {
   const std::string digest =
       hmac_sha256(signing_key_, {purpose, std::string_view("\0", 1), a, std::string_view("\0", 1), b});
-  return hex(reinterpret_cast<const std::uint8_t*>(digest.data()), digest.size());
+  return hex_of(reinterpret_cast<const std::uint8_t*>(digest.data()), digest.size());
 }
 
 std::string NatsKvStore::seal(const std::string& store_key, const std::string& body) const {

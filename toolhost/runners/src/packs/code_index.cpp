@@ -19,10 +19,10 @@
 #include <machina/clock.hpp>
 #include <machina/code_search_text.hpp>
 #include <machina/json_text.hpp>
+#include <machina/sha256_hex.hpp>
 #include <machina/workspace.hpp>
 
 #include <fcntl.h>
-#include <nettle/sha2.h>
 #include <poll.h>
 #include <sqlite3.h>
 #include <sys/file.h>
@@ -46,16 +46,6 @@ constexpr std::uint64_t kBatchFiles = 256;         // files written per transact
 constexpr std::uint64_t kBatchBytes = 8u << 20;    // bytes written per transaction
 constexpr std::size_t kMaxListingLine = 1u << 16;  // a name rg lists, at most (longer: dropped)
 
-std::string hex(const std::uint8_t* p, std::size_t n) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < n; ++i) {
-    out += digits[p[i] >> 4];
-    out += digits[p[i] & 15];
-  }
-  return out;
-}
-
 /// The index's name: what decides which files it may hold (the root, the file rules, the
 /// protected files, the layout's version), hashed.
 std::string index_name(const Policy& policy, const std::string& root) {
@@ -65,12 +55,7 @@ std::string index_name(const Policy& policy, const std::string& root) {
   for (const auto& [dev, ino] : policy.protected_files) {
     key.append(std::to_string(dev)).append(":").append(std::to_string(ino)).append("\n");
   }
-  sha256_ctx ctx;
-  sha256_init(&ctx);
-  sha256_update(&ctx, key.size(), reinterpret_cast<const std::uint8_t*>(key.data()));
-  std::uint8_t digest[SHA256_DIGEST_SIZE];
-  sha256_digest(&ctx, sizeof digest, digest);
-  return hex(digest, 16);
+  return sha256_hex({key}, 16);
 }
 
 /// The index folder, made if missing (0700); refused unless it is a directory of this

@@ -7,9 +7,9 @@
 #include <machina/errors.hpp>
 #include <machina/isolation/sandbox_exec.hpp>
 #include <machina/python_sandbox.hpp>
+#include <machina/sha256_hex.hpp>
 
 #include <fcntl.h>
-#include <nettle/sha2.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -31,25 +31,7 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kMaxRequirementsBytes = 1 << 20;
 constexpr const char* kReadyMark = ".machina-ready";  // written last: the environment is whole
-
-/// The first 16 hex digits of SHA-256 over the parts, each followed by a NUL.
-std::string digest_of(std::initializer_list<std::string_view> parts) {
-  sha256_ctx ctx;
-  sha256_init(&ctx);
-  for (std::string_view part : parts) {
-    sha256_update(&ctx, part.size(), reinterpret_cast<const std::uint8_t*>(part.data()));
-    sha256_update(&ctx, 1, reinterpret_cast<const std::uint8_t*>(""));
-  }
-  std::uint8_t digest[SHA256_DIGEST_SIZE];
-  sha256_digest(&ctx, sizeof digest, digest);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 8; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
-}
+constexpr std::string_view kNul("\0", 1);             // between the parts of the folder's digest
 
 /// The skill's name as a folder name: letters, digits, '-' and '_'; anything else '_'.
 std::string folder_word(const std::string& name) {
@@ -108,7 +90,8 @@ SkillEnvironment prepare_skill_environment(const SkillEnvironmentSpec& spec) {
   std::string interpreter = base.executable;
   for (const auto& path : base.paths) interpreter += "\n" + path;
   const fs::path root(spec.root);
-  const fs::path env = root / (folder_word(spec.name) + "-" + digest_of({interpreter, spec.skill_dir, text}));
+  const fs::path env =
+      root / (folder_word(spec.name) + "-" + sha256_hex({interpreter, kNul, spec.skill_dir, kNul, text, kNul}, 8));
   SkillEnvironment out;
   out.python = (env / "bin" / "python").string();
   std::error_code ec;
