@@ -82,8 +82,8 @@ Response Host::tool_not_found(std::string_view aid) const {
   for (const Tool* t : tools) aids.push_back(t->info.aid);
   const std::string nearest = nearest_name(aid, aids);
   const std::string& list = options_.operator_commands.tool_list;
-  const std::string names_every_tool = "he tool list" + (list.empty() ? "" : " (" + list + ")") + " names every tool";
-  r.hint = nearest.empty() ? "t" + names_every_tool : "did you mean " + nearest + "? T" + names_every_tool;
+  const std::string tool_list = " tool list" + (list.empty() ? "" : " (" + list + ")") + " names every tool";
+  r.hint = nearest.empty() ? "the" + tool_list : "did you mean " + nearest + "? The" + tool_list;
   return r;
 }
 
