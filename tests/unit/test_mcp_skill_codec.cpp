@@ -2,6 +2,7 @@
 // and calls, the answers to bad lines, a cancellation that comes before its call, and the
 // skill dialect's initialize and shutdown.
 #include "../../toolhost/cli/codecs/mcp_skill_codec.hpp"
+#include "echo_tools.hpp"
 
 #include <machina/tool_host.hpp>
 
@@ -9,7 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdint>
 #include <string>
 
 using namespace machina;
@@ -18,30 +18,11 @@ using Codec = cli::McpSkillCodec;
 
 namespace {
 
-std::uint32_t abi() {
-  return MACHINA_PLUGIN_ABI_VERSION;
-}
-int echo(void*, const machina_host_api* api, machina_call* call, const char* input, std::size_t len) noexcept {
-  return api->set_output(call, input, len) == 0 ? MACHINA_TOOL_OK : MACHINA_TOOL_FAULT;
-}
-int register_two(const machina_registrar_api* api, machina_registrar* registrar) {
-  for (const char* aid : {"AID.UNIT.ECHO.v1", "AID.UNIT.OTHER.v1"}) {
-    machina_tool_desc d{};
-    d.struct_size = sizeof d;
-    d.aid = aid;
-    d.name = "echo";
-    d.description = "echoes its input";
-    d.invoke = &echo;
-    if (api->add_tool(registrar, &d) != 0) return 1;
-  }
-  return 0;
-}
-
 /// A host with two echo tools, and a codec of `dialect` speaking for one connection.
 struct Front {
   explicit Front(Codec::Dialect dialect, std::size_t page_size = 100)
       : tools(HostOptions{}), codec(dialect, page_size) {
-    tools.add_linked_plugin(PluginEntryPoints{&abi, &register_two});
+    tools.add_linked_plugin(test::echo_tools());
   }
   /// The codec's answer to `line` (null when it wrote none).
   json answer(const std::string& line) {

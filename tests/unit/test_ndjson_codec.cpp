@@ -3,6 +3,7 @@
 // request cap answered from its head) and --run's one request on a descriptor (empty or
 // oversized input refused), through pipes as the executable uses them.
 #include "../../toolhost/cli/codecs/ndjson_codec.hpp"
+#include "echo_tools.hpp"
 
 #include <machina/child_process.hpp>
 #include <machina/tool_host.hpp>
@@ -13,7 +14,6 @@
 
 #include <unistd.h>
 
-#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,22 +22,6 @@ using namespace machina;
 using nlohmann::json;
 
 namespace {
-
-std::uint32_t abi() {
-  return MACHINA_PLUGIN_ABI_VERSION;
-}
-int echo(void*, const machina_host_api* api, machina_call* call, const char* input, std::size_t len) noexcept {
-  return api->set_output(call, input, len) == 0 ? MACHINA_TOOL_OK : MACHINA_TOOL_FAULT;
-}
-int register_echo(const machina_registrar_api* api, machina_registrar* registrar) {
-  machina_tool_desc d{};
-  d.struct_size = sizeof d;
-  d.aid = "AID.UNIT.ECHO.v1";
-  d.name = "echo";
-  d.description = "echoes its input";
-  d.invoke = &echo;
-  return api->add_tool(registrar, &d);
-}
 
 /// A pipe's two ends, closed when it goes.
 struct Pipe {
@@ -103,7 +87,7 @@ TEST_CASE("--serve answers each line in order, refusing a bad one without ending
   HostOptions options;
   options.max_request_bytes = 4096;
   ToolHost tools(options);
-  tools.add_linked_plugin(PluginEntryPoints{&abi, &register_echo});
+  tools.add_linked_plugin(test::echo_tools());
   cli::NdjsonCodec codec;
   const std::string input = R"({"aid":"AID.UNIT.ECHO.v1","input_json":"{\"n\":1}","id":"a"})"
                             "\n"
@@ -132,7 +116,7 @@ TEST_CASE("--run answers its one request with the full state, and refuses empty 
   HostOptions options;
   options.max_request_bytes = 256;
   ToolHost tools(options);
-  tools.add_linked_plugin(PluginEntryPoints{&abi, &register_echo});
+  tools.add_linked_plugin(test::echo_tools());
   auto run = [&](const std::string& input) {
     return lines_of(through_pipes(input, [&](int in_fd, int out_fd) {
       CHECK(cli::run_once(tools.host(), "AID.UNIT.ECHO.v1", in_fd, out_fd) == 0);
