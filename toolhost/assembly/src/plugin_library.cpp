@@ -18,18 +18,18 @@ std::vector<std::string> ToolRegistry::load_plugin(const std::string& path, Runn
     const char* why = dlerror();
     throw ConfigError(where + "cannot load: " + (why ? why : "unknown error"));
   }
-  PluginEntryPoints entry;
-  entry.abi_version =
-      reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(lib.get(), MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
-  if (entry.abi_version == nullptr) throw ConfigError(where + "missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
-  entry.register_tools = reinterpret_cast<machina_plugin_register_fn>(dlsym(lib.get(), MACHINA_PLUGIN_REGISTER_SYMBOL));
-  // Loaded, the library stays until the registry goes, even when its tools are refused:
-  // code it ran while loading (a thread it started) may still be running in it, and
-  // unloading would pull that code from under it.
+  // Loaded, the library stays until the registry goes, even when it is refused: code it
+  // ran while loading (a thread it started) may still be running in it, and unloading
+  // would pull that code from under it.
+  void* const handle = lib.get();
   {
     std::unique_lock lock(mu_);
     libraries_.push_back(std::move(lib));
   }
+  PluginEntryPoints entry;
+  entry.abi_version = reinterpret_cast<machina_plugin_abi_version_fn>(dlsym(handle, MACHINA_PLUGIN_ABI_VERSION_SYMBOL));
+  if (entry.abi_version == nullptr) throw ConfigError(where + "missing entry point " MACHINA_PLUGIN_ABI_VERSION_SYMBOL);
+  entry.register_tools = reinterpret_cast<machina_plugin_register_fn>(dlsym(handle, MACHINA_PLUGIN_REGISTER_SYMBOL));
   return add_plugin(path, entry, runner);
 }
 

@@ -321,7 +321,8 @@ int run_worker(const WorkerConfig& config) {
   while (waitpid(sandbox_init, &status, 0) < 0) {
     if (errno != EINTR) _exit(2);
   }
-  if (WIFSIGNALED(status)) {  // ended the same way, so that the host can say how
+  if (WIFSIGNALED(status)) {    // ended the same way, so that the host can say how
+    prctl(PR_SET_DUMPABLE, 0);  // (with no core file of its own: the launcher did not fail)
     signal(WTERMSIG(status), SIG_DFL);
     kill(getpid(), WTERMSIG(status));
     _exit(128 + WTERMSIG(status));

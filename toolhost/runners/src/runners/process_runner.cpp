@@ -186,8 +186,8 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
     return out;
   }
   // The worker is lost: every call process it made goes with it.
-  auto lose = [&](const std::string& fail) {
-    const std::string how = end_worker(*w, fail == "ended");
+  auto lose = [&](const std::string& fail, bool sandbox_ended) {
+    const std::string how = end_worker(*w, sandbox_ended);
     const std::string tail = w->process->tail();
     out.ending = closing() ? Ending::closed : Ending::crashed;
     out.detail = (fail.empty() || fail == "ended" ? std::string() : fail + "; ") + "the worker process " + how;
@@ -201,13 +201,14 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
   // everything it started (the kernel ends a PID namespace with its init).
   if (w->last.pidfd >= 0) {
     pollfd gone{w->last.pidfd, POLLIN, 0};
-    if (::poll(&gone, 1, static_cast<int>(kEndWaitMs)) != 1) return lose("the previous call's process did not end");
+    if (::poll(&gone, 1, static_cast<int>(kEndWaitMs)) != 1)
+      return lose("the previous call's process did not end", false);
     w->last.close_all();
   }
   w->process->clear_tail();  // a crash report shows what this call wrote
   while (w->ready.empty()) {
     const Pump p = pump(*w, &aids_, deadline_ms, why);
-    if (p == Pump::lost) return lose(why);
+    if (p == Pump::lost) return lose(why, why == "ended");
     if (p == Pump::timed_out) {
       out.ending = Ending::timed_out;
       out.detail = "no call process was ready before the deadline";
@@ -347,7 +348,7 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
       const std::int64_t until = steady_now_ms() + kEndWaitMs;
       while (!w->end_seen) {
         const Pump got = pump(*w, &aids_, until, why);
-        if (got == Pump::lost) return lose(fail);
+        if (got == Pump::lost) return lose(fail.empty() ? why : fail, why == "ended");
         if (got == Pump::timed_out) break;
       }
       w->watching = 0;

@@ -112,7 +112,12 @@ Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, st
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   const ssize_t got = ::recvmsg(w.control, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  if (got < 0 && (errno == EAGAIN || errno == EINTR)) return Pump::more;
+  if (got < 0) {
+    // (nothing was received: the control buffer is not to be read)
+    if (errno == EAGAIN || errno == EINTR) return Pump::more;
+    why = std::string("could not be read from: ") + std::strerror(errno);
+    return Pump::lost;
+  }
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -121,10 +126,6 @@ Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, st
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
       w.fds.push_back(fd);
     }
-  }
-  if (got < 0) {
-    why = std::string("could not be read from: ") + std::strerror(errno);
-    return Pump::lost;
   }
   if (got == 0) {
     why = "ended";

@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kMaxRequirementsBytes = 1 << 20;
 constexpr const char* kReadyMark = ".machina-ready";  // written last: the environment is whole
-constexpr std::string_view kNul("\0", 1);             // between the parts of the folder's digest
+constexpr std::string_view kNul("\0", 1);             // after each part of the folder's digest
 
 /// The skill's name as a folder name: letters, digits, '-' and '_'; anything else '_'.
 std::string folder_word(const std::string& name) {
