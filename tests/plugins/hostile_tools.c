@@ -362,7 +362,8 @@ __attribute__((constructor)) static void start_thread_at_load(void) {
 /* Unloading the library while its thread runs takes the thread's code away: the thread
    crashes the process as soon as it runs again. The crash is made certain here, at the
    unload, rather than left to when the thread happens to wake: by a trap (SIGILL), since
-   a signal the sandbox's init sends itself with raise() is ignored. */
+   a signal the sandbox's init sends itself with raise() is ignored. (A destructor also runs
+   at a normal exit: a process that loads this plugin and exits dies of the trap too.) */
 __attribute__((destructor)) static void crash_when_unloaded(void) {
   __builtin_trap();
 }

@@ -2,6 +2,7 @@
 // they finish), blank lines skipped, a peeked-away line unanswered, a line past the request
 // cap answered from its head, reading stopped after a closing line, and no more lines
 // read ahead than the in-flight window allows.
+#include "../../toolhost/cli/line_reader.hpp"
 #include "../../toolhost/cli/line_server.hpp"
 
 #include <machina/tool_host.hpp>
@@ -22,8 +23,9 @@ using namespace machina;
 namespace {
 
 /// Answers "did <line>" per line. A line may start with "id " (its answer may overtake
-/// earlier ones) and then "sleep:N " (it takes N ms). "cancel" is dealt with by peek()
-/// and "bye" is the last line read. Every peek and every answer is logged in order.
+/// earlier ones) and then "sleep:N " (it takes N ms) or "after:X " (it waits, at most
+/// 10 s, until line X is done). "cancel" is dealt with by peek() and "bye" is the last
+/// line read. Every peek and every answer is logged in order.
 class ToyCodec final : public cli::LineCodec {
  public:
   Handled handle(Host&, std::string_view line, CallerState&, std::string& out, OverrunSink*) override {
@@ -37,6 +39,13 @@ class ToyCodec final : public cli::LineCodec {
       const std::size_t space = rest.find(' ');
       const int ms = std::stoi(std::string(rest.substr(6, space - 6)));
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      rest.remove_prefix(space + 1);
+    } else if (rest.starts_with("after:")) {
+      const std::size_t space = rest.find(' ');
+      const std::string awaited = "done " + std::string(rest.substr(6, space - 6));
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (at(awaited) == size() && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       rest.remove_prefix(space + 1);
     }
     log("done " + std::string(rest));
@@ -56,10 +65,14 @@ class ToyCodec final : public cli::LineCodec {
   }
   void attach(WriteNow write_now) override { attached = static_cast<bool>(write_now); }
 
-  /// Where `entry` is in the log (the log's size when it is not there).
+  /// Where `entry` is in the log (size() when it is not there).
   std::size_t at(const std::string& entry) {
     std::lock_guard lock(mu_);
     return static_cast<std::size_t>(std::find(events_.begin(), events_.end(), entry) - events_.begin());
+  }
+  std::size_t size() {
+    std::lock_guard lock(mu_);
+    return events_.size();
   }
 
   std::vector<std::string> heads;
@@ -117,7 +130,7 @@ TEST_CASE("lines in order, blank and peeked-away lines unanswered, an oversized 
     CHECK(written == "did a\ntoo large\ndid b\ndid c\n");
     REQUIRE(codec.heads.size() == 1);
     CHECK(codec.heads[0].starts_with("xxxx"));
-    CHECK(codec.heads[0].size() <= 4096);  // LineReader::kHeadBytes: the rest is never kept
+    CHECK(codec.heads[0].size() <= cli::LineReader::kHeadBytes);  // the rest is never kept
     CHECK(codec.attached);
     CHECK(codec.at("peek cancel") < codec.at("peek b"));  // seen, and never answered
   }
@@ -138,11 +151,11 @@ TEST_CASE("with workers, answers without an id keep the order, and an answer wit
   ToyCodec codec;
   cli::ServeOptions serve;
   serve.workers = 3;
-  CHECK(serve_text("sleep:300 a\nb\nc\n", codec, serve) == "did a\ndid b\ndid c\n");
-  CHECK(codec.at("done b") < codec.at("done a"));  // b ran while a slept, and waited its turn
+  CHECK(serve_text("after:b a\nb\nc\n", codec, serve) == "did a\ndid b\ndid c\n");
+  CHECK(codec.at("done b") < codec.at("done a"));  // b ran while a waited, and then waited its turn
 
   ToyCodec with_ids;
-  CHECK(serve_text("id sleep:300 a\nid b\n", with_ids, serve) == "did b\ndid a\n");
+  CHECK(serve_text("id after:b a\nid b\n", with_ids, serve) == "did b\ndid a\n");
 }
 
 TEST_CASE("no line is read past the in-flight window until the oldest is answered") {

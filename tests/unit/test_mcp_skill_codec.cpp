@@ -105,6 +105,7 @@ TEST_CASE("a call cancelled before it begins is never run and never answered") {
   CHECK(f.tools.host().stats().calls == 0);
   CHECK_FALSE(
       f.answer(R"({"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"AID.UNIT.ECHO.v1"}})").is_null());
+  CHECK(f.tools.host().stats().calls == 1);  // (the host counts the calls it runs)
 }
 
 TEST_CASE("a skill's initialize names its tools, and shutdown is read last and answered after the rest") {
