@@ -190,7 +190,7 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
     const std::string how = end_worker(*w, sandbox_ended);
     const std::string tail = w->process->tail();
     out.ending = closing() ? Ending::closed : Ending::crashed;
-    out.detail = (fail.empty() || fail == "ended" ? std::string() : fail + "; ") + "the worker process " + how;
+    out.detail = (fail.empty() ? std::string() : fail + "; ") + "the worker process " + how;
     if (!tail.empty()) out.detail += "; its last stderr: " + tail;
     retire(std::move(w));
     return out;
@@ -208,7 +208,8 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
   w->process->clear_tail();  // a crash report shows what this call wrote
   while (w->ready.empty()) {
     const Pump p = pump(*w, &aids_, deadline_ms, why);
-    if (p == Pump::lost) return lose(why, why == "ended");
+    if (p == Pump::ended) return lose("", true);
+    if (p == Pump::lost) return lose(why, false);
     if (p == Pump::timed_out) {
       out.ending = Ending::timed_out;
       out.detail = "no call process was ready before the deadline";
@@ -348,7 +349,8 @@ RunOutcome ProcessRunner::run(const RunSpec& spec) {
       const std::int64_t until = steady_now_ms() + kEndWaitMs;
       while (!w->end_seen) {
         const Pump got = pump(*w, &aids_, until, why);
-        if (got == Pump::lost) return lose(fail.empty() ? why : fail, why == "ended");
+        if (got == Pump::ended) return lose(fail, true);
+        if (got == Pump::lost) return lose(fail.empty() ? why : fail, false);
         if (got == Pump::timed_out) break;
       }
       w->watching = 0;

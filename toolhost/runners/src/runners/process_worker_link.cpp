@@ -127,10 +127,7 @@ Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, st
       w.fds.push_back(fd);
     }
   }
-  if (got == 0) {
-    why = "ended";
-    return Pump::lost;
-  }
+  if (got == 0) return Pump::ended;
   if (msg.msg_flags & MSG_CTRUNC) {
     why = "sent more descriptors than expected";
     return Pump::lost;

@@ -75,14 +75,17 @@ struct ProcessRunner::Worker {
 
 namespace worker_link {
 
-enum class Pump { more, lost, timed_out };
+/// What pump() found: more to wait for; the sandbox ended (its end of the control socket
+/// closed); the worker lost otherwise (why says how); the deadline passed.
+enum class Pump { more, ended, lost, timed_out };
 
 /// Handles the complete control frames in w.cbuf. False (with why) if the worker broke
 /// the protocol. `expected`: the aids the worker must register (sorted); null: any (a
 /// plugin described).
 bool handle_control(ProcessRunner::Worker& w, const std::vector<std::string>* expected, std::string& why);
 /// Waits until `deadline_ms` for the worker's control socket or output, and takes in what
-/// came. `lost` (with why) when the worker is gone or broke the protocol.
+/// came. `ended` when the sandbox has ended; `lost` (with why) when the socket failed or the
+/// worker broke the protocol.
 Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, std::int64_t deadline_ms,
           std::string& why);
 /// Whether the worker has ended: its process exited (its sandbox follows it), or the
@@ -90,7 +93,7 @@ Pump pump(ProcessRunner::Worker& w, const std::vector<std::string>* expected, st
 /// (descriptors of ready call processes) is no sign of life.
 bool ended_while_idle(const ProcessRunner::Worker& w);
 /// Ends the worker's process and says how it ended. When the sandbox has ended on its own
-/// (`sandbox_ended`: pump() said "ended"), the launcher first has a moment to exit: it ends
+/// (`sandbox_ended`: pump() said `ended`), the launcher first has a moment to exit: it ends
 /// the way the sandbox did (the signal that killed it, say), which tells more than the kill
 /// that ends it otherwise.
 std::string end_worker(ProcessRunner::Worker& w, bool sandbox_ended);

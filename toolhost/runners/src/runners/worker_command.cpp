@@ -69,18 +69,14 @@ std::unique_ptr<ProcessRunner::Worker> ProcessRunner::start_worker(const std::ve
   // The worker's greeting: the tools it registered (for the pool's workers: the host's).
   const std::int64_t start_deadline = std::min(deadline_ms, steady_now_ms() + options_.start_timeout_ms);
   std::string fail;
-  bool sandbox_ended = false;
-  while (!w->greeted) {
-    const Pump p = pump(*w, expected, start_deadline, fail);
+  Pump p = Pump::more;
+  while (!w->greeted && p == Pump::more) {
+    p = pump(*w, expected, start_deadline, fail);
     if (p == Pump::timed_out) fail = "did not start within " + std::to_string(options_.start_timeout_ms) + " ms";
-    if (p == Pump::lost && fail == "ended") {
-      sandbox_ended = true;
-      fail = "ended before it was ready";
-    }
-    if (p != Pump::more) break;
+    if (p == Pump::ended) fail = "ended before it was ready";
   }
   if (w->greeted) return w;
-  why = "worker process " + fail + "; it " + end_worker(*w, sandbox_ended);
+  why = "worker process " + fail + "; it " + end_worker(*w, p == Pump::ended);
   if (const std::string tail = w->process->tail(); !tail.empty()) why += "; its last stderr: " + tail;
   return nullptr;
 }
