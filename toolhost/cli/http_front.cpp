@@ -45,8 +45,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr FrontLabel kHttpFront{"http", /*local_caller=*/false};  // (a network peer)
 
-int g_stop_fd = -1;  // readable once SIGINT or SIGTERM came: every loop stops (watch_stop_signals)
-
 /// A field's value as a standard string view.
 std::string_view as_view(boost::beast::string_view v) {
   return {v.data(), v.size()};
@@ -260,7 +258,8 @@ std::string protocol_answer(const Response& r) {
 
 class HttpServer {
  public:
-  HttpServer(Host& host, const HttpFrontOptions& o) : host_(host), o_(o), token_caller_(token_identity(o.token)) {}
+  HttpServer(Host& host, const HttpFrontOptions& o, const FrontControl& control)
+      : host_(host), o_(o), control_(control), token_caller_(token_identity(o.token)) {}
 
   int run();
 
@@ -287,6 +286,8 @@ class HttpServer {
 
   Host& host_;
   const HttpFrontOptions& o_;
+  const FrontControl& control_;
+  int stop_fd_ = -1;  // readable: every loop stops
   const std::string token_caller_;
   std::vector<std::string> own_authorities_;  // "name:port", lowercase: Host values served
   std::vector<std::string> allowed_names_;    // configured names served on any port
@@ -562,7 +563,7 @@ void HttpServer::handle(int fd, const std::string& peer) {
         const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count();
         left = static_cast<int>((parser.is_header_done() ? o_.read_timeout_ms : o_.header_timeout_ms) - spent);
       }
-      pollfd p[2] = {{fd, POLLIN, 0}, {g_stop_fd, POLLIN, 0}};
+      pollfd p[2] = {{fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
       const int ready = left <= 0 ? 0 : ::poll(p, 2, left);
       if (ready == 0 && begun && !parser.is_header_done()) {
         std::lock_guard lock(conn.write_mu);
@@ -657,12 +658,14 @@ int HttpServer::run() {
                                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   learn_own_names(host, actual);
   char chunk[4096];
-  g_stop_fd = watch_stop_signals();
-  say("serving HTTP on http://" + (addr.ss_family == AF_INET6 ? "[" + host + "]" : host) + ":" +
-      std::to_string(actual));
+  stop_fd_ = stop_fd_of(control_);
+  const std::string url =
+      "http://" + (addr.ss_family == AF_INET6 ? "[" + host + "]" : host) + ":" + std::to_string(actual);
+  say("serving HTTP on " + url);
+  if (control_.on_serving) control_.on_serving(url);
 
   for (;;) {
-    pollfd p[2] = {{listener, POLLIN, 0}, {g_stop_fd, POLLIN, 0}};
+    pollfd p[2] = {{listener, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
     if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
     if ((p[1].revents & POLLIN) != 0) break;
     if ((p[0].revents & POLLIN) == 0) continue;
@@ -726,9 +729,9 @@ void check_http_front_options(const HttpFrontOptions& options) {
   }
 }
 
-int serve_http(Host& host, const HttpFrontOptions& options) {
+int serve_http(Host& host, const HttpFrontOptions& options, const FrontControl& control) {
   check_http_front_options(options);
-  HttpServer server(host, options);
+  HttpServer server(host, options, control);
   return server.run();
 }
 

@@ -9,6 +9,8 @@
 // Boost.Beast parses and writes the messages.
 #pragma once
 
+#include "stop_signal.hpp"
+
 #include <machina/host.hpp>
 
 #include <functional>
@@ -35,8 +37,8 @@ struct HttpFrontOptions {
 /// token, a malformed allowed Origin or Host name.
 void check_http_front_options(const HttpFrontOptions& options);
 
-/// Serves until SIGINT or SIGTERM; returns the exit code. Throws ConfigError if it cannot listen
-/// or check_http_front_options refuses the options.
-int serve_http(Host& host, const HttpFrontOptions& options);
+/// Serves until `control` says stop (by default SIGINT or SIGTERM); returns the exit code.
+/// Throws ConfigError if it cannot listen or check_http_front_options refuses the options.
+int serve_http(Host& host, const HttpFrontOptions& options, const FrontControl& control = {});
 
 }  // namespace machina::cli

@@ -60,8 +60,6 @@ constexpr char kToolsWildcard[] = "tools.>";
 constexpr std::int64_t kConnectTimeoutMs = 2000;
 constexpr std::int64_t kFlushTimeoutMs = 2000;
 
-int g_stop_fd = -1;  // readable once SIGINT or SIGTERM came: stop serving (watch_stop_signals)
-
 std::string random_id() {
   static constexpr char kDigits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
   std::random_device rd;
@@ -132,7 +130,8 @@ struct Call final : OverrunSink {
 
 class NatsServer final : public DurableSink {
  public:
-  NatsServer(Host& host, const NatsFrontOptions& o) : host_(host), o_(o) {}
+  NatsServer(Host& host, const NatsFrontOptions& o, const FrontControl& control)
+      : host_(host), o_(o), control_(control) {}
   ~NatsServer();
   int run();
   /// Sends the answer to `call` for the host's response line `line`.
@@ -186,6 +185,7 @@ class NatsServer final : public DurableSink {
 
   Host& host_;
   const NatsFrontOptions& o_;
+  const FrontControl& control_;
   NatsEventLoop loop_;  // the connection's socket (before nc_: it outlives the connection)
   natsConnection* nc_ = nullptr;
   std::string id_ = random_id();
@@ -706,7 +706,7 @@ int NatsServer::run() {
     host_.set_idempotency_store(store_);
   }
 
-  g_stop_fd = watch_stop_signals();
+  const int stop_fd = stop_fd_of(control_);
 
   // Subjects under `tools.` all arrive through one wildcard subscription, so that an unknown
   // one is answered too, and a known one once (not by a second, exact subscription).
@@ -744,9 +744,10 @@ int NatsServer::run() {
   }
   say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " +
       without_credentials(o_.url));
+  if (control_.on_serving) control_.on_serving(without_credentials(o_.url));
 
   for (;;) {
-    pollfd pfd{g_stop_fd, POLLIN, 0};
+    pollfd pfd{stop_fd, POLLIN, 0};
     if (::poll(&pfd, 1, -1) > 0) break;
   }
   // Stop taking calls: the server forgets the subscriptions, and what the client holds of
@@ -785,9 +786,9 @@ void check_nats_front_options(const NatsFrontOptions& options) {
     throw ConfigError("--nats-kv-bucket " + options.kv_bucket + ": expected one token (letters, digits, _ and -)");
 }
 
-int serve_nats(Host& host, const NatsFrontOptions& options) {
+int serve_nats(Host& host, const NatsFrontOptions& options, const FrontControl& control) {
   check_nats_front_options(options);
-  NatsServer server(host, options);
+  NatsServer server(host, options, control);
   return server.run();
 }
 

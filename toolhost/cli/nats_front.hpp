@@ -10,6 +10,8 @@
 // group of hosts, in a JetStream key-value bucket (nats_kv_store.hpp). docs/nats.md.
 #pragma once
 
+#include "stop_signal.hpp"
+
 #include <machina/host.hpp>
 
 #include <cstdint>
@@ -41,8 +43,8 @@ struct NatsFrontOptions {
 /// Throws ConfigError for a prefix, queue group, stream or consumer name that cannot be used.
 void check_nats_front_options(const NatsFrontOptions& options);
 
-/// Serves until SIGINT or SIGTERM, then stops taking calls, answers those taken and returns
-/// the exit code. Throws ConfigError if it cannot connect.
-int serve_nats(Host& host, const NatsFrontOptions& options);
+/// Serves until `control` says stop (by default SIGINT or SIGTERM), then stops taking calls,
+/// answers those taken and returns the exit code. Throws ConfigError if it cannot connect.
+int serve_nats(Host& host, const NatsFrontOptions& options, const FrontControl& control = {});
 
 }  // namespace machina::cli

@@ -31,4 +31,8 @@ int watch_stop_signals() {
   return g_stop_fd;
 }
 
+int stop_fd_of(const FrontControl& control) {
+  return control.stop_fd >= 0 ? control.stop_fd : watch_stop_signals();
+}
+
 }  // namespace machina::cli
