@@ -1,6 +1,9 @@
 // See http_front.hpp.
 #include "http_front.hpp"
 
+#include "http_admission.hpp"
+#include "http_field_text.hpp"
+#include "http_tool_protocol.hpp"
 #include "say.hpp"
 #include "stop_signal.hpp"
 
@@ -11,7 +14,6 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,9 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -45,9 +45,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr FrontLabel kHttpFront{"http", /*local_caller=*/false};  // (a network peer)
 
-/// A field's value as a standard string view.
-std::string_view as_view(boost::beast::string_view v) {
-  return {v.data(), v.size()};
+AdmissionRules admission_rules(const HttpFrontOptions& o) {
+  return {o.token, o.allow_origins, o.allow_hosts};
 }
 
 /// What an answer to an allowed cross-origin request carries for the browser.
@@ -81,18 +80,6 @@ std::string http_response(unsigned status, std::string body, bool keep_alive, co
   return text.str();
 }
 
-/// {"ok": false, "protocol_version": 1, "error": {"type", "message"}} for a request refused
-/// before it reached the host.
-std::string refusal(std::string_view type, std::string_view message) {
-  std::string out;
-  append_literal(out, "{\"ok\":false,\"protocol_version\":1,\"error\":{\"type\":");
-  append_json_string(out, type);
-  append_literal(out, ",\"message\":");
-  append_json_string(out, message);
-  append_literal(out, "}}");
-  return out;
-}
-
 bool write_all_fd(int fd, std::string_view data) {
   while (!data.empty()) {
     const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
@@ -109,70 +96,6 @@ bool write_all_fd(int fd, std::string_view data) {
     return false;
   }
   return true;
-}
-
-std::string lowercase(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
-std::string_view trimmed(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  return text;
-}
-
-bool is_ipv4(const std::string& text) {
-  in_addr a{};
-  return ::inet_pton(AF_INET, text.c_str(), &a) == 1;
-}
-
-bool is_ipv6(const std::string& text) {
-  in6_addr a{};
-  return ::inet_pton(AF_INET6, text.c_str(), &a) == 1;
-}
-
-/// Whether a numeric address (or "localhost") only this machine can reach.
-bool is_loopback(const std::string& host) {
-  if (host == "localhost") return true;
-  in_addr a4{};
-  if (::inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
-  in6_addr a6{};
-  if (::inet_pton(AF_INET6, host.c_str(), &a6) != 1) return false;
-  if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
-  return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
-}
-
-bool is_wildcard(const std::string& host) {
-  return host == "0.0.0.0" || host == "::";
-}
-
-/// A Host field's value (or an allowed name) split into its name, lowercase, IPv6 literals in
-/// brackets, and its port ("" when it names none). False when it is not of that form.
-bool split_authority(std::string_view value, std::string& name, std::string& port) {
-  value = trimmed(value);
-  std::string_view rest;
-  if (!value.empty() && value.front() == '[') {
-    const auto close = value.find(']');
-    if (close == std::string_view::npos || !is_ipv6(std::string(value.substr(1, close - 1)))) return false;
-    name = lowercase(value.substr(0, close + 1));
-    rest = value.substr(close + 1);
-  } else {
-    const auto colon = value.find(':');
-    name = lowercase(value.substr(0, colon));
-    rest = colon == std::string_view::npos ? std::string_view{} : value.substr(colon);
-  }
-  if (name.empty()) return false;
-  if (name.front() != '[' && name.find_first_of(" \t/\\@?#[]") != std::string::npos) return false;
-  if (rest.empty()) {
-    port.clear();
-    return true;
-  }
-  if (rest.front() != ':' || rest.size() < 2 || rest.size() > 6) return false;
-  port = std::string(rest.substr(1));
-  return std::all_of(port.begin(), port.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
 }
 
 /// Whether a Content-Type names JSON (`application/json`, parameters aside).
@@ -211,51 +134,6 @@ std::string peer_text(const sockaddr_storage& peer) {
   return text;
 }
 
-/// The tool protocol's answer for a host response: {ok, result} or {ok: false, error}, with
-/// the host's status, code and trace beside them.
-std::string protocol_answer(const Response& r) {
-  std::string out;
-  const ErrorKindInfo& info = error_info(r.kind);
-  if (r.ok()) {
-    append_literal(out, "{\"ok\":true,\"protocol_version\":1,\"status\":\"OK\",\"result\":");
-    out.append(r.output_json.empty() ? std::string_view("null") : std::string_view(r.output_json));
-  } else {
-    // A tool's own error keeps its own type and message (the trace has them); the host's
-    // errors are typed by their code.
-    std::string type(info.code), message = r.error, reason;
-    if (!r.trace_json.empty()) {
-      const auto trace = nlohmann::json::parse(r.trace_json, nullptr, false);
-      if (trace.is_object()) {
-        if (trace.contains("error_type") && trace["error_type"].is_string()) type = trace["error_type"];
-        if (trace.contains("error_message") && trace["error_message"].is_string()) message = trace["error_message"];
-        if (trace.contains("reason_code") && trace["reason_code"].is_string()) reason = trace["reason_code"];
-      }
-    }
-    if (reason.empty() && (r.kind == ErrorKind::guarantee_blocked || r.kind == ErrorKind::coverage_missing))
-      reason = std::string(info.code);
-    append_literal(out, "{\"ok\":false,\"protocol_version\":1,\"status\":\"");
-    out.append(status_name(info.status));
-    append_literal(out, "\",\"code\":\"");
-    out.append(info.code);
-    append_literal(out, "\",\"error\":{\"type\":");
-    append_json_string(out, type);
-    append_literal(out, ",\"message\":");
-    append_json_string(out, message);
-    if (!reason.empty()) {
-      append_literal(out, ",\"reason_code\":");
-      append_json_string(out, reason);
-    }
-    out.push_back('}');
-  }
-  if (r.idempotent_hit) append_literal(out, ",\"idempotent_hit\":true");
-  if (!r.trace_json.empty()) {
-    append_literal(out, ",\"trace\":");
-    out.append(r.trace_json);
-  }
-  out.push_back('}');
-  return out;
-}
-
 class HttpServer {
  public:
   HttpServer(Host& host, const HttpFrontOptions& o, const FrontControl& control)
@@ -267,18 +145,9 @@ class HttpServer {
   struct Connection;
   using HttpRequest = beast_http::request<beast_http::string_body>;
   void handle(int fd, const std::string& peer);
-  /// The names this host answers to, once its port is known.
-  void learn_own_names(const std::string& bound_host, unsigned port);
-  bool host_allowed(std::string_view value) const;
-  bool origin_allowed(std::string_view origin) const;
   /// What answers one request: HTTP status and body. `conn` for the overrun sink of a stuck call.
-  std::pair<unsigned, std::string> dispatch(const HttpRequest& req, Connection& conn);
-  std::pair<unsigned, std::string> run_call(const std::string& target, const std::string& body, Connection& conn);
-  std::pair<unsigned, std::string> handshake(const std::string& body);
-  /// The tool `name` stands for (ToolRegistry::resolve); none: `why` says so when several
-  /// tools share the name, else stays empty.
-  const Tool* find_tool(const std::string& name, std::string& why) const;
-  bool authorized(const HttpRequest& req) const;
+  HttpReply dispatch(const HttpRequest& req, Connection& conn);
+  HttpReply run_call(const std::string& target, const std::string& body, Connection& conn);
 
   /// Who a caller with the bearer token is, for the audit store: "token:" and the first
   /// 12 hex digits of the token's SHA-256 (the token itself is never kept); "" without one.
@@ -289,10 +158,7 @@ class HttpServer {
   const FrontControl& control_;
   int stop_fd_ = -1;  // readable: every loop stops
   const std::string token_caller_;
-  std::vector<std::string> own_authorities_;  // "name:port", lowercase: Host values served
-  std::vector<std::string> allowed_names_;    // configured names served on any port
-  bool any_ip_literal_ = false;               // bound to every address: any numeric Host
-  std::string port_;
+  std::optional<HttpAdmission> admission_;  // once the port is known
   std::mutex mu_;
   std::condition_variable done_;
   std::size_t active_ = 0;
@@ -315,180 +181,35 @@ struct HttpServer::Connection final : OverrunSink {
   }
 };
 
-void HttpServer::learn_own_names(const std::string& bound_host, unsigned port) {
-  port_ = std::to_string(port);
-  auto own = [&](const std::string& name) { own_authorities_.push_back(lowercase(name) + ":" + port_); };
-  if (is_wildcard(bound_host))
-    any_ip_literal_ = true;
-  else
-    own(is_ipv6(bound_host) ? "[" + bound_host + "]" : bound_host);
-  if (is_loopback(bound_host) || is_wildcard(bound_host)) {
-    own("localhost");
-    own("127.0.0.1");
-    own("[::1]");
-  }
-  for (const auto& name : o_.allow_hosts) {
-    std::string n, p;
-    (void)split_authority(name, n, p);  // (checked at start)
-    if (p.empty())
-      allowed_names_.push_back(n);
-    else
-      own_authorities_.push_back(n + ":" + p);
-  }
-}
-
-bool HttpServer::host_allowed(std::string_view value) const {
-  std::string name, port;
-  if (!split_authority(value, name, port)) return false;
-  if (std::find(allowed_names_.begin(), allowed_names_.end(), name) != allowed_names_.end()) return true;
-  if (port.empty()) port = "80";
-  if (std::find(own_authorities_.begin(), own_authorities_.end(), name + ":" + port) != own_authorities_.end())
-    return true;
-  if (!any_ip_literal_ || port != port_) return false;
-  return is_ipv4(name) || (name.size() > 2 && name.front() == '[' && is_ipv6(name.substr(1, name.size() - 2)));
-}
-
-bool HttpServer::origin_allowed(std::string_view origin) const {
-  const std::string o = lowercase(trimmed(origin));
-  return std::any_of(o_.allow_origins.begin(), o_.allow_origins.end(),
-                     [&](const std::string& allowed) { return lowercase(allowed) == o; });
-}
-
-bool HttpServer::authorized(const HttpRequest& req) const {
-  if (o_.token.empty()) return true;
-  const std::string expected = "Bearer " + o_.token;
-  const auto got = req[beast_http::field::authorization];
-  // Compared in time that does not depend on where they differ.
-  unsigned char diff = got.size() == expected.size() ? 0 : 1;
-  for (std::size_t i = 0; i < expected.size(); ++i)
-    diff |= static_cast<unsigned char>(expected[i] ^ (i < got.size() ? got[i] : 0));
-  return diff == 0;
-}
-
-const Tool* HttpServer::find_tool(const std::string& name, std::string& why) const {
-  std::vector<std::string> sharing;
-  const Tool* tool = host_.registry().resolve(name, &sharing);
-  if (tool == nullptr && sharing.size() > 1) {
-    std::string aids;
-    for (const auto& aid : sharing) aids += (aids.empty() ? "" : ", ") + aid;
-    why = "the name '" + excerpt(name) + "' is shared by " + aids + ": name the tool by its aid";
-  }
-  return tool;
-}
-
-namespace {
-/// A request body as a JSON value, or why not. Checked first by validate_json, whose
-/// nesting limit keeps what is built here shallow enough to dump (nlohmann's dump recurses:
-/// a payload 300 000 arrays deep overflowed the stack).
-std::optional<nlohmann::json> parse_body(const std::string& body, std::string& why) {
-  if (!validate_json(body, &why)) return std::nullopt;
-  return nlohmann::json::parse(body, nullptr, false);
-}
-
-/// The refusal of a request in a tool protocol version other than 1 (one without the field
-/// is taken as 1).
-std::optional<std::pair<unsigned, std::string>> unsupported_version(const nlohmann::json& j) {
-  if (!j.contains("protocol_version")) return std::nullopt;
-  const auto& v = j["protocol_version"];
-  if (v.is_number_integer() && v.get<std::int64_t>() == 1) return std::nullopt;
-  return std::pair<unsigned, std::string>{
-      400, refusal("malformed_request", "protocol_version " + v.dump() + " is not supported: this service speaks 1")};
-}
-}  // namespace
-
-std::pair<unsigned, std::string> HttpServer::run_call(const std::string& target, const std::string& body,
-                                                      Connection& conn) {
-  std::string why;
-  const auto parsed = parse_body(body, why);
-  if (!parsed) return {400, refusal("malformed_request", "the request body is not JSON: " + why)};
-  const auto& j = *parsed;
-  if (!j.is_object()) return {400, refusal("malformed_request", "the request body must be a JSON object")};
-  if (auto refused = unsupported_version(j)) return *refused;
+HttpReply HttpServer::run_call(const std::string& target, const std::string& body, Connection& conn) {
   Request req;
   req.front = kHttpFront;
   req.caller = conn.caller;
-  std::string name;
-  if (j.contains("tool_name") && j["tool_name"].is_string())
-    name = j["tool_name"].get<std::string>();
-  else if (target.rfind("/tools/", 0) == 0)
-    name = target.substr(7);
-  if (name.empty()) return {400, refusal("malformed_request", "the request names no tool (tool_name)")};
-  std::string why_shared;
-  const Tool* tool = find_tool(name, why_shared);
-  if (!why_shared.empty()) return {404, refusal("tool_not_found", why_shared)};
-  req.aid = tool != nullptr ? tool->info.aid : name;  // (an unknown one: tool_not_found from the host)
-  if (j.contains("payload")) req.input_json = j["payload"].dump();
-  auto text_field = [&](const char* field, std::optional<std::string>& into) -> bool {
-    if (!j.contains(field) || j[field].is_null()) return true;
-    if (!j[field].is_string()) return false;
-    into = j[field].get<std::string>();
-    return true;
-  };
-  if (!text_field("trace_id", req.trace_id) || !text_field("idempotency_key", req.idempotency_key) ||
-      !text_field("_lease_token", req.lease_token)) {
-    return {400, refusal("malformed_request", "trace_id, idempotency_key and _lease_token must be strings")};
-  }
-  if (j.contains("timeout_ms") && !j["timeout_ms"].is_null()) {
-    if (!j["timeout_ms"].is_number_integer()) return {400, refusal("malformed_request", kTimeoutRuleText)};
-    req.timeout_ms = j["timeout_ms"].get<std::int64_t>();
-  }
+  if (auto refused = read_call(host_.registry(), target, body, req)) return *refused;
   CallerState session(/*respond_with_delta=*/true);  // calls over HTTP carry no state
   const Response r = host_.handle(req, session, &conn);
   if (r.overran) return {0, {}};  // answered by the overrun sink
   return {200, protocol_answer(r)};
 }
 
-std::pair<unsigned, std::string> HttpServer::handshake(const std::string& body) {
-  std::string why;
-  const auto parsed = parse_body(body, why);
-  if (!parsed) return {400, refusal("malformed_request", "the request body is not JSON: " + why)};
-  const auto& j = *parsed;
-  if (!j.is_object() || !j.contains("tool_name") || !j["tool_name"].is_string())
-    return {400, refusal("malformed_request", "a handshake names its tool (tool_name)")};
-  if (auto refused = unsupported_version(j)) return *refused;
-  const std::string name = j["tool_name"].get<std::string>();
-  std::string why_shared;
-  const Tool* tool = find_tool(name, why_shared);
-  if (tool == nullptr) {
-    return {404, refusal("tool_not_found", why_shared.empty() ? "tool not found: " + excerpt(name) : why_shared)};
-  }
-  nlohmann::json supported = nlohmann::json::object();
-  for (const auto& g : tool->runner->enforced_guarantees()) supported[g] = true;
-  std::size_t required = 0, covered = 0;
-  if (j.contains("required_guarantees") && j["required_guarantees"].is_object()) {
-    for (const auto& [g, on] : j["required_guarantees"].items()) {
-      if (on != true) continue;
-      ++required;
-      if (supported.contains(g)) ++covered;
-    }
-  }
-  const char* enforcement = covered == required ? "enforced" : covered > 0 ? "partially_enforced" : "not_enforceable";
-  const nlohmann::json answer = {{"ok", true},
-                                 {"protocol_version", 1},
-                                 {"tool_name", tool->info.aid},
-                                 {"enforcement", enforcement},
-                                 {"supported_guarantees", supported},
-                                 {"service_version", MACHINA_VERSION}};
-  return {200, answer.dump()};
-}
-
-std::pair<unsigned, std::string> HttpServer::dispatch(const HttpRequest& req, Connection& conn) {
+HttpReply HttpServer::dispatch(const HttpRequest& req, Connection& conn) {
   // A page in a browser can make a request reach this host (a form or a fetch without a
   // preflight, or its own name resolved to this address): a foreign Host or Origin, or a body
   // a page may send without asking first, reaches no tool.
   if (req.count(beast_http::field::host) != 1)
     return {400, refusal("malformed_request", "a request names its host in one Host field")};
-  if (!host_allowed(as_view(req[beast_http::field::host])))
+  if (!admission_->host_allowed(as_view(req[beast_http::field::host])))
     return {403, refusal("host_not_allowed", "this host does not serve the name " +
                                                  excerpt(std::string(req[beast_http::field::host])) +
                                                  " (--http-allow-host)")};
   const auto origins = req.count(beast_http::field::origin);
-  if (origins > 1 || (origins == 1 && !origin_allowed(as_view(req[beast_http::field::origin]))))
+  if (origins > 1 || (origins == 1 && !admission_->origin_allowed(as_view(req[beast_http::field::origin]))))
     return {403, refusal("origin_not_allowed", "requests from the origin " +
                                                    excerpt(std::string(req[beast_http::field::origin])) +
                                                    " are not served (--http-allow-origin)")};
   if (req.method() == beast_http::verb::options && origins == 1) return {204, {}};  // an allowed preflight
-  if (!authorized(req)) return {401, refusal("unauthorized", "a valid bearer token is required")};
+  if (!admission_->authorized(as_view(req[beast_http::field::authorization])))
+    return {401, refusal("unauthorized", "a valid bearer token is required")};
   const std::string target(req.target());
   if (req.method() == beast_http::verb::get) {
     if (target == "/health") return {200, "{\"ok\":true}"};
@@ -499,7 +220,7 @@ std::pair<unsigned, std::string> HttpServer::dispatch(const HttpRequest& req, Co
   if (req.count(beast_http::field::content_type) != 1 ||
       !is_json_media_type(as_view(req[beast_http::field::content_type])))
     return {415, refusal("unsupported_media_type", "the request body must be sent as Content-Type: application/json")};
-  if (target == "/capabilities/handshake") return handshake(req.body());
+  if (target == "/capabilities/handshake") return handshake_answer(host_.registry(), req.body());
   return run_call(target, req.body(), conn);
 }
 
@@ -656,7 +377,7 @@ int HttpServer::run() {
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &bound_len);
   const unsigned actual = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  learn_own_names(host, actual);
+  admission_.emplace(admission_rules(o_), host, actual);
   char chunk[4096];
   stop_fd_ = stop_fd_of(control_);
   const std::string url =
@@ -709,24 +430,7 @@ int HttpServer::run() {
 }  // namespace
 
 void check_http_front_options(const HttpFrontOptions& options) {
-  if (options.token.empty() && !is_loopback(options.host))
-    throw ConfigError("--http " + options.host +
-                      ": not a loopback address, so every request must carry a bearer token: "
-                      "set MACHINA_TOOLHOST_HTTP_TOKEN (or serve on 127.0.0.1 behind a proxy)");
-  for (const auto& origin : options.allow_origins) {
-    const auto scheme_end = origin.find("://");
-    const bool ok =
-        origin == "null" || (scheme_end != std::string::npos && scheme_end > 0 && scheme_end + 3 < origin.size() &&
-                             origin.find_first_of("/ ?#", scheme_end + 3) == std::string::npos);
-    if (!ok)
-      throw ConfigError("--http-allow-origin " + origin +
-                        ": expected an origin as a browser sends it, "
-                        "SCHEME://HOST[:PORT] without a path (e.g. http://localhost:3000)");
-  }
-  for (const auto& name : options.allow_hosts) {
-    std::string n, p;
-    if (!split_authority(name, n, p)) throw ConfigError("--http-allow-host " + name + ": expected NAME or NAME:PORT");
-  }
+  check_admission_rules(options.host, admission_rules(options));
 }
 
 int serve_http(Host& host, const HttpFrontOptions& options, const FrontControl& control) {
