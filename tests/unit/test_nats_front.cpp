@@ -147,6 +147,13 @@ TEST_CASE("the NATS front answers each message form, the tool list, errors and d
   const json ping = request(nc, "$SRV.PING.machina-toolhost", "").parsed();
   CHECK(ping.at("type") == "io.nats.micro.v1.ping_response");
   CHECK(ping.at("name") == "machina-toolhost");
+  const json info = request(nc, "$SRV.INFO", "").parsed();
+  CHECK(info.at("type") == "io.nats.micro.v1.info_response");
+  bool listed = false;
+  for (const auto& ep : info.at("endpoints"))
+    listed = listed || (ep.at("subject") == "machina.tool.AID.UNIT.ECHO.v1" &&
+                        ep.at("metadata") == json{{"aid", "AID.UNIT.ECHO.v1"}} && ep.at("queue_group") == "q");
+  CHECK(listed);
   const json stats = request(nc, "$SRV.STATS.machina-toolhost." + ping.at("id").get<std::string>(), "").parsed();
   CHECK(stats.at("type") == "io.nats.micro.v1.stats_response");
   std::uint64_t calls = 0, errors = 0;

@@ -1,6 +1,7 @@
 // See nats_durable.hpp.
 #include "nats_durable.hpp"
 
+#include "nats_message_forms.hpp"
 #include "say.hpp"
 
 #include <machina/errors.hpp>
@@ -21,7 +22,6 @@ using json = nlohmann::json;
 
 constexpr char kHdrReplyTo[] = "Machina-Reply-To";
 constexpr char kHdrMsgId[] = "Nats-Msg-Id";
-constexpr char kHdrIdempotencyKey[] = "Idempotency-Key";
 // The headers a call carries into the host, as on the other subjects.
 constexpr const char* kCallHeaders[] = {"Machina-User", "Machina-Lease", "Machina-Timeout-Ms"};
 constexpr std::int64_t kStreamMaxMsgs = 100'000;

@@ -5,6 +5,8 @@
 
 #include "nats_durable.hpp"
 #include "nats_kv_store.hpp"
+#include "nats_message_forms.hpp"
+#include "nats_service_info.hpp"
 #include "nats_subjects.hpp"
 #include "say.hpp"
 #include "stop_signal.hpp"
@@ -25,20 +27,14 @@
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
-#include <ctime>
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
-
-#ifndef MACHINA_VERSION
-#define MACHINA_VERSION "dev"
-#endif
 
 namespace machina::cli {
 namespace {
@@ -46,67 +42,11 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kServiceName[] = "machina-toolhost";
 constexpr FrontLabel kNatsFront{"nats", /*local_caller=*/false};  // (a network peer)
-constexpr char kHdrError[] = "Nats-Service-Error";
-constexpr char kHdrErrorCode[] = "Nats-Service-Error-Code";
-constexpr char kHdrWireCode[] = "Machina-Error-Code";
-constexpr char kHdrIdempotencyKey[] = "Idempotency-Key";
-constexpr char kHdrLease[] = "Machina-Lease";
-constexpr char kHdrUser[] = "Machina-User";
-constexpr char kHdrTimeoutMs[] = "Machina-Timeout-Ms";
-constexpr char kHdrRequestId[] = "Machina-Request-Id";  // durable mode: the message an answer is for
+constexpr char kHdrRequestId[] = "Machina-Request-Id";            // durable mode: the message an answer is for
 constexpr char kToolsWildcard[] = "tools.>";
 constexpr std::int64_t kConnectTimeoutMs = 2000;
 constexpr std::int64_t kFlushTimeoutMs = 2000;
-
-std::string random_id() {
-  static constexpr char kDigits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  std::random_device rd;
-  std::string id;
-  for (int i = 0; i < 22; ++i) id.push_back(kDigits[rd() % 62]);
-  return id;
-}
-
-std::string rfc3339_now() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1'000'000;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char text[64];
-  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(us));
-  return text;
-}
-
-/// One served subject and its micro-service statistics.
-struct Endpoint {
-  std::string name, subject, aid;  // aid "": the request names the tool
-  json metadata = json::object();
-  bool lists_tools = false;
-  std::mutex mu;
-  std::uint64_t num_requests = 0, num_errors = 0, processing_ns = 0;
-  std::string last_error;
-
-  void record(Clock::duration elapsed, const std::string* error) {
-    std::lock_guard lock(mu);
-    ++num_requests;
-    processing_ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
-    if (error != nullptr) {
-      ++num_errors;
-      last_error = header_text(*error, 512);
-    }
-  }
-};
-
-/// How a request came, and so how its answer goes.
-enum class Form { envelope, openai, tool_input };
-
-/// A failure the front answers itself, in the host's response shape.
-std::string front_failure(const char* status, const char* code, const std::string& error) {
-  return json{{"ok", false}, {"status", status}, {"error", error}, {"code", code}}.dump();
-}
 
 class NatsServer;
 
@@ -118,9 +58,8 @@ struct Call final : OverrunSink {
   natsMsg* msg = nullptr;
   natsSubscription* from = nullptr;  // the subscription it came on (none: the durable consumer)
   Clock::time_point start;
-  Form form = Form::envelope;
-  std::string tool_call_id, function_name;  // Form::openai
-  std::atomic<bool> delivered{false};       // the overrun sink has sent the answer
+  MessageCall asks;                    // what the message asks the host
+  std::atomic<bool> delivered{false};  // the overrun sink has sent the answer
 
   std::unique_ptr<DurableReceipt> receipt;  // durable mode: acknowledged once answered
 
@@ -169,16 +108,9 @@ class NatsServer final : public DurableSink {
   /// finish() and the call's count, the reply written at once when no other call is being
   /// answered, else with the next ones (NatsEventLoop).
   void answer(Call& call, std::string_view line);
-  /// Builds the host request for `call`; false with `line` set to the answer when refused.
-  bool parse(Call& call, std::string& request, std::string& run_aid, std::string& line);
-  /// The aid of the tool a function name stands for (ToolRegistry::resolve), or "".
-  std::string resolve(const std::string& name) const;
-  /// The aid of the tool `aid` is another name of, else `aid`.
-  std::string canonical(const std::string& aid) const;
   void publish(const char* reply, std::string_view body,
                const std::vector<std::pair<const char*, std::string>>& headers);
   bool may_answer(const char* reply) const;
-  json identity(const char* kind) const;
   void add_endpoint(std::string name, std::string subject, std::string aid, json metadata, bool lists = false);
   void subscribe(const std::string& subject, Endpoint* ep);
   void answer_unknown(natsMsg* msg);
@@ -188,9 +120,7 @@ class NatsServer final : public DurableSink {
   const FrontControl& control_;
   NatsEventLoop loop_;  // the connection's socket (before nc_: it outlives the connection)
   natsConnection* nc_ = nullptr;
-  std::string id_ = random_id();
-  std::string started_ = rfc3339_now();
-  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  ServiceInfo info_{o_.prefix, o_.queue_group};                // its id, its endpoints
   std::unordered_map<std::string, Endpoint*> tools_subjects_;  // endpoints under `tools.`, by subject
   std::vector<std::unique_ptr<Subscription>> subs_;
   std::vector<std::unique_ptr<Subscription>> discovery_;
@@ -262,79 +192,6 @@ void NatsServer::publish(const char* reply, std::string_view body,
   natsMsg_Destroy(out);
 }
 
-std::string NatsServer::canonical(const std::string& aid) const {
-  const Tool* tool = host_.registry().find(aid);
-  return tool == nullptr || tool->info.alias_of.empty() ? aid : tool->info.alias_of;
-}
-
-std::string NatsServer::resolve(const std::string& name) const {
-  const Tool* tool = host_.registry().resolve(name);
-  return tool == nullptr ? std::string() : tool->info.aid;
-}
-
-bool NatsServer::parse(Call& call, std::string& request, std::string& run_aid, std::string& line) {
-  const Endpoint& ep = *call.ep;
-  natsMsg* msg = call.msg;
-  const std::string_view data(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
-  const bool blank = data.find_first_not_of(" \t\r\n") == std::string_view::npos;
-  // A request refused before its form is known is answered in its subject's usual form.
-  call.form = ep.aid.starts_with("tools.") ? Form::tool_input : Form::envelope;
-  auto refuse = [&](const std::string& why) {
-    line = front_failure("INVALID_PICK", "malformed_request", "malformed request: " + why);
-    return false;
-  };
-  json body = json::object();
-  if (!blank) {
-    body = json::parse(data, nullptr, false);
-    if (body.is_discarded()) return refuse("the body is not JSON");
-  }
-  json options = json::object();
-  const char* value = nullptr;
-  if (natsMsgHeader_Get(msg, kHdrUser, &value) == NATS_OK && *value) options["user"] = value;
-  if (natsMsgHeader_Get(msg, kHdrLease, &value) == NATS_OK && *value) options["_lease_token"] = value;
-  if (natsMsgHeader_Get(msg, kHdrTimeoutMs, &value) == NATS_OK && *value) {
-    const auto t = json::parse(value, nullptr, false);
-    if (!t.is_number_integer()) return refuse(std::string(kHdrTimeoutMs) + " is not an integer");
-    options["timeout_ms"] = t;
-  }
-  if (natsMsgHeader_Get(msg, kHdrIdempotencyKey, &value) == NATS_OK && *value) options["idempotency_key"] = value;
-
-  if (body.is_object() && body.contains("function") && body["function"].is_object()) {
-    call.form = Form::openai;
-    const json& fn = body["function"];
-    const json id = body.contains("tool_call_id") ? body["tool_call_id"] : body.value("id", json(""));
-    call.tool_call_id = id.is_string() ? id.get<std::string>() : id.is_null() ? std::string() : id.dump();
-    if (fn.contains("name") && fn["name"].is_string()) call.function_name = fn["name"].get<std::string>();
-    if (call.function_name.empty()) return refuse("function.name must be a non-empty string");
-    std::string aid = resolve(call.function_name);
-    if (aid.empty()) {
-      aid = call.function_name;  // the host answers tool_not_found
-    } else if (!ep.aid.empty() && canonical(aid) != canonical(ep.aid)) {
-      return refuse("function '" + call.function_name + "' is not the tool of subject '" + ep.subject + "'");
-    }
-    json arguments = fn.value("arguments", json("{}"));
-    if (arguments.is_object()) arguments = arguments.dump();
-    if (!arguments.is_string()) return refuse("function.arguments must be a JSON string");
-    if (arguments.get_ref<const std::string&>().empty()) arguments = "{}";
-    options["aid"] = aid;
-    options["input_json"] = std::move(arguments);
-    request = options.dump();
-    return true;
-  }
-  if (ep.aid.empty() || (body.is_object() && (body.contains("aid") || body.contains("input_json")))) {
-    call.form = Form::envelope;
-    if (!body.is_object()) return refuse("a request must be a JSON object");
-    request = blank ? std::string("{}") : std::string(data);
-    run_aid = ep.aid;
-    return true;
-  }
-  call.form = Form::tool_input;
-  options["aid"] = ep.aid;
-  options["input_json"] = blank ? std::string("{}") : std::string(data);
-  request = options.dump();
-  return true;
-}
-
 void NatsServer::finish(Call& call, std::string_view line) {
   while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
   const char* reply = natsMsg_GetReply(call.msg);
@@ -343,50 +200,15 @@ void NatsServer::finish(Call& call, std::string_view line) {
     publish(reply, line, {});
     return;
   }
-  if (call.form == Form::envelope && call.receipt == nullptr && line.starts_with("{\"ok\":true,")) {
+  if (call.asks.form == Form::envelope && call.receipt == nullptr && line.starts_with("{\"ok\":true,")) {
     call.ep->record(Clock::now() - call.start, nullptr);  // the host's line is the answer
     publish(reply, line, {});
     return;
   }
-  const json r = json::parse(line, nullptr, false);
-  const bool ok = r.is_object() && r.value("ok", false);
-  std::string error, code, status;
-  std::vector<std::pair<const char*, std::string>> headers;
-  if (!ok) {
-    error = r.is_object() && r.contains("error") && r["error"].is_string() ? r["error"].get<std::string>() : "failed";
-    if (error.empty()) error = "failed";
-    code = r.is_object() && r.contains("code") && r["code"].is_string() ? r["code"].get<std::string>() : "";
-    status = r.is_object() && r.contains("status") && r["status"].is_string() ? r["status"].get<std::string>() : "";
-    headers = {
-        {kHdrError, header_text(error, 1024)}, {kHdrErrorCode, service_error_code(status, code)}, {kHdrWireCode, code}};
-  }
-  const std::string output = ok && r.contains("output_json") && r["output_json"].is_string() &&
-                                     !r["output_json"].get_ref<const std::string&>().empty()
-                                 ? r["output_json"].get<std::string>()
-                                 : std::string("null");
-  std::string body;
-  switch (call.form) {
-    case Form::envelope: body = line; break;
-    case Form::tool_input:
-      body = ok ? "{\"data\":" + output + ",\"error\":null}"
-                : json{{"data", nullptr}, {"error", typed_error(error, code)}}.dump();
-      break;
-    case Form::openai: {
-      std::string content = "Error: " + error;
-      if (ok) {
-        const json value = json::parse(output, nullptr, false);
-        content = value.is_string() ? value.get<std::string>() : output;
-      }
-      body =
-          json{
-              {"tool_call_id", call.tool_call_id}, {"role", "tool"}, {"name", call.function_name}, {"content", content}}
-              .dump();
-      break;
-    }
-  }
-  call.ep->record(Clock::now() - call.start, ok ? nullptr : &error);
-  if (call.receipt) headers.emplace_back(kHdrRequestId, call.receipt->request_id());
-  publish(reply, body, headers);
+  FormAnswer a = answer_in_form(call.asks, line);
+  call.ep->record(Clock::now() - call.start, a.ok ? nullptr : &a.error);
+  if (call.receipt) a.headers.emplace_back(kHdrRequestId, call.receipt->request_id());
+  publish(reply, a.body, a.headers);
   if (call.receipt) call.receipt->acknowledge();
 }
 
@@ -412,11 +234,17 @@ bool NatsServer::serve_one(std::unique_ptr<Call> call) {
   if (call->ep->lists_tools) {
     answer(*call, tool_list_json(host_));
   } else {
-    std::string request, run_aid;
-    if (parse(*call, request, run_aid, line)) {
+    natsMsg* msg = call->msg;
+    const std::string_view data(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+    const auto header = [msg](const char* name) -> const char* {
+      const char* value = nullptr;
+      return natsMsgHeader_Get(msg, name, &value) == NATS_OK ? value : nullptr;
+    };
+    if (read_message(host_.registry(), call->ep->subject, call->ep->aid, data, header, call->asks, line)) {
+      const MessageCall& asks = call->asks;
       CallerState session(/*respond_with_delta=*/true);  // calls over NATS carry their own state
-      const auto handled =
-          ndjson::respond(host_, request, session, line, kNatsFront, call.get(), run_aid, /*nul_terminated=*/true);
+      const auto handled = ndjson::respond(host_, asks.request, session, line, kNatsFront, call.get(), asks.run_aid,
+                                           /*nul_terminated=*/true);
       if (handled.overran) {
         call->delivered.wait(false);
         return false;
@@ -585,51 +413,14 @@ void NatsServer::finish_drain() {
   }
 }
 
-json NatsServer::identity(const char* kind) const {
-  return {{"type", std::string("io.nats.micro.v1.") + kind + "_response"},
-          {"name", kServiceName},
-          {"id", id_},
-          {"version", MACHINA_VERSION},
-          {"metadata", {{"prefix", o_.prefix}}}};
-}
-
 void NatsServer::on_discovery(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
   auto* s = static_cast<Subscription*>(closure);
   NatsServer& self = *s->server;
   const std::string_view subject = natsMsg_GetSubject(msg);
   const char* reply = natsMsg_GetReply(msg);
-  json body;
-  if (subject.starts_with("$SRV.PING")) {
-    body = self.identity("ping");
-  } else if (subject.starts_with("$SRV.INFO")) {
-    body = self.identity("info");
-    body["description"] = "machina-toolhost: every registered tool, one endpoint each (docs/nats.md)";
-    json eps = json::array();
-    for (const auto& ep : self.endpoints_)
-      eps.push_back({{"name", ep->name},
-                     {"subject", ep->subject},
-                     {"queue_group", self.o_.queue_group},
-                     {"metadata", ep->metadata}});
-    body["endpoints"] = std::move(eps);
-  } else {
-    body = self.identity("stats");
-    body["started"] = self.started_;
-    json eps = json::array();
-    for (const auto& ep : self.endpoints_) {
-      std::lock_guard lock(ep->mu);
-      eps.push_back({{"name", ep->name},
-                     {"subject", ep->subject},
-                     {"queue_group", self.o_.queue_group},
-                     {"num_requests", ep->num_requests},
-                     {"num_errors", ep->num_errors},
-                     {"last_error", ep->last_error},
-                     {"processing_time", ep->processing_ns},
-                     {"average_processing_time", ep->num_requests ? ep->processing_ns / ep->num_requests : 0},
-                     {"data", self.store_ ? json{{"idempotency_entries_rejected", self.store_->entries_rejected()}}
-                                          : json(nullptr)}});
-    }
-    body["endpoints"] = std::move(eps);
-  }
+  const json data =
+      self.store_ ? json{{"idempotency_entries_rejected", self.store_->entries_rejected()}} : json(nullptr);
+  const json body = self.info_.answer(subject, data);
   if (self.may_answer(reply)) self.publish(reply, body.dump(), {});
   natsMsg_Destroy(msg);
 }
@@ -645,7 +436,7 @@ void NatsServer::on_error(natsConnection*, natsSubscription* sub, natsStatus s, 
 }
 
 void NatsServer::add_endpoint(std::string name, std::string subject, std::string aid, json metadata, bool lists) {
-  for (const auto& e : endpoints_) {
+  for (const auto& e : info_.endpoints) {
     if (e->subject == subject) return;
   }
   auto ep = std::make_unique<Endpoint>();
@@ -654,7 +445,7 @@ void NatsServer::add_endpoint(std::string name, std::string subject, std::string
   ep->aid = std::move(aid);
   ep->metadata = std::move(metadata);
   ep->lists_tools = lists;
-  endpoints_.push_back(std::move(ep));
+  info_.endpoints.push_back(std::move(ep));
 }
 
 void NatsServer::subscribe(const std::string& subject, Endpoint* ep) {
@@ -702,7 +493,7 @@ int NatsServer::run() {
   }
   if (o_.shared_store) {
     store_ = std::make_shared<NatsKvStore>(
-        nc_, NatsKvStoreOptions{o_.kv_bucket, o_.kv_key, o_.kv_ttl_s, o_.claim_grace_ms}, id_, say);
+        nc_, NatsKvStoreOptions{o_.kv_bucket, o_.kv_key, o_.kv_ttl_s, o_.claim_grace_ms}, info_.id, say);
     host_.set_idempotency_store(store_);
   }
 
@@ -710,7 +501,7 @@ int NatsServer::run() {
 
   // Subjects under `tools.` all arrive through one wildcard subscription, so that an unknown
   // one is answered too, and a known one once (not by a second, exact subscription).
-  for (const auto& ep : endpoints_) {
+  for (const auto& ep : info_.endpoints) {
     if (ep->subject.starts_with("tools."))
       tools_subjects_[ep->subject] = ep.get();
     else
@@ -719,11 +510,11 @@ int NatsServer::run() {
   subscribe(kToolsWildcard, nullptr);
   if (o_.durable) {  // an endpoint for its statistics, fed by the stream
     add_endpoint("durable", durable_subject(p), "", {{"stream", o_.stream}, {"consumer", o_.consumer}});
-    durable_ep_ = endpoints_.back().get();
+    durable_ep_ = info_.endpoints.back().get();
   }
   for (const char* verb : {"PING", "INFO", "STATS"}) {
     const std::string base = std::string("$SRV.") + verb;
-    for (const std::string& subject : {base, base + "." + kServiceName, base + "." + kServiceName + "." + id_}) {
+    for (const std::string& subject : {base, base + "." + kServiceName, base + "." + kServiceName + "." + info_.id}) {
       auto s = std::make_unique<Subscription>(Subscription{this, nullptr});
       st = natsConnection_Subscribe(&s->sub, nc_, subject.c_str(), on_discovery, s.get());
       if (st != NATS_OK) throw ConfigError("--nats: cannot subscribe to " + subject + ": " + natsStatus_GetText(st));
@@ -742,7 +533,7 @@ int NatsServer::run() {
     throw ConfigError("--nats: " + without_credentials(o_.url) +
                       " did not confirm the subscriptions: " + natsStatus_GetText(st));
   }
-  say("serving " + std::to_string(endpoints_.size()) + " endpoints as " + kServiceName + " " + id_ + " on " +
+  say("serving " + std::to_string(info_.endpoints.size()) + " endpoints as " + kServiceName + " " + info_.id + " on " +
       without_credentials(o_.url));
   if (control_.on_serving) control_.on_serving(without_credentials(o_.url));
 
