@@ -43,3 +43,12 @@ TEST_CASE("excerpt keeps short text whole and cuts long text between characters"
   CHECK(cut == accents.substr(0, 400) + "\u2026 (600 bytes)");
   CHECK(is_valid_utf8(cut));
 }
+
+TEST_CASE("starts_json_object looks past white space for an opening brace") {
+  CHECK(starts_json_object("{}"));
+  CHECK(starts_json_object(" \t\r\n{\"a\":1}"));
+  CHECK_FALSE(starts_json_object("[{}]"));
+  CHECK_FALSE(starts_json_object("\"{\""));
+  CHECK_FALSE(starts_json_object("   "));
+  CHECK_FALSE(starts_json_object(""));
+}

@@ -354,6 +354,11 @@ void append_json_string(std::string& out, std::string_view s) {
   out.resize(static_cast<std::size_t>(d - out.data()));
 }
 
+bool starts_json_object(std::string_view text) noexcept {
+  const auto at = text.find_first_not_of(" \t\r\n");
+  return at != std::string_view::npos && text[at] == '{';
+}
+
 std::string excerpt(std::string_view s) {
   std::size_t chars = 0;
   for (std::size_t i = 0; i < s.size(); ++i) {

@@ -1,6 +1,8 @@
 // See mcp_skill_codec.hpp.
 #include "mcp_skill_codec.hpp"
 
+#include "mcp_tool_call.hpp"
+
 #include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
 #include <machina/ndjson_wire.hpp>
@@ -10,7 +12,6 @@
 
 #include <charconv>
 #include <optional>
-#include <set>
 
 #ifndef MACHINA_VERSION
 #define MACHINA_VERSION "dev"
@@ -40,21 +41,6 @@ constexpr int kUnsupportedProtocolVersion = -32022;
 // client nothing), reusable only within one authorization context and stale at once — the
 // official SDK server's defaults, which promise a cache nothing this front has not checked.
 constexpr const char kModernCacheHints[] = R"("resultType":"complete","cacheScope":"private","ttlMs":0)";
-// Every 2026-07-28 result names the server in its `_meta`.
-constexpr const char kServerInfoStamp[] =
-    R"("io.modelcontextprotocol/serverInfo":{"name":"machina-toolhost","version":")" MACHINA_VERSION R"("})";
-
-/// error.data of the errors that stand for a host response: its status and code.
-std::string error_data(ErrorKind kind) {
-  const ErrorKindInfo& info = error_info(kind);
-  std::string d = "{\"status\":\"";
-  d.append(status_name(info.status));
-  d += "\",\"code\":\"";
-  d.append(info.code);
-  d += "\"}";
-  return d;
-}
-
 void invalid_params(std::string& out, std::string_view id, const std::string& why,
                     ErrorKind kind = ErrorKind::malformed_request) {
   jsonrpc::append_error(out, id, jsonrpc::kInvalidParams, why, error_data(kind));
@@ -80,144 +66,6 @@ class TokenProgress final : public ProgressSink {
   const LineCodec::WriteNow& write_now_;
 };
 
-/// A tools/call's params: the request it stands for, and the progress token if any.
-/// False with `why` (and the kind of error) when they are not what a call needs.
-bool read_call(const jsonrpc::Message& message, Request& request, std::string& token, std::string& why,
-               ErrorKind& kind) {
-  const std::string_view params = message.params;
-  if (params.empty() || params.front() != '{') {
-    why = "malformed request: params must be an object with the tool's name";
-    return false;
-  }
-  bool named = false, has_arguments = false, has_meta = false;
-  std::string_view arguments, meta;
-  std::string bad;
-  std::string ignored;
-  auto twice = [&](bool& seen, std::string_view key) {
-    if (seen) bad = "params." + std::string(key) + " is given twice";
-    seen = true;
-    return bad.empty();
-  };
-  const bool ok = jsonrpc::each_param(
-      message,
-      [&](const Member& m) {
-        if (m.key == "name") {
-          if (!twice(named, m.key)) return false;
-          if (m.type != Member::Type::string) {
-            bad = std::string("params.name must be a string, not ") + jsonrpc::type_name(m.type);
-            return false;
-          }
-          request.aid = std::string(m.string);
-        } else if (m.key == "arguments") {
-          if (!twice(has_arguments, m.key)) return false;
-          if (m.type == Member::Type::null) return true;
-          if (m.type != Member::Type::object) {
-            bad = std::string("params.arguments must be an object, not ") + jsonrpc::type_name(m.type);
-            return false;
-          }
-          arguments = m.raw;
-        } else if (m.key == "_meta") {
-          if (!twice(has_meta, m.key)) return false;
-          if (m.type == Member::Type::null) return true;
-          if (m.type != Member::Type::object) {
-            bad = std::string("params._meta must be an object, not ") + jsonrpc::type_name(m.type);
-            return false;
-          }
-          meta = m.raw;
-        }
-        return true;
-      },
-      ignored);
-  if (!ok || !named || !bad.empty()) {
-    why = "malformed request: " + (bad.empty() ? std::string("params.name (the tool) is missing") : bad);
-    return false;
-  }
-  if (!arguments.empty()) {
-    request.input_json = std::string(arguments);
-    request.input_json_valid = message.params_valid_json;
-  }
-  if (meta.empty()) return true;
-  std::set<std::string, std::less<>> seen;
-  bool meta_ok = jsonrpc::for_each_member(
-      meta,
-      [&](const Member& m) {
-        auto expect = [&](Member::Type type, const char* what) {
-          if (m.type == type) return true;
-          bad = "_meta." + std::string(m.key) + " must be " + what + ", not " + jsonrpc::type_name(m.type);
-          return false;
-        };
-        const std::string_view k = m.key;
-        if (!seen.emplace(k).second) {
-          bad = "_meta." + std::string(k) + " is given twice";
-          return false;
-        }
-        if (k == "progressToken") {
-          if (m.type != Member::Type::string && m.type != Member::Type::number) {
-            bad = std::string("_meta.progressToken must be a string or a number, not ") + jsonrpc::type_name(m.type);
-            return false;
-          }
-          token = std::string(m.raw);
-          return true;
-        }
-        if (k.substr(0, 8) != "machina/" || m.type == Member::Type::null) return true;  // (others' keys; null: absent)
-        const std::string_view field = k.substr(8);
-        if (field == "idempotency_key") {
-          if (!expect(Member::Type::string, "a string")) return false;
-          request.idempotency_key = std::string(m.string);
-        } else if (field == "lease_token") {
-          if (!expect(Member::Type::string, "a string")) return false;
-          request.lease_token = std::string(m.string);
-        } else if (field == "trace_id") {
-          if (!expect(Member::Type::string, "a string")) return false;
-          request.trace_id = std::string(m.string);
-        } else if (field == "user") {
-          if (!expect(Member::Type::string, "a string")) return false;
-          request.user = std::string(m.string);
-        } else if (field == "input_json") {
-          if (!expect(Member::Type::string, "a string holding JSON text")) return false;
-          request.input_json = std::string(m.string);
-          request.input_json_valid = false;  // (a decoded string: the parse checked only its escapes)
-        } else if (field == "timeout_ms") {
-          if (!expect(Member::Type::number, "an integer")) return false;
-          std::int64_t v = 0;
-          const auto [end, ec] = std::from_chars(m.raw.data(), m.raw.data() + m.raw.size(), v);
-          if (ec != std::errc() || end != m.raw.data() + m.raw.size()) {
-            bad = "_meta.machina/timeout_ms must be an integer, not " + std::string(m.raw);
-            return false;
-          }
-          request.timeout_ms = v;
-        } else if (field == "ds_state") {
-          DsUpdate update;
-          std::string ds_why;
-          if (!decode_ds_state(m.raw, update, ds_why)) {
-            bad = ds_why;
-            kind = ErrorKind::invalid_ds_state;
-            return false;
-          }
-          request.ds_state = std::move(update);
-        }
-        return true;
-      },
-      ignored);
-  if (!meta_ok) {
-    why = kind == ErrorKind::invalid_ds_state ? bad : "malformed request: " + bad;
-    return false;
-  }
-  return true;
-}
-
-/// The host's errors that are errors of the request rather than of a call: JSON-RPC
-/// errors, not results.
-bool is_request_error(ErrorKind kind) {
-  return kind == ErrorKind::malformed_request || kind == ErrorKind::invalid_ds_state ||
-         kind == ErrorKind::tool_not_found || kind == ErrorKind::request_too_large;
-}
-
-bool starts_object(std::string_view text) {
-  const auto at = text.find_first_not_of(" \t\r\n");
-  return at != std::string_view::npos && text[at] == '{';
-}
-
 /// What a request's params carry of the 2026-07-28 envelope (`params._meta`).
 struct Envelope {
   bool meta_object = false;  // params._meta is an object
@@ -231,7 +79,7 @@ struct Envelope {
 /// is read a second time.)
 Envelope read_envelope(const jsonrpc::Message& message) {
   Envelope e;
-  if (!starts_object(message.params)) return e;
+  if (!starts_json_object(message.params)) return e;
   std::string_view meta;
   std::string why;
   jsonrpc::each_param(
@@ -468,7 +316,7 @@ void McpSkillCodec::serve_modern(Host& host, const std::string& id, const jsonrp
     result += R"("],"capabilities":{"tools":{"listChanged":false}},)";
     result += kModernCacheHints;
     result += R"(,"_meta":{)";
-    result += kServerInfoStamp;
+    result += server_info_stamp();
     result += "}}";
     return jsonrpc::append_result(out, id, result);
   }
@@ -561,7 +409,7 @@ void McpSkillCodec::list_tools(Host& host, const std::string& id, std::string_vi
     text += ',';
     text += kModernCacheHints;
     text += R"(,"_meta":{)";
-    text += kServerInfoStamp;
+    text += server_info_stamp();
     text += "}}";
   }
   jsonrpc::append_result(out, id, text);
@@ -572,7 +420,7 @@ void McpSkillCodec::call(Host& host, const std::string& id, const jsonrpc::Messa
   Request request;
   std::string token, why;
   ErrorKind kind = ErrorKind::malformed_request;
-  if (!read_call(m, request, token, why, kind)) return invalid_params(out, id, why, kind);
+  if (!read_call_params(m, request, token, why, kind)) return invalid_params(out, id, why, kind);
   // Any name of the tool (an unknown one: tool_not_found from the host).
   if (const Tool* tool = host.registry().resolve(request.aid)) request.aid = tool->info.aid;
   request.id_json = id;
@@ -609,85 +457,11 @@ void McpSkillCodec::encode(const Response& response, std::string& out) {
 }
 
 void McpSkillCodec::encode_result(const Response& r, std::string_view id, std::string& out) const {
-  const ErrorKindInfo& info = error_info(r.kind);
-  if (is_request_error(r.kind)) {
-    const int code = r.kind == ErrorKind::request_too_large ? jsonrpc::kInvalidRequest : jsonrpc::kInvalidParams;
-    return jsonrpc::append_error(out, id, code, r.error, error_data(r.kind));
-  }
-  append_literal(out, "{\"jsonrpc\":\"2.0\",\"id\":");
-  out.append(id);
-  append_literal(out, ",\"result\":{\"content\":");
-  std::string_view text = r.ok() ? std::string_view(r.output_json) : std::string_view(r.error);
-  // A tool that answers a string is read as that text, not as the JSON that quotes it.
-  std::string decoded;
-  if (r.ok() && !text.empty() && text.front() == '"') {
-    const auto value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (value.is_string()) {
-      decoded = value.get<std::string>();
-      text = decoded;
-    }
-  }
-  if (dialect_ == Dialect::mcp) {
-    append_literal(out, "[{\"type\":\"text\",\"text\":");
-    append_json_string(out, text);
-    append_literal(out, "}]");
-  } else {
-    append_json_string(out, text);  // a skill's: a string
-  }
-  // MCP's structured content is an object (2025 revisions); a skill's may be any JSON.
-  if (r.ok() && (dialect_ == Dialect::skill || starts_object(r.output_json))) {
-    append_literal(out, ",\"structuredContent\":");
-    out.append(r.output_json);
-  }
-  out.append(r.ok() ? std::string_view(",\"isError\":false") : std::string_view(",\"isError\":true"));
-  const bool stamped = dialect_ == Dialect::mcp && modern();
-  if (stamped) append_literal(out, ",\"resultType\":\"complete\"");
-  // What MCP has no place for: the host's status and code, the ds_state delta, the trace.
-  const bool has_state = info.call_response && r.ds_state.mode != DsReport::Mode::none && r.ds_state.changes;
-  if (stamped || !r.ok() || has_state || r.idempotent_hit || !r.trace_json.empty()) {
-    append_literal(out, ",\"_meta\":{");
-    bool first = true;
-    auto key = [&](const char* name) {
-      if (!first) out.push_back(',');
-      first = false;
-      out.push_back('"');
-      out.append(name);
-      append_literal(out, "\":");
-    };
-    if (!r.ok()) {
-      key("machina/status");
-      append_json_string(out, status_name(info.status));
-      key("machina/code");
-      append_json_string(out, info.code);
-      if (r.kind == ErrorKind::lease_required) {
-        key("machina/tier");
-        out.append(std::to_string(r.lease_tier));
-        key("machina/aid");
-        append_json_string(out, r.lease_aid);
-      } else if (r.kind == ErrorKind::lease_rejected) {
-        key("machina/reason");
-        append_json_string(out, r.lease_reason);
-      }
-    }
-    if (has_state) {
-      key("machina/ds_state");
-      encode_ds_state(r.ds_state, out);
-    }
-    if (r.idempotent_hit) {
-      key("machina/idempotent_hit");
-      append_literal(out, "true");
-    }
-    if (!r.trace_json.empty()) {
-      key("machina/trace");
-      out.append(r.trace_json);
-    }
-    if (stamped) {
-      if (!first) out.push_back(',');
-      out.append(kServerInfoStamp);
-    }
-    out.push_back('}');
-  }
-  append_literal(out, "}}\n");
+  append_call_result(r, id,
+                     dialect_ == Dialect::skill ? ResultForm::skill
+                     : modern()                 ? ResultForm::mcp_stamped
+                                                : ResultForm::mcp,
+                     out);
 }
 
 void McpSkillCodec::answer_too_large(Host& host, std::string_view head, std::string& out) {

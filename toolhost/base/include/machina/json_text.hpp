@@ -53,6 +53,9 @@ inline constexpr std::size_t kMaxEchoChars = 200;
 /// UTF-8 (decoded JSON text); the cut falls between characters.
 std::string excerpt(std::string_view s);
 
+/// Whether JSON text `text` is an object: its first byte after white space is '{'.
+bool starts_json_object(std::string_view text) noexcept;
+
 /// Appends `s` as a JSON string literal (with quotes) to `out`.
 void append_json_string(std::string& out, std::string_view s);
 

@@ -44,7 +44,7 @@ RunOutcome HostedServer::call(const RunSpec& spec, const std::string& tool) {
     t += '}';
     return out;
   };
-  if (!is_object_text(spec.input_json)) {
+  if (!starts_json_object(spec.input_json)) {
     out.ending = RunOutcome::Ending::failed;
     out.failure = ErrorKind::invalid_input;
     out.detail = "the input of " + what + "'s tool " + tool + " must be a JSON object (its arguments)";

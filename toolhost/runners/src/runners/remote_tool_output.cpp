@@ -96,9 +96,4 @@ bool fast_output(std::string_view result, std::string& output) {
   return true;
 }
 
-bool is_object_text(std::string_view text) {
-  const auto at = text.find_first_not_of(" \t\r\n");
-  return at != std::string_view::npos && text[at] == '{';
-}
-
 }  // namespace machina::remote_output

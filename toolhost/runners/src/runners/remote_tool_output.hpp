@@ -22,7 +22,5 @@ std::string output_of(const nlohmann::json& result);
 /// span of the answer's own JSON text (structuredContent, a string content, a single text
 /// block's text, the content list). False for an isError result (or one not an object).
 bool fast_output(std::string_view result, std::string& output);
-/// Whether JSON text is an object (its first character past white space is '{').
-bool is_object_text(std::string_view text);
 
 }  // namespace machina::remote_output
