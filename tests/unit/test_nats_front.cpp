@@ -8,6 +8,7 @@
 #include "tiny_http_server.hpp"
 
 #include <machina/child_process.hpp>
+#include <machina/executable_file.hpp>
 
 #include <doctest/doctest.h>
 
@@ -17,7 +18,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -32,16 +32,7 @@ namespace {
 std::string nats_server_binary() {
   const std::string built = MACHINA_TEST_NATS_SERVER;
   if (!built.empty() && std::filesystem::exists(built)) return built;
-  if (const char* path = std::getenv("PATH")) {
-    std::string dirs = path;
-    for (std::size_t at = 0; at <= dirs.size();) {
-      const std::size_t end = std::min(dirs.find(':', at), dirs.size());
-      const std::filesystem::path candidate = std::filesystem::path(dirs.substr(at, end - at)) / "nats-server";
-      if (end > at && ::access(candidate.c_str(), X_OK) == 0) return candidate;
-      at = end + 1;
-    }
-  }
-  return {};
+  return find_on_path("nats-server");
 }
 
 /// A nats-server of its own on a free loopback port, and a client connection to it.

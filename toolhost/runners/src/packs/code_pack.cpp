@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -88,14 +87,8 @@ std::string find_rg(const Policy& policy, const std::string& executable) {
       dirs.push_back((dir / "bin").string());
     }
   }
-  if (const char* path = std::getenv("PATH")) {
-    std::string p = path;
-    for (std::size_t at = 0; at <= p.size();) {
-      const std::size_t end = std::min(p.find(':', at), p.size());
-      if (end > at) dirs.push_back(p.substr(at, end - at));
-      at = end + 1;
-    }
-  }
+  for (const std::string& d : path_folders())
+    if (d != ".") dirs.push_back(d);  // (not the working directory: it is the caller's)
   for (const auto& d : {"/usr/local/bin", "/usr/bin"}) dirs.emplace_back(d);
   for (const auto& d : dirs) {
     if (executable_file(d + "/rg")) return d + "/rg";

@@ -30,6 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::size_t kMaxRequirementsBytes = 1 << 20;
+constexpr std::size_t kMaxStepOutputBytes = 1 << 20;  // what pip or venv may write
 constexpr const char* kReadyMark = ".machina-ready";  // written last: the environment is whole
 constexpr std::string_view kNul("\0", 1);             // after each part of the folder's digest
 
@@ -52,7 +53,7 @@ ChildOutcome run_step(const SkillEnvironmentSpec& spec, ChildSpec child, std::in
   child.tail_bytes = 8192;
   ChildOutcome run;
   try {
-    run = run_to_completion(std::move(child), "", std::chrono::milliseconds(limit_ms), 1 << 20);
+    run = run_to_completion(std::move(child), "", std::chrono::milliseconds(limit_ms), kMaxStepOutputBytes);
   } catch (const ConfigError& e) {
     refuse(spec, what + " could not be started: " + e.what());
   }
@@ -160,7 +161,8 @@ SkillEnvironment prepare_skill_environment(const SkillEnvironmentSpec& spec) {
     if (installed.exit_code == 126 && tail.find("machina-toolhost sandbox") != std::string::npos) {
       refuse(spec, "pip could not be confined: " + tail);
     }
-    if (installed.ended == ChildOutcome::Ended::output_over_cap) refuse(spec, "pip wrote more than 1 MiB");
+    if (installed.ended == ChildOutcome::Ended::output_over_cap)
+      refuse(spec, "pip wrote more than " + std::to_string(kMaxStepOutputBytes >> 20) + " MiB");
     refuse(spec, "pip " + installed.how + (tail.empty() ? "" : ": " + tail));
   }
   fs::remove_all(pip_tmp, ec);
