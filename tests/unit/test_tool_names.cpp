@@ -176,3 +176,9 @@ TEST_CASE("annotations: the host's view from tier and side effects, a server's o
   CHECK(advertised_annotations(hosted)["destructiveHint"] == true);
   CHECK(advertised_annotations(hosted).contains("idempotentHint"));
 }
+
+TEST_CASE("aid_word writes a word of an aid in capitals, other characters as underscores") {
+  CHECK(aid_word("readFile") == "READFILE");
+  CHECK(aid_word("my-pack.v2") == "MY_PACK_V2");
+  CHECK(aid_word("") == "");
+}

@@ -3,6 +3,7 @@
 
 #include "default_audit.hpp"
 #include "package_paths.hpp"
+#include "say.hpp"
 #ifdef MACHINA_WITH_NATS
 #include "nats_kv_store.hpp"
 #endif
@@ -11,7 +12,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <iostream>
 #include <sstream>
 
 #ifndef MACHINA_VERSION
@@ -35,7 +35,7 @@ void suggest_options(const CLI::App& app, const std::vector<std::string>& unknow
     if (!arg.starts_with("--")) continue;
     const std::string flag = arg.substr(0, arg.find('='));
     if (const std::string near = nearest_name(flag, views); !near.empty())
-      std::cerr << "machina-toolhost: " << flag << " is not an option; did you mean " << near << "?\n";
+      say(flag + " is not an option; did you mean " + near + "?");
   }
 }
 
@@ -96,8 +96,8 @@ std::optional<int> CommandLine::parse(int argc, char** argv) {
   }
   if (*subcommands_.tool_exec) {
     if (front_.run_opt->count() > 0 || front_.any_mode_but_run()) {
-      std::cerr << "machina-toolhost: tool_exec runs one call, as --run: it takes none of --run, --list, --serve, "
-                   "--http, --mcp, --skill, --nats\n";
+      say("tool_exec runs one call, as --run: it takes none of --run, --list, --serve, --http, --mcp, --skill, "
+          "--nats");
       return 2;
     }
     front_.run_args = subcommands_.tool_exec_args;
@@ -123,8 +123,7 @@ void CommandLine::finish_host_options() {
 std::optional<Invocation> CommandLine::invocation() {
   FrontFlags& f = front_;
   if (!f.any_mode_but_run() && !run_mode_) {
-    std::cerr
-        << "machina-toolhost: choose one of --list, --run, --serve, --http, --mcp, --skill, --nats (see --help)\n";
+    say("choose one of --list, --run, --serve, --http, --mcp, --skill, --nats (see --help)");
     return std::nullopt;
   }
   Invocation inv;

@@ -17,6 +17,7 @@ HostOptions ToolHost::prepared(HostOptions options) {
   auto& commands = options.operator_commands;
   if (commands.tool_list.empty()) commands.tool_list = "--list";
   if (commands.lease_issue.empty()) commands.lease_issue = "machina-toolhost lease issue --aid";
+  if (commands.audit_store.empty()) commands.audit_store = "--audit-db FILE";
   if (options.isolation == Isolation::process) {
     options.workers.max_output_bytes = options.max_output_bytes;
     options.workers.max_request_bytes = options.max_request_bytes;
@@ -63,9 +64,8 @@ std::vector<std::string> ToolHost::add_packs(const std::vector<std::string>& pac
       // The default store where the tools reach it: not kept, rather than the host stopped.
       const AuditOptions& audit = host_.options().audit;
       if (!audit.optional || !audit.jsonl_path.empty()) throw;
-      std::fprintf(stderr,
-                   "machina-toolhost: %s; running without the audit store (--audit-db FILE: a store elsewhere)\n",
-                   e.what());
+      std::fprintf(stderr, "machina-toolhost: %s; running without the audit store (%s: a store elsewhere)\n", e.what(),
+                   host_.options().operator_commands.audit_store.c_str());
       host_.drop_audit();
     }
   }

@@ -344,17 +344,6 @@ const std::vector<std::string>& known_guarantees() {
   return names;
 }
 
-std::string aid_word(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    out.push_back(std::isalnum(static_cast<unsigned char>(c))
-                      ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-                      : '_');
-  }
-  return out;
-}
-
 std::string deps_source_of(const std::string& folder) {
   namespace fs = std::filesystem;
   std::error_code ec;

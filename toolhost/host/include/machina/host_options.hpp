@@ -58,10 +58,11 @@ struct HostOptions {
   /// The audit store (off unless a database or a JSON lines file is named).
   AuditOptions audit;
 
-  /// The operator's commands a refusal's hint names; empty: it names none.
+  /// The operator's commands a refusal's or a warning's hint names; empty: it names none.
   struct OperatorCommands {
     std::string tool_list;    // lists the tools (tool_not_found)
     std::string lease_issue;  // issues a lease; the tool's aid follows it (lease_required)
+    std::string audit_store;  // names an audit store elsewhere (the default one left in the tools' reach)
   } operator_commands;
 
   /// Notable events (a call overran its deadline, a worker was lost), one line each,

@@ -80,10 +80,6 @@ struct ToolManifest {
 /// The guarantees a manifest may name.
 const std::vector<std::string>& known_guarantees();
 
-/// `s` as a word of an aid: in capitals, every character but letters and digits turned
-/// into '_' (AID.PACK.<ID>.<TOOL>.v1, AID.SKILL.<NAME>.<TOOL>.v1).
-std::string aid_word(std::string_view s);
-
 /// What declares the dependencies of the Python code in `folder`: "pyproject" (a
 /// pyproject.toml), "requirements" (a requirements.txt) or "none". The host installs none
 /// of them: a tool's trace reports it.
