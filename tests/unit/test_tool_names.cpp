@@ -1,6 +1,7 @@
 // tool_names (the names a tool answers to and how it is advertised): LLM function names,
 // plain and hashed, kept distinct across a registry; lookup by display name and LLM name;
 // the advertised input and output schemas and MCP annotations.
+#include <machina/aid_word.hpp>
 #include <machina/tool.hpp>
 #include <machina/tool_names.hpp>
 

@@ -4,7 +4,6 @@
 
 #include <nettle/sha2.h>
 
-#include <cctype>
 #include <cstdint>
 #include <unordered_set>
 
@@ -174,15 +173,5 @@ nlohmann::ordered_json advertised_annotations(const ToolInfo& info) {
           {"idempotentHint", read_only || info.deterministic}};
 }
 
-std::string aid_word(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    out.push_back(std::isalnum(static_cast<unsigned char>(c))
-                      ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-                      : '_');
-  }
-  return out;
-}
 
 }  // namespace machina

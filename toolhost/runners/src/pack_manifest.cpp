@@ -1,7 +1,7 @@
 // See pack_manifest.hpp. yaml-cpp reads the YAML; every field is checked here.
+#include <machina/aid_word.hpp>
 #include <machina/errors.hpp>
 #include <machina/pack_manifest.hpp>
-#include <machina/tool_names.hpp>
 
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>

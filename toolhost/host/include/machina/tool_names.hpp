@@ -17,10 +17,6 @@
 
 namespace machina {
 
-/// `s` as a word of an aid: in capitals, every character but letters and digits turned
-/// into '_' (AID.PACK.<ID>.<TOOL>.v1, AID.SKILL.<NAME>.<TOOL>.v1).
-std::string aid_word(std::string_view s);
-
 struct Tool;
 struct ToolInfo;
 

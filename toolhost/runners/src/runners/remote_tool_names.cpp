@@ -1,7 +1,7 @@
 // See hosted_server.hpp: the aids a hosted server's tools are registered under, and the
 // runner of one of its tools.
+#include <machina/aid_word.hpp>
 #include <machina/runners/hosted_server.hpp>
-#include <machina/tool_names.hpp>
 
 #include <nlohmann/json.hpp>
 
