@@ -147,6 +147,7 @@ std::optional<Invocation> CommandLine::invocation() {
     if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
       throw ConfigError("--http " + address + ": expected HOST:PORT");
     inv.http = f.http;
+    inv.http.mcp_page_size = f.mcp_page_size;
     inv.http.host = address.substr(0, colon);
     if (inv.http.host.size() > 2 && inv.http.host.front() == '[' && inv.http.host.back() == ']')
       inv.http.host = inv.http.host.substr(1, inv.http.host.size() - 2);

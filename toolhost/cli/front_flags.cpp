@@ -42,7 +42,8 @@ void FrontFlags::add(CLI::App& app) {
                             "this address (numeric, or localhost) and port (port 0: any free "
                             "one, said on stderr); bearer token from MACHINA_TOOLHOST_HTTP_TOKEN if set, required "
                             "off loopback; only JSON bodies, "
-                            "the host's own Host names and no foreign Origin are served (docs/python-tools.md)")
+                            "the host's own Host names and no foreign Origin are served (docs/python-tools.md); "
+                            "MCP over Streamable HTTP at /mcp (docs/mcp-and-skills.md)")
                  ->type_name("HOST:PORT");
   app.add_option("--http-max-connections", http.max_connections, "In --http, connections at once (more: 503)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
@@ -55,6 +56,10 @@ void FrontFlags::add(CLI::App& app) {
                  "In --http, a request's headers must arrive within this (a new connection's: from its accept; "
                  "else 408 and the connection is closed)")
       ->check(CLI::Range(100, 600'000))
+      ->capture_default_str();
+  app.add_option("--http-mcp-sessions", http.max_mcp_sessions,
+                 "In --http, MCP sessions kept at once (a new one beyond: the least recently used idle one ends)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
       ->capture_default_str();
   app.add_option("--http-allow-origin", http.allow_origins,
                  "In --http, serve requests carrying this Origin (repeatable; a request with any other Origin: 403), "
@@ -123,7 +128,8 @@ void FrontFlags::add(CLI::App& app) {
   mcp_opt = app.add_flag("--mcp")->description(
       "Serve every tool as an MCP server on stdio (JSON-RPC 2.0, one message a line; "
       "concurrent calls, cancellation, progress; docs/mcp-and-skills.md). Default --workers: 32");
-  app.add_option("--mcp-page-size", mcp_page_size, "In --mcp, tools per tools/list page (nextCursor for the rest)")
+  app.add_option("--mcp-page-size", mcp_page_size,
+                 "In --mcp and --http's /mcp, tools per tools/list page (nextCursor for the rest)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
       ->capture_default_str();
   skill_opt = app.add_flag("--skill")->description(

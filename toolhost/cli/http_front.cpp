@@ -3,6 +3,7 @@
 
 #include "http_admission.hpp"
 #include "http_field_text.hpp"
+#include "http_mcp.hpp"
 #include "http_tool_protocol.hpp"
 #include "say.hpp"
 #include "stop_signal.hpp"
@@ -57,7 +58,8 @@ struct Cors {
 };
 
 /// One HTTP response, serialized.
-std::string http_response(unsigned status, std::string body, bool keep_alive, const Cors& cors = {}) {
+std::string http_response(unsigned status, std::string body, bool keep_alive, const Cors& cors = {},
+                          const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   beast_http::response<beast_http::string_body> res{static_cast<beast_http::status>(status), 11};
   res.set(beast_http::field::server, "machina-toolhost/" MACHINA_VERSION);
   if (!body.empty()) res.set(beast_http::field::content_type, "application/json");
@@ -65,13 +67,16 @@ std::string http_response(unsigned status, std::string body, bool keep_alive, co
     res.set(beast_http::field::access_control_allow_origin,
             boost::beast::string_view(cors.origin.data(), cors.origin.size()));
     res.set(beast_http::field::vary, "Origin");
+    res.set(beast_http::field::access_control_expose_headers, "Mcp-Session-Id");
     if (cors.preflight) {
-      res.set(beast_http::field::access_control_allow_methods, "GET, POST");
-      res.set(beast_http::field::access_control_allow_headers, "Authorization, Content-Type");
+      res.set(beast_http::field::access_control_allow_headers,
+              "Authorization, Content-Type, Mcp-Session-Id, MCP-Protocol-Version");
+      res.set(beast_http::field::access_control_allow_methods, "GET, POST, DELETE");
       res.set(beast_http::field::access_control_max_age, "600");
       if (cors.private_network) res.set("Access-Control-Allow-Private-Network", "true");
     }
   }
+  for (const auto& [name, value] : headers) res.set(name, value);
   res.keep_alive(keep_alive);
   res.body() = std::move(body);
   res.prepare_payload();
@@ -137,7 +142,11 @@ std::string peer_text(const sockaddr_storage& peer) {
 class HttpServer {
  public:
   HttpServer(Host& host, const HttpFrontOptions& o, const FrontControl& control)
-      : host_(host), o_(o), control_(control), token_caller_(token_identity(o.token)) {}
+      : host_(host),
+        o_(o),
+        control_(control),
+        token_caller_(token_identity(o.token)),
+        mcp_(host, o.mcp_page_size, o.max_mcp_sessions) {}
 
   int run();
 
@@ -148,6 +157,8 @@ class HttpServer {
   /// What answers one request: HTTP status and body. `conn` for the overrun sink of a stuck call.
   HttpReply dispatch(const HttpRequest& req, Connection& conn);
   HttpReply run_call(const std::string& target, const std::string& body, Connection& conn);
+  /// /mcp: MCP over Streamable HTTP.
+  HttpReply serve_mcp(const HttpRequest& req, Connection& conn);
 
   /// Who a caller with the bearer token is, for the audit store: "token:" and the first
   /// 12 hex digits of the token's SHA-256 (the token itself is never kept); "" without one.
@@ -159,6 +170,7 @@ class HttpServer {
   int stop_fd_ = -1;  // readable: every loop stops
   const std::string token_caller_;
   std::optional<HttpAdmission> admission_;  // once the port is known
+  McpOverHttp mcp_;                         // /mcp
   std::mutex mu_;
   std::condition_variable done_;
   std::size_t active_ = 0;
@@ -173,10 +185,12 @@ struct HttpServer::Connection final : OverrunSink {
   std::mutex write_mu;
   bool answered_by_takeover = false;
 
-  void deliver(Response response) override {
+  void deliver(Response response) override { deliver_body(protocol_answer(response)); }
+  /// Answers the request with `body` and closes the connection.
+  void deliver_body(std::string body) {
     std::lock_guard lock(write_mu);
     answered_by_takeover = true;
-    (void)write_all_fd(fd, http_response(200, protocol_answer(response), /*keep_alive=*/false));
+    (void)write_all_fd(fd, http_response(200, std::move(body), /*keep_alive=*/false));
     ::shutdown(fd, SHUT_RDWR);
   }
 };
@@ -211,6 +225,7 @@ HttpReply HttpServer::dispatch(const HttpRequest& req, Connection& conn) {
   if (!admission_->authorized(as_view(req[beast_http::field::authorization])))
     return {401, refusal("unauthorized", "a valid bearer token is required")};
   const std::string target(req.target());
+  if (target == "/mcp") return serve_mcp(req, conn);
   if (req.method() == beast_http::verb::get) {
     if (target == "/health") return {200, "{\"ok\":true}"};
     if (target == "/tools") return {200, "{\"ok\":true,\"tools\":" + tool_list_json(host_) + "}"};
@@ -222,6 +237,19 @@ HttpReply HttpServer::dispatch(const HttpRequest& req, Connection& conn) {
     return {415, refusal("unsupported_media_type", "the request body must be sent as Content-Type: application/json")};
   if (target == "/capabilities/handshake") return handshake_answer(host_.registry(), req.body());
   return run_call(target, req.body(), conn);
+}
+
+HttpReply HttpServer::serve_mcp(const HttpRequest& req, Connection& conn) {
+  const std::string_view session = as_view(req[kMcpSessionHeader]);
+  if (req.method() == beast_http::verb::delete_) return mcp_.end(session);
+  if (req.method() != beast_http::verb::post)  // (no stream of the server's own messages: GET is not served)
+    return {405,
+            refusal("method_not_allowed", "MCP at /mcp: POST a message, or DELETE the session"),
+            {{"Allow", "POST, DELETE"}}};
+  if (req.count(beast_http::field::content_type) != 1 ||
+      !is_json_media_type(as_view(req[beast_http::field::content_type])))
+    return {415, refusal("unsupported_media_type", "the request body must be sent as Content-Type: application/json")};
+  return mcp_.post(session, req.body(), conn.caller, [&conn](std::string body) { conn.deliver_body(std::move(body)); });
 }
 
 std::string HttpServer::token_identity(const std::string& token) {
@@ -328,7 +356,8 @@ void HttpServer::handle(int fd, const std::string& peer) {
       break;
     }
     const auto& req = parser.get();
-    auto [status, body] = dispatch(req, conn);
+    HttpReply reply = dispatch(req, conn);
+    const unsigned status = reply.status;
     std::lock_guard lock(conn.write_mu);
     if (status == 0 || conn.answered_by_takeover) break;
     Cors cors;
@@ -338,7 +367,7 @@ void HttpServer::handle(int fd, const std::string& peer) {
       cors.private_network = lowercase(as_view(req["Access-Control-Request-Private-Network"])) == "true";
     }
     const bool keep = req.keep_alive();
-    if (!write_all_fd(fd, http_response(status, std::move(body), keep, cors)) || !keep) break;
+    if (!write_all_fd(fd, http_response(status, std::move(reply.body), keep, cors, reply.headers)) || !keep) break;
     began = pending.empty() ? Clock::time_point{} : Clock::now();  // (the next request: timed from its first byte)
   }
   ::close(fd);

@@ -31,6 +31,9 @@ struct HttpFrontOptions {
   int header_timeout_ms = 10'000;  // a request's headers must arrive within this (a new connection's: from accept)
   int idle_timeout_ms = 60'000;    // a kept-alive connection with no request is closed
   int read_timeout_ms = 30'000;    // a request must arrive whole within this once begun
+  // MCP over Streamable HTTP at /mcp (http_mcp.hpp).
+  std::size_t mcp_page_size = 100;     // tools per tools/list page
+  std::size_t max_mcp_sessions = 256;  // beyond: the least recently used idle one goes
 };
 
 /// Throws ConfigError for options that must not be served: a non-loopback address without a

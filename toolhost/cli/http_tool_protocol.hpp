@@ -11,11 +11,19 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace machina::cli {
 
-/// An HTTP status and the JSON body that goes with it.
-using HttpReply = std::pair<unsigned, std::string>;
+/// An HTTP status, the JSON body that goes with it ("": none) and header fields of its own.
+struct HttpReply {
+  using Headers = std::vector<std::pair<std::string, std::string>>;
+  HttpReply(unsigned status_ = 0, std::string body_ = {}, Headers headers_ = {})
+      : status(status_), body(std::move(body_)), headers(std::move(headers_)) {}
+  unsigned status;
+  std::string body;
+  Headers headers;
+};
 
 /// {"ok": false, "protocol_version": 1, "error": {"type", "message"}}.
 std::string refusal(std::string_view type, std::string_view message);

@@ -121,7 +121,8 @@ void unsupported_version(std::string& out, std::string_view id, std::string_view
 
 }  // namespace
 
-McpSkillCodec::McpSkillCodec(Dialect dialect, std::size_t page_size) : dialect_(dialect), page_size_(page_size) {}
+McpSkillCodec::McpSkillCodec(Dialect dialect, std::size_t page_size, std::optional<Caller> caller)
+    : dialect_(dialect), page_size_(page_size), caller_(std::move(caller)) {}
 
 McpSkillCodec::Era McpSkillCodec::settle_era(const jsonrpc::Message& m) {
   Era era = era_.load(std::memory_order_acquire);
@@ -424,7 +425,8 @@ void McpSkillCodec::call(Host& host, const std::string& id, const jsonrpc::Messa
   // Any name of the tool (an unknown one: tool_not_found from the host).
   if (const Tool* tool = host.registry().resolve(request.aid)) request.aid = tool->info.aid;
   request.id_json = id;
-  request.front = dialect_ == Dialect::mcp ? kMcpFront : kSkillFront;
+  request.front = caller_ ? caller_->front : dialect_ == Dialect::mcp ? kMcpFront : kSkillFront;
+  if (caller_) request.caller = caller_->identity;
   CancelToken cancel;
   std::optional<TokenProgress> progress;
   if (!token.empty() && dialect_ == Dialect::mcp) {

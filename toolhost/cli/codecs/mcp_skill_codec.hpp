@@ -15,6 +15,7 @@
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -24,8 +25,14 @@ namespace machina::cli {
 class McpSkillCodec final : public LineCodec {
  public:
   enum class Dialect { mcp, skill };
-  /// `page_size`: tools per tools/list page (MCP).
-  explicit McpSkillCodec(Dialect dialect, std::size_t page_size = 100);
+  /// Who calls through a codec that does not serve this process's standard streams: the
+  /// front's label and the caller's identity (for the audit store).
+  struct Caller {
+    FrontLabel front;
+    std::string identity;
+  };
+  /// `page_size`: tools per tools/list page (MCP). `caller`: none for a stdio front.
+  explicit McpSkillCodec(Dialect dialect, std::size_t page_size = 100, std::optional<Caller> caller = std::nullopt);
 
   Handled handle(Host& host, std::string_view line, CallerState& session, std::string& out,
                  OverrunSink* overrun_sink) override;
@@ -56,6 +63,7 @@ class McpSkillCodec final : public LineCodec {
 
   Dialect dialect_;
   std::size_t page_size_;
+  std::optional<Caller> caller_;
   WriteNow write_now_;
   std::atomic<Era> era_{Era::open};
   std::mutex mu_;

@@ -1,0 +1,134 @@
+// See http_mcp.hpp.
+#include "http_mcp.hpp"
+
+#include "codecs/mcp_skill_codec.hpp"
+
+#include <machina/jsonrpc.hpp>
+
+#include <atomic>
+#include <random>
+
+namespace machina::cli {
+namespace {
+
+constexpr FrontLabel kMcpHttpFront{"mcp-http", /*local_caller=*/false};  // (a network peer)
+using Clock = std::chrono::steady_clock;
+
+/// 32 random hex digits.
+std::string new_session_id() {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 32; ++i) id.push_back(kHex[rd() % 16]);
+  return id;
+}
+
+/// The answer for the lines a codec wrote: one JSON body, or 202 with none.
+HttpReply answer_of(std::string out) {
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  if (out.empty()) return {202, {}, {}};
+  return {200, std::move(out), {}};
+}
+
+/// The codec's answer to a call at its deadline, handed to the HTTP connection.
+class LateSink final : public OverrunSink {
+ public:
+  LateSink(McpSkillCodec& codec, const McpOverHttp::LateAnswer& late) : codec_(codec), late_(late) {}
+  void deliver(Response response) override {
+    std::string out;
+    codec_.encode(response, out);
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    late_(std::move(out));
+  }
+
+ private:
+  McpSkillCodec& codec_;
+  const McpOverHttp::LateAnswer& late_;
+};
+
+}  // namespace
+
+struct McpOverHttp::Session {
+  Session(std::size_t page_size, const std::string& caller)
+      : codec(McpSkillCodec::Dialect::mcp, page_size, McpSkillCodec::Caller{kMcpHttpFront, caller}) {}
+  McpSkillCodec codec;
+  CallerState state{/*respond_with_delta=*/true};
+  std::atomic<Clock::rep> last_used{Clock::now().time_since_epoch().count()};
+};
+
+McpOverHttp::McpOverHttp(Host& host, std::size_t page_size, std::size_t max_sessions)
+    : host_(host), page_size_(page_size), max_sessions_(max_sessions) {}
+
+McpOverHttp::~McpOverHttp() = default;
+
+std::size_t McpOverHttp::sessions() const {
+  std::lock_guard lock(mu_);
+  return sessions_.size();
+}
+
+std::shared_ptr<McpOverHttp::Session> McpOverHttp::open_session(const std::string& caller, std::string& id,
+                                                                std::string& why) {
+  std::lock_guard lock(mu_);
+  if (sessions_.size() >= max_sessions_) {
+    // Room is made by the session used longest ago among those no request is using.
+    auto oldest = sessions_.end();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+      if (it->second.use_count() != 1) continue;
+      if (oldest == sessions_.end() || it->second->last_used < oldest->second->last_used) oldest = it;
+    }
+    if (oldest == sessions_.end()) {
+      why = "too many MCP sessions in use (" + std::to_string(max_sessions_) + ")";
+      return nullptr;
+    }
+    sessions_.erase(oldest);
+  }
+  auto session = std::make_shared<Session>(page_size_, caller);
+  do {
+    id = new_session_id();
+  } while (sessions_.contains(id));
+  sessions_.emplace(id, session);
+  return session;
+}
+
+HttpReply McpOverHttp::post(std::string_view session_id, const std::string& body, const std::string& caller,
+                            const LateAnswer& late) {
+  std::shared_ptr<Session> session;
+  std::string opened;
+  if (!session_id.empty()) {
+    std::lock_guard lock(mu_);
+    const auto it = sessions_.find(std::string(session_id));
+    if (it == sessions_.end())
+      return {404,
+              refusal("session_not_found", "no MCP session " + std::string(session_id.substr(0, 64)) +
+                                               " (ended, or never opened): initialize a new one"),
+              {}};
+    session = it->second;
+  } else {
+    jsonrpc::Message m;
+    std::string why;
+    if (jsonrpc::parse(body, m, why) && m.method == "initialize") {
+      session = open_session(caller, opened, why);
+      if (!session) return {503, refusal("overloaded", why), {}};
+    }
+  }
+  // A message outside a session: a codec of its own, for this message alone.
+  std::optional<Session> alone;
+  Session& s = session ? *session : alone.emplace(page_size_, caller);
+  s.last_used = Clock::now().time_since_epoch().count();
+  std::string out;
+  if (s.codec.peek(body) == LineCodec::Peek::done) return {202, {}, {}};  // a cancellation
+  LateSink sink(s.codec, late);
+  if (s.codec.handle(host_, body, s.state, out, &sink).overran) return {0, {}, {}};
+  HttpReply reply = answer_of(std::move(out));
+  if (!opened.empty()) reply.headers.emplace_back(kMcpSessionHeader, opened);
+  return reply;
+}
+
+HttpReply McpOverHttp::end(std::string_view session_id) {
+  std::lock_guard lock(mu_);
+  if (session_id.empty() || sessions_.erase(std::string(session_id)) == 0)
+    return {404, refusal("session_not_found", "no such MCP session"), {}};
+  return {204, {}, {}};
+}
+
+}  // namespace machina::cli
