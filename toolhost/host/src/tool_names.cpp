@@ -173,5 +173,4 @@ nlohmann::ordered_json advertised_annotations(const ToolInfo& info) {
           {"idempotentHint", read_only || info.deterministic}};
 }
 
-
 }  // namespace machina
