@@ -1,7 +1,7 @@
 """Helpers for the JSON-RPC tests (skills, MCP servers, the --mcp and --skill fronts): the
 tests' skill and MCP servers copied into a test's folder, manifests naming them, and a line
 client that talks to a JSON-RPC process the way a real client does (requests matched by id,
-notifications kept, many requests in flight)."""
+notifications kept, many requests in flight); and one session of the official MCP SDK's client."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 from conftest import TOOLHOST, base_env
 from python_support import toml_value
 
@@ -67,6 +68,28 @@ def manifest(tmp_path: Path, tables: Sequence[tuple[str, Mapping[str, Any]]], na
 def skill_env(tmp_path: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a host under test: skills' data directories in the test's folder."""
     return base_env({"XDG_STATE_HOME": str(tmp_path / "state"), **(extra or {})})
+
+
+def sdk_session(server: Any, mode: str) -> dict[str, Any]:
+    """One session of the official MCP SDK's client with `server` (a URL, or stdio parameters) in
+    `mode`: its protocol version, the tools listed, AID.ECHO.v1 called, AID.TEXT.STATS.v1 called
+    with an input its schema refuses, and the error of a call of a tool that does not exist."""
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    async def session() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with Client(server, mode=mode, read_timeout_seconds=60) as client:
+            out["version"] = client.protocol_version
+            out["list"] = await client.list_tools()
+            out["echo"] = await client.call_tool("AID.ECHO.v1", {"a": [1, "é"]})
+            out["invalid"] = await client.call_tool("AID.TEXT.STATS.v1", {"text": 5})
+            try:
+                await client.call_tool("AID.NOPE.v1", {})
+            except MCPError as e:
+                out["unknown"] = e
+        return out
+    return anyio.run(session)
 
 
 def mcp_server_command(name: str = "sdk_server.py") -> list[str]:

@@ -14,9 +14,9 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from jsonrpc_support import sdk_session
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 from test_security_http import Served, http_request, start
 
 ECHO = "AID.ECHO.v1"
@@ -38,27 +38,11 @@ def url(served: Served) -> str:
     return f"http://127.0.0.1:{served.port}/mcp"
 
 
-def sdk_session(target: Any, mode: str) -> dict[str, Any]:
-    async def session() -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        async with Client(target, mode=mode, read_timeout_seconds=60) as client:
-            out["version"] = client.protocol_version
-            out["tools"] = {t.name for t in (await client.list_tools()).tools}
-            out["echo"] = await client.call_tool(ECHO, {"a": [1, "é"]})
-            out["invalid"] = await client.call_tool("AID.TEXT.STATS.v1", {"text": 5})
-            try:
-                await client.call_tool("AID.NOPE.v1", {})
-            except MCPError as e:
-                out["unknown"] = e
-        return out
-    return anyio.run(session)
-
-
 @pytest.mark.parametrize("mode", ["legacy", MODERN, "auto"])
 def test_the_sdk_client_lists_and_calls_tools_over_http(served: Served, mode: str) -> None:
     out = sdk_session(url(served), mode)
     assert out["version"] == ("2025-11-25" if mode == "legacy" else MODERN)
-    assert ECHO in out["tools"]
+    assert ECHO in {t.name for t in out["list"].tools}
     assert not out["echo"].is_error and out["echo"].structured_content == {"a": [1, "é"]}
     assert out["invalid"].is_error and out["invalid"].meta["machina/code"] == "schema_violation"
     assert out["unknown"].code == -32602 and "tool not found" in str(out["unknown"])

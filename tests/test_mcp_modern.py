@@ -15,9 +15,8 @@ import anyio
 import machina_dispatch as md
 import pytest
 from conftest import TOOLHOST
-from jsonrpc_support import LineClient, manifest, mcp_server_command, skill_env
+from jsonrpc_support import LineClient, manifest, mcp_server_command, sdk_session, skill_env
 from mcp import Client, StdioServerParameters
-from mcp.shared.exceptions import MCPError
 
 ECHO = "AID.ECHO.v1"
 MODERN = "2026-07-28"
@@ -45,20 +44,7 @@ def with_envelope(params: dict[str, Any] | None = None, **meta: Any) -> dict[str
 def test_the_sdk_client_pinned_to_2026_07_28_lists_and_calls_tools(tmp_path: Path) -> None:
     """The handshake-only front failed this in list_tools: the SDK's 2026 ListToolsResult
     requires cacheScope, resultType and ttlMs."""
-    async def session() -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        async with Client(front_params(tmp_path), mode=MODERN, read_timeout_seconds=60) as client:
-            out["version"] = client.protocol_version
-            out["list"] = await client.list_tools()
-            out["echo"] = await client.call_tool(ECHO, {"a": [1, "é"]})
-            out["invalid"] = await client.call_tool("AID.TEXT.STATS.v1", {"text": 5})
-            try:
-                await client.call_tool("AID.NOPE.v1", {})
-            except MCPError as e:
-                out["unknown"] = e
-        return out
-
-    out = anyio.run(session)
+    out = sdk_session(front_params(tmp_path), MODERN)
     assert out["version"] == MODERN
     listed = out["list"]
     assert (listed.cache_scope, listed.ttl_ms, listed.result_type) == ("private", 0, "complete")

@@ -4,9 +4,9 @@
 #include "codecs/mcp_skill_codec.hpp"
 
 #include <machina/jsonrpc.hpp>
+#include <machina/random_text.hpp>
 
 #include <atomic>
-#include <random>
 
 namespace machina::cli {
 namespace {
@@ -16,11 +16,7 @@ using Clock = std::chrono::steady_clock;
 
 /// 32 random hex digits.
 std::string new_session_id() {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::random_device rd;
-  std::string id;
-  for (int i = 0; i < 32; ++i) id.push_back(kHex[rd() % 16]);
-  return id;
+  return random_text("0123456789abcdef", 32);
 }
 
 /// The answer for the lines a codec wrote: one JSON body, or 202 with none.

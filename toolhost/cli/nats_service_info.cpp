@@ -3,9 +3,10 @@
 
 #include "nats_subjects.hpp"
 
+#include <machina/random_text.hpp>
+
 #include <cstdio>
 #include <ctime>
-#include <random>
 #include <utility>
 
 #ifndef MACHINA_VERSION
@@ -18,11 +19,7 @@ namespace {
 using json = nlohmann::json;
 
 std::string random_id() {
-  static constexpr char kDigits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  std::random_device rd;
-  std::string id;
-  for (int i = 0; i < 22; ++i) id.push_back(kDigits[rd() % 62]);
-  return id;
+  return random_text("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", 22);
 }
 
 std::string rfc3339_now() {
