@@ -22,13 +22,12 @@ from typing import Any
 import machina_dispatch as md
 import pytest
 from conftest import scaled, serve
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from python_support import call, write_pack
 from test_services import Recorder, make_handler  # the same service, behind TLS here
-
-x509 = pytest.importorskip("cryptography.x509")
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
 
 
 def _name(text: str) -> Any:
