@@ -162,8 +162,9 @@ def test_newer_revisions_are_answered_so_clients_fall_back(tmp_path: Path) -> No
 def test_malformed_input_gets_the_standard_codes(tmp_path: Path) -> None:
     with mcp_client(tmp_path) as c:
         initialize(c)
-        cases: list[tuple[str, Any, int]] = [
+        cases: list[tuple[str | bytes, Any, int]] = [
             ("{not json", None, -32700),
+            (b'{"jsonrpc": "2.0", "id": 10, "method": "\xff"}', 10, -32601),  # (not UTF-8: named in the error)
             ("[]", None, -32600),
             ('{"id": 1, "method": "ping"}', 1, -32600),  # no "jsonrpc": "2.0"
             ('{"jsonrpc": "2.0", "id": true, "method": "ping"}', None, -32600),

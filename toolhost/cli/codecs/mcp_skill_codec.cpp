@@ -273,7 +273,8 @@ LineCodec::Handled McpSkillCodec::handle(Host& host, std::string_view line, Call
     // The answer to shutdown comes after every earlier request's: the process then exits.
     if (method == "shutdown") handled.has_id = false;
   } else {
-    jsonrpc::append_error(out, id, jsonrpc::kMethodNotFound, "Method not found", json(method).dump());
+    jsonrpc::append_error(out, id, jsonrpc::kMethodNotFound, "Method not found",
+                          json(method).dump(-1, ' ', false, json::error_handler_t::replace));
   }
   return handled;
 }
