@@ -126,6 +126,21 @@ def test_a_message_without_a_session_is_served_on_its_own(served: Served) -> Non
     assert body["id"] == 7 and body["result"]["structuredContent"] == {"y": 2}
     status, _, body = post(served, {"jsonrpc": "2.0", "id": 8, "method": "tools/call"})
     assert status == 200 and body["error"]["code"] == -32602
-    status, _, body = http_request(served.port, {"Host": f"127.0.0.1:{served.port}",
-                                                 "Content-Type": "application/json"}, b"{not json", path="/mcp")
-    assert status == 200 and body["error"]["code"] == -32700
+
+
+def test_a_method_name_that_is_not_utf8_is_answered_and_the_host_serves_on(served: Served) -> None:
+    host_header = {"Host": f"127.0.0.1:{served.port}", "Content-Type": "application/json"}
+    status, _, body = http_request(served.port, host_header, b'{"jsonrpc":"2.0","id":1,"method":"\xff"}',
+                                   path="/mcp")
+    assert status == 200 and body["error"]["code"] == -32601
+    assert post(served, {"jsonrpc": "2.0", "id": 2, "method": "ping"})[0] == 200
+    status, _, body = http_request(served.port, host_header, b"{not json", path="/mcp")
+    assert status == 400 and body["error"]["code"] == -32700
+
+
+def test_an_unknown_protocol_version_header_is_refused(served: Served) -> None:
+    status, _, body = post(served, {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                           extra={"MCP-Protocol-Version": "1999-01-01"})
+    assert status == 400 and "1999-01-01" in body["error"]["message"]
+    assert post(served, {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+                extra={"MCP-Protocol-Version": "2025-06-18"})[0] == 200

@@ -33,9 +33,8 @@ class FrontRunner {
     stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     REQUIRE(stop_fd_ >= 0);
     control_.stop_fd = stop_fd_;
-    std::promise<std::string> serving;
-    auto address = serving.get_future();
-    control_.on_serving = [&serving](std::string_view where) { serving.set_value(std::string(where)); };
+    auto address = serving_.get_future();
+    control_.on_serving = [this](std::string_view where) { serving_.set_value(std::string(where)); };
     thread_ = std::thread([this, serve = std::move(serve)] {
       try {
         exit_code_ = serve(tools_.host(), control_);
@@ -53,12 +52,17 @@ class FrontRunner {
       }
       if (done_future_.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready) {
         thread_.join();
+        ::close(stop_fd_);
         FAIL("the front ended before it served: " << failure_);
       }
     }
   }
   ~FrontRunner() {
-    if (thread_.joinable()) stop();
+    if (thread_.joinable()) {  // (a case that failed before its own stop(): no check here)
+      const std::uint64_t one = 1;
+      (void)!::write(stop_fd_, &one, sizeof one);
+      thread_.join();
+    }
     ::close(stop_fd_);
   }
   FrontRunner(const FrontRunner&) = delete;
@@ -79,6 +83,7 @@ class FrontRunner {
  private:
   ToolHost tools_;
   int stop_fd_ = -1;
+  std::promise<std::string> serving_;
   cli::FrontControl control_;
   std::promise<void> done_;
   std::shared_future<void> done_future_;

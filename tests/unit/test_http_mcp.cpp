@@ -1,7 +1,8 @@
-// MCP over Streamable HTTP without sockets: an initialize opens a session named in its
-// answer's header, a notification is 202 with no body, a message outside a session is served
-// on its own, an ended or unknown session is 404, and at the cap the least recently used
-// session makes room.
+// MCP over Streamable HTTP without sockets: an initialize answered with a result opens a
+// session named in its answer's header (a failed one opens none), a notification is 202 with
+// no body, a message outside a session is served on its own, an unreadable one is 400, a
+// session is its caller's alone, an ended or unknown session is 404, and at the cap the least
+// recently used session makes room.
 #include "../../toolhost/cli/http_mcp.hpp"
 #include "echo_tools.hpp"
 
@@ -57,10 +58,10 @@ TEST_CASE("an MCP session over HTTP is opened, used, and ended") {
                  R"("arguments":{"k":1}}})");
   CHECK(call.status == 200);
   CHECK(json::parse(call.body).at("result").at("structuredContent") == json{{"k", 1}});
-  CHECK(m.mcp.end(id).status == 204);
+  CHECK(m.mcp.end(id, "peer:127.0.0.1").status == 204);
   CHECK(m.mcp.sessions() == 0);
   CHECK(m.post(id, kPing).status == 404);
-  CHECK(m.mcp.end(id).status == 404);
+  CHECK(m.mcp.end(id, "peer:127.0.0.1").status == 404);
   CHECK(m.post("no-such-session", kPing).status == 404);
 }
 
@@ -71,7 +72,6 @@ TEST_CASE("an MCP message outside a session is served on its own and opens none"
   CHECK(r.headers.empty());
   CHECK(json::parse(r.body).at("id") == 2);
   CHECK(m.mcp.sessions() == 0);
-  CHECK(json::parse(m.post("", "{nope").body).at("error").at("code") == -32700);
 }
 
 TEST_CASE("at the cap, the least recently used MCP session makes room") {
@@ -84,4 +84,25 @@ TEST_CASE("at the cap, the least recently used MCP session makes room") {
   CHECK(m.post(b, kPing).status == 404);
   CHECK(m.post(a, kPing).status == 200);
   CHECK(m.post(c, kPing).status == 200);
+}
+
+TEST_CASE("a failed MCP initialize opens no session, and a session is its caller's alone") {
+  Mcp m(8);
+  const cli::HttpReply failed = m.post("", R"({"jsonrpc":"2.0","id":1.5,"method":"initialize","params":{}})");
+  CHECK(failed.headers.empty());
+  CHECK(m.mcp.sessions() == 0);
+  const std::string id = m.open();
+  CHECK(m.mcp.post(id, kPing, "peer:10.0.0.9", m.late).status == 404);
+  CHECK(m.mcp.end(id, "peer:10.0.0.9").status == 404);
+  CHECK(m.post(id, kPing).status == 200);
+}
+
+TEST_CASE("an unreadable MCP message is a 400, and a method name that is not UTF-8 is answered") {
+  Mcp m(8);
+  const cli::HttpReply unread = m.post("", "{nope");
+  CHECK(unread.status == 400);
+  CHECK(json::parse(unread.body).at("error").at("code") == -32700);
+  const cli::HttpReply odd = m.post("", "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"\xff\"}");
+  CHECK(odd.status == 200);
+  CHECK(json::parse(odd.body).at("error").at("code") == -32601);
 }

@@ -1,6 +1,7 @@
 // See http_front.hpp.
 #include "http_front.hpp"
 
+#include "codecs/mcp_skill_codec.hpp"
 #include "http_admission.hpp"
 #include "http_field_text.hpp"
 #include "http_mcp.hpp"
@@ -154,7 +155,8 @@ class HttpServer {
   struct Connection;
   using HttpRequest = beast_http::request<beast_http::string_body>;
   void handle(int fd, const std::string& peer);
-  /// What answers one request: HTTP status and body. `conn` for the overrun sink of a stuck call.
+  /// What answers one request: HTTP status, body and header fields. `conn` for the overrun sink
+  /// of a stuck call.
   HttpReply dispatch(const HttpRequest& req, Connection& conn);
   HttpReply run_call(const std::string& target, const std::string& body, Connection& conn);
   /// /mcp: MCP over Streamable HTTP.
@@ -186,11 +188,12 @@ struct HttpServer::Connection final : OverrunSink {
   bool answered_by_takeover = false;
 
   void deliver(Response response) override { deliver_body(protocol_answer(response)); }
-  /// Answers the request with `body` and closes the connection.
+  /// Answers the request with `body` (none: 202) and closes the connection.
   void deliver_body(std::string body) {
     std::lock_guard lock(write_mu);
     answered_by_takeover = true;
-    (void)write_all_fd(fd, http_response(200, std::move(body), /*keep_alive=*/false));
+    const unsigned status = body.empty() ? 202 : 200;
+    (void)write_all_fd(fd, http_response(status, std::move(body), /*keep_alive=*/false));
     ::shutdown(fd, SHUT_RDWR);
   }
 };
@@ -241,7 +244,7 @@ HttpReply HttpServer::dispatch(const HttpRequest& req, Connection& conn) {
 
 HttpReply HttpServer::serve_mcp(const HttpRequest& req, Connection& conn) {
   const std::string_view session = as_view(req[kMcpSessionHeader]);
-  if (req.method() == beast_http::verb::delete_) return mcp_.end(session);
+  if (req.method() == beast_http::verb::delete_) return mcp_.end(session, conn.caller);
   if (req.method() != beast_http::verb::post)  // (no stream of the server's own messages: GET is not served)
     return {405,
             refusal("method_not_allowed", "MCP at /mcp: POST a message, or DELETE the session"),
@@ -249,6 +252,10 @@ HttpReply HttpServer::serve_mcp(const HttpRequest& req, Connection& conn) {
   if (req.count(beast_http::field::content_type) != 1 ||
       !is_json_media_type(as_view(req[beast_http::field::content_type])))
     return {415, refusal("unsupported_media_type", "the request body must be sent as Content-Type: application/json")};
+  if (const std::string_view version = as_view(req["MCP-Protocol-Version"]);
+      !version.empty() && !McpSkillCodec::serves_version(version))
+    return {400, refusal("malformed_request", "MCP-Protocol-Version " + excerpt(std::string(version)) +
+                                                  " is not a revision this server speaks")};
   return mcp_.post(session, req.body(), conn.caller, [&conn](std::string body) { conn.deliver_body(std::move(body)); });
 }
 
@@ -356,7 +363,12 @@ void HttpServer::handle(int fd, const std::string& peer) {
       break;
     }
     const auto& req = parser.get();
-    HttpReply reply = dispatch(req, conn);
+    HttpReply reply;
+    try {
+      reply = dispatch(req, conn);
+    } catch (const std::exception& e) {  // (a fault of this host's: the connection ends, the host serves on)
+      reply = {500, refusal("internal_error", std::string("internal error: ") + e.what())};
+    }
     const unsigned status = reply.status;
     std::lock_guard lock(conn.write_mu);
     if (status == 0 || conn.answered_by_takeover) break;

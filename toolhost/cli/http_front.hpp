@@ -40,8 +40,10 @@ struct HttpFrontOptions {
 /// token, a malformed allowed Origin or Host name.
 void check_http_front_options(const HttpFrontOptions& options);
 
-/// Serves until `control` says stop (by default SIGINT or SIGTERM); returns the exit code.
-/// Throws ConfigError if it cannot listen or check_http_front_options refuses the options.
+/// Serves until `control` says stop (by default SIGINT or SIGTERM); returns the exit code: 0,
+/// or 1 when connections were still inside tools 5 s after the stop (their threads still use
+/// the host: the program must then exit without destroying it). Throws ConfigError if it
+/// cannot listen or check_http_front_options refuses the options.
 int serve_http(Host& host, const HttpFrontOptions& options, const FrontControl& control = {});
 
 }  // namespace machina::cli

@@ -19,11 +19,23 @@ std::string new_session_id() {
   return random_text("0123456789abcdef", 32);
 }
 
-/// The answer for the lines a codec wrote: one JSON body, or 202 with none.
+/// The answer for the lines a codec wrote: one JSON body, or 202 with none; a message that
+/// could not be read (a JSON-RPC error without an id) is a 400.
 HttpReply answer_of(std::string out) {
   while (!out.empty() && out.back() == '\n') out.pop_back();
   if (out.empty()) return {202, {}, {}};
-  return {200, std::move(out), {}};
+  jsonrpc::Message m;
+  std::string why;
+  const bool unread =
+      jsonrpc::parse(out, m, why) && m.kind == jsonrpc::Message::Kind::error && (m.id.empty() || m.id == "null");
+  return {unread ? 400u : 200u, std::move(out), {}};
+}
+
+/// Whether the codec's answer to an initialize is a result (not an error).
+bool initialized(const std::string& answer) {
+  jsonrpc::Message m;
+  std::string why;
+  return jsonrpc::parse(answer, m, why) && m.kind == jsonrpc::Message::Kind::result;
 }
 
 /// The codec's answer to a call at its deadline, handed to the HTTP connection.
@@ -45,8 +57,9 @@ class LateSink final : public OverrunSink {
 }  // namespace
 
 struct McpOverHttp::Session {
-  Session(std::size_t page_size, const std::string& caller)
-      : codec(McpSkillCodec::Dialect::mcp, page_size, McpSkillCodec::Caller{kMcpHttpFront, caller}) {}
+  Session(std::size_t page_size, const std::string& caller_)
+      : caller(caller_), codec(McpSkillCodec::Dialect::mcp, page_size, McpSkillCodec::Caller{kMcpHttpFront, caller_}) {}
+  std::string caller;  // who opened it: only they use it
   McpSkillCodec codec;
   CallerState state{/*respond_with_delta=*/true};
   std::atomic<Clock::rep> last_used{Clock::now().time_since_epoch().count()};
@@ -55,15 +68,16 @@ struct McpOverHttp::Session {
 McpOverHttp::McpOverHttp(Host& host, std::size_t page_size, std::size_t max_sessions)
     : host_(host), page_size_(page_size), max_sessions_(max_sessions) {}
 
-McpOverHttp::~McpOverHttp() = default;
+McpOverHttp::~McpOverHttp() {
+  for (const auto& [id, session] : sessions_) host_.connection_closed(id);
+}
 
 std::size_t McpOverHttp::sessions() const {
   std::lock_guard lock(mu_);
   return sessions_.size();
 }
 
-std::shared_ptr<McpOverHttp::Session> McpOverHttp::open_session(const std::string& caller, std::string& id,
-                                                                std::string& why) {
+bool McpOverHttp::keep_session(std::shared_ptr<Session> session, std::string& id, std::string& ended) {
   std::lock_guard lock(mu_);
   if (sessions_.size() >= max_sessions_) {
     // Room is made by the session used longest ago among those no request is using.
@@ -72,40 +86,33 @@ std::shared_ptr<McpOverHttp::Session> McpOverHttp::open_session(const std::strin
       if (it->second.use_count() != 1) continue;
       if (oldest == sessions_.end() || it->second->last_used < oldest->second->last_used) oldest = it;
     }
-    if (oldest == sessions_.end()) {
-      why = "too many MCP sessions in use (" + std::to_string(max_sessions_) + ")";
-      return nullptr;
-    }
+    if (oldest == sessions_.end()) return false;
+    ended = oldest->first;
     sessions_.erase(oldest);
   }
-  auto session = std::make_shared<Session>(page_size_, caller);
   do {
     id = new_session_id();
   } while (sessions_.contains(id));
-  sessions_.emplace(id, session);
-  return session;
+  sessions_.emplace(id, std::move(session));
+  return true;
 }
 
 HttpReply McpOverHttp::post(std::string_view session_id, const std::string& body, const std::string& caller,
                             const LateAnswer& late) {
   std::shared_ptr<Session> session;
-  std::string opened;
+  bool opening = false;
   if (!session_id.empty()) {
     std::lock_guard lock(mu_);
     const auto it = sessions_.find(std::string(session_id));
-    if (it == sessions_.end())
-      return {404,
-              refusal("session_not_found", "no MCP session " + std::string(session_id.substr(0, 64)) +
-                                               " (ended, or never opened): initialize a new one"),
-              {}};
+    if (it == sessions_.end() || it->second->caller != caller)
+      return {
+          404, refusal("session_not_found", "no such MCP session (ended, or never opened): initialize a new one"), {}};
     session = it->second;
   } else {
     jsonrpc::Message m;
     std::string why;
-    if (jsonrpc::parse(body, m, why) && m.method == "initialize") {
-      session = open_session(caller, opened, why);
-      if (!session) return {503, refusal("overloaded", why), {}};
-    }
+    opening = jsonrpc::parse(body, m, why) && m.method == "initialize" && !m.id.empty();
+    if (opening) session = std::make_shared<Session>(page_size_, caller);  // (kept once it answers a result)
   }
   // A message outside a session: a codec of its own, for this message alone.
   std::optional<Session> alone;
@@ -116,14 +123,26 @@ HttpReply McpOverHttp::post(std::string_view session_id, const std::string& body
   LateSink sink(s.codec, late);
   if (s.codec.handle(host_, body, s.state, out, &sink).overran) return {0, {}, {}};
   HttpReply reply = answer_of(std::move(out));
-  if (!opened.empty()) reply.headers.emplace_back(kMcpSessionHeader, opened);
+  if (opening && reply.status == 200 && initialized(reply.body)) {
+    std::string id, ended;
+    if (!keep_session(std::move(session), id, ended))
+      return {503, refusal("overloaded", "too many MCP sessions in use (" + std::to_string(max_sessions_) + ")"), {}};
+    if (!ended.empty()) host_.connection_closed(ended);
+    host_.connection_opened(id);
+    reply.headers.emplace_back(kMcpSessionHeader, id);
+  }
   return reply;
 }
 
-HttpReply McpOverHttp::end(std::string_view session_id) {
-  std::lock_guard lock(mu_);
-  if (session_id.empty() || sessions_.erase(std::string(session_id)) == 0)
-    return {404, refusal("session_not_found", "no such MCP session"), {}};
+HttpReply McpOverHttp::end(std::string_view session_id, const std::string& caller) {
+  {
+    std::lock_guard lock(mu_);
+    const auto it = sessions_.find(std::string(session_id));
+    if (it == sessions_.end() || it->second->caller != caller)
+      return {404, refusal("session_not_found", "no such MCP session"), {}};
+    sessions_.erase(it);
+  }
+  host_.connection_closed(std::string(session_id));
   return {204, {}, {}};
 }
 

@@ -1,11 +1,12 @@
 // MCP over Streamable HTTP on the HTTP front (its /mcp endpoint): each JSON-RPC message is
-// one POST, answered with one JSON body, or 202 with none for a notification or a
-// cancellation. An initialize opens a session, named by the Mcp-Session-Id header of its
-// answer, that keeps what a stdio connection keeps (the revision, cancellations, ds_state);
-// DELETE ends it; an unknown session is 404. A message without a session is served on its
-// own: the 2026-07-28 revision has no session. Sessions are bounded in number; the least
-// recently used idle one makes room. The HTTP front's admission (Host, Origin, token)
-// comes first. docs/mcp-and-skills.md.
+// one POST, answered with one JSON body (400 for one that cannot be read), or 202 with none
+// for a notification or a cancellation. An initialize answered with a result opens a session,
+// named by the Mcp-Session-Id header of its answer, that keeps what a stdio connection keeps
+// (the revision, cancellations, ds_state; hosted skills are told it began and ended); only its
+// caller uses it; DELETE ends it; an unknown one is 404. A message without a session is
+// served on its own: the 2026-07-28 revision has no session. Sessions are bounded in number;
+// the least recently used idle one makes room. The HTTP front's admission (Host, Origin,
+// token) comes first. docs/mcp-and-skills.md.
 #pragma once
 
 #include "http_tool_protocol.hpp"
@@ -38,14 +39,16 @@ class McpOverHttp {
   /// identity for the audit store); status 0 when `late` answered it.
   HttpReply post(std::string_view session_id, const std::string& body, const std::string& caller,
                  const LateAnswer& late);
-  /// The answer to a DELETE of session `session_id`.
-  HttpReply end(std::string_view session_id);
+  /// The answer to a DELETE of session `session_id` by `caller`.
+  HttpReply end(std::string_view session_id, const std::string& caller);
 
   std::size_t sessions() const;
 
  private:
   struct Session;
-  std::shared_ptr<Session> open_session(const std::string& caller, std::string& id, std::string& why);
+  /// Keeps `session` under a new `id`; `ended`: the session it took the place of, if any.
+  /// False when every kept session is in use.
+  bool keep_session(std::shared_ptr<Session> session, std::string& id, std::string& ended);
 
   Host& host_;
   std::size_t page_size_;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 
@@ -120,6 +121,11 @@ void unsupported_version(std::string& out, std::string_view id, std::string_view
 }
 
 }  // namespace
+
+bool McpSkillCodec::serves_version(std::string_view version) {
+  return version == kModernVersion ||
+         std::find(std::begin(kVersions), std::end(kVersions), version) != std::end(kVersions);
+}
 
 McpSkillCodec::McpSkillCodec(Dialect dialect, std::size_t page_size, std::optional<Caller> caller)
     : dialect_(dialect), page_size_(page_size), caller_(std::move(caller)) {}

@@ -34,6 +34,9 @@ class McpSkillCodec final : public LineCodec {
   /// `page_size`: tools per tools/list page (MCP). `caller`: none for a stdio front.
   explicit McpSkillCodec(Dialect dialect, std::size_t page_size = 100, std::optional<Caller> caller = std::nullopt);
 
+  /// Whether `version` is an MCP revision this codec speaks.
+  static bool serves_version(std::string_view version);
+
   Handled handle(Host& host, std::string_view line, CallerState& session, std::string& out,
                  OverrunSink* overrun_sink) override;
   void answer_too_large(Host& host, std::string_view head, std::string& out) override;
