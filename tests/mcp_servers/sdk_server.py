@@ -1,6 +1,10 @@
 """An MCP server on the official Python SDK (``mcp``), for the tests of hosting MCP servers
 and of the --mcp front: tools with structured output, an error, progress and a slow tool
-that says when it is cancelled (in the file $CANCEL_LOG names)."""
+that says when it is cancelled (in the file $CANCEL_LOG names).
+
+On stdio by default; ``--http PORT [--json] [--token TOKEN]`` serves it over Streamable
+HTTP on 127.0.0.1:PORT at /mcp (event streams, or JSON bodies with --json; every request
+must carry ``Authorization: Bearer TOKEN`` with --token)."""
 
 from __future__ import annotations
 
@@ -76,5 +80,26 @@ def env() -> dict[str, Any]:
     return {"names": sorted(os.environ)}
 
 
+def serve_http(port: int, json_response: bool, token: str | None) -> None:
+    import uvicorn
+
+    app: Any = server.streamable_http_app(json_response=json_response)
+    if token is not None:
+        inner = app
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            headers = dict(scope.get("headers") or [])
+            if scope["type"] == "http" and headers.get(b"authorization") != f"Bearer {token}".encode():
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b"unauthorized"})
+                return
+            await inner(scope, receive, send)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    if len(sys.argv) > 2 and sys.argv[1] == "--http":
+        token = sys.argv[sys.argv.index("--token") + 1] if "--token" in sys.argv else None
+        serve_http(int(sys.argv[2]), "--json" in sys.argv, token)
+    else:
+        server.run("stdio")

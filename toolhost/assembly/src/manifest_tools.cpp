@@ -7,6 +7,7 @@
 #include <machina/python_sandbox.hpp>
 #include <machina/runners/hosted_server.hpp>
 #include <machina/runners/python_interpreter.hpp>
+#include <machina/runners/remote_mcp_server.hpp>
 #include <machina/runners/service_runner.hpp>
 #include <machina/runners/skill_environment.hpp>
 #include <machina/schema_validator.hpp>
@@ -121,6 +122,37 @@ std::string ToolHost::skill_python(const ToolManifest& manifest, const ManifestC
   }
 }
 
+void ToolHost::add_remote_server(const ToolManifest& manifest, const ManifestChild& c,
+                                 std::vector<ToolRegistry::Described>& described,
+                                 std::vector<std::unique_ptr<Runner>>& runners) {
+  RemoteMcpOptions o;
+  o.name = c.name;
+  o.url = c.url;
+  o.ca_file = c.ca_file;
+  o.headers = c.headers;
+  o.start_timeout_ms = c.start_timeout_ms;
+  o.max_answer_bytes = host_.options().max_output_bytes + (1u << 20);
+  if (!c.token_env.empty()) {
+    const char* token = std::getenv(c.token_env.c_str());
+    if (token == nullptr || *token == '\0')
+      refuse_child(manifest, c, "token_env: the variable " + c.token_env + " is not set");
+    o.headers.emplace_back("Authorization", std::string("Bearer ") + token);
+  }
+  std::shared_ptr<RemoteMcpServer> server;
+  std::vector<RemoteTool> tools;
+  try {
+    server = std::make_shared<RemoteMcpServer>(std::move(o));
+    tools = server->start();
+  } catch (const ConfigError& e) {
+    refuse_child(manifest, c, e.what());
+  }
+  if (tools.empty()) refuse_child(manifest, c, "it offers no tools");
+  for (const RemoteTool& r : tools) {
+    runners.push_back(std::make_unique<RemoteMcpToolRunner>(server, r.name));
+    described.push_back({remote_info(manifest, c, r), runners.back().get()});
+  }
+}
+
 std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolManifest& manifest,
                                                                     std::vector<ToolRegistry::Described>& described,
                                                                     std::vector<std::unique_ptr<Runner>>& runners) {
@@ -128,6 +160,10 @@ std::vector<std::shared_ptr<HostedServer>> ToolHost::start_children(const ToolMa
   std::vector<std::shared_ptr<HostedServer>> started;
   try {
     for (const ManifestChild& c : manifest.children) {
+      if (!c.url.empty()) {
+        add_remote_server(manifest, c, described, runners);
+        continue;
+      }
       std::string program;
       try {
         program = resolve_interpreter(c.command.front(), c.dir);

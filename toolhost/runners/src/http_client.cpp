@@ -2,6 +2,7 @@
 #include <machina/clock.hpp>
 #include <machina/http_client.hpp>
 
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -354,19 +355,34 @@ Reply Client::exchange(Connection& c, const std::string& request, std::int64_t d
   }
   auto& message = parser.get();
   r.status = message.result_int();
+  for (const auto& field : message)
+    r.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   r.body = std::move(message.body());
   keep = message.keep_alive() && pending.empty();
   return r;
 }
 
+std::string Reply::header(std::string_view name) const {
+  for (const auto& [key, value] : headers) {
+    if (boost::beast::iequals(key, boost::beast::string_view(name.data(), name.size()))) return value;
+  }
+  return {};
+}
+
 Reply Client::post(const std::string& target, std::string_view body, const Headers& headers, std::int64_t deadline_ms,
                    std::size_t max_body) {
-  beast_http::request<beast_http::string_body> req{beast_http::verb::post, target, 11};
+  return send("POST", target, body, headers, deadline_ms, max_body);
+}
+
+Reply Client::send(std::string_view method, const std::string& target, std::string_view body, const Headers& headers,
+                   std::int64_t deadline_ms, std::size_t max_body) {
+  beast_http::request<beast_http::string_body> req{
+      beast_http::string_to_verb(boost::beast::string_view(method.data(), method.size())), target, 11};
   const bool default_port = origin_.port == (origin_.tls ? "443" : "80");
   const std::string host = origin_.host.find(':') != std::string::npos ? "[" + origin_.host + "]" : origin_.host;
   req.set(beast_http::field::host, default_port ? host : host + ":" + origin_.port);
   req.set(beast_http::field::user_agent, "machina-toolhost/" MACHINA_VERSION);
-  req.set(beast_http::field::content_type, "application/json");
+  if (!body.empty()) req.set(beast_http::field::content_type, "application/json");
   req.set(beast_http::field::accept, "application/json");
   req.keep_alive(true);
   for (const auto& [name, value] : headers) req.set(name, value);

@@ -287,12 +287,58 @@ void read_skill_dir(ManifestChild& c, const std::string& dir, const std::functio
   if (c.name.empty()) c.name = fs::path(dir).filename().string();
 }
 
+/// The fields of an MCP server reached by its URL (no command, no walls: it runs elsewhere).
+void read_remote_server(ToolReader& r, ManifestChild& c, const std::string& root) {
+  c.url = r.string("url", true);
+  if (c.url.rfind("http://", 0) != 0 && c.url.rfind("https://", 0) != 0)
+    r.fail("url", "must start with http:// or https://");
+  c.description = r.string("description", false);
+  c.token_env = r.string("token_env", false);
+  if (const toml::node* ca = r.get("ca_file")) {
+    if (!ca->is_string()) r.fail("ca_file", "must be a string, not " + type_name(*ca));
+    if (c.url.rfind("https://", 0) != 0) r.fail("ca_file", "only an https:// URL has certificates to verify");
+    c.ca_file = absolute_path(r, "ca_file", *ca->value<std::string>(), root);
+  }
+  if (const toml::node* h = r.get("headers")) {
+    const auto* table = h->as_table();
+    if (table == nullptr) r.fail("headers", "must be a table of strings, not " + type_name(*h));
+    for (const auto& [k, v] : *table) {
+      const std::string name(k.str());
+      if (!v.is_string()) r.fail("headers", "'" + name + "' must be a string, not " + type_name(v));
+      const std::string value = *v.value<std::string>();
+      const bool name_ok = !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char ch) {
+        return std::isalnum(ch) != 0 || ch == '-' || ch == '_';
+      });
+      if (!name_ok) r.fail("headers", "'" + name + "' is not a header name (letters, digits, '-' and '_')");
+      if (value.find_first_of("\r\n") != std::string::npos || value.find('\0') != std::string::npos)
+        r.fail("headers", "the value of '" + name + "' must be one line");
+      c.headers.emplace_back(name, value);
+    }
+  }
+  c.aid_prefix = r.string("aid_prefix", false);
+  if (const auto* n = r.typed<std::int64_t>("start_timeout_ms", "an integer")) {
+    if (n->get() < 1 || n->get() > kMaxTimeoutMs) r.fail("start_timeout_ms", "must be from 1 ms to 24 hours");
+    c.start_timeout_ms = n->get();
+  }
+  read_metadata(r, c.defaults);
+  r.no_other_keys();
+  for (char ch : c.name) {
+    if (static_cast<unsigned char>(ch) < 0x20) r.fail("name", "must not hold control characters");
+  }
+  c.dir = root;
+}
+
 ManifestChild read_child(ToolReader& r, const std::string& kind, const std::string& root) {
   ManifestChild c;
   c.kind = kind;
   c.line = r.line();
   c.name = r.string("name", kind == "mcp_server");
   r.set_aid(c.name);
+  if (kind == "mcp_server" && r.get("url") != nullptr) {
+    if (r.get("command") != nullptr) r.fail("url", "give command (a server started here) or url, not both");
+    read_remote_server(r, c, root);
+    return c;
+  }
   c.command = r.strings("command");
   c.description = r.string("description", false);
   if (const toml::node* d = r.get("dir")) {

@@ -135,6 +135,10 @@ class ToolHost {
   std::vector<std::shared_ptr<HostedServer>> start_children(const ToolManifest& manifest,
                                                             std::vector<ToolRegistry::Described>& described,
                                                             std::vector<std::unique_ptr<Runner>>& runners);
+  /// Opens the session of an MCP server reached by its URL and describes its tools.
+  void add_remote_server(const ToolManifest& manifest, const ManifestChild& c,
+                         std::vector<ToolRegistry::Described>& described,
+                         std::vector<std::unique_ptr<Runner>>& runners);
   /// The skills and MCP servers started so far (a copy: told of connections without the lock).
   std::vector<std::shared_ptr<HostedServer>> hosted_servers() const;
   /// The options as the host (which checks them) and the process runner use them: the caps

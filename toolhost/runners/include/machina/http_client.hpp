@@ -29,6 +29,8 @@ struct Url {
   std::string origin() const { return (tls ? "https://" : "http://") + host + ":" + port; }
 };
 
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
 struct Reply {
   enum class Failure {
     none,         // an answer: `status` and `body`
@@ -40,11 +42,13 @@ struct Reply {
   Failure failure = Failure::none;
   std::string detail;  // what went wrong
   unsigned status = 0;
+  Headers headers;  // the answer's header fields, as sent
   std::string body;
   bool reused = false;  // answered over a kept-alive connection
-};
 
-using Headers = std::vector<std::pair<std::string, std::string>>;
+  /// The value of the answer's header field `name` (compared without case); "" without one.
+  std::string header(std::string_view name) const;
+};
 
 /// How a host name becomes addresses: the addresses, or none with `why`.
 using Resolver = std::vector<sockaddr_storage> (*)(const std::string& host, const std::string& port, std::string& why);
@@ -98,6 +102,9 @@ class Client {
   /// POSTs `body` (application/json) to `target` on this origin. Thread-safe.
   Reply post(const std::string& target, std::string_view body, const Headers& headers, std::int64_t deadline_ms,
              std::size_t max_body);
+  /// A request of any method ("POST", "DELETE", …); a body only if not empty. Thread-safe.
+  Reply send(std::string_view method, const std::string& target, std::string_view body, const Headers& headers,
+             std::int64_t deadline_ms, std::size_t max_body);
 
   const Url& origin() const { return origin_; }
   /// Connections opened so far (for tests of keep-alive).

@@ -51,8 +51,13 @@ struct ManifestChild {
   std::string kind;  // "skill" or "mcp_server"
   std::string name;  // names its tools' aids (AID.SKILL.<NAME>.<TOOL>.v1)
   std::size_t line = 0;
-  std::vector<std::string> command;  // the program and its arguments
-  std::string dir;                   // its working directory (absolute): the manifest's, or `dir`
+  std::vector<std::string> command;  // the program and its arguments (none for a server reached by `url`)
+  // An MCP server reached over Streamable HTTP instead of started (remote_mcp_server.hpp).
+  std::string url;                                           // http:// or https://
+  std::string token_env;                                     // the variable holding its bearer token ("": none)
+  std::string ca_file;                                       // https: its CAs ("": the system's)
+  std::vector<std::pair<std::string, std::string>> headers;  // sent with every request
+  std::string dir;  // its working directory (absolute): the manifest's, or `dir`
   std::string description;
   std::string methods = "lifecycle";  // skills: "lifecycle" (lifecycle/* and shutdown) or "skill" (skill/*)
   std::int64_t tick_interval_ms =

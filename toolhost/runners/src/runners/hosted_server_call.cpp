@@ -133,19 +133,7 @@ RunOutcome HostedServer::call(const RunSpec& spec, const std::string& tool) {
           return finish(child->pid());
         }
       }
-      std::string output;
-      if (!fast_output(reply.result, output)) {
-        const auto result = json::parse(reply.result, nullptr, false);
-        if (result.is_object() && result.value("isError", false) == true) {
-          spec.call.error = content_text(result.value("content", json(""))).substr(0, kMaxToolErrorBytes);
-          if (spec.call.error.empty()) spec.call.error = "the tool reported an error";
-          out.rc = MACHINA_TOOL_ERROR;
-          return finish(child->pid());
-        }
-        output = output_of(result);
-      }
-      spec.call.set_output(std::move(output));
-      out.rc = MACHINA_TOOL_OK;
+      out.rc = take_result(reply.result, spec.call);
       return finish(child->pid());
     }
     case Ending::error:

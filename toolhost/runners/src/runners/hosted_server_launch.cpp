@@ -2,6 +2,7 @@
 // or initialize, then tools/list page by page; a skill: initialize, then skill/load and
 // skill/activate or lifecycle/onLoad), and its start again after it ended, with back-off.
 #include "hosted_server_protocol.hpp"
+#include "remote_tool_output.hpp"
 
 #include <machina/clock.hpp>
 #include <machina/errors.hpp>
@@ -51,27 +52,12 @@ std::shared_ptr<RpcChild> HostedServer::launch(std::int64_t deadline_ms, std::ve
     child->kill(why);
     return nullptr;
   };
-  auto tool_of = [](const json& t, bool mcp) -> RemoteTool {
-    RemoteTool r;
-    r.name = t.value("name", "");
-    r.title = t.contains("title") && t["title"].is_string() ? t["title"].get<std::string>() : "";
-    r.description =
-        t.contains("description") && t["description"].is_string() ? t["description"].get<std::string>() : "";
-    const char* schema_key = mcp ? "inputSchema" : "parameters";
-    if (t.contains(schema_key) && t[schema_key].is_object())
-      r.input_schema = t[schema_key].dump();
-    else if (!mcp && t.contains("inputSchema") && t["inputSchema"].is_object())
-      r.input_schema = t["inputSchema"].dump();
-    if (t.contains("outputSchema") && t["outputSchema"].is_object()) r.output_schema = t["outputSchema"].dump();
-    if (t.contains("annotations") && t["annotations"].is_object()) r.annotations = t["annotations"].dump();
-    return r;
-  };
   auto add_tools = [&](const json& list, bool mcp) -> bool {
     if (!list.is_array()) return false;
     for (const auto& t : list) {
       if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty())
         return false;
-      if (tools != nullptr && tools->size() < kMaxTools) tools->push_back(tool_of(t, mcp));
+      if (tools != nullptr && tools->size() < kMaxTools) tools->push_back(remote_output::remote_tool_of(t, mcp));
     }
     return true;
   };

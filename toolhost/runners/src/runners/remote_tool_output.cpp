@@ -96,4 +96,34 @@ bool fast_output(std::string_view result, std::string& output) {
   return true;
 }
 
+int take_result(std::string_view result, CallContext& call) {
+  std::string output;
+  if (!fast_output(result, output)) {
+    const auto parsed = nlohmann::json::parse(result, nullptr, false);
+    if (parsed.is_object() && parsed.value("isError", false) == true) {
+      call.error = content_text(parsed.value("content", nlohmann::json(""))).substr(0, kMaxToolErrorBytes);
+      if (call.error.empty()) call.error = "the tool reported an error";
+      return MACHINA_TOOL_ERROR;
+    }
+    output = output_of(parsed);
+  }
+  call.set_output(std::move(output));
+  return MACHINA_TOOL_OK;
+}
+
+RemoteTool remote_tool_of(const nlohmann::json& t, bool mcp) {
+  RemoteTool r;
+  r.name = t.value("name", "");
+  r.title = t.contains("title") && t["title"].is_string() ? t["title"].get<std::string>() : "";
+  r.description = t.contains("description") && t["description"].is_string() ? t["description"].get<std::string>() : "";
+  const char* schema_key = mcp ? "inputSchema" : "parameters";
+  if (t.contains(schema_key) && t[schema_key].is_object())
+    r.input_schema = t[schema_key].dump();
+  else if (!mcp && t.contains("inputSchema") && t["inputSchema"].is_object())
+    r.input_schema = t["inputSchema"].dump();
+  if (t.contains("outputSchema") && t["outputSchema"].is_object()) r.output_schema = t["outputSchema"].dump();
+  if (t.contains("annotations") && t["annotations"].is_object()) r.annotations = t["annotations"].dump();
+  return r;
+}
+
 }  // namespace machina::remote_output

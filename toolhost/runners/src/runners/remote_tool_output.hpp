@@ -1,6 +1,10 @@
-// What a hosted server's answers become: a tool's output from a tools/call result (its
-// structuredContent, its text, or its content blocks) and the text of an error's content.
+// What a hosted server's answers become: a tool from an entry of tools/list, a tool's output
+// from a tools/call result (its structuredContent, its text, or its content blocks) and the
+// text of an error's content.
 #pragma once
+
+#include <machina/call_context.hpp>
+#include <machina/runners/hosted_server.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -22,5 +26,11 @@ std::string output_of(const nlohmann::json& result);
 /// span of the answer's own JSON text (structuredContent, a string content, a single text
 /// block's text, the content list). False for an isError result (or one not an object).
 bool fast_output(std::string_view result, std::string& output);
+/// What a tools/call result answers the call: its output (MACHINA_TOOL_OK), or its error's
+/// text (MACHINA_TOOL_ERROR for an isError result).
+int take_result(std::string_view result, CallContext& call);
+
+/// A tool as an entry of tools/list describes it (`mcp`: MCP's field names, else a skill's).
+RemoteTool remote_tool_of(const nlohmann::json& entry, bool mcp);
 
 }  // namespace machina::remote_output
