@@ -1,6 +1,7 @@
 // A tiny HTTP server for unit tests: a thread on a free loopback port answering each
-// complete request (headers and a Content-Length body) with one fixed reply, keeping the
-// connection; it counts connections and keeps the last request it read.
+// complete request (headers and a Content-Length body) with one fixed reply, or with what a
+// function of the request makes, keeping the connection; it counts connections and keeps
+// the last request it read.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -36,11 +38,15 @@ struct TinyServer {
   int port = 0;
   std::atomic<int> connections{0};
   std::string reply;
+  std::function<std::string(const std::string& request)> respond;  // (set: answers in place of `reply`)
   std::mutex mu;
   std::string last_request;  // guarded by mu
   std::thread thread;
 
-  explicit TinyServer(std::string r) : reply(std::move(r)) {
+  explicit TinyServer(std::string r) : reply(std::move(r)) { start(); }
+  explicit TinyServer(std::function<std::string(const std::string& request)> f) : respond(std::move(f)) { start(); }
+
+  void start() {
     listener = loopback_listener(port);
     thread = std::thread([this] {
       for (;;) {
@@ -60,12 +66,14 @@ struct TinyServer {
             const auto cl = in.find("Content-Length: ");
             const std::size_t body = cl != std::string::npos ? std::stoul(in.substr(cl + 16)) : 0;
             if (in.size() < end + 4 + body) break;
+            const std::string request = in.substr(0, end + 4 + body);
             {
               std::lock_guard lock(mu);
-              last_request = in.substr(0, end + 4 + body);
+              last_request = request;
             }
             in.erase(0, end + 4 + body);
-            (void)!::write(fd, reply.data(), reply.size());
+            const std::string answer = respond ? respond(request) : reply;
+            (void)!::write(fd, answer.data(), answer.size());
           }
         }
         ::close(fd);
