@@ -1,8 +1,9 @@
 """Hosting an MCP server reached over Streamable HTTP ([[mcp_server]] with a `url`): the
 official SDK's own server on a free localhost port, answering with event streams or with
 JSON bodies; its tools registered and called through the host, a call past its deadline
-answered `timeout`; the bearer token taken from the environment; a session the server forgot opened again; a server that refuses the token,
-or is not there, named at load.
+answered `timeout`; the bearer token taken from the environment; a session the server
+forgot opened again; a server that refuses the token, or is not there, named at load; and
+headers or tokens that could go where they should not refused.
 """
 from __future__ import annotations
 
@@ -128,3 +129,19 @@ def test_a_manifest_gives_a_command_or_a_url(tmp_path: Path) -> None:
     proc = subprocess.run([TOOLHOST, "--tools", str(bad), "--list"], capture_output=True, text=True,
                           env=base_env({}), timeout=60)
     assert proc.returncode == 2 and "must be one line" in proc.stderr
+
+
+def test_headers_and_tokens_that_could_reach_the_wrong_place_are_refused(tmp_path: Path) -> None:
+    def load(table: dict[str, object], env: dict[str, str], name: str) -> str:
+        m = manifest(tmp_path, [("mcp_server", {"name": "x", **table})], name=name)
+        proc = subprocess.run([TOOLHOST, "--tools", str(m), "--list"], capture_output=True, text=True,
+                              env=base_env(env), timeout=60)
+        assert proc.returncode == 2
+        return proc.stderr
+    local = "http://127.0.0.1:1/mcp"
+    assert "holds control characters" in load({"url": local, "token_env": "T"}, {"T": "a\r\nX-Evil: 1"}, "nl.toml")
+    assert "sent only over https://" in load({"url": "http://tools.example/mcp", "token_env": "T"}, {"T": "t"},
+                                             "plain.toml")
+    assert "is set by the host itself" in load({"url": local, "headers": {"Mcp-Session-Id": "s"}}, {}, "own.toml")
+    assert "give one of them" in load({"url": local, "token_env": "T", "headers": {"Authorization": "x"}},
+                                      {"T": "t"}, "both.toml")

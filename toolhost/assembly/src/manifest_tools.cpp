@@ -72,6 +72,11 @@ std::string asked_env_warning(const ManifestChild& c) {
          "; only the tool manifest's env passes variables to a skill: not passed";
 }
 
+/// Whether `value` can go into a header field as it is: no control characters.
+bool header_value(std::string_view value) {
+  return std::none_of(value.begin(), value.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
+}
+
 /// The tool a skill or an MCP server offers, as the registry knows it.
 ToolInfo remote_info(const ToolManifest& m, const ManifestChild& c, const RemoteTool& r) {
   ToolInfo info = c.defaults;
@@ -136,6 +141,14 @@ void ToolHost::add_remote_server(const ToolManifest& manifest, const ManifestChi
     const char* token = std::getenv(c.token_env.c_str());
     if (token == nullptr || *token == '\0')
       refuse_child(manifest, c, "token_env: the variable " + c.token_env + " is not set");
+    if (!header_value(token))
+      refuse_child(manifest, c, "token_env: the variable " + c.token_env + " holds control characters");
+    http::Url url;
+    std::string why;
+    const bool loopback = http::Url::parse(c.url, url, why) &&
+                          (url.host == "localhost" || url.host == "::1" || url.host.starts_with("127."));
+    if (!url.tls && !loopback)
+      refuse_child(manifest, c, "token_env: a bearer token is sent only over https:// (or to this machine)");
     o.headers.emplace_back("Authorization", std::string("Bearer ") + token);
   }
   std::shared_ptr<RemoteMcpServer> server;
@@ -305,6 +318,8 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
         if (token == nullptr || *token == '\0') {
           refuse_field(manifest, t, index, "token_env", "the variable " + t.token_env + " is not set");
         }
+        if (!header_value(token))
+          refuse_field(manifest, t, index, "token_env", "the variable " + t.token_env + " holds control characters");
         fields.token = token;
       }
       fields.app_root = t.root.empty() ? std::filesystem::path(manifest.path).parent_path().string() : t.root;

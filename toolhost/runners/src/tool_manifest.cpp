@@ -310,8 +310,15 @@ void read_remote_server(ToolReader& r, ManifestChild& c, const std::string& root
         return std::isalnum(ch) != 0 || ch == '-' || ch == '_';
       });
       if (!name_ok) r.fail("headers", "'" + name + "' is not a header name (letters, digits, '-' and '_')");
-      if (value.find_first_of("\r\n") != std::string::npos || value.find('\0') != std::string::npos)
-        r.fail("headers", "the value of '" + name + "' must be one line");
+      std::string lower = name;
+      std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      for (const char* own : {"host", "accept", "content-type", "content-length", "transfer-encoding", "connection",
+                              "mcp-session-id", "mcp-protocol-version"})
+        if (lower == own) r.fail("headers", "'" + name + "' is set by the host itself");
+      if (lower == "authorization" && !c.token_env.empty())
+        r.fail("headers", "'" + name + "' is what token_env sets: give one of them");
+      if (std::any_of(value.begin(), value.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }))
+        r.fail("headers", "the value of '" + name + "' must be one line without control characters");
       c.headers.emplace_back(name, value);
     }
   }

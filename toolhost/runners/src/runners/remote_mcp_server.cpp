@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 
@@ -22,7 +23,10 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kVersion = "2025-11-25";  // the revision asked for at initialize
+// The revision asked for at initialize: its event streams end with their response (a later
+// revision lets a server end one early and have the client resume it, which this client
+// does not).
+constexpr const char* kVersion = "2025-06-18";
 constexpr std::size_t kMaxTools = 10'000;
 constexpr int kMaxPages = 1'000;
 constexpr std::int64_t kCancelNoticeMs = 500;  // how long telling the server of a timeout may take
@@ -30,7 +34,9 @@ constexpr std::int64_t kCancelNoticeMs = 500;  // how long telling the server of
 /// The JSON-RPC messages of an answer: its JSON body, or the data of each event of an event
 /// stream (its `data:` lines joined).
 std::vector<std::string> messages_of(const http::Reply& reply) {
-  const std::string type = reply.header("Content-Type");
+  std::string type = reply.header("Content-Type");
+  std::transform(type.begin(), type.end(), type.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (type.find("text/event-stream") == std::string::npos) return {reply.body};
   std::vector<std::string> out;
   std::string data;
@@ -46,8 +52,8 @@ std::vector<std::string> messages_of(const http::Reply& reply) {
       if (has_data) out.push_back(std::move(data));
       data.clear();
       has_data = false;
-    } else if (line.starts_with("data:")) {
-      line.remove_prefix(5);
+    } else if (line == "data" || line.starts_with("data:")) {
+      line.remove_prefix(std::min<std::size_t>(5, line.size()));
       if (line.starts_with(' ')) line.remove_prefix(1);
       if (has_data) data.push_back('\n');
       data.append(line);
@@ -57,6 +63,11 @@ std::vector<std::string> messages_of(const http::Reply& reply) {
   }
   if (has_data) out.push_back(std::move(data));
   return out;
+}
+
+/// Whether a revision the server names is one to send back in a header (YYYY-MM-DD).
+bool revision_text(const std::string& v) {
+  return v.size() == 10 && std::all_of(v.begin(), v.end(), [](unsigned char c) { return std::isdigit(c) || c == '-'; });
 }
 
 }  // namespace
@@ -72,20 +83,22 @@ RemoteMcpServer::~RemoteMcpServer() {
   close();
 }
 
-http::Headers RemoteMcpServer::headers_with(const std::string& session) {
+http::Headers RemoteMcpServer::headers_with(const Session& session) const {
   http::Headers h = {{"Accept", "application/json, text/event-stream"}};
-  {
-    std::lock_guard lock(mu_);
-    if (!version_.empty()) h.emplace_back("MCP-Protocol-Version", version_);
-  }
-  if (!session.empty()) h.emplace_back("Mcp-Session-Id", session);
+  if (!session.version.empty()) h.emplace_back("MCP-Protocol-Version", session.version);
+  if (!session.id.empty()) h.emplace_back("Mcp-Session-Id", session.id);
   h.insert(h.end(), options_.headers.begin(), options_.headers.end());
   return h;
 }
 
+RemoteMcpServer::Session RemoteMcpServer::current() {
+  std::lock_guard lock(mu_);
+  return session_;
+}
+
 RemoteMcpServer::Answer RemoteMcpServer::send_once(const std::string& method, const std::string& params,
-                                                   std::int64_t deadline_ms, const std::string& session,
-                                                   bool& session_gone) {
+                                                   std::int64_t deadline_ms, const Session& session, bool& session_gone,
+                                                   std::string* session_id) {
   Answer a;
   a.id = next_id_++;
   std::string body;
@@ -99,7 +112,7 @@ RemoteMcpServer::Answer RemoteMcpServer::send_once(const std::string& method, co
     case http::Reply::Failure::timed_out: a.ending = Answer::Ending::timed_out; return a;
     default: a.message = reply.detail; return a;
   }
-  if (reply.status == 404 && !session.empty()) {
+  if (reply.status == 404 && !session.id.empty()) {
     session_gone = true;
     a.message = "the server ended the session";
     return a;
@@ -108,10 +121,7 @@ RemoteMcpServer::Answer RemoteMcpServer::send_once(const std::string& method, co
     a.message = "it answered HTTP " + std::to_string(reply.status) + " (" + excerpt(to_valid_utf8(reply.body)) + ")";
     return a;
   }
-  if (method == "initialize") {
-    std::lock_guard lock(mu_);
-    session_ = reply.header("Mcp-Session-Id");
-  }
+  if (session_id != nullptr) *session_id = reply.header("Mcp-Session-Id");
   const std::string id = std::to_string(a.id);
   for (const std::string& text : messages_of(reply)) {
     jsonrpc::Message m;
@@ -135,39 +145,36 @@ RemoteMcpServer::Answer RemoteMcpServer::send_once(const std::string& method, co
 
 RemoteMcpServer::Answer RemoteMcpServer::request(const std::string& method, const std::string& params,
                                                  std::int64_t deadline_ms) {
-  std::string session;
-  {
-    std::lock_guard lock(mu_);
-    session = session_;
-  }
+  Session session = current();
   bool gone = false;
   Answer a = send_once(method, params, deadline_ms, session, gone);
   if (!gone) return a;
-  // The server ended the session: a new one, and the request once more.
+  // The server ended the session: a new one (unless another call has opened it meanwhile),
+  // and the request once more.
+  std::unique_lock opening(open_mu_, std::defer_lock);
+  if (!opening.try_lock_until(std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(std::max<std::int64_t>(0, deadline_ms - steady_now_ms())))) {
+    a.ending = Answer::Ending::timed_out;
+    return a;
+  }
   std::string why;
   {
-    std::lock_guard opening(open_mu_);
-    std::string current;
-    {
-      std::lock_guard lock(mu_);
-      current = session_;
-    }
-    if (current == session && !open_session(deadline_ms, why)) {
-      a.message = "the server ended the session, and a new one could not be opened: " + why;
+    std::lock_guard lock(mu_);
+    if (closed_) {
+      a.message = "the server ended the session, and the host is closing";
       return a;
     }
-    std::lock_guard lock(mu_);
-    session = session_;
   }
-  return send_once(method, params, deadline_ms, session, gone);
+  if (current().id == session.id && !open_session(deadline_ms, why)) {
+    a.message = "the server ended the session, and a new one could not be opened: " + why;
+    return a;
+  }
+  opening.unlock();
+  return send_once(method, params, deadline_ms, current(), gone);
 }
 
-void RemoteMcpServer::notify(const std::string& method, const std::string& params, std::int64_t deadline_ms) {
-  std::string session;
-  {
-    std::lock_guard lock(mu_);
-    session = session_;
-  }
+void RemoteMcpServer::notify(const std::string& method, const std::string& params, std::int64_t deadline_ms,
+                             const Session& session) {
   std::string body;
   jsonrpc::append_notification(body, method, params);
   while (!body.empty() && body.back() == '\n') body.pop_back();
@@ -175,16 +182,12 @@ void RemoteMcpServer::notify(const std::string& method, const std::string& param
 }
 
 bool RemoteMcpServer::open_session(std::int64_t deadline_ms, std::string& why) {
-  {
-    std::lock_guard lock(mu_);
-    session_.clear();
-    version_.clear();
-  }
   const json init = {{"protocolVersion", kVersion},
                      {"capabilities", json::object()},
                      {"clientInfo", {{"name", "machina-toolhost"}, {"version", MACHINA_VERSION}}}};
   bool gone = false;
-  const Answer a = send_once("initialize", init.dump(), deadline_ms, "", gone);
+  Session opened;
+  const Answer a = send_once("initialize", init.dump(), deadline_ms, Session{}, gone, &opened.id);
   if (a.ending != Answer::Ending::result) {
     why = "initialize failed: " + (a.ending == Answer::Ending::timed_out ? std::string("no answer in time")
                                    : a.ending == Answer::Ending::error
@@ -193,15 +196,19 @@ bool RemoteMcpServer::open_session(std::int64_t deadline_ms, std::string& why) {
     return false;
   }
   const auto result = json::parse(a.result, nullptr, false);
-  if (!result.is_object() || !result.contains("protocolVersion") || !result["protocolVersion"].is_string()) {
-    why = "initialize failed: its answer names no protocolVersion";
+  if (!result.is_object() || !result.contains("protocolVersion") || !result["protocolVersion"].is_string() ||
+      !revision_text(result["protocolVersion"].get<std::string>())) {
+    why = "initialize failed: its answer names no protocolVersion (YYYY-MM-DD)";
     return false;
   }
-  {
-    std::lock_guard lock(mu_);
-    version_ = result["protocolVersion"].get<std::string>();
+  if (opened.id.find_first_of("\r\n") != std::string::npos) {
+    why = "initialize failed: its Mcp-Session-Id is not one line";
+    return false;
   }
-  notify("notifications/initialized", "", deadline_ms);
+  opened.version = result["protocolVersion"].get<std::string>();
+  notify("notifications/initialized", "", deadline_ms, opened);
+  std::lock_guard lock(mu_);
+  session_ = std::move(opened);  // (other calls use it from now on)
   return true;
 }
 
@@ -290,7 +297,7 @@ RunOutcome RemoteMcpServer::call(const RunSpec& spec, const std::string& tool) {
       return finish();
     case Answer::Ending::timed_out: {
       const json note = {{"requestId", a.id}, {"reason", "timed out"}};
-      notify("notifications/cancelled", note.dump(), steady_now_ms() + kCancelNoticeMs);
+      notify("notifications/cancelled", note.dump(), steady_now_ms() + kCancelNoticeMs, current());
       out.ending = RunOutcome::Ending::timed_out;
       out.detail = what + " was told notifications/cancelled";
       return finish();
@@ -305,14 +312,14 @@ RunOutcome RemoteMcpServer::call(const RunSpec& spec, const std::string& tool) {
 }
 
 void RemoteMcpServer::close() {
-  std::string session;
+  Session session;
   {
     std::lock_guard lock(mu_);
     if (closed_) return;
     closed_ = true;
     session = std::move(session_);
   }
-  if (session.empty()) return;
+  if (session.id.empty()) return;
   (void)client_->send("DELETE", url_.target, "", headers_with(session), steady_now_ms() + kCancelNoticeMs, 64 * 1024);
 }
 

@@ -54,22 +54,29 @@ class RemoteMcpServer {
     std::string message;
     std::int64_t id = 0;
   };
+  /// The session messages are sent in: its id ("": the server named none) and revision.
+  struct Session {
+    std::string id;
+    std::string version;
+  };
   Answer request(const std::string& method, const std::string& params, std::int64_t deadline_ms);
+  /// One message in `session`; `session_gone`: the server answered 404 to it; `session_id`:
+  /// where to put the session the answer names.
   Answer send_once(const std::string& method, const std::string& params, std::int64_t deadline_ms,
-                   const std::string& session, bool& session_gone);
-  void notify(const std::string& method, const std::string& params, std::int64_t deadline_ms);
-  /// initialize and notifications/initialized; false with `why`.
+                   const Session& session, bool& session_gone, std::string* session_id = nullptr);
+  void notify(const std::string& method, const std::string& params, std::int64_t deadline_ms, const Session& session);
+  /// initialize and notifications/initialized, then the new session in use; false with `why`.
   bool open_session(std::int64_t deadline_ms, std::string& why);
-  http::Headers headers_with(const std::string& session);
+  http::Headers headers_with(const Session& session) const;
+  Session current();
 
   RemoteMcpOptions options_;
   http::Url url_;
   std::unique_ptr<http::Client> client_;
   std::mutex mu_;
-  std::string session_;  // the server's Mcp-Session-Id ("": it gave none)
-  std::string version_;  // the revision initialize agreed on
-  std::mutex open_mu_;   // one handshake at a time
+  Session session_;  // the one in use
   bool closed_ = false;
+  std::timed_mutex open_mu_;  // one handshake at a time
   std::atomic<std::int64_t> next_id_{1};
 };
 
