@@ -8,7 +8,6 @@
 #include <machina/runners/hosted_server.hpp>
 
 #include <chrono>
-#include <cstdio>
 
 namespace machina {
 
@@ -21,27 +20,14 @@ RunOutcome HostedServer::call(const RunSpec& spec, const std::string& tool) {
   const std::string what = std::string(kind() == "mcp" ? "MCP server " : "skill ") + options_.name;
   int jsonrpc_error = 0;
   auto finish = [&](pid_t pid) {
-    // The trace, written directly (this is on every call's path).
-    std::string& t = spec.call.trace_json;
-    t.clear();
-    t += "{\"runner\":\"";
-    t += kind();
-    t += "\",\"server\":";
-    append_json_string(t, options_.name);
-    t += ",\"tool\":";
-    append_json_string(t, tool);
-    t += ",\"timeout_ms\":" + std::to_string(spec.timeout_ms);
-    if (!spec.trace_id.empty()) {
-      t += ",\"trace_id\":";
-      append_json_string(t, spec.trace_id);
-    }
-    if (pid > 0) t += ",\"child_pid\":" + std::to_string(pid);
-    if (jsonrpc_error != 0) t += ",\"jsonrpc_error\":" + std::to_string(jsonrpc_error);
-    char ms[32];
-    std::snprintf(ms, sizeof ms, "%.3f", millis_since(t0));
-    t += ",\"duration_ms\":";
-    t += ms;
-    t += '}';
+    write_call_trace(spec.call.trace_json, {.runner = kind(),
+                                            .server = options_.name,
+                                            .tool = tool,
+                                            .trace_id = spec.trace_id,
+                                            .timeout_ms = spec.timeout_ms,
+                                            .child_pid = pid,
+                                            .jsonrpc_error = jsonrpc_error,
+                                            .duration_ms = millis_since(t0)});
     return out;
   };
   if (!starts_json_object(spec.input_json)) {

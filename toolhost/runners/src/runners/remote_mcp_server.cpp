@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cstdio>
 
 #ifndef MACHINA_VERSION
 #define MACHINA_VERSION "dev"
@@ -249,24 +248,14 @@ RunOutcome RemoteMcpServer::call(const RunSpec& spec, const std::string& tool) {
   const std::string what = "MCP server " + options_.name;
   int jsonrpc_error = 0;
   auto finish = [&] {
-    std::string& t = spec.call.trace_json;
-    t = "{\"runner\":\"mcp\",\"server\":";
-    append_json_string(t, options_.name);
-    t += ",\"url\":";
-    append_json_string(t, options_.url);
-    t += ",\"tool\":";
-    append_json_string(t, tool);
-    t += ",\"timeout_ms\":" + std::to_string(spec.timeout_ms);
-    if (!spec.trace_id.empty()) {
-      t += ",\"trace_id\":";
-      append_json_string(t, spec.trace_id);
-    }
-    if (jsonrpc_error != 0) t += ",\"jsonrpc_error\":" + std::to_string(jsonrpc_error);
-    char ms[32];
-    std::snprintf(ms, sizeof ms, "%.3f", millis_since(t0));
-    t += ",\"duration_ms\":";
-    t += ms;
-    t += '}';
+    remote_output::write_call_trace(spec.call.trace_json, {.runner = "mcp",
+                                                           .server = options_.name,
+                                                           .url = options_.url,
+                                                           .tool = tool,
+                                                           .trace_id = spec.trace_id,
+                                                           .timeout_ms = spec.timeout_ms,
+                                                           .jsonrpc_error = jsonrpc_error,
+                                                           .duration_ms = millis_since(t0)});
     return out;
   };
   {

@@ -1,7 +1,10 @@
 // See remote_tool_output.hpp.
 #include "remote_tool_output.hpp"
 
+#include <machina/json_text.hpp>
 #include <machina/jsonrpc.hpp>
+
+#include <cstdio>
 
 namespace machina::remote_output {
 
@@ -124,6 +127,31 @@ RemoteTool remote_tool_of(const nlohmann::json& t, bool mcp) {
   if (t.contains("outputSchema") && t["outputSchema"].is_object()) r.output_schema = t["outputSchema"].dump();
   if (t.contains("annotations") && t["annotations"].is_object()) r.annotations = t["annotations"].dump();
   return r;
+}
+
+void write_call_trace(std::string& t, const CallTrace& c) {
+  t = "{\"runner\":";
+  append_json_string(t, c.runner);
+  t += ",\"server\":";
+  append_json_string(t, c.server);
+  if (!c.url.empty()) {
+    t += ",\"url\":";
+    append_json_string(t, c.url);
+  }
+  t += ",\"tool\":";
+  append_json_string(t, c.tool);
+  t += ",\"timeout_ms\":" + std::to_string(c.timeout_ms);
+  if (!c.trace_id.empty()) {
+    t += ",\"trace_id\":";
+    append_json_string(t, c.trace_id);
+  }
+  if (c.child_pid > 0) t += ",\"child_pid\":" + std::to_string(c.child_pid);
+  if (c.jsonrpc_error != 0) t += ",\"jsonrpc_error\":" + std::to_string(c.jsonrpc_error);
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.3f", c.duration_ms);
+  t += ",\"duration_ms\":";
+  t += ms;
+  t += '}';
 }
 
 }  // namespace machina::remote_output

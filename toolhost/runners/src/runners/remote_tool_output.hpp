@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,17 @@ bool fast_output(std::string_view result, std::string& output);
 /// What a tools/call result answers the call: its output (MACHINA_TOOL_OK), or its error's
 /// text (MACHINA_TOOL_ERROR for an isError result).
 int take_result(std::string_view result, CallContext& call);
+
+/// What the trace of a call of a hosted or remote server's tool says ("" and 0: left out).
+struct CallTrace {
+  std::string_view runner{}, server{}, url{}, tool{}, trace_id{};
+  std::int64_t timeout_ms = 0;
+  long child_pid = 0;
+  int jsonrpc_error = 0;
+  double duration_ms = 0;
+};
+/// The trace as JSON text into `out`, written directly (it is on every call's path).
+void write_call_trace(std::string& out, const CallTrace& c);
 
 /// A tool as an entry of tools/list describes it (`mcp`: MCP's field names, else a skill's).
 RemoteTool remote_tool_of(const nlohmann::json& entry, bool mcp);
