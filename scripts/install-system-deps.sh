@@ -3,9 +3,13 @@
 # libseccomp, SQLite, OpenSSL, the NATS C client, yaml-cpp, doctest for the C++ unit tests, and python3-venv where Python cannot make a
 # virtual environment) if they are missing. Uses sudo when not run as root.
 # With --clang, also clang and its sanitizer/fuzzer runtimes (scripts/sanitize-tests.sh,
-# scripts/fuzz.sh).
+# scripts/fuzz.sh); with --test, also podman and runc, which the container runner's tests run.
 set -euo pipefail
 need=()
+if [ "${1:-}" = "--test" ]; then
+  command -v podman >/dev/null || need+=(podman)
+  command -v runc >/dev/null || need+=(runc)
+fi
 if [ "${1:-}" = "--clang" ]; then
   # Both runtimes come with libclang-rt; -print-file-name prints a bare name when absent.
   if ! command -v clang++ >/dev/null || [ ! -f "$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)" ] \

@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # In a git checkout, the commit-msg hook: a subject of at most 72 characters, then a blank line.
 if hooks=$(git rev-parse --git-path hooks 2>/dev/null); then mkdir -p "$hooks" && cp scripts/commit-msg "$hooks/commit-msg"; fi
-bash scripts/install-system-deps.sh
+# The test extras also get what the tests start (podman for the container runner's tests).
+case ",${1:-}," in *,test,*) bash scripts/install-system-deps.sh --test ;; *) bash scripts/install-system-deps.sh ;; esac
 [ -x .venv/bin/python ] || python3 -m venv .venv
 . .venv/bin/activate
 # What pyproject.toml's [build-system] requires, and the build's own tools.

@@ -115,6 +115,23 @@ def test_secrets_are_the_variables_a_tool_gets(tmp_path: Path) -> None:
     assert json.loads(answer["output_json"]) == {"PACK_SECRET": "s3", "OTHER_SECRET": None}
 
 
+def test_a_pack_binding_its_tools_in_pack_yaml_loads_without_tools_yaml(tmp_path: Path) -> None:
+    """The layout namel3ss's `n3 packs init` writes for Python tools: pack.yaml's entrypoints."""
+    pack = example(tmp_path)
+    (pack / "tools.yaml").unlink()
+    with (pack / "pack.yaml").open("a") as f:
+        f.write('entrypoints:\n  "compose greeting":\n    kind: "python"\n    entry: "tools.greet:run"\n'
+                '    purity: "pure"\n')
+    [answer] = serve([call(AID, {"name": "Eve"})], "--tools", str(pack))
+    assert answer["ok"] is True, answer
+    assert json.loads(answer["output_json"]) == {"message": "Hello Eve"}
+    assert answer["trace"]["runner"] == "local" and answer["trace"]["pack_id"] == "example.greeting"
+    assert listed(pack)[AID]["deterministic"] is True  # purity: pure
+    (pack / "pack.yaml").write_text((pack / "pack.yaml").read_text().replace("tools.greet:run", "tools.greet"))
+    assert re.search(r"pack\.yaml:\d+: tool 'compose greeting': field 'entry': must be 'module:function'",
+                     refusal(pack)), refusal(pack)
+
+
 def _edit(pack: Path, name: str, old: str, new: str) -> None:
     text = (pack / name).read_text()
     assert old in text
@@ -122,7 +139,8 @@ def _edit(pack: Path, name: str, old: str, new: str) -> None:
 
 
 @pytest.mark.parametrize(("change", "expected"), [
-    (lambda p: (p / "tools.yaml").unlink(), r"example\.greeting: no tools\.yaml in the pack"),
+    (lambda p: (p / "tools.yaml").unlink(),
+     r"example\.greeting: no tools\.yaml in the pack and no entrypoints in its pack\.yaml"),
     (lambda p: (p / "pack.yaml").unlink(), r"example\.greeting: no pack\.yaml in the pack"),
     (lambda p: (p / "pack.yaml").write_text("# padding\n" * 120_000),
      r"pack\.yaml: larger than 1048576 bytes"),
@@ -141,8 +159,25 @@ def _edit(pack: Path, name: str, old: str, new: str) -> None:
     (lambda p: _edit(p, "tools.yaml", 'entry: "tools.greet:run"', 'entry: "tools.greet:missing"'),
      r"tools\.yaml:\d+: tool 'compose greeting': field 'entry': "),
     (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    runner: "service"'),
-     r"tools\.yaml:4: tool 'compose greeting': field 'runner': 'service': this host runs a pack's tools with "
-     r"the local runner only"),
+     r"tools\.yaml:3: tool 'compose greeting': the service runner needs a URL: set url here or service_url in "
+     r"pack\.yaml"),
+    (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    runner: "container"'),
+     r"tools\.yaml:3: tool 'compose greeting': the container runner needs an image: set image here or "
+     r"container: image in pack\.yaml"),
+    (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    runner: "node"'),
+     r"tools\.yaml:4: tool 'compose greeting': field 'runner': must be one of local, service, container, not "
+     r"'node'"),
+    (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    url: "http://127.0.0.1:9/run"'),
+     r"tools\.yaml:4: tool 'compose greeting': field 'url': is for the service runner; this tool's runner is "
+     r"local"),
+    (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    runner: "service"\n'
+                                                        '    url: "ftp://x"'),
+     r"tools\.yaml:5: tool 'compose greeting': field 'url': must start with http:// or https://"),
+    (lambda p: _edit(p, "pack.yaml", 'license: "MIT"\n', 'license: "MIT"\nrunners:\n  default: "cloud"\n'),
+     r"pack\.yaml:8: runners: field 'runner': must be one of local, service, container, not 'cloud'"),
+    (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    runner: "container"\n'
+                                                        '    image: "i"\n    enforcement: "trusted"'),
+     r"tools\.yaml:6: tool 'compose greeting': field 'enforcement': must be declared or verified"),
     (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    colour: "red"'),
      r"tools\.yaml:4: tool 'compose greeting': unknown field 'colour'"),
     (lambda p: (p / "tools.yaml").write_text((p / "tools.yaml").read_text() + '  "wave":\n    kind: "python"\n'),

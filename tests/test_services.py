@@ -317,3 +317,24 @@ def test_a_manifest_service_needs_its_token_variable_and_an_http_url(tmp_path: P
         manifest = write_pack(tmp_path / "bad", [tool])
         with pytest.raises(md.HostError, match=re.escape(expected)):
             md.InProcess(tools=[str(manifest)])
+
+
+def test_a_packs_service_binding_calls_the_packs_service_url(
+        tmp_path: Path, stdlib_service: tuple[str, Recorder]) -> None:
+    """namel3ss's service pack layout: runners.default service and service_url in pack.yaml."""
+    base, rec = stdlib_service
+    pack = tmp_path / "sums"
+    pack.mkdir()
+    (pack / "pack.yaml").write_text(
+        'id: "team.sums"\nname: "Sums"\nversion: "1.0"\ndescription: "Adds."\nauthor: "T"\nlicense: "MIT"\n'
+        f'tools:\n  - "add numbers"\nrunners:\n  default: "service"\nservice_url: "{base}/run"\n')
+    (pack / "tools.yaml").write_text('tools:\n  "add numbers":\n    kind: "python"\n    entry: "service.sums:add"\n')
+    [r] = serve([call("AID.PACK.TEAM_SUMS.ADD_NUMBERS.v1", {"a": 2, "b": 5})], "--tools", str(pack))
+    assert r["ok"] is True and json.loads(r["output_json"]) == {"sum": 7}, r
+    [(path, body, _)] = rec.requests
+    assert path == "/run" and body["tool_name"] == "add numbers" and body["entry"] == "service.sums:add"
+    trace = r["trace"]
+    assert (trace["runner"], trace["service_url"], trace["resolved_source"]) == ("service", f"{base}/run",
+                                                                                 "installed_pack")
+    assert (trace["pack_id"], trace["pack_name"], trace["pack_version"]) == ("team.sums", "Sums", "1.0")
+    assert "python_env" in trace

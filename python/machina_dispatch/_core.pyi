@@ -111,6 +111,7 @@ class Host:
         worker_env: list[str] = ...,
         python_workers: int = ...,
         python_memory_mb: int = ...,
+        container_runtime: str = ...,
         skill_tick_ms: int = ...,
         audit_db: str = ...,
         audit_jsonl: str = ...,

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 using namespace machina;
 namespace fs = std::filesystem;
@@ -121,7 +123,15 @@ TEST_CASE("refusals name the file, the line and the field") {
       {pack_head + "tools: [\"do it\", \"do it\"]\n", kTools, "", "'do it' is listed twice"},
       {pack_head + "tools: [\"other\"]\n", kTools, "", "the tool 'other' has no binding in tools.yaml"},
       {pack_head + "runners: {default: docker}\ntools: [\"do it\"]\n", kTools, "",
-       "default 'docker': this host runs a pack's tools with the local runner only"},
+       "pack.yaml:7: runners: field 'runner': must be one of local, service, container, not 'docker'"},
+      {pack_head + "service_url: ftp://h\ntools: [\"do it\"]\n", kTools, "",
+       "pack.yaml:7: field 'service_url': must start with http:// or https://"},
+      {pack_head + "container: [1]\ntools: [\"do it\"]\n", kTools, "",
+       "pack.yaml:7: field 'container': must be a mapping (image: ...)"},
+      {pack_head + "container: {image: i, tag: t}\ntools: [\"do it\"]\n", kTools, "",
+       "pack.yaml:7: field 'container': unknown key 'tag' (image: is the only one)"},
+      {pack_head + "runners: {default: local, other: x}\ntools: [\"do it\"]\n", kTools, "",
+       "pack.yaml:7: field 'runners': unknown key 'other' (default: is the only one)"},
       {kPack, "tools:\n  \"do it\":\n    kind: python\n    entry: \"x:run\"\n  \"extra\":\n    kind: python\n", "",
        "tools.yaml:5: tool 'extra': is not one of the tools pack.yaml lists"},
       {kPack, "tools:\n  \"do it\":\n    kind: shell\n    entry: \"x:run\"\n", "",
@@ -130,7 +140,17 @@ TEST_CASE("refusals name the file, the line and the field") {
        "tools.yaml:4: tool 'do it': field 'entry': must be 'module:function'"},
       {kPack, "tools:\n  \"do it\":\n    kind: python\n    entry: \"a:b:c\"\n", "", "must be 'module:function'"},
       {kPack, "tools:\n  \"do it\":\n    kind: python\n    entry: \"x:run\"\n    url: http://h\n", "",
-       "tools.yaml:5: tool 'do it': field 'url': is for the service or container runner"},
+       "tools.yaml:5: tool 'do it': field 'url': is for the service runner; this tool's runner is local"},
+      {kPack, "tools:\n  \"do it\":\n    kind: python\n    entry: \"x:run\"\n    runner: service\n    image: i\n", "",
+       "tools.yaml:6: tool 'do it': field 'image': is for the container runner; this tool's runner is service"},
+      {kPack, "tools:\n  \"do it\":\n    entry: \"x:run\"\n    runner: container\n    image: i\n    sandbox: true\n",
+       "", "tools.yaml:6: tool 'do it': field 'sandbox': is for the local runner; this tool's runner is container"},
+      {kPack, "tools:\n  \"do it\":\n    entry: \"x:run\"\n    runner: container\n    image: i\n    command: []\n", "",
+       "tools.yaml:6: tool 'do it': field 'command': must be a list of words"},
+      {kPack, "tools:\n  \"do it\":\n    entry: \"x:run\"\n    runner: container\n    image: i\n    env: [A]\n", "",
+       "tools.yaml:6: tool 'do it': field 'env': must be a mapping of names to values"},
+      {kPack + "entrypoints: [1]\n", "", "", "pack.yaml:9: field 'entrypoints': must be a mapping of tool names"},
+      {kPack, "", "", "no tools.yaml in the pack and no entrypoints in its pack.yaml"},
       {kPack, "tools:\n  \"do it\":\n    kind: python\n    entry: \"x:run\"\n    colour: red\n", "",
        "tools.yaml:5: tool 'do it': unknown field 'colour'"},
       {kPack, "tools:\n  \"do it\":\n    kind: python\n    entry: \"x:run\"\n    purity: maybe\n", "",
@@ -142,7 +162,9 @@ TEST_CASE("refusals name the file, the line and the field") {
       {kPack, "tools:\n  \"do it\":\n    kind: python\n    entry: \"x:run\"\n    sandbox: perhaps\n", "",
        "field 'sandbox': must be true or false"},
       {kPack, "tools:\n  \"do it\":\n    kind: python\n    entry: \"x:run\"\n    runner: container\n", "",
-       "field 'runner': 'container': this host runs a pack's tools with the local runner only"},
+       "tools.yaml:3: tool 'do it': the container runner needs an image"},
+      {kPack, "tools:\n  \"do it\":\n    kind: python\n    entry: \"x:run\"\n    runner: service\n", "",
+       "tools.yaml:3: tool 'do it': the service runner needs a URL"},
       {kPack, "bindings: {}\n", "", "tools.yaml:1: unknown key 'bindings' (tools: is the only one)"},
       {kPack, "tools: [1]\n", "", "'tools' must be a mapping of tool names to bindings"},
       {kPack, kTools, "capabilities:\n  \"nope\": {}\n",
@@ -166,6 +188,44 @@ TEST_CASE("refusals name the file, the line and the field") {
     const std::string error = error_of(tmp, c.pack, c.tools, c.caps);
     CHECK_MESSAGE(error.find(c.expected) != std::string::npos, error);
     CHECK(error.rfind(tmp.path.string(), 0) == 0);  // it starts with the file's path
+  }
+}
+
+TEST_CASE("service and container bindings, with pack.yaml's defaults, and entrypoints in pack.yaml") {
+  const std::string head = "id: p\nname: n\nversion: v\ndescription: d\nauthor: a\nlicense: l\n";
+  {
+    TempDir tmp;
+    write(tmp.path / "pack.yaml", head +
+                                      "tools: [\"a\", \"b\", \"c\"]\nrunners: {default: service}\n"
+                                      "service_url: \"https://svc.example/run\"\ncontainer: {image: \"img:1\"}\n");
+    write(tmp.path / "tools.yaml",
+          "tools:\n  \"a\": {kind: python, entry: \"m:a\"}\n"
+          "  \"b\": {kind: python, entry: \"m:b\", runner: container, command: [\"run\", \"it\"], env: {K: v}, "
+          "enforcement: declared}\n"
+          "  \"c\": {kind: python, entry: \"m:c\", runner: local}\n");
+    const ToolManifest m = load_pack_dir(tmp.path.string());
+    REQUIRE(m.tools.size() == 3);
+    CHECK(m.tools[0].runner == "service");
+    CHECK(m.tools[0].url == "https://svc.example/run");
+    CHECK(m.tools[1].runner == "container");
+    CHECK(m.tools[1].image == "img:1");
+    CHECK(m.tools[1].command == std::vector<std::string>{"run", "it"});
+    REQUIRE(m.tools[1].container_env.size() == 1);
+    CHECK(m.tools[1].container_env[0] == std::pair<std::string, std::string>{"K", "v"});
+    CHECK(m.tools[1].info.default_timeout_ms == 10'000);
+    CHECK(m.tools[2].runner == "python");
+  }
+  {
+    TempDir tmp;
+    write(tmp.path / "pack.yaml",
+          head + "tools: [\"a\"]\nentrypoints:\n  \"a\":\n    entry: \"m:a\"\n    purity: pure\n");
+    const ToolManifest m = load_pack_dir(tmp.path.string());
+    REQUIRE(m.tools.size() == 1);
+    CHECK(m.tools[0].runner == "python");
+    CHECK(m.tools[0].entry == "m:a");
+    CHECK(m.tools[0].info.deterministic);
+    CHECK(m.tools[0].pack.bindings_path == (tmp.path / "pack.yaml").string());
+    CHECK(m.tools[0].line == 10);  // its fields' first line
   }
 }
 

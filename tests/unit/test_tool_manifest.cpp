@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 using namespace machina;
 
@@ -71,6 +72,46 @@ timeout_ms = 1500
   CHECK(svc.line == 16);
 }
 
+TEST_CASE("a container tool: its image, command, runtime, variables and deadline") {
+  const ToolManifest m = parse_tool_manifest(R"(
+[[tool]]
+aid = "AID.BOX.A.v1"
+runner = "container"
+entry = "tools.a:run"
+image = "localhost/tools:1"
+command = ["python3", "-m", "runner"]
+container_runtime = "podman"
+container_env = { GREETING = "hi" }
+memory_mb = 64
+guarantees = { no_network = true }
+
+[[tool]]
+aid = "AID.BOX.B.v1"
+runner = "container"
+entry = "tools.b:run"
+image = "ghcr.io/team/tools:2"
+)",
+                                             "/apps/demo/tools.toml");
+  REQUIRE(m.tools.size() == 2);
+  const ManifestTool& a = m.tools[0];
+  CHECK(a.runner == "container");
+  CHECK(a.image == "localhost/tools:1");
+  CHECK(a.command == std::vector<std::string>{"python3", "-m", "runner"});
+  CHECK(a.container_runtime == "podman");
+  REQUIRE(a.container_env.size() == 1);
+  CHECK(a.container_env[0].first == "GREETING");
+  CHECK(a.container_env[0].second == "hi");
+  CHECK(a.memory_mb == 64);
+  CHECK(a.guarantees.at("no_network"));
+  CHECK(a.info.default_timeout_ms == 10'000);  // a Python tool's, as tool protocol v1 says
+  CHECK(m.tools[1].command.empty());           // the protocol's runner module
+  CHECK(m.tools[1].container_runtime.empty());
+  CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"container\"\nentry = \"m:f\"\n").find("field 'image'") !=
+        std::string::npos);
+  CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"container\"\nentry = \"m:f\"\nimage = \"\"\n") ==
+        "/apps/demo/tools.toml:5: tool 1 (A): field 'image': must not be empty");
+}
+
 TEST_CASE("a bad manifest is refused naming file, line and field") {
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"python\"\n") ==
         "/apps/demo/tools.toml:1: tool 1 (A): field 'entry': is required");
@@ -81,7 +122,8 @@ TEST_CASE("a bad manifest is refused naming file, line and field") {
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"python\"\nentry = \"m:f\"\nentyr = 1\n") ==
         "/apps/demo/tools.toml:5: tool 1 (A): unknown field 'entyr' (did you mean 'entry'?)");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"ruby\"\n") ==
-        "/apps/demo/tools.toml:3: tool 1 (A): field 'runner': must be \"python\" or \"service\", not 'ruby'");
+        "/apps/demo/tools.toml:3: tool 1 (A): field 'runner': must be \"python\", \"service\" or \"container\", not "
+        "'ruby'");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"service\"\nurl = \"ftp://x\"\n") ==
         "/apps/demo/tools.toml:4: tool 1 (A): field 'url': must start with http:// or https://");
   CHECK(refusal("[[tool]]\naid = \"A\"\nrunner = \"python\"\nentry = \"m:f\"\nguarantees = { no_teleport = true }\n") ==

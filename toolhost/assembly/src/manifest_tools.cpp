@@ -2,9 +2,11 @@
 // needs. Python tools share a pool of warm workers per interpreter and set-up (import root,
 // environment, sandbox, limits).
 #include <machina/errors.hpp>
+#include <machina/executable_file.hpp>
 #include <machina/http_client.hpp>
 #include <machina/python_entry_check.hpp>
 #include <machina/python_sandbox.hpp>
+#include <machina/runners/container_runner.hpp>
 #include <machina/runners/hosted_server.hpp>
 #include <machina/runners/python_interpreter.hpp>
 #include <machina/runners/remote_mcp_server.hpp>
@@ -48,6 +50,19 @@ std::string capability_context(const ManifestTool& t, const std::string& runner)
   if (!t.write_root.empty()) c["filesystem_root"] = t.write_root;
   if (!t.read_roots.empty()) c["filesystem_read_roots"] = t.read_roots;
   return c.dump();
+}
+
+/// Where a tool of a manifest or a pack comes from, for its calls' traces.
+ToolSource source_of(const ManifestTool& t) {
+  ToolSource s;
+  if (!t.pack.source.empty()) {
+    s.resolved_source = t.pack.source;
+    s.pack_id = t.pack.id;
+    s.pack_name = t.pack.name;
+    s.pack_version = t.pack.version;
+  }
+  s.deps_source = t.deps_source;
+  return s;
 }
 
 /// The error of a skill's or an MCP server's entry.
@@ -295,13 +310,7 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
       fields.capability_context_json = capability_context(t, "local");
       fields.enforcement_json = plan.enforcement_json;
       fields.refusal = plan.refusal;
-      if (!t.pack.source.empty()) {
-        fields.resolved_source = t.pack.source;
-        fields.pack_id = t.pack.id;
-        fields.pack_name = t.pack.name;
-        fields.pack_version = t.pack.version;
-      }
-      fields.deps_source = t.deps_source;
+      fields.source = source_of(t);
       runners.push_back(std::make_unique<PythonRunner>(pool, std::move(fields)));
     } else if (t.runner == "service") {
       http::Url url;
@@ -322,6 +331,7 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
           refuse_field(manifest, t, index, "token_env", "the variable " + t.token_env + " holds control characters");
         fields.token = token;
       }
+      fields.source = source_of(t);
       fields.app_root = t.root.empty() ? std::filesystem::path(manifest.path).parent_path().string() : t.root;
       fields.max_answer_bytes = options.max_output_bytes + (1u << 20);
       // Tools of one origin verified alike share its kept-alive connections.
@@ -334,6 +344,34 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
         client = std::move(made);
       }
       runners.push_back(std::make_unique<ServiceRunner>(client, std::move(fields)));
+    } else if (t.runner == "container") {
+      ContainerToolFields fields;
+      // The tool's runtime, else the host's, else docker, then podman (as namel3ss picks).
+      const std::string& wanted = !t.container_runtime.empty() ? t.container_runtime : options.container_runtime;
+      for (const char* name : {"docker", "podman"}) {
+        if (!wanted.empty() && name != wanted) continue;
+        fields.runtime = find_on_path(name);
+        if (fields.runtime.empty()) continue;
+        fields.runtime_name = name;
+        break;
+      }
+      if (fields.runtime.empty()) {
+        refuse_field(
+            manifest, t, index, "container_runtime",
+            wanted.empty() ? "neither docker nor podman is on PATH: install one of them" : wanted + " is not on PATH");
+      }
+      if (const std::string why = container_image_problem(t.image); !why.empty())
+        refuse_field(manifest, t, index, "image", why);
+      fields.image = t.image;
+      fields.command = t.command.empty() ? default_container_command() : t.command;
+      fields.name = t.info.name;
+      fields.entry = t.entry;
+      fields.env = t.container_env;
+      fields.guarantees = t.guarantees;
+      fields.memory_mb = t.memory_mb != 0 ? t.memory_mb : options.python_memory_mb;
+      fields.max_answer_bytes = options.max_output_bytes + (1u << 20);
+      fields.source = source_of(t);
+      runners.push_back(std::make_unique<ContainerRunner>(std::move(fields)));
     } else {
       refuse_field(manifest, t, index, "runner", "'" + t.runner + "' tools are not supported by this build yet");
     }

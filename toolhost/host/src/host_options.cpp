@@ -24,6 +24,8 @@ HostOptions HostOptions::from_env() {
   }
   if (const char* v = std::getenv("MACHINA_TOOLHOST_AUDIT_DB"); v != nullptr && *v != '\0') o.audit.db_path = v;
   if (const char* v = std::getenv("MACHINA_TOOLHOST_AUDIT_JSONL"); v != nullptr && *v != '\0') o.audit.jsonl_path = v;
+  if (const char* v = std::getenv("MACHINA_TOOLHOST_CONTAINER_RUNTIME"); v != nullptr && *v != '\0')
+    o.container_runtime = v;
   return o;
 }
 
@@ -31,6 +33,9 @@ void HostOptions::check() const {
   if (default_timeout_ms < 1 || max_timeout_ms < 1) throw ConfigError("timeouts must be at least 1 ms");
   for (const auto& [aid, ms] : tool_timeouts_ms) {
     if (ms < 1) throw ConfigError("the timeout for " + aid + " must be at least 1 ms");
+  }
+  if (!container_runtime.empty() && container_runtime != "podman" && container_runtime != "docker") {
+    throw ConfigError("the container runtime must be podman or docker, not '" + container_runtime + "'");
   }
   if (skill_tick_ms < 0 || skill_tick_ms > 86'400'000) {
     throw ConfigError("the skills' tick interval must be from 0 (never) to 86400000 ms");

@@ -141,6 +141,153 @@ void read_capabilities(const PackFile& f, const std::set<std::string>& tools,
   }
 }
 
+/// Refuses a key of the mapping `map` (pack.yaml's `field`) other than `key`.
+void only_keys(const PackFile& f, const YAML::Node& map, const char* field, const char* key) {
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    if (it->first.Scalar() != key) {
+      f.fail(it->first, std::string("field '") + field + "': unknown key '" + it->first.Scalar() + "' (" + key +
+                            ": is the only one)");
+    }
+  }
+}
+
+/// What pack.yaml gives its tools' bindings unless they say.
+struct PackDefaults {
+  std::string runner;       // runners: default ("": local)
+  std::string service_url;  // service_url
+  std::string image;        // container: image
+};
+
+void check_runner(const PackFile& f, const YAML::Node& at, const std::string& where, const std::string& runner) {
+  if (!runner.empty() && runner != "local" && runner != "service" && runner != "container") {
+    f.fail(at, where + "field 'runner': must be one of local, service, container, not '" + runner + "'");
+  }
+}
+
+void check_url(const PackFile& f, const YAML::Node& at, const std::string& where, const char* field,
+               const std::string& url) {
+  if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
+    f.fail(at, where + "field '" + field + "': must start with http:// or https://");
+  }
+}
+
+void read_container_binding(const PackFile& f, const YAML::Node& b, const std::string& where,
+                            const PackDefaults& defaults, ManifestTool& t);
+
+/// One tool's binding (tools.yaml's, or an entry of pack.yaml's entrypoints) onto `t`:
+/// kind, entry, runner (local, service, container) and that runner's fields, purity,
+/// timeout_ms, sandbox.
+void read_binding(const PackFile& f, const YAML::Node& b, const std::string& where, const PackDefaults& defaults,
+                  ManifestTool& t) {
+  if (!b.IsMap()) f.fail(b, where + "must be a mapping (kind, entry), not " + kind_of(b));
+  t.line = static_cast<std::size_t>(b.Mark().line + 1);
+  for (auto k = b.begin(); k != b.end(); ++k) {
+    static const std::set<std::string> known = {"kind", "entry",  "runner",     "url",     "image",      "command",
+                                                "env",  "purity", "timeout_ms", "sandbox", "enforcement"};
+    if (known.count(k->first.Scalar()) == 0) {
+      f.fail(k->first, where + "unknown field '" + k->first.Scalar() +
+                           "' (fields are kind, entry, runner, url, image, command, env, purity, timeout_ms, "
+                           "sandbox, enforcement)");
+    }
+  }
+  const std::string kind = text(f, b, "kind", where, false);
+  if (!kind.empty() && kind != "python")
+    f.fail(b["kind"], where + "field 'kind': must be \"python\", not '" + kind + "'");
+  if (kind.empty() && b["kind"].IsDefined()) f.fail(b["kind"], where + "field 'kind': must be \"python\"");
+  std::string runner = text(f, b, "runner", where, false);
+  check_runner(f, b["runner"], where, runner);
+  if (runner.empty()) runner = defaults.runner.empty() ? "local" : defaults.runner;
+  t.entry = text(f, b, "entry", where, true);
+  const auto colon = t.entry.find(':');
+  const bool dotted = std::all_of(t.entry.begin(), t.entry.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':';
+  });
+  if (!dotted || colon == std::string::npos || colon == 0 || colon + 1 == t.entry.size() ||
+      t.entry.find(':', colon + 1) != std::string::npos) {
+    f.fail(b["entry"], where + "field 'entry': must be 'module:function' (dotted names), not '" + t.entry + "'");
+  }
+  const std::string purity = text(f, b, "purity", where, false);
+  if (!purity.empty() && purity != "pure" && purity != "impure") {
+    f.fail(b["purity"], where + "field 'purity': must be pure or impure, not '" + purity + "'");
+  }
+  t.info.deterministic = purity == "pure";
+  t.info.default_timeout_ms = kPythonToolTimeoutMs;
+  if (const YAML::Node n = b["timeout_ms"]; n.IsDefined()) {
+    std::int64_t ms = 0;
+    if (!n.IsScalar() || !YAML::convert<std::int64_t>::decode(n, ms) || ms < 1 || ms > kMaxTimeoutMs) {
+      f.fail(n, where + "field 'timeout_ms': must be an integer from 1 ms to 24 hours");
+    }
+    t.info.default_timeout_ms = static_cast<std::uint32_t>(ms);
+  }
+  const std::string enforcement = text(f, b, "enforcement", where, false);
+  if (!enforcement.empty() && enforcement != "declared" && enforcement != "verified") {
+    f.fail(b["enforcement"], where + "field 'enforcement': must be declared or verified, not '" + enforcement + "'");
+  }
+  // Fields of another runner than the binding's would be silently unused: refused.
+  auto only_for = [&](const char* field, const char* for_runner) {
+    if (b[field].IsDefined() && runner != for_runner) {
+      f.fail(b[field],
+             where + "field '" + field + "': is for the " + for_runner + " runner; this tool's runner is " + runner);
+    }
+  };
+  only_for("url", "service");
+  for (const char* field : {"image", "command", "env", "enforcement"}) only_for(field, "container");
+  if (runner == "local") {
+    t.runner = "python";
+    t.python = "python3";
+    // The guarantees are capabilities.yaml's; `sandbox: true` adds the host's sandbox (no
+    // network, no processes, no writes), which would override what capabilities.yaml allows.
+    if (const YAML::Node n = b["sandbox"]; n.IsDefined()) {
+      if (!n.IsScalar() || !YAML::convert<bool>::decode(n, t.sandbox)) {
+        f.fail(n, where + "field 'sandbox': must be true or false");
+      }
+    }
+    return;
+  }
+  if (b["sandbox"].IsDefined()) {
+    f.fail(b["sandbox"], where + "field 'sandbox': is for the local runner; this tool's runner is " + runner);
+  }
+  if (runner == "service") {
+    t.runner = "service";
+    t.url = text(f, b, "url", where, false);
+    if (t.url.empty()) t.url = defaults.service_url;
+    if (t.url.empty()) {
+      f.fail(b, where + "the service runner needs a URL: set url here or service_url in pack.yaml");
+    }
+    if (b["url"].IsDefined()) check_url(f, b["url"], where, "url", t.url);
+    return;
+  }
+  read_container_binding(f, b, where, defaults, t);
+}
+
+/// A container binding's image (else pack.yaml's), command and variables.
+void read_container_binding(const PackFile& f, const YAML::Node& b, const std::string& where,
+                            const PackDefaults& defaults, ManifestTool& t) {
+  t.runner = "container";
+  t.image = text(f, b, "image", where, false);
+  if (t.image.empty()) t.image = defaults.image;
+  if (t.image.empty()) {
+    f.fail(b, where + "the container runner needs an image: set image here or container: image in pack.yaml");
+  }
+  if (const YAML::Node c = b["command"]; c.IsDefined() && !c.IsNull()) {
+    if (!c.IsSequence() || c.size() == 0) f.fail(c, where + "field 'command': must be a list of words");
+    for (const auto& w : c) {
+      if (!w.IsScalar() || w.Scalar().empty()) f.fail(w, where + "field 'command': each word must be text");
+      t.command.push_back(w.Scalar());
+    }
+  }
+  if (const YAML::Node e = b["env"]; e.IsDefined() && !e.IsNull()) {
+    if (!e.IsMap()) f.fail(e, where + "field 'env': must be a mapping of names to values");
+    for (auto v = e.begin(); v != e.end(); ++v) {
+      const std::string key = v->first.Scalar();
+      if (key.empty() || key.find('=') != std::string::npos || !v->second.IsScalar()) {
+        f.fail(v->first, where + "field 'env': each must be a variable name with a text value");
+      }
+      t.container_env.emplace_back(key, v->second.Scalar());
+    }
+  }
+}
+
 }  // namespace
 
 bool is_pack_dir(const std::string& dir) {
@@ -153,11 +300,8 @@ ToolManifest load_pack_dir(const std::string& dir) {
   if (!pack_file.exists()) {
     throw ConfigError(dir + ": no pack.yaml in the pack (a namel3ss pack holds pack.yaml and tools.yaml)");
   }
-  if (!tools_file.exists()) {
-    throw ConfigError(dir + ": no tools.yaml in the pack (a namel3ss pack holds pack.yaml and tools.yaml)");
-  }
 
-  // pack.yaml: who the pack is and which tools it offers.
+  // pack.yaml: who the pack is, which tools it offers, and its runners' defaults.
   const YAML::Node pack = pack_file.load();
   static const std::set<std::string> pack_keys = {"id",      "name",        "version",   "description", "author",
                                                   "license", "tools",       "signer_id", "signed_at",   "digest",
@@ -173,29 +317,51 @@ ToolManifest load_pack_dir(const std::string& dir) {
   const std::string description = text(pack_file, pack, "description", "", true);
   for (const char* key : {"author", "license"}) text(pack_file, pack, key, "", true);
   if (source.id.empty()) pack_file.fail(pack["id"], "field 'id': must not be empty");
+  PackDefaults defaults;
   if (const YAML::Node runners = pack["runners"]; runners.IsDefined() && !runners.IsNull()) {
-    const std::string runner = runners.IsMap() ? text(pack_file, runners, "default", "runners: ", false) : "";
     if (!runners.IsMap()) pack_file.fail(runners, "field 'runners': must be a mapping (default: local)");
-    if (!runner.empty() && runner != "local") {
-      pack_file.fail(runners["default"], "field 'runners': default '" + runner +
-                                             "': this host runs a pack's tools with the local runner only");
-    }
+    only_keys(pack_file, runners, "runners", "default");
+    defaults.runner = text(pack_file, runners, "default", "runners: ", false);
+    check_runner(pack_file, runners["default"], "runners: ", defaults.runner);
+  }
+  defaults.service_url = text(pack_file, pack, "service_url", "", false);
+  if (!defaults.service_url.empty()) check_url(pack_file, pack["service_url"], "", "service_url", defaults.service_url);
+  if (const YAML::Node container = pack["container"]; container.IsDefined() && !container.IsNull()) {
+    if (!container.IsMap()) pack_file.fail(container, "field 'container': must be a mapping (image: ...)");
+    only_keys(pack_file, container, "container", "image");
+    defaults.image = text(pack_file, container, "image", "container: ", false);
   }
   const YAML::Node names = pack["tools"];
   if (!names.IsDefined() || names.IsNull()) pack_file.fail(YAML::Node(), "field 'tools': is required");
   if (!names.IsSequence() || names.size() == 0) pack_file.fail(names, "field 'tools': must be a list of tool names");
-  const std::string deps_source = deps_source_of(root.string());
-  source.bindings_path = tools_file.path();
 
-  // tools.yaml: each tool's binding.
-  const YAML::Node tools_doc = tools_file.load();
-  for (auto it = tools_doc.begin(); it != tools_doc.end(); ++it) {
-    if (it->first.Scalar() != "tools")
-      tools_file.fail(it->first, "unknown key '" + it->first.Scalar() + "' (tools: is the only one)");
+  // The bindings: tools.yaml's, or else pack.yaml's entrypoints.
+  const bool own_file = tools_file.exists();
+  const YAML::Node entrypoints = pack["entrypoints"];
+  const bool has_entrypoints = entrypoints.IsDefined() && !entrypoints.IsNull();
+  if (!own_file && !has_entrypoints) {
+    throw ConfigError(dir +
+                      ": no tools.yaml in the pack and no entrypoints in its pack.yaml (a namel3ss pack "
+                      "binds its tools in one of them)");
   }
-  const YAML::Node bindings = tools_doc["tools"];
-  if (!bindings.IsMap())
-    tools_file.fail(bindings.IsDefined() ? bindings : tools_doc, "'tools' must be a mapping of tool names to bindings");
+  const PackFile& bindings_file = own_file ? tools_file : pack_file;
+  YAML::Node bindings;
+  if (own_file) {
+    const YAML::Node tools_doc = tools_file.load();
+    for (auto it = tools_doc.begin(); it != tools_doc.end(); ++it) {
+      if (it->first.Scalar() != "tools")
+        tools_file.fail(it->first, "unknown key '" + it->first.Scalar() + "' (tools: is the only one)");
+    }
+    bindings = tools_doc["tools"];
+    if (!bindings.IsMap())
+      tools_file.fail(bindings.IsDefined() ? bindings : tools_doc,
+                      "'tools' must be a mapping of tool names to bindings");
+  } else {
+    bindings = entrypoints;
+    if (!bindings.IsMap()) pack_file.fail(bindings, "field 'entrypoints': must be a mapping of tool names to bindings");
+  }
+  source.bindings_path = bindings_file.path();
+  const std::string binding_home = own_file ? "tools.yaml" : "pack.yaml's entrypoints";
 
   ToolManifest manifest;
   manifest.path = root.string();
@@ -205,80 +371,25 @@ ToolManifest load_pack_dir(const std::string& dir) {
     const std::string name = n.Scalar();
     if (!listed.insert(name).second) pack_file.fail(n, "field 'tools': '" + name + "' is listed twice");
     if (!bindings[name].IsDefined()) {
-      pack_file.fail(n, "the tool '" + name + "' has no binding in tools.yaml (add \"" + name +
+      pack_file.fail(n, "the tool '" + name + "' has no binding in " + binding_home + " (add \"" + name +
                             "\": {kind: \"python\", entry: \"tools.module:function\"})");
     }
   }
+  const std::string deps_source = deps_source_of(root.string());
   for (auto it = bindings.begin(); it != bindings.end(); ++it) {
     const std::string name = it->first.Scalar();
     const std::string where = "tool '" + name + "': ";
-    if (listed.count(name) == 0) tools_file.fail(it->first, where + "is not one of the tools pack.yaml lists");
-    const YAML::Node b = it->second;  // (a copy: the iterator hands out a temporary)
-    if (!b.IsMap()) tools_file.fail(b, where + "must be a mapping (kind, entry), not " + kind_of(b));
-    for (auto k = b.begin(); k != b.end(); ++k) {
-      static const std::set<std::string> known = {"kind", "entry", "runner", "purity", "timeout_ms", "sandbox"};
-      static const std::set<std::string> other_runners = {"url", "image", "command", "env", "enforcement"};
-      const std::string key = k->first.Scalar();
-      if (other_runners.count(key) != 0) {
-        tools_file.fail(k->first, where + "field '" + key +
-                                      "': is for the service or container runner; this host runs "
-                                      "a pack's tools with the local runner only");
-      }
-      if (known.count(key) == 0) {
-        tools_file.fail(k->first, where + "unknown field '" + key +
-                                      "' (fields are kind, entry, runner, purity, "
-                                      "timeout_ms, sandbox)");
-      }
-    }
+    if (listed.count(name) == 0) bindings_file.fail(it->first, where + "is not one of the tools pack.yaml lists");
     ManifestTool t;
-    t.line = static_cast<std::size_t>(b.Mark().line + 1);
     t.pack = source;
     t.info.aid = "AID.PACK." + aid_word(source.id) + "." + aid_word(name) + ".v1";
     t.info.name = name;
     t.info.description = description;
     t.info.plugin_path = manifest.path;
     if (!aids.insert(t.info.aid).second) {
-      tools_file.fail(it->first, where + "its aid " + t.info.aid + " is another tool's of this pack too");
+      bindings_file.fail(it->first, where + "its aid " + t.info.aid + " is another tool's of this pack too");
     }
-    const std::string kind = text(tools_file, b, "kind", where, true);
-    if (kind != "python") tools_file.fail(b["kind"], where + "field 'kind': must be \"python\", not '" + kind + "'");
-    const std::string runner = text(tools_file, b, "runner", where, false);
-    if (!runner.empty() && runner != "local") {
-      tools_file.fail(b["runner"], where + "field 'runner': '" + runner +
-                                       "': this host runs a pack's tools with the local runner only");
-    }
-    t.runner = "python";
-    t.entry = text(tools_file, b, "entry", where, true);
-    const auto colon = t.entry.find(':');
-    const bool dotted = std::all_of(t.entry.begin(), t.entry.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':';
-    });
-    if (!dotted || colon == std::string::npos || colon == 0 || colon + 1 == t.entry.size() ||
-        t.entry.find(':', colon + 1) != std::string::npos) {
-      tools_file.fail(b["entry"],
-                      where + "field 'entry': must be 'module:function' (dotted names), not '" + t.entry + "'");
-    }
-    const std::string purity = text(tools_file, b, "purity", where, false);
-    if (!purity.empty() && purity != "pure" && purity != "impure") {
-      tools_file.fail(b["purity"], where + "field 'purity': must be pure or impure, not '" + purity + "'");
-    }
-    t.info.deterministic = purity == "pure";
-    t.info.default_timeout_ms = kPythonToolTimeoutMs;
-    if (const YAML::Node n = b["timeout_ms"]; n.IsDefined()) {
-      std::int64_t ms = 0;
-      if (!n.IsScalar() || !YAML::convert<std::int64_t>::decode(n, ms) || ms < 1 || ms > kMaxTimeoutMs) {
-        tools_file.fail(n, where + "field 'timeout_ms': must be an integer from 1 ms to 24 hours");
-      }
-      t.info.default_timeout_ms = static_cast<std::uint32_t>(ms);
-    }
-    // The guarantees are capabilities.yaml's; `sandbox: true` adds the host's sandbox (no
-    // network, no processes, no writes), which would override what capabilities.yaml allows.
-    if (const YAML::Node n = b["sandbox"]; n.IsDefined()) {
-      if (!n.IsScalar() || !YAML::convert<bool>::decode(n, t.sandbox)) {
-        tools_file.fail(n, where + "field 'sandbox': must be true or false");
-      }
-    }
-    t.python = "python3";
+    read_binding(bindings_file, it->second, where, defaults, t);
     t.root = manifest.path;
     t.deps_source = deps_source;
     manifest.tools.push_back(std::move(t));

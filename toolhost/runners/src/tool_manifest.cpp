@@ -124,6 +124,14 @@ void read_guarantees(ToolReader& r, std::map<std::string, bool>& guarantees) {
   }
 }
 
+/// A process's memory limit in MiB (`memory_mb`), left as it is when not given.
+void read_memory_mb(ToolReader& r, std::uint64_t& memory_mb) {
+  if (const auto* n = r.typed<std::int64_t>("memory_mb", "an integer")) {
+    if (n->get() < 16 || n->get() > (1 << 20)) r.fail("memory_mb", "must be 16..1048576");
+    memory_mb = static_cast<std::uint64_t>(n->get());
+  }
+}
+
 /// The capability guarantees and the limits of a process an entry runs (a Python tool's
 /// workers, a skill, an MCP server).
 void read_confinement(ToolReader& r, std::map<std::string, bool>& guarantees, bool& sandbox, std::uint64_t& memory_mb,
@@ -131,10 +139,7 @@ void read_confinement(ToolReader& r, std::map<std::string, bool>& guarantees, bo
                       const std::string& root) {
   read_guarantees(r, guarantees);
   sandbox = r.boolean("sandbox", false);
-  if (const auto* n = r.typed<std::int64_t>("memory_mb", "an integer")) {
-    if (n->get() < 16 || n->get() > (1 << 20)) r.fail("memory_mb", "must be 16..1048576");
-    memory_mb = static_cast<std::uint64_t>(n->get());
-  }
+  read_memory_mb(r, memory_mb);
   env = r.strings("env");
   for (const auto& name : env) {
     if (name.empty() || name.find('=') != std::string::npos) r.fail("env", "'" + name + "' is not a variable name");
@@ -203,12 +208,38 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     }
     tool.entry = r.string("entry", false);
     read_guarantees(r, tool.guarantees);
+  } else if (tool.runner == "container") {
+    tool.deps_source = deps_source_of(root);
+    tool.entry = r.string("entry", true);
+    if (!is_entry(tool.entry)) r.fail("entry", "must be 'module:function' (dotted names), not '" + tool.entry + "'");
+    tool.image = r.string("image", true);
+    if (tool.image.empty()) r.fail("image", "must not be empty");
+    if (r.get("command") != nullptr) {
+      tool.command = r.strings("command");
+      if (tool.command.empty()) r.fail("command", "must name a program (leave it out for the protocol's runner)");
+    }
+    tool.container_runtime = r.string("container_runtime", false);
+    if (!tool.container_runtime.empty() && tool.container_runtime != "podman" && tool.container_runtime != "docker")
+      r.fail("container_runtime", "must be \"podman\" or \"docker\", not '" + tool.container_runtime + "'");
+    if (const toml::node* e = r.get("container_env")) {
+      const auto* table = e->as_table();
+      if (table == nullptr) r.fail("container_env", "must be a table of strings, not " + type_name(*e));
+      for (const auto& [k, v] : *table) {
+        if (k.str().empty() || k.str().find('=') != std::string_view::npos)
+          r.fail("container_env", "'" + std::string(k.str()) + "' is not a variable name");
+        if (!v.is_string())
+          r.fail("container_env", "'" + std::string(k.str()) + "' must be a string, not " + type_name(v));
+        tool.container_env.emplace_back(std::string(k.str()), *v.value<std::string>());
+      }
+    }
+    read_guarantees(r, tool.guarantees);
+    read_memory_mb(r, tool.memory_mb);
   } else if (tool.runner == "skill" || tool.runner == "mcp") {
     r.fail("runner",
            "a skill or an MCP server is declared with its own table, [[skill]] or [[mcp_server]], "
            "not as a [[tool]]");
   } else {
-    r.fail("runner", "must be \"python\" or \"service\", not '" + tool.runner + "'");
+    r.fail("runner", "must be \"python\", \"service\" or \"container\", not '" + tool.runner + "'");
   }
   r.no_other_keys();
   return tool;
@@ -441,9 +472,9 @@ ToolManifest parse_tool_manifest(std::string_view text, const std::string& path)
       ToolReader reader(*node.as_table(), refuse, ++index);
       ManifestTool tool = read_tool(reader, path, root);
       if (tool.info.default_timeout_ms == 0) {
-        tool.info.default_timeout_ms = default_timeout_ms != 0   ? default_timeout_ms
-                                       : tool.runner == "python" ? kPythonToolTimeoutMs
-                                                                 : 0;
+        tool.info.default_timeout_ms = default_timeout_ms != 0    ? default_timeout_ms
+                                       : tool.runner != "service" ? kPythonToolTimeoutMs
+                                                                  : 0;
       }
       if (!aids.insert(tool.info.aid).second)
         reader.fail("aid", "'" + tool.info.aid + "' is declared twice in this file");

@@ -51,6 +51,7 @@ struct HostOptions {
   // unless a tool's manifest entry says otherwise.
   std::size_t python_workers = 1;      // workers per interpreter (calls of its tools at once)
   std::uint64_t python_memory_mb = 0;  // a worker resident past this is replaced; 0: no cap
+  std::string container_runtime;       // container tools' runtime unless a manifest names one ("": the first found)
   /// How often a skill of the lifecycle/* layout gets lifecycle/onTick when its manifest does
   /// not say (0: never); a skill of the skill/* runtime is ticked only when its manifest asks.
   std::int64_t skill_tick_ms = 60'000;

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace machina {
@@ -17,16 +18,17 @@ namespace machina {
 struct ManifestTool {
   ToolInfo info;         // aid, name, description, input_schema (JSON text), tier, deterministic,
                          // side_effects, tags, default_timeout_ms; plugin_path = the manifest's path
-  std::string runner;    // "python" or "service"
+  std::string runner;    // "python", "service" or "container"
   std::size_t line = 0;  // where its [[tool]] table starts
-  // runner = "python"
+  // runner = "python" (and "container")
   std::string entry;        // "module:function"
   std::string python;       // the interpreter to run it with (default "python3")
   std::string root;         // the manifest's directory: Python modules resolve from it; a service's app_root
   std::string deps_source;  // what declares root's dependencies (deps_source_of); python tools only
   bool sandbox = false;
   std::size_t workers = 0;              // its interpreter's workers (0: the host's default)
-  std::uint64_t memory_mb = 0;          // a worker resident past this is replaced (0: the host's default)
+  std::uint64_t memory_mb = 0;          // a worker resident past this is replaced; a container's limit
+                                        // (0: the host's default)
   std::vector<std::string> env;         // variables of the host's environment its workers also get
   std::vector<std::string> read_roots;  // filesystem_read_roots: readable under no_filesystem_read (absolute)
   std::string write_root;               // filesystem_root: writable under no_filesystem_write ("" for none)
@@ -35,7 +37,12 @@ struct ManifestTool {
   bool unsafe_override = false;  // call even when the service does not cover the guarantees
   std::string token_env;         // the variable holding its bearer token ("" for none)
   std::string ca_file;           // https: the CAs its certificate is verified against ("": the system's)
-  // Both: the capability guarantees the tool requires (name -> required).
+  // runner = "container" (container_runner.hpp)
+  std::string image;
+  std::vector<std::string> command;                                // empty: the protocol's runner module
+  std::string container_runtime;                                   // "podman", "docker"; "": the first found
+  std::vector<std::pair<std::string, std::string>> container_env;  // set in the container
+  // Every runner: the capability guarantees the tool requires (name -> required).
   std::map<std::string, bool> guarantees;
   // A tool of a namel3ss pack (pack_manifest.hpp): the pack, for its trace.
   struct Pack {

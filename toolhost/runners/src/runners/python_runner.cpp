@@ -23,12 +23,7 @@ std::string make_trace(const PythonRunner::ToolFields& f, PythonWorkerPool& pool
   nlohmann::ordered_json t = nlohmann::ordered_json::object();
   t["runner"] = "local";
   t["kind"] = "python";
-  t["resolved_source"] = f.resolved_source;
-  if (!f.pack_id.empty()) {
-    t["pack_id"] = f.pack_id;
-    t["pack_name"] = f.pack_name;
-    t["pack_version"] = f.pack_version;
-  }
+  f.source.write_to(t);
   t["tool"] = f.name;
   t["entry"] = f.entry;
   t["protocol_version"] = tool_protocol::kVersion;
@@ -36,7 +31,6 @@ std::string make_trace(const PythonRunner::ToolFields& f, PythonWorkerPool& pool
   t["duration_ms"] = duration_ms;
   t["python_path"] = pool.options().python;
   t["python_env"] = nullptr;
-  t["deps_source"] = f.deps_source;
   t["sandbox"] = f.sandbox;
   t["trace_id"] = trace_id;
   if (pid > 0) t["worker_pid"] = pid;
@@ -69,11 +63,7 @@ std::string make_trace(const PythonRunner::ToolFields& f, PythonWorkerPool& pool
     t["enforcement_level"] = "not_enforceable";
     t["reason_code"] = "guarantee_blocked";
   }
-  if (answer != nullptr && !answer->ok) {
-    t["error_type"] = answer->error_type;
-    t["error_message"] = answer->error_message;
-    if (!answer->reason_code.empty()) t["reason_code"] = answer->reason_code;
-  }
+  if (answer != nullptr) write_answer_error(*answer, t);
   return t.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 

@@ -87,10 +87,15 @@ RunOutcome ServiceRunner::run(const RunSpec& spec) {
   const auto t0 = Clock::now();
   const std::string trace_id = spec.trace_id.empty() ? tool_protocol::new_trace_id() : std::string(spec.trace_id);
   RunOutcome out;
-  nlohmann::ordered_json trace = {
-      {"runner", "service"},           {"kind", "python"},           {"resolved_source", "binding"},
-      {"tool", fields_.name},          {"entry", fields_.entry},     {"protocol_version", tool_protocol::kVersion},
-      {"timeout_ms", spec.timeout_ms}, {"service_url", fields_.url}, {"trace_id", trace_id}};
+  nlohmann::ordered_json trace = {{"runner", "service"}, {"kind", "python"}};
+  fields_.source.write_to(trace);
+  trace["tool"] = fields_.name;
+  trace["entry"] = fields_.entry;
+  trace["protocol_version"] = tool_protocol::kVersion;
+  trace["timeout_ms"] = spec.timeout_ms;
+  trace["service_url"] = fields_.url;
+  trace["python_env"] = nullptr;  // the service's own: not known to the host
+  trace["trace_id"] = trace_id;
   auto finish = [&] {
     trace["duration_ms"] = millis_since(t0);
     spec.call.trace_json = trace.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -167,11 +172,7 @@ RunOutcome ServiceRunner::run(const RunSpec& spec) {
   }
   out.ending = RunOutcome::Ending::ran;
   out.rc = tool_protocol::apply_answer(answer, spec.call);
-  if (!answer.ok) {
-    trace["error_type"] = answer.error_type;
-    trace["error_message"] = answer.error_message;
-    if (!answer.reason_code.empty()) trace["reason_code"] = answer.reason_code;
-  }
+  write_answer_error(answer, trace);
   return finish();
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <machina/runner.hpp>
+#include <machina/runners/protocol_trace.hpp>
 #include <machina/runners/python_worker_pool.hpp>
 
 #include <memory>
@@ -21,12 +22,10 @@ class PythonRunner final : public Runner {
     std::string name;   // the protocol's `tool`
     std::string entry;  // module:function
     bool sandbox = false;
-    std::string capability_context_json;           // sent with each call ("" for none)
-    std::string enforcement_json;                  // for the trace: what enforces each guarantee ("" for none)
-    std::string refusal;                           // set: every call is refused guarantee_blocked with this
-    std::string resolved_source = "binding";       // the trace's: "binding", or "installed_pack" for a pack's tool
-    std::string pack_id, pack_name, pack_version;  // a pack's tool: its pack ("" otherwise)
-    std::string deps_source;                       // what declares its dependencies (deps_source_of)
+    std::string capability_context_json;  // sent with each call ("" for none)
+    std::string enforcement_json;         // for the trace: what enforces each guarantee ("" for none)
+    std::string refusal;                  // set: every call is refused guarantee_blocked with this
+    ToolSource source;
   };
   PythonRunner(std::shared_ptr<PythonWorkerPool> pool, ToolFields fields);
 

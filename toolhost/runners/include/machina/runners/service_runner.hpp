@@ -9,6 +9,7 @@
 
 #include <machina/http_client.hpp>
 #include <machina/runner.hpp>
+#include <machina/runners/protocol_trace.hpp>
 
 #include <map>
 #include <memory>
@@ -27,6 +28,7 @@ struct ServiceToolFields {
   std::string token;                       // bearer token ("" for none)
   std::string app_root;                    // the request's project.app_root (the manifest's folder)
   std::size_t max_answer_bytes = 0;        // largest answer body read
+  ToolSource source;
 };
 
 class ServiceRunner final : public Runner {
