@@ -142,6 +142,9 @@ def test_headers_and_tokens_that_could_reach_the_wrong_place_are_refused(tmp_pat
     assert "holds control characters" in load({"url": local, "token_env": "T"}, {"T": "a\r\nX-Evil: 1"}, "nl.toml")
     assert "sent only over https://" in load({"url": "http://tools.example/mcp", "token_env": "T"}, {"T": "t"},
                                              "plain.toml")
+    # A name that looks like a loopback address is a name: it may resolve anywhere.
+    assert "sent only over https://" in load({"url": "http://127.0.0.1.example/mcp", "token_env": "T"},
+                                             {"T": "t"}, "lookalike.toml")
     assert "is set by the host itself" in load({"url": local, "headers": {"Mcp-Session-Id": "s"}}, {}, "own.toml")
     assert "give one of them" in load({"url": local, "token_env": "T", "headers": {"Authorization": "x"}},
                                       {"T": "t"}, "both.toml")

@@ -4,6 +4,7 @@
 #include "http_field_text.hpp"
 
 #include <machina/errors.hpp>
+#include <machina/loopback_host.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -57,18 +58,8 @@ bool split_authority(std::string_view value, std::string& name, std::string& por
 
 }  // namespace
 
-bool is_loopback(const std::string& host) {
-  if (host == "localhost") return true;
-  in_addr a4{};
-  if (::inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
-  in6_addr a6{};
-  if (::inet_pton(AF_INET6, host.c_str(), &a6) != 1) return false;
-  if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
-  return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
-}
-
 void check_admission_rules(const std::string& bound_host, const AdmissionRules& rules) {
-  if (rules.token.empty() && !is_loopback(bound_host))
+  if (rules.token.empty() && !is_loopback_host(bound_host))
     throw ConfigError("--http " + bound_host +
                       ": not a loopback address, so every request must carry a bearer token: "
                       "set MACHINA_TOOLHOST_HTTP_TOKEN (or serve on 127.0.0.1 behind a proxy)");
@@ -95,7 +86,7 @@ HttpAdmission::HttpAdmission(AdmissionRules rules, const std::string& bound_host
     any_ip_literal_ = true;
   else
     own(is_ipv6(bound_host) ? "[" + bound_host + "]" : bound_host);
-  if (is_loopback(bound_host) || is_wildcard(bound_host)) {
+  if (is_loopback_host(bound_host) || is_wildcard(bound_host)) {
     own("localhost");
     own("127.0.0.1");
     own("[::1]");

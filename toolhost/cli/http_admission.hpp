@@ -10,9 +10,6 @@
 
 namespace machina::cli {
 
-/// Whether `host`, a numeric address or "localhost", is one only this machine can reach.
-bool is_loopback(const std::string& host);
-
 struct AdmissionRules {
   std::string token;                       // "": no bearer token asked for
   std::vector<std::string> allow_origins;  // Origin values served

@@ -4,6 +4,7 @@
 #include <machina/errors.hpp>
 #include <machina/executable_file.hpp>
 #include <machina/http_client.hpp>
+#include <machina/loopback_host.hpp>
 #include <machina/python_entry_check.hpp>
 #include <machina/python_sandbox.hpp>
 #include <machina/runners/container_runner.hpp>
@@ -160,8 +161,7 @@ void ToolHost::add_remote_server(const ToolManifest& manifest, const ManifestChi
       refuse_child(manifest, c, "token_env: the variable " + c.token_env + " holds control characters");
     http::Url url;
     std::string why;
-    const bool loopback = http::Url::parse(c.url, url, why) &&
-                          (url.host == "localhost" || url.host == "::1" || url.host.starts_with("127."));
+    const bool loopback = http::Url::parse(c.url, url, why) && is_loopback_host(url.host);
     if (!url.tls && !loopback)
       refuse_child(manifest, c, "token_env: a bearer token is sent only over https:// (or to this machine)");
     o.headers.emplace_back("Authorization", std::string("Bearer ") + token);
