@@ -312,6 +312,10 @@ def test_a_manifest_service_needs_its_token_variable_and_an_http_url(tmp_path: P
         (service_tool("AID.S.v1", "http://127.0.0.1:1/run", token_env="NOT_SET_ANYWHERE"),
          "field 'token_env': the variable NOT_SET_ANYWHERE is not set"),
         (service_tool("AID.S.v1", "ftp://example.com/run"), "field 'url': must start with http:// or https://"),
+        (service_tool("AID.S.v1", "http://tools.example/run", token_env="HOME"),
+         "field 'token_env': a bearer token is sent only over https:// (or to this machine)"),
+        (service_tool("AID.S.v1", "http://127.0.0.1.example/run", token_env="HOME"),
+         "field 'token_env': a bearer token is sent only over https:// (or to this machine)"),
         (service_tool("AID.S.v1", "http:///run"), "field 'url': the URL has no host"),
     ]:
         manifest = write_pack(tmp_path / "bad", [tool])

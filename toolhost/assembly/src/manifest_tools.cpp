@@ -29,6 +29,9 @@
 namespace machina {
 namespace {
 
+/// Why a bearer token is not sent to a server reached over plain HTTP off this machine.
+constexpr const char* kTokenOverPlainHttp = "a bearer token is sent only over https:// (or to this machine)";
+
 /// The error of a tool's field, as the manifest loader words its own.
 [[noreturn]] void refuse_field(const ToolManifest& m, const ManifestTool& t, std::size_t index,
                                const std::string& field, const std::string& why) {
@@ -162,8 +165,7 @@ void ToolHost::add_remote_server(const ToolManifest& manifest, const ManifestChi
     http::Url url;
     std::string why;
     const bool loopback = http::Url::parse(c.url, url, why) && is_loopback_host(url.host);
-    if (!url.tls && !loopback)
-      refuse_child(manifest, c, "token_env: a bearer token is sent only over https:// (or to this machine)");
+    if (!url.tls && !loopback) refuse_child(manifest, c, std::string("token_env: ") + kTokenOverPlainHttp);
     o.headers.emplace_back("Authorization", std::string("Bearer ") + token);
   }
   std::shared_ptr<RemoteMcpServer> server;
@@ -323,6 +325,7 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
       fields.guarantees = t.guarantees;
       fields.unsafe_override = t.unsafe_override;
       if (!t.token_env.empty()) {
+        if (!url.tls && !is_loopback_host(url.host)) refuse_field(manifest, t, index, "token_env", kTokenOverPlainHttp);
         const char* token = std::getenv(t.token_env.c_str());
         if (token == nullptr || *token == '\0') {
           refuse_field(manifest, t, index, "token_env", "the variable " + t.token_env + " is not set");
