@@ -5,13 +5,17 @@ Declared in a tool manifest ([[tool]] runner = "container") or by a namel3ss pac
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import machina_dispatch as md
 import pytest
 from conftest import TOOLHOST, base_env, serve
 from container_support import containers_conf, make_image, our_containers, podman, runtime_env
@@ -85,21 +89,24 @@ def test_a_tool_error_with_a_check_reason_answers_its_reason_code(tmp_path: Path
 
 
 def test_a_container_past_its_deadline_is_killed_and_removed(tmp_path: Path, runtime: Any) -> None:
-    tools = manifest(tmp_path, runtime[2], "AID.BOX.SLEEP.v1", "tools.probe:sleep", "timeout_ms = 2000")
+    manifest(tmp_path, runtime[2], "AID.BOX.SLEEP.v1", "tools.probe:sleep", "timeout_ms = 2000")
+    tools = manifest(tmp_path, runtime[2], "AID.BOX.GREET.v1", "tools.probe:greet")
     [answer, after] = serve([call("AID.BOX.SLEEP.v1", {"seconds": 60}), call("AID.BOX.GREET.v1", {})],
-                            "--tools", str(manifest(tmp_path, runtime[2], "AID.BOX.GREET.v1", "tools.probe:greet")),
-                            env=host_env(runtime), timeout=90)
-    assert tools.exists()
+                            "--tools", str(tools), env=host_env(runtime), timeout=90)
     assert answer["ok"] is False and answer["code"] == "timeout", answer
     assert after["ok"] is True, after  # the host serves on
     assert our_containers(runtime[0], runtime[1]) == []
 
 
 def test_an_answer_over_the_cap_ends_the_container(tmp_path: Path, runtime: Any) -> None:
+    """The flooding tool stays after writing: only the runner's removal ends its container
+    before its deadline (which would answer timeout instead)."""
+    manifest(tmp_path, runtime[2], "AID.BOX.FLOOD.v1", "tools.probe:flood", "timeout_ms = 30000")
     tools = manifest(tmp_path, runtime[2], "AID.BOX.SHOUT.v1", "tools.probe:shout")
-    [big, small] = serve([call("AID.BOX.SHOUT.v1", {"n": 3_000_000}), call("AID.BOX.SHOUT.v1", {"n": 5})],
-                         "--tools", str(tools), "--max-output-bytes", "1000", env=host_env(runtime))
+    [big, small] = serve([call("AID.BOX.FLOOD.v1", {"n": 3_000_000}), call("AID.BOX.SHOUT.v1", {"n": 5})],
+                         "--tools", str(tools), "--max-output-bytes", "1000", env=host_env(runtime), timeout=90)
     assert big["ok"] is False and "larger than" in big["error"], big
+    assert big["trace"]["duration_ms"] < 25_000
     assert small["ok"] is True and json.loads(small["output_json"]) == "xxxxx"
     assert our_containers(runtime[0], runtime[1]) == []
 
@@ -112,16 +119,67 @@ def test_an_image_the_runtime_does_not_have_is_a_clear_error(tmp_path: Path, run
     assert "machina-no-such-image" in answer["error"]
 
 
-@pytest.mark.parametrize("image", ["--privileged", "--network=host", "img 1", "img\\u0001"])
-def test_an_image_the_runtime_would_read_as_a_flag_is_refused(tmp_path: Path, runtime: Any, image: str) -> None:
-    """A pack's binding is not the operator's word: an image like `--network=host` would
-    undo the guarantees' flags."""
-    pack = pack_with(tmp_path, runtime[2], f'    entry: "tools.probe:greet"\n    runner: "container"\n'
-                                           f'    image: "{image}"\n')
+@pytest.mark.parametrize(("binding", "expected"), [
+    ('    image: "--privileged"\n', r"tools\.yaml:6: tool 'compose greeting': field 'image': .* starts with '-'"),
+    ('    image: "--network=host"\n', r"tools\.yaml:6: tool 'compose greeting': field 'image': .* starts with '-'"),
+    ('    image: "img 1"\n', r"tools\.yaml:6: tool 'compose greeting': field 'image': must not hold white space"),
+    ('    image: "oci-archive:/etc/img.tar"\n', r"tools\.yaml:6: .*field 'image': .* names the transport oci-archive:"),
+    ('    image: "i"\n    env:\n      "*": "x"\n',
+     r"tools\.yaml:8: tool 'compose greeting': field 'env': '\*' is not a variable name"),
+    ('    image: "i"\n    env:\n      "HOME\\0x": "x"\n',
+     r"tools\.yaml:8: tool 'compose greeting': field 'env': 'HOME\?x' is not a variable name"),
+    ('    image: "i"\n    env:\n      HOME:\n',
+     r"tools\.yaml:\d+: tool 'compose greeting': field 'env': 'HOME' must have a text value"),
+])
+def test_what_a_pack_could_slip_onto_the_runtimes_command_line_is_refused(tmp_path: Path, binding: str,
+                                                                          expected: str) -> None:
+    """A pack's binding is not the operator's word: an image like `--network=host` would undo
+    the guarantees' flags, a local transport would read a host path, and a variable name like
+    `*` (or one cut short by a NUL) would have the runtime copy the host's variables. Refused
+    when the pack loads, before any runtime is looked for (no podman needed: PATH is empty)."""
+    pack = pack_with(tmp_path, "unused", f'    entry: "tools.probe:greet"\n    runner: "container"\n{binding}')
     proc = subprocess.run([TOOLHOST, "--tools", str(pack), "--list"], capture_output=True, text=True,
-                          env=base_env(host_env(runtime)), timeout=60)
+                          env=base_env({"PATH": "/nowhere"}), timeout=60)
     assert proc.returncode != 0, proc.stdout
-    assert re.search(r"tools\.yaml:\d+: tool 'compose greeting': field 'image': ", proc.stderr), proc.stderr
+    assert re.search(expected, proc.stderr), proc.stderr
+
+
+def test_a_packs_secrets_are_the_only_host_variables_its_container_gets(tmp_path: Path, runtime: Any) -> None:
+    pack = pack_with(tmp_path, runtime[2], f'    entry: "tools.probe:attempts"\n    runner: "container"\n'
+                                           f'    image: "{runtime[2]}"\n')
+    (pack / "capabilities.yaml").write_text(
+        'capabilities:\n  "compose greeting":\n    filesystem: none\n    network: none\n    env: none\n'
+        '    subprocess: none\n    secrets:\n      - PACK_SECRET\n')
+    [answer] = serve([call(PACK_AID, {})], "--tools", str(pack),
+                     env=host_env(runtime, PACK_SECRET="s3", PACK_OTHER="no", HOST_SECRET="no"))
+    assert answer["ok"] is True, answer
+    assert json.loads(answer["output_json"])["env"] == {"PACK_SECRET": "s3"}
+    assert "no_env_read" not in answer["trace"]["enforcement"]
+
+
+def test_closing_the_host_removes_the_containers_of_calls_under_way(tmp_path: Path, runtime: Any) -> None:
+    tools = manifest(tmp_path, runtime[2], "AID.BOX.SLEEP.v1", "tools.probe:sleep", "timeout_ms = 60000")
+    os.environ["CONTAINERS_CONF"], saved = runtime[1]["CONTAINERS_CONF"], os.environ.get("CONTAINERS_CONF")
+    try:
+        host = md.InProcess(tools=[str(tools)], container_runtime="podman")
+        answers: list[Any] = []
+        caller = threading.Thread(target=lambda: answers.append(
+            host.call("AID.BOX.SLEEP.v1", {"seconds": 60}, check=False)))
+        t0 = time.monotonic()
+        caller.start()
+        while not our_containers(runtime[0], runtime[1]) and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        assert our_containers(runtime[0], runtime[1]), "the call's container never started"
+        host.close()
+        caller.join(30)
+        assert not caller.is_alive() and time.monotonic() - t0 < 40
+        assert our_containers(runtime[0], runtime[1]) == []
+        assert answers and not answers[0].ok
+    finally:
+        if saved is None:
+            del os.environ["CONTAINERS_CONF"]
+        else:
+            os.environ["CONTAINERS_CONF"] = saved
 
 
 def pack_with(tmp_path: Path, image: str, binding: str, pack_extra: str = "") -> Path:

@@ -138,6 +138,11 @@ def _edit(pack: Path, name: str, old: str, new: str) -> None:
     (pack / name).write_text(text.replace(old, new))
 
 
+def _edit_all(pack: Path, edits: list[tuple[str, str, str]]) -> None:
+    for name, old, new in edits:
+        _edit(pack, name, old, new)
+
+
 @pytest.mark.parametrize(("change", "expected"), [
     (lambda p: (p / "tools.yaml").unlink(),
      r"example\.greeting: no tools\.yaml in the pack and no entrypoints in its pack\.yaml"),
@@ -174,7 +179,14 @@ def _edit(pack: Path, name: str, old: str, new: str) -> None:
                                                         '    url: "ftp://x"'),
      r"tools\.yaml:5: tool 'compose greeting': field 'url': must start with http:// or https://"),
     (lambda p: _edit(p, "pack.yaml", 'license: "MIT"\n', 'license: "MIT"\nrunners:\n  default: "cloud"\n'),
-     r"pack\.yaml:8: runners: field 'runner': must be one of local, service, container, not 'cloud'"),
+     r"pack\.yaml:8: runners: field 'default': must be one of local, service, container, not 'cloud'"),
+    (lambda p: _edit_all(p, [("tools.yaml", 'kind: "python"',
+                              'kind: "python"\n    runner: "service"\n    url: "http://127.0.0.1:9/run"'),
+                             ("capabilities.yaml", "secrets: []", "secrets: [PACK_SECRET]")]),
+     r"tools\.yaml:\d+: tool 'compose greeting': field 'secrets': capabilities\.yaml gives it secrets, which "
+     r"reach local and container tools only"),
+    (lambda p: (p / "tools.yaml").write_text("{}\n"),
+     r"tools\.yaml:1: 'tools' must be a mapping of tool names to bindings"),
     (lambda p: _edit(p, "tools.yaml", 'kind: "python"', 'kind: "python"\n    runner: "container"\n'
                                                         '    image: "i"\n    enforcement: "trusted"'),
      r"tools\.yaml:6: tool 'compose greeting': field 'enforcement': must be declared or verified"),

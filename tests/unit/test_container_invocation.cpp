@@ -51,9 +51,13 @@ TEST_CASE("each required guarantee is a flag, and the memory limit and variables
     f.guarantees = {{"no_network", true}, {"no_filesystem_write", true}, {"no_subprocess", true}};
     f.memory_mb = 256;
     f.env = {{"GREETING", "hi there"}};
-    const ContainerInvocation inv = container_invocation(f, "c");
+    f.pass_env = {"API_KEY"};
+    const ContainerInvocation inv = container_invocation(f, "c", 35);
     CHECK(has(inv.argv, {"--network", "none"}));
-    CHECK(has(inv.argv, {"--read-only"}));
+    CHECK(has(inv.argv, {"--read-only", "--ipc", "none"}));
+    CHECK(has(inv.argv, {"--timeout", "35"}) == (runtime == "podman"));  // docker's run has no such limit
+    CHECK(has(inv.argv, {"--env", "API_KEY"}));
+    CHECK(inv.enforced.count("no_env_read") == 0);  // a secret is passed
     CHECK(has(inv.argv, {"--read-only-tmpfs=false"}) == (runtime == "podman"));
     CHECK(has(inv.argv, {"--pids-limit", "1"}));
     CHECK(has(inv.argv, {"--memory", "256m"}));
@@ -76,4 +80,22 @@ TEST_CASE("an image reference the runtime would read as a flag, or with white sp
   CHECK_FALSE(container_image_problem("img 1").empty());
   CHECK_FALSE(container_image_problem("img\n").empty());
   CHECK_FALSE(container_image_problem("").empty());
+  for (const char* local : {"oci-archive:/tmp/x.tar", "docker-archive:/tmp/x.tar", "dir:/etc", "oci:/srv/layout"}) {
+    CAPTURE(local);
+    CHECK(container_image_problem(local).find("names the transport") != std::string::npos);
+  }
+  CHECK(container_image_problem("docker://docker.io/library/python:3").empty());
+  CHECK(container_image_problem("localhost:5000/tools:1").empty());
+}
+
+TEST_CASE("only plain names are variables a container gets") {
+  for (const char* name : {"HOME", "_X", "API_KEY_2"}) {
+    CAPTURE(name);
+    CHECK(container_variable_problem(name).empty());
+  }
+  for (const std::string& name : {std::string("*"), std::string("A-B"), std::string("2X"), std::string(""),
+                                  std::string("HOME\0x", 6), std::string("A=B"), std::string("A B")}) {
+    CAPTURE(name);
+    CHECK_FALSE(container_variable_problem(name).empty());
+  }
 }

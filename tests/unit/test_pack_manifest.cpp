@@ -123,7 +123,7 @@ TEST_CASE("refusals name the file, the line and the field") {
       {pack_head + "tools: [\"do it\", \"do it\"]\n", kTools, "", "'do it' is listed twice"},
       {pack_head + "tools: [\"other\"]\n", kTools, "", "the tool 'other' has no binding in tools.yaml"},
       {pack_head + "runners: {default: docker}\ntools: [\"do it\"]\n", kTools, "",
-       "pack.yaml:7: runners: field 'runner': must be one of local, service, container, not 'docker'"},
+       "pack.yaml:7: runners: field 'default': must be one of local, service, container, not 'docker'"},
       {pack_head + "service_url: ftp://h\ntools: [\"do it\"]\n", kTools, "",
        "pack.yaml:7: field 'service_url': must start with http:// or https://"},
       {pack_head + "container: [1]\ntools: [\"do it\"]\n", kTools, "",

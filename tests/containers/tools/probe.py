@@ -50,5 +50,14 @@ def refuse(payload: dict[str, Any]) -> dict[str, Any]:
     raise error
 
 
+def flood(payload: dict[str, Any]) -> dict[str, Any]:
+    """Writes past any answer cap on stdout, then stays."""
+    import sys
+    sys.stdout.write("x" * int(payload.get("n", 3_000_000)))
+    sys.stdout.flush()
+    time.sleep(60)
+    return {}
+
+
 def shout(payload: dict[str, Any]) -> str:
     return "x" * int(payload.get("n", 10))

@@ -318,6 +318,11 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
       http::Url url;
       std::string why;
       if (!http::Url::parse(t.url, url, why)) refuse_field(manifest, t, index, "url", why);
+      if (!t.env.empty()) {  // a pack's secrets: no variable of this host reaches a service
+        refuse_field(manifest, t, index, "secrets",
+                     "capabilities.yaml gives it secrets, which reach local and container tools only; a service "
+                     "reads its own");
+      }
       ServiceToolFields fields;
       fields.url = t.url;
       fields.name = t.info.name;
@@ -348,6 +353,12 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
       }
       runners.push_back(std::make_unique<ServiceRunner>(client, std::move(fields)));
     } else if (t.runner == "container") {
+      if (const std::string why = container_image_problem(t.image); !why.empty())
+        refuse_field(manifest, t, index, "image", why);
+      for (const auto& name : t.env) {  // a pack's secrets: the host's variables it gets
+        if (const std::string why = container_variable_problem(name); !why.empty())
+          refuse_field(manifest, t, index, "secrets", why);
+      }
       ContainerToolFields fields;
       // The tool's runtime, else the host's, else docker, then podman (as namel3ss picks).
       const std::string& wanted = !t.container_runtime.empty() ? t.container_runtime : options.container_runtime;
@@ -360,16 +371,15 @@ std::vector<std::string> ToolHost::load_tools(const std::string& manifest_path) 
       }
       if (fields.runtime.empty()) {
         refuse_field(
-            manifest, t, index, "container_runtime",
+            manifest, t, index, t.pack.source.empty() ? "container_runtime" : "runner",
             wanted.empty() ? "neither docker nor podman is on PATH: install one of them" : wanted + " is not on PATH");
       }
-      if (const std::string why = container_image_problem(t.image); !why.empty())
-        refuse_field(manifest, t, index, "image", why);
       fields.image = t.image;
       fields.command = t.command.empty() ? default_container_command() : t.command;
       fields.name = t.info.name;
       fields.entry = t.entry;
       fields.env = t.container_env;
+      fields.pass_env = t.env;
       fields.guarantees = t.guarantees;
       fields.memory_mb = t.memory_mb != 0 ? t.memory_mb : options.python_memory_mb;
       fields.max_answer_bytes = options.max_output_bytes + (1u << 20);

@@ -2,6 +2,7 @@
 #include <machina/aid_word.hpp>
 #include <machina/errors.hpp>
 #include <machina/pack_manifest.hpp>
+#include <machina/runners/container_runner.hpp>
 
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
@@ -158,9 +159,18 @@ struct PackDefaults {
   std::string image;        // container: image
 };
 
-void check_runner(const PackFile& f, const YAML::Node& at, const std::string& where, const std::string& runner) {
+void check_runner(const PackFile& f, const YAML::Node& at, const std::string& where, const char* field,
+                  const std::string& runner) {
   if (!runner.empty() && runner != "local" && runner != "service" && runner != "container") {
-    f.fail(at, where + "field 'runner': must be one of local, service, container, not '" + runner + "'");
+    f.fail(at, where + "field '" + field + "': must be one of local, service, container, not '" + runner + "'");
+  }
+}
+
+/// A container image named in the pack (a binding's, or pack.yaml's container: image).
+void check_image(const PackFile& f, const YAML::Node& at, const std::string& where, const char* field,
+                 const std::string& image) {
+  if (const std::string why = container_image_problem(image); !why.empty()) {
+    f.fail(at, where + "field '" + field + "': " + why);
   }
 }
 
@@ -195,7 +205,7 @@ void read_binding(const PackFile& f, const YAML::Node& b, const std::string& whe
     f.fail(b["kind"], where + "field 'kind': must be \"python\", not '" + kind + "'");
   if (kind.empty() && b["kind"].IsDefined()) f.fail(b["kind"], where + "field 'kind': must be \"python\"");
   std::string runner = text(f, b, "runner", where, false);
-  check_runner(f, b["runner"], where, runner);
+  check_runner(f, b["runner"], where, "runner", runner);
   if (runner.empty()) runner = defaults.runner.empty() ? "local" : defaults.runner;
   t.entry = text(f, b, "entry", where, true);
   const auto colon = t.entry.find(':');
@@ -265,6 +275,7 @@ void read_container_binding(const PackFile& f, const YAML::Node& b, const std::s
                             const PackDefaults& defaults, ManifestTool& t) {
   t.runner = "container";
   t.image = text(f, b, "image", where, false);
+  if (b["image"].IsDefined()) check_image(f, b["image"], where, "image", t.image);
   if (t.image.empty()) t.image = defaults.image;
   if (t.image.empty()) {
     f.fail(b, where + "the container runner needs an image: set image here or container: image in pack.yaml");
@@ -272,7 +283,8 @@ void read_container_binding(const PackFile& f, const YAML::Node& b, const std::s
   if (const YAML::Node c = b["command"]; c.IsDefined() && !c.IsNull()) {
     if (!c.IsSequence() || c.size() == 0) f.fail(c, where + "field 'command': must be a list of words");
     for (const auto& w : c) {
-      if (!w.IsScalar() || w.Scalar().empty()) f.fail(w, where + "field 'command': each word must be text");
+      if (!w.IsScalar() || w.Scalar().empty() || w.Scalar().find('\0') != std::string::npos)
+        f.fail(w, where + "field 'command': each word must be text");
       t.command.push_back(w.Scalar());
     }
   }
@@ -280,9 +292,10 @@ void read_container_binding(const PackFile& f, const YAML::Node& b, const std::s
     if (!e.IsMap()) f.fail(e, where + "field 'env': must be a mapping of names to values");
     for (auto v = e.begin(); v != e.end(); ++v) {
       const std::string key = v->first.Scalar();
-      if (key.empty() || key.find('=') != std::string::npos || !v->second.IsScalar()) {
-        f.fail(v->first, where + "field 'env': each must be a variable name with a text value");
-      }
+      if (const std::string why = container_variable_problem(key); !why.empty())
+        f.fail(v->first, where + "field 'env': " + why);
+      if (!v->second.IsScalar() || v->second.Scalar().find('\0') != std::string::npos)
+        f.fail(v->second, where + "field 'env': '" + key + "' must have a text value");
       t.container_env.emplace_back(key, v->second.Scalar());
     }
   }
@@ -322,7 +335,7 @@ ToolManifest load_pack_dir(const std::string& dir) {
     if (!runners.IsMap()) pack_file.fail(runners, "field 'runners': must be a mapping (default: local)");
     only_keys(pack_file, runners, "runners", "default");
     defaults.runner = text(pack_file, runners, "default", "runners: ", false);
-    check_runner(pack_file, runners["default"], "runners: ", defaults.runner);
+    check_runner(pack_file, runners["default"], "runners: ", "default", defaults.runner);
   }
   defaults.service_url = text(pack_file, pack, "service_url", "", false);
   if (!defaults.service_url.empty()) check_url(pack_file, pack["service_url"], "", "service_url", defaults.service_url);
@@ -330,6 +343,8 @@ ToolManifest load_pack_dir(const std::string& dir) {
     if (!container.IsMap()) pack_file.fail(container, "field 'container': must be a mapping (image: ...)");
     only_keys(pack_file, container, "container", "image");
     defaults.image = text(pack_file, container, "image", "container: ", false);
+    if (container["image"].IsDefined())
+      check_image(pack_file, container["image"], "container: ", "image", defaults.image);
   }
   const YAML::Node names = pack["tools"];
   if (!names.IsDefined() || names.IsNull()) pack_file.fail(YAML::Node(), "field 'tools': is required");
@@ -337,7 +352,7 @@ ToolManifest load_pack_dir(const std::string& dir) {
 
   // The bindings: tools.yaml's, or else pack.yaml's entrypoints.
   const bool own_file = tools_file.exists();
-  const YAML::Node entrypoints = pack["entrypoints"];
+  const YAML::Node entrypoints = pack["entrypoints"];  // (namel3ss reads them only without tools.yaml)
   const bool has_entrypoints = entrypoints.IsDefined() && !entrypoints.IsNull();
   if (!own_file && !has_entrypoints) {
     throw ConfigError(dir +
@@ -345,21 +360,17 @@ ToolManifest load_pack_dir(const std::string& dir) {
                       "binds its tools in one of them)");
   }
   const PackFile& bindings_file = own_file ? tools_file : pack_file;
-  YAML::Node bindings;
-  if (own_file) {
-    const YAML::Node tools_doc = tools_file.load();
-    for (auto it = tools_doc.begin(); it != tools_doc.end(); ++it) {
-      if (it->first.Scalar() != "tools")
-        tools_file.fail(it->first, "unknown key '" + it->first.Scalar() + "' (tools: is the only one)");
-    }
-    bindings = tools_doc["tools"];
-    if (!bindings.IsMap())
-      tools_file.fail(bindings.IsDefined() ? bindings : tools_doc,
-                      "'tools' must be a mapping of tool names to bindings");
-  } else {
-    bindings = entrypoints;
-    if (!bindings.IsMap()) pack_file.fail(bindings, "field 'entrypoints': must be a mapping of tool names to bindings");
+  const YAML::Node tools_doc = own_file ? tools_file.load() : YAML::Node();
+  for (auto it = tools_doc.begin(); it != tools_doc.end(); ++it) {
+    if (it->first.Scalar() != "tools")
+      tools_file.fail(it->first, "unknown key '" + it->first.Scalar() + "' (tools: is the only one)");
   }
+  // (A missing key's node answers IsDefined() only: anything else throws in yaml-cpp.)
+  const YAML::Node bindings = own_file ? tools_doc["tools"] : entrypoints;
+  if (own_file && (!bindings.IsDefined() || !bindings.IsMap()))
+    tools_file.fail(bindings.IsDefined() ? bindings : tools_doc, "'tools' must be a mapping of tool names to bindings");
+  if (!own_file && !bindings.IsMap())
+    pack_file.fail(bindings, "field 'entrypoints': must be a mapping of tool names to bindings");
   source.bindings_path = bindings_file.path();
   const std::string binding_home = own_file ? "tools.yaml" : "pack.yaml's entrypoints";
 

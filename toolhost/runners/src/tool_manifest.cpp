@@ -1,6 +1,7 @@
 // See tool_manifest.hpp. toml++ (header-only, compiled into this file) reads the TOML.
 #include <machina/errors.hpp>
 #include <machina/pack_manifest.hpp>
+#include <machina/runners/container_runner.hpp>
 #include <machina/runners/skill_environment.hpp>
 #include <machina/schema_validator.hpp>
 #include <machina/tool_manifest.hpp>
@@ -217,6 +218,9 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
     if (r.get("command") != nullptr) {
       tool.command = r.strings("command");
       if (tool.command.empty()) r.fail("command", "must name a program (leave it out for the protocol's runner)");
+      for (const auto& word : tool.command) {
+        if (word.find('\0') != std::string::npos) r.fail("command", "must not hold a NUL character");
+      }
     }
     tool.container_runtime = r.string("container_runtime", false);
     if (!tool.container_runtime.empty() && tool.container_runtime != "podman" && tool.container_runtime != "docker")
@@ -225,10 +229,12 @@ ManifestTool read_tool(ToolReader& r, const std::string& path, const std::string
       const auto* table = e->as_table();
       if (table == nullptr) r.fail("container_env", "must be a table of strings, not " + type_name(*e));
       for (const auto& [k, v] : *table) {
-        if (k.str().empty() || k.str().find('=') != std::string_view::npos)
-          r.fail("container_env", "'" + std::string(k.str()) + "' is not a variable name");
+        if (const std::string why = container_variable_problem(std::string(k.str())); !why.empty())
+          r.fail("container_env", why);
         if (!v.is_string())
           r.fail("container_env", "'" + std::string(k.str()) + "' must be a string, not " + type_name(v));
+        if (v.value<std::string>()->find('\0') != std::string::npos)
+          r.fail("container_env", "'" + std::string(k.str()) + "' must not hold a NUL character");
         tool.container_env.emplace_back(std::string(k.str()), *v.value<std::string>());
       }
     }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 
 namespace machina {
@@ -17,7 +18,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 /// How long removing a container that outlived its call may take, per command.
-constexpr std::chrono::milliseconds kRemoveLimit{10'000};
+constexpr std::chrono::milliseconds kRemoveLimit{5'000};
 constexpr std::size_t kStderrTailBytes = 4096;
 
 /// What a container wrote, as an error message may quote it.
@@ -41,20 +42,42 @@ const std::vector<std::string>& default_container_command() {
 
 std::string container_image_problem(const std::string& image) {
   if (image.empty()) return "must not be empty";
-  if (image[0] == '-') return "'" + to_valid_utf8(image) + "' starts with '-', which the runtime would take for a flag";
   for (unsigned char c : image) {
     if (c <= 0x20 || c == 0x7f) return "must not hold white space or control characters";
+  }
+  if (image[0] == '-') return "'" + to_valid_utf8(image) + "' starts with '-', which the runtime would take for a flag";
+  // Transports that read an image from a path of the host's.
+  for (const char* transport : {"oci-archive:", "docker-archive:", "oci:", "dir:", "containers-storage:",
+                                "docker-daemon:", "ostree:", "sif:", "tarball:"}) {
+    if (image.rfind(transport, 0) == 0) {
+      return "'" + to_valid_utf8(image) + "' names the transport " + transport +
+             " (an image read from a host path); name an image the runtime has or pulls";
+    }
   }
   return {};
 }
 
-ContainerInvocation container_invocation(const ContainerToolFields& f, const std::string& name) {
+std::string container_variable_problem(const std::string& name) {
+  const bool ok = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
+                  std::all_of(name.begin(), name.end(),
+                              [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  if (ok) return {};
+  std::string shown = to_valid_utf8(name);
+  for (char& c : shown) {
+    if (static_cast<unsigned char>(c) < 0x20) c = '?';  // (a NUL would end the message where it is printed)
+  }
+  return "'" + shown + "' is not a variable name (letters, digits and _)";
+}
+
+ContainerInvocation container_invocation(const ContainerToolFields& f, const std::string& name,
+                                         std::int64_t timeout_s) {
   ContainerInvocation inv;
   auto& a = inv.argv;
   a = {f.runtime_name, "run", "--rm", "-i", "--name", name, "--cap-drop", "all", "--security-opt", "no-new-privileges"};
-  // Nothing of the host enters: no folder is mounted, no variable passed but the tool's own.
+  if (timeout_s > 0 && f.runtime_name == "podman") a.insert(a.end(), {"--timeout", std::to_string(timeout_s)});
+  // Nothing of the host enters: no folder is mounted, no variable passed but its secrets.
   inv.enforced["no_filesystem_read"] = "no host folder is mounted";
-  inv.enforced["no_env_read"] = "no host variable is passed";
+  if (f.pass_env.empty()) inv.enforced["no_env_read"] = "no host variable is passed";
   inv.enforced["no_env_write"] = "the container's environment is its own";
   auto required = [&](const char* g) {
     auto it = f.guarantees.find(g);
@@ -65,8 +88,9 @@ ContainerInvocation container_invocation(const ContainerToolFields& f, const std
     inv.enforced["no_network"] = "no network but loopback (network none)";
   }
   if (required("no_filesystem_write")) {
-    a.push_back("--read-only");
-    // podman mounts writable tmpfs folders on a read-only root unless told not to.
+    // No IPC namespace of the host's and no /dev/shm either (a writable tmpfs otherwise);
+    // podman also mounts writable tmpfs folders on a read-only root unless told not to.
+    a.insert(a.end(), {"--read-only", "--ipc", "none"});
     if (f.runtime_name == "podman") a.push_back("--read-only-tmpfs=false");
     inv.enforced["no_filesystem_write"] = "a read-only root, no writable folder";
   }
@@ -76,12 +100,23 @@ ContainerInvocation container_invocation(const ContainerToolFields& f, const std
   }
   if (f.memory_mb != 0) a.insert(a.end(), {"--memory", std::to_string(f.memory_mb) + "m"});
   for (const auto& [key, value] : f.env) a.insert(a.end(), {"--env", key + "=" + value});
+  for (const auto& key : f.pass_env) a.insert(a.end(), {"--env", key});  // its value: the host's
   a.push_back(f.image);
   a.insert(a.end(), f.command.begin(), f.command.end());
   return inv;
 }
 
 ContainerRunner::ContainerRunner(ContainerToolFields fields) : fields_(std::move(fields)) {}
+
+void ContainerRunner::close() {
+  std::set<std::string> running;
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    running = running_;
+  }
+  for (const auto& name : running) remove_container(name);
+}
 
 std::vector<std::string> ContainerRunner::enforced_guarantees() const {
   std::vector<std::string> out;
@@ -108,13 +143,26 @@ void ContainerRunner::remove_container(const std::string& name) const {
 RunOutcome ContainerRunner::run(const RunSpec& spec) {
   const auto t0 = Clock::now();
   RunOutcome out;
-  if (closed_.load(std::memory_order_acquire)) {
-    out.ending = RunOutcome::Ending::closed;
-    return out;
-  }
   const std::string trace_id = spec.trace_id.empty() ? tool_protocol::new_trace_id() : std::string(spec.trace_id);
   const std::string name = "machina-call-" + random_text("0123456789abcdef", 20);
-  ContainerInvocation inv = container_invocation(fields_, name);
+  // The monitor's own limit: the deadline, and a few seconds for the host to remove it first.
+  ContainerInvocation inv = container_invocation(fields_, name, (spec.timeout_ms + 999) / 1000 + 5);
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) {
+      out.ending = RunOutcome::Ending::closed;
+      return out;
+    }
+    running_.insert(name);
+  }
+  struct Done {
+    ContainerRunner& runner;
+    const std::string& name;
+    ~Done() {
+      std::lock_guard lock(runner.mu_);
+      runner.running_.erase(name);
+    }
+  } done{*this, name};
 
   bool required = false;
   nlohmann::ordered_json enforcement = nlohmann::ordered_json::object();
@@ -178,11 +226,11 @@ RunOutcome ContainerRunner::run(const RunSpec& spec) {
     return fail(RunOutcome::Ending::failed,
                 "the container's answer is larger than " + std::to_string(fields_.max_answer_bytes) + " bytes");
   }
-  if (ran.exit_code < 0) remove_container(name);  // the runtime's client was killed: its container may live on
   std::string_view answer_text = ran.stdout_text;
   while (!answer_text.empty() && (answer_text.back() == '\n' || answer_text.back() == '\r'))
     answer_text.remove_suffix(1);
   if (answer_text.empty()) {
+    remove_container(name);  // the runtime's client ended without an answer: its container may live on
     return fail(RunOutcome::Ending::crashed, fields_.runtime_name + " " + ran.how + " without an answer" +
                                                  (ran.tail.empty() ? "" : ": " + written_text(ran.tail)));
   }
