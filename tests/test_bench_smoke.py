@@ -42,7 +42,8 @@ def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
     headline = {k: v for s in results["sections"] for k, v in s["headline"].items()}
     for key in ["serve_rps", "lockstep_p50_one_cpu_us", "inprocess_overhead_us", "pool_pipelined_cps",
                 "mcp_sdk_ratio", "unique_keys_ratio", "ignored_field_ratio",
-                "audit_ratio", "audit_ratio_new_inputs", "isolation_added_one_cpu_us", "run_vs_true",
+                "audit_ratio", "audit_ratio_new_inputs", "isolation_added_one_cpu_us", "isolation_two_workers_cps",
+                "run_vs_true",
                 "python_lockstep_p50_us", "python_fresh_ratio", "python_pipelined_cps",
                 "mcp_front_lockstep_ratio_one_cpu", "mcp_front_lockstep_ratio_polling", "mcp_front_pipelined_ratio",
                 "skill_runner_added_us",
@@ -51,7 +52,7 @@ def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
                 "python_exec_p50_us", "python_exec_session_p50_us", "python_exec_fresh_ratio",
                 "nats_1_calls_per_s", "nats_1_p50_us", "nats_broker_cost_us"]:
         assert headline[key] > 0, key
-    assert "## Goals" in report and "| --serve echo, file-fed | ≥ 1 M req/s |" in report
+    assert "## Goals" in report and "| --serve echo, file-fed | ≥ 3 M req/s |" in report
 
 
 def test_list_names_every_scenario_and_its_module() -> None:

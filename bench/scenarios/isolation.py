@@ -40,6 +40,8 @@ def isolation(ctx: Ctx) -> Section:
         rates = Spread([m / t for t in ts])
         base = base or rates.median
         trows.append([name, spread_rate(rates), ratio(rates.median, base)])
+        if name == "process, 2 workers":
+            s.headline["isolation_two_workers_cps"] = rates.median
     s.tables.append(Table(f"File-fed, {m:,} echo requests, {ctx.reps} runs", ["tools run", "requests/s (min–max)",
                                                                               "÷ inline"], trows))
     return s
