@@ -169,16 +169,12 @@ RunOutcome ContainerRunner::run(const RunSpec& spec) {
   for (const auto& [g, on] : fields_.guarantees) {
     if (!on) continue;
     required = true;
-    enforcement[g] = inv.enforced.at(g);
+    // (Every guarantee has its flag but no_env_read with secrets passed, which a pack's
+    // capabilities never ask together; a lookup, so that run() cannot throw either way.)
+    if (auto it = inv.enforced.find(g); it != inv.enforced.end()) enforcement[g] = it->second;
   }
-  nlohmann::ordered_json trace = nlohmann::ordered_json::object();
-  trace["runner"] = "container";
-  trace["kind"] = "python";
-  fields_.source.write_to(trace);
-  trace["tool"] = fields_.name;
-  trace["entry"] = fields_.entry;
-  trace["protocol_version"] = tool_protocol::kVersion;
-  trace["timeout_ms"] = spec.timeout_ms;
+  nlohmann::ordered_json trace =
+      call_trace_head("container", fields_.source, fields_.name, fields_.entry, spec.timeout_ms);
   trace["container_runtime"] = fields_.runtime_name;
   trace["image"] = fields_.image;
   trace["command"] = joined(fields_.command);

@@ -20,14 +20,7 @@ using Clock = std::chrono::steady_clock;
 std::string make_trace(const PythonRunner::ToolFields& f, PythonWorkerPool& pool, std::string_view worker_trace,
                        const std::string& trace_id, std::int64_t timeout_ms, double duration_ms, pid_t pid,
                        const tool_protocol::Answer* answer) {
-  nlohmann::ordered_json t = nlohmann::ordered_json::object();
-  t["runner"] = "local";
-  t["kind"] = "python";
-  f.source.write_to(t);
-  t["tool"] = f.name;
-  t["entry"] = f.entry;
-  t["protocol_version"] = tool_protocol::kVersion;
-  t["timeout_ms"] = timeout_ms;
+  nlohmann::ordered_json t = call_trace_head("local", f.source, f.name, f.entry, timeout_ms);
   t["duration_ms"] = duration_ms;
   t["python_path"] = pool.options().python;
   t["python_env"] = nullptr;

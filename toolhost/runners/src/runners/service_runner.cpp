@@ -87,12 +87,8 @@ RunOutcome ServiceRunner::run(const RunSpec& spec) {
   const auto t0 = Clock::now();
   const std::string trace_id = spec.trace_id.empty() ? tool_protocol::new_trace_id() : std::string(spec.trace_id);
   RunOutcome out;
-  nlohmann::ordered_json trace = {{"runner", "service"}, {"kind", "python"}};
-  fields_.source.write_to(trace);
-  trace["tool"] = fields_.name;
-  trace["entry"] = fields_.entry;
-  trace["protocol_version"] = tool_protocol::kVersion;
-  trace["timeout_ms"] = spec.timeout_ms;
+  nlohmann::ordered_json trace =
+      call_trace_head("service", fields_.source, fields_.name, fields_.entry, spec.timeout_ms);
   trace["service_url"] = fields_.url;
   trace["python_env"] = nullptr;  // the service's own: not known to the host
   trace["trace_id"] = trace_id;

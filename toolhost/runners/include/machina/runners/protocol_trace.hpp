@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace machina {
 
@@ -27,6 +29,21 @@ struct ToolSource {
     if (!deps_source.empty()) trace["deps_source"] = deps_source;
   }
 };
+
+/// The fields every such trace starts with: runner, kind ("python"), the tool's source,
+/// tool, entry, protocol_version and the call's timeout_ms.
+inline nlohmann::ordered_json call_trace_head(std::string_view runner, const ToolSource& source, std::string_view tool,
+                                              std::string_view entry, std::int64_t timeout_ms) {
+  nlohmann::ordered_json trace = nlohmann::ordered_json::object();
+  trace["runner"] = runner;
+  trace["kind"] = "python";
+  source.write_to(trace);
+  trace["tool"] = tool;
+  trace["entry"] = entry;
+  trace["protocol_version"] = tool_protocol::kVersion;
+  trace["timeout_ms"] = timeout_ms;
+  return trace;
+}
 
 /// A failed answer's error_type, error_message and reason_code (if any); nothing for ok.
 inline void write_answer_error(const tool_protocol::Answer& answer, nlohmann::ordered_json& trace) {
